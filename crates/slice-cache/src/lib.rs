@@ -1,0 +1,32 @@
+//! # slice-cache
+//!
+//! The synchronous EndpointSlice cache of kube-proxy (and of multus-proxy's
+//! copy of it), with pending/applied tracking per slice:
+//!
+//! ```text
+//!  update(slice) / remove(name)          checkout()
+//!        │                                   │
+//!        ▼                                   ▼
+//!  per service: pending ──── applied ──► ServiceChange { previous, current,
+//!               (by slice)   (by slice)                  trigger_times }
+//! ```
+//!
+//! * An update that changes nothing returns `false` and queues nothing;
+//!   removing a slice never seen is a no-op.
+//! * [`EndpointSliceCache::checkout`] merges each changed service's slices
+//!   once into [`ServiceEndpoints`] (per service port, one entry per address
+//!   and port, local copies preferred) and hands back previous and current.
+//! * A slice relabelled to another service moves; a service with no slices
+//!   left is dropped.
+//!
+//! `endpoints-map` applies the changes to the proxier's endpoints map. This
+//! crate depends only on `slice-model` and `indexmap`; it has no features.
+
+mod cache;
+mod merged;
+
+pub use cache::{EndpointSliceCache, ServiceChange};
+pub use merged::{PortEndpoints, ServiceEndpoints};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,115 @@
+//! Merging a service's slices into endpoints per service port.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use slice_model::{BaseEndpointInfo, Protocol, SliceContent};
+
+/// The endpoints of one service port (port name + protocol), sorted by
+/// address and port, one entry per address and port.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PortEndpoints {
+    /// The port's name (`""` for an unnamed port).
+    pub name: Arc<str>,
+    /// The port's protocol.
+    pub protocol: Protocol,
+    /// The endpoints, sorted by [`SocketAddr`] and never empty.
+    pub endpoints: Vec<BaseEndpointInfo>,
+}
+
+impl PortEndpoints {
+    /// The endpoint with this address and port, if any.
+    pub fn get(&self, addr: &SocketAddr) -> Option<&BaseEndpointInfo> {
+        self.endpoints
+            .binary_search_by(|e| e.addr.cmp(addr))
+            .ok()
+            .map(|i| &self.endpoints[i])
+    }
+}
+
+/// All endpoints of one service, per port: what one service contributes to
+/// the endpoints map. Ports are sorted by name, then protocol.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct ServiceEndpoints {
+    ports: Vec<PortEndpoints>,
+}
+
+impl ServiceEndpoints {
+    /// The service's ports that have endpoints, sorted by name, then protocol.
+    pub fn ports(&self) -> &[PortEndpoints] {
+        &self.ports
+    }
+
+    /// The endpoints of one port, if it has any.
+    pub fn port(&self, name: &str, protocol: Protocol) -> Option<&PortEndpoints> {
+        self.ports
+            .binary_search_by(|p| (&*p.name, p.protocol).cmp(&(name, protocol)))
+            .ok()
+            .map(|i| &self.ports[i])
+    }
+
+    /// Whether no port has an endpoint.
+    pub fn is_empty(&self) -> bool {
+        self.ports.is_empty()
+    }
+
+    /// The number of distinct IPs of ready, local endpoints across all ports:
+    /// what a health-check node port reports for the service.
+    pub fn local_ready_ip_count(&self) -> usize {
+        let mut ips: Vec<IpAddr> = self
+            .ports
+            .iter()
+            .flat_map(|p| &p.endpoints)
+            .filter(|e| e.ready && e.is_local)
+            .map(|e| e.addr.ip())
+            .collect();
+        ips.sort_unstable();
+        ips.dedup();
+        ips.len()
+    }
+
+    /// Merges a service's slices, visited in the order given (by slice name,
+    /// in the cache). One address and port appears once per service port:
+    /// the first copy wins, except that a local copy beats a non-local one
+    /// (contract rule 11).
+    pub fn merge<'a>(slices: impl IntoIterator<Item = &'a SliceContent>, node_name: &str) -> Self {
+        let mut ports: Vec<PortEndpoints> = Vec::new();
+        for slice in slices {
+            for port in &slice.ports {
+                let idx = match ports
+                    .iter()
+                    .position(|p| p.protocol == port.protocol && p.name == port.name)
+                {
+                    Some(i) => i,
+                    None => {
+                        ports.push(PortEndpoints {
+                            name: port.name.clone(),
+                            protocol: port.protocol,
+                            endpoints: Vec::new(),
+                        });
+                        ports.len() - 1
+                    }
+                };
+                let bucket = &mut ports[idx].endpoints;
+                bucket.extend(slice.endpoints.iter().map(|e| BaseEndpointInfo {
+                    addr: SocketAddr::new(e.addr, port.port.get()),
+                    is_local: e.is_on_node(node_name),
+                    ready: e.conditions.ready,
+                    serving: e.conditions.serving,
+                    terminating: e.conditions.terminating,
+                    zone_hints: e.zone_hints.clone(),
+                }));
+            }
+        }
+        for p in &mut ports {
+            // Stable: among copies alike in locality, the first visited stays
+            // first, and dedup keeps it.
+            p.endpoints
+                .sort_by(|a, b| a.addr.cmp(&b.addr).then(b.is_local.cmp(&a.is_local)));
+            p.endpoints.dedup_by(|later, first| later.addr == first.addr);
+        }
+        ports.retain(|p| !p.endpoints.is_empty());
+        ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
+        Self { ports }
+    }
+}

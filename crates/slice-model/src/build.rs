@@ -1,0 +1,372 @@
+//! [`SliceBuilder`]: turns the fields of an EndpointSlice, however they were
+//! decoded, into an [`EndpointSlice`], applying the replay contract's rules
+//! in one place.
+//!
+//! Whole-object problems reject the slice ([`SliceError`]); problems with
+//! one port or one endpoint skip that part and leave a [`SliceWarning`] that
+//! names the slice and the field.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::num::NonZeroU16;
+use std::sync::Arc;
+
+use crate::trigger_time::parse_rfc3339;
+use crate::{Conditions, EndpointSlice, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort, ZoneHints};
+
+/// The label that names a slice's service.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The annotation that stamps when the change behind a slice was triggered.
+pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+/// The topology key whose value is the endpoint's node (contract rule 2).
+pub const HOSTNAME_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
+
+/// Why an ADDED or MODIFIED slice is not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SliceError {
+    /// `metadata.namespace` or `metadata.name` is missing or empty.
+    #[error("endpoint slice {namespace:?}/{name:?}: metadata.namespace and metadata.name must be set")]
+    MissingName {
+        /// The namespace as given (possibly empty).
+        namespace: String,
+        /// The name as given (possibly empty).
+        name: String,
+    },
+    /// The `kubernetes.io/service-name` label is missing or empty.
+    #[error("endpoint slice {0}: label {SERVICE_NAME_LABEL} is missing or empty; slice ignored")]
+    MissingServiceName(SliceName),
+    /// `addressType: FQDN`: such slices carry no IPs to proxy (rule 4).
+    #[error("endpoint slice {0}: addressType FQDN is not proxied; slice ignored")]
+    Fqdn(SliceName),
+}
+
+/// What was wrong with one part of an accepted slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WarningKind {
+    /// `ports[i].name` is absent (only `""` names an unnamed port).
+    PortWithoutName,
+    /// `ports[i].port` is absent or 0.
+    PortWithoutNumber,
+    /// `ports[i].port` is outside 1..=65535.
+    PortOutOfRange(i64),
+    /// `ports[i].protocol` is not TCP, UDP or SCTP.
+    UnknownProtocol(String),
+    /// `endpoints[i].addresses` is absent or empty.
+    NoAddress,
+    /// `endpoints[i].addresses[0]` is not a valid IP (rule 5).
+    InvalidAddress(String),
+    /// The trigger-time annotation is not an RFC 3339 time.
+    InvalidTriggerTime(String),
+}
+
+/// A skipped part of a slice, naming the slice and the field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceWarning {
+    /// The slice.
+    pub slice: SliceName,
+    /// The index in `ports` or `endpoints` (0 for the annotation).
+    pub index: usize,
+    /// What was wrong.
+    pub kind: WarningKind,
+}
+
+impl fmt::Display for SliceWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (s, i) = (&self.slice, self.index);
+        match &self.kind {
+            WarningKind::PortWithoutName => write!(f, "endpoint slice {s}: ports[{i}].name is missing; port ignored"),
+            WarningKind::PortWithoutNumber => write!(f, "endpoint slice {s}: ports[{i}].port is missing or 0; port ignored"),
+            WarningKind::PortOutOfRange(p) => {
+                write!(f, "endpoint slice {s}: ports[{i}].port {p} is outside 1..65535; port ignored")
+            }
+            WarningKind::UnknownProtocol(p) => {
+                write!(f, "endpoint slice {s}: ports[{i}].protocol {p:?} is not TCP, UDP or SCTP; port ignored")
+            }
+            WarningKind::NoAddress => write!(f, "endpoint slice {s}: endpoints[{i}].addresses is empty; endpoint ignored"),
+            WarningKind::InvalidAddress(a) => {
+                write!(f, "endpoint slice {s}: endpoints[{i}].addresses[0] {a:?} is not a valid IP address; endpoint ignored")
+            }
+            WarningKind::InvalidTriggerTime(t) => write!(
+                f,
+                "endpoint slice {s}: annotation {TRIGGER_TIME_ANNOTATION} {t:?} is not an RFC 3339 time; ignored"
+            ),
+        }
+    }
+}
+
+/// An endpoint's fields as decoded, before normalization. `None` stands for
+/// an absent field or a JSON `null` alike.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RawEndpoint<'a> {
+    /// `addresses[0]`, or `None` when the list is absent or empty.
+    pub first_address: Option<&'a str>,
+    /// `conditions.ready`.
+    pub ready: Option<bool>,
+    /// `conditions.serving`.
+    pub serving: Option<bool>,
+    /// `conditions.terminating`.
+    pub terminating: Option<bool>,
+    /// `nodeName`.
+    pub node_name: Option<&'a str>,
+    /// `deprecatedTopology["kubernetes.io/hostname"]`.
+    pub topology_hostname: Option<&'a str>,
+}
+
+/// Parses an endpoint address by the contract's rule 5: an IPv4 dotted quad
+/// without leading zeros, or an IPv6 address without a zone. The result's
+/// `Display` is the canonical text (RFC 5952; `::ffff:a.b.c.d` for mapped
+/// addresses, which stay IPv6).
+pub fn parse_endpoint_ip(s: &str) -> Option<IpAddr> {
+    // std rejects zones, leading zeros in IPv4 and surrounding spaces, as
+    // rule 5 asks.
+    s.parse().ok()
+}
+
+/// Builds one [`EndpointSlice`]; see the module docs.
+#[derive(Debug)]
+pub struct SliceBuilder {
+    name: SliceName,
+    service: Arc<str>,
+    content: SliceContent,
+    warnings: Vec<SliceWarning>,
+}
+
+impl SliceBuilder {
+    /// Starts a slice, or rejects it for its metadata: `namespace`, `name`
+    /// and `service_label` must be non-empty, `address_type` must not be
+    /// `FQDN`.
+    pub fn new(
+        namespace: Option<&str>,
+        name: Option<&str>,
+        service_label: Option<&str>,
+        address_type: Option<&str>,
+    ) -> Result<Self, SliceError> {
+        let name = slice_name(namespace, name)?;
+        if address_type == Some("FQDN") {
+            return Err(SliceError::Fqdn(name));
+        }
+        let service = match service_label {
+            Some(s) if !s.is_empty() => Arc::from(s),
+            _ => return Err(SliceError::MissingServiceName(name)),
+        };
+        Ok(Self {
+            name,
+            service,
+            content: SliceContent::default(),
+            warnings: Vec::new(),
+        })
+    }
+
+    /// The slice being built.
+    pub fn name(&self) -> &SliceName {
+        &self.name
+    }
+
+    fn warn(&mut self, index: usize, kind: WarningKind) {
+        self.warnings.push(SliceWarning {
+            slice: self.name.clone(),
+            index,
+            kind,
+        });
+    }
+
+    /// Adds `ports[index]`. A port without a name or a usable number, or with
+    /// an unknown protocol, is skipped with a warning; a missing protocol is
+    /// TCP (rule 3).
+    pub fn port(&mut self, index: usize, name: Option<&str>, protocol: Option<&str>, port: Option<i64>) {
+        let Some(name) = name else {
+            return self.warn(index, WarningKind::PortWithoutName);
+        };
+        let number = match port {
+            None | Some(0) => return self.warn(index, WarningKind::PortWithoutNumber),
+            Some(p) => match u16::try_from(p).ok().and_then(NonZeroU16::new) {
+                Some(n) => n,
+                None => return self.warn(index, WarningKind::PortOutOfRange(p)),
+            },
+        };
+        let protocol = match protocol {
+            None => Protocol::Tcp,
+            Some(p) => match p.parse() {
+                Ok(p) => p,
+                Err(_) => return self.warn(index, WarningKind::UnknownProtocol(p.to_owned())),
+            },
+        };
+        // Ports of one slice usually share names with other slices of the
+        // service; reuse an earlier port's allocation when one matches.
+        let name = match self.content.ports.iter().find(|p| &*p.name == name) {
+            Some(p) => p.name.clone(),
+            None => Arc::from(name),
+        };
+        self.content.ports.push(SlicePort {
+            name,
+            protocol,
+            port: number,
+        });
+    }
+
+    /// Adds `endpoints[index]`. An endpoint without a valid first address is
+    /// skipped with a warning. `zones` are `hints.forZones[].name`.
+    pub fn endpoint<'z>(&mut self, index: usize, raw: RawEndpoint<'_>, zones: impl IntoIterator<Item = &'z str>) {
+        let Some(text) = raw.first_address else {
+            return self.warn(index, WarningKind::NoAddress);
+        };
+        let Some(addr) = parse_endpoint_ip(text) else {
+            return self.warn(index, WarningKind::InvalidAddress(text.to_owned()));
+        };
+        self.content.endpoints.push(SliceEndpoint {
+            addr,
+            conditions: Conditions::from_api(raw.ready, raw.serving, raw.terminating),
+            node_name: raw.node_name.map(Box::from),
+            topology_hostname: raw.topology_hostname.map(Box::from),
+            zone_hints: ZoneHints::new(zones),
+        });
+    }
+
+    /// Finishes the slice with its trigger-time annotation, returning it with
+    /// the warnings for what was skipped.
+    pub fn finish(mut self, trigger_time: Option<&str>) -> (EndpointSlice, Vec<SliceWarning>) {
+        let trigger_time = trigger_time.and_then(|t| {
+            let parsed = parse_rfc3339(t);
+            if parsed.is_none() {
+                self.warn(0, WarningKind::InvalidTriggerTime(t.to_owned()));
+            }
+            parsed
+        });
+        let slice = EndpointSlice {
+            name: self.name,
+            service: self.service,
+            content: self.content,
+            trigger_time,
+        };
+        (slice, self.warnings)
+    }
+}
+
+/// The name of a slice for a DELETED event, which needs only that (rule 6:
+/// a DELETED slice is removed by namespace and name, whatever its labels).
+pub fn slice_name(namespace: Option<&str>, name: Option<&str>) -> Result<SliceName, SliceError> {
+    match (namespace, name) {
+        (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Ok(SliceName::new(ns, n)),
+        (ns, n) => Err(SliceError::MissingName {
+            namespace: ns.unwrap_or_default().to_owned(),
+            name: n.unwrap_or_default().to_owned(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> SliceBuilder {
+        SliceBuilder::new(Some("ns"), Some("web-abc"), Some("web"), Some("IPv4")).unwrap()
+    }
+
+    fn raw(addr: &str) -> RawEndpoint<'_> {
+        RawEndpoint {
+            first_address: Some(addr),
+            ..RawEndpoint::default()
+        }
+    }
+
+    #[test]
+    fn rejects_missing_metadata_label_and_fqdn() {
+        assert!(matches!(
+            SliceBuilder::new(Some(""), Some("x"), Some("svc"), None),
+            Err(SliceError::MissingName { .. })
+        ));
+        assert!(matches!(
+            SliceBuilder::new(Some("ns"), None, Some("svc"), None),
+            Err(SliceError::MissingName { .. })
+        ));
+        let e = SliceBuilder::new(Some("ns"), Some("x"), Some(""), None).unwrap_err();
+        assert_eq!(e, SliceError::MissingServiceName(SliceName::new("ns", "x")));
+        assert!(e.to_string().contains("ns/x") && e.to_string().contains(SERVICE_NAME_LABEL));
+        assert!(matches!(
+            SliceBuilder::new(Some("ns"), Some("x"), None, None),
+            Err(SliceError::MissingServiceName(_))
+        ));
+        assert!(matches!(
+            SliceBuilder::new(Some("ns"), Some("x"), Some("svc"), Some("FQDN")),
+            Err(SliceError::Fqdn(_))
+        ));
+    }
+
+    #[test]
+    fn ports_default_to_tcp_and_skip_unusable_ones_in_any_order() {
+        let mut b = builder();
+        b.port(0, Some("a"), None, None);
+        b.port(1, Some(""), None, Some(80));
+        b.port(2, None, Some("UDP"), Some(53));
+        b.port(3, Some("b"), Some("UDP"), Some(0));
+        b.port(4, Some("c"), Some("SCTP"), Some(70000));
+        b.port(5, Some("d"), Some("QUIC"), Some(1));
+        b.port(6, Some("dns"), Some("UDP"), Some(53));
+        let (s, w) = b.finish(None);
+        let ports: Vec<_> = s.content.ports.iter().map(|p| (&*p.name, p.protocol, p.port.get())).collect();
+        assert_eq!(ports, [("", Protocol::Tcp, 80), ("dns", Protocol::Udp, 53)]);
+        let kinds: Vec<_> = w.iter().map(|w| (w.index, w.kind.clone())).collect();
+        assert_eq!(
+            kinds,
+            [
+                (0, WarningKind::PortWithoutNumber),
+                (2, WarningKind::PortWithoutName),
+                (3, WarningKind::PortWithoutNumber),
+                (4, WarningKind::PortOutOfRange(70000)),
+                (5, WarningKind::UnknownProtocol("QUIC".into())),
+            ]
+        );
+        assert!(w[3].to_string().contains("ns/web-abc: ports[4].port 70000"));
+    }
+
+    #[test]
+    fn addresses_are_validated_and_canonical() {
+        let mut b = builder();
+        for (i, a) in ["10.0.0.1", "010.0.0.1", "FD00:0:0::2", "fe80::1%eth0", "::ffff:1.2.3.4", "db.example", "1.2.3.4 "]
+            .into_iter()
+            .enumerate()
+        {
+            b.endpoint(i, raw(a), []);
+        }
+        b.endpoint(7, RawEndpoint::default(), []);
+        let (s, w) = b.finish(None);
+        let addrs: Vec<String> = s.content.endpoints.iter().map(|e| e.addr.to_string()).collect();
+        assert_eq!(addrs, ["10.0.0.1", "fd00::2", "::ffff:1.2.3.4"]);
+        assert!(s.content.endpoints[2].addr.is_ipv6());
+        let bad: Vec<_> = w.iter().map(|w| w.index).collect();
+        assert_eq!(bad, [1, 3, 5, 6, 7]);
+        assert!(w[0].to_string().contains("endpoints[1].addresses[0] \"010.0.0.1\""));
+        assert_eq!(w[4].kind, WarningKind::NoAddress);
+    }
+
+    #[test]
+    fn endpoint_fields_are_kept() {
+        let mut b = builder();
+        let r = RawEndpoint {
+            first_address: Some("10.0.0.1"),
+            ready: Some(false),
+            serving: None,
+            terminating: Some(true),
+            node_name: None,
+            topology_hostname: Some("node-1"),
+        };
+        b.endpoint(0, r, ["zone-b", "zone-a"]);
+        let (s, w) = b.finish(Some("2024-01-01T00:00:01Z"));
+        assert!(w.is_empty());
+        let e = &s.content.endpoints[0];
+        assert_eq!(e.conditions, Conditions { ready: false, serving: false, terminating: true });
+        assert!(e.is_on_node("node-1"));
+        assert_eq!(e.zone_hints, ZoneHints::new(["zone-a", "zone-b"]));
+        assert!(s.trigger_time.is_some());
+        assert_eq!(s.service_name().to_string(), "ns/web");
+    }
+
+    #[test]
+    fn bad_trigger_time_is_a_warning() {
+        let (s, w) = builder().finish(Some("yesterday"));
+        assert!(s.trigger_time.is_none());
+        assert_eq!(w[0].kind, WarningKind::InvalidTriggerTime("yesterday".into()));
+    }
+}

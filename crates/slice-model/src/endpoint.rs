@@ -1,0 +1,180 @@
+//! The [`Endpoint`] trait (what a proxier needs to know of one backend) and
+//! its base implementation, [`BaseEndpointInfo`].
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+/// The zone hints of an endpoint (`hints.forZones[].name`), sorted and
+/// without duplicates. Cheap to clone: every port of an endpoint shares one.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct ZoneHints(Option<Arc<[Box<str>]>>);
+
+impl ZoneHints {
+    /// Builds the set from zone names in any order, dropping duplicates.
+    pub fn new<I, S>(zones: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Box<str>>,
+    {
+        let mut v: Vec<Box<str>> = zones.into_iter().map(Into::into).collect();
+        if v.is_empty() {
+            return Self(None);
+        }
+        v.sort_unstable();
+        v.dedup();
+        Self(Some(v.into()))
+    }
+
+    /// The zones, sorted.
+    pub fn as_slice(&self) -> &[Box<str>] {
+        self.0.as_deref().unwrap_or(&[])
+    }
+
+    /// Whether the set names no zone.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    /// Whether `zone` is one of the hints.
+    pub fn contains(&self, zone: &str) -> bool {
+        self.as_slice().iter().any(|z| &**z == zone)
+    }
+}
+
+impl fmt::Debug for ZoneHints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.as_slice()).finish()
+    }
+}
+
+/// What a proxier needs to know of one endpoint of one service port.
+///
+/// This is the seed's `Endpoint` interface. Proxiers that keep more per
+/// endpoint (chain names, say) implement it on their own type.
+pub trait Endpoint {
+    /// The endpoint's address and port.
+    fn socket_addr(&self) -> SocketAddr;
+
+    /// Whether the endpoint runs on this proxy's node.
+    fn is_local(&self) -> bool;
+
+    /// Ready and not terminating: eligible for new connections.
+    fn is_ready(&self) -> bool;
+
+    /// Ready, whether terminating or not: usable as a fallback when a
+    /// service has no ready endpoints.
+    fn is_serving(&self) -> bool;
+
+    /// The backing pod is terminating.
+    fn is_terminating(&self) -> bool;
+
+    /// The zones this endpoint is meant to serve.
+    fn zone_hints(&self) -> &ZoneHints;
+
+    /// The endpoint string, `IP:port`, or `[IPv6]:port` (canonical text).
+    fn endpoint_string(&self) -> String {
+        self.socket_addr().to_string()
+    }
+
+    /// The endpoint's IP.
+    fn ip(&self) -> IpAddr {
+        self.socket_addr().ip()
+    }
+
+    /// The endpoint's port.
+    fn port(&self) -> u16 {
+        self.socket_addr().port()
+    }
+
+    /// The seed's `Equal`: the same endpoint string and the same locality.
+    /// Stale-connection detection uses this: an endpoint whose locality
+    /// flips counts as a different endpoint, one whose readiness flips not.
+    fn same_endpoint(&self, other: &dyn Endpoint) -> bool {
+        self.socket_addr() == other.socket_addr() && self.is_local() == other.is_local()
+    }
+}
+
+/// The base [`Endpoint`] implementation: everything the cache knows of an
+/// endpoint, per service port.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct BaseEndpointInfo {
+    /// Address and port.
+    pub addr: SocketAddr,
+    /// Runs on this proxy's node.
+    pub is_local: bool,
+    /// Ready and not terminating.
+    pub ready: bool,
+    /// Ready regardless of terminating.
+    pub serving: bool,
+    /// Terminating.
+    pub terminating: bool,
+    /// Zone hints.
+    pub zone_hints: ZoneHints,
+}
+
+impl Endpoint for BaseEndpointInfo {
+    fn socket_addr(&self) -> SocketAddr {
+        self.addr
+    }
+    fn is_local(&self) -> bool {
+        self.is_local
+    }
+    fn is_ready(&self) -> bool {
+        self.ready
+    }
+    fn is_serving(&self) -> bool {
+        self.serving
+    }
+    fn is_terminating(&self) -> bool {
+        self.terminating
+    }
+    fn zone_hints(&self) -> &ZoneHints {
+        &self.zone_hints
+    }
+}
+
+impl fmt::Display for BaseEndpointInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.addr, f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(addr: &str, local: bool, ready: bool) -> BaseEndpointInfo {
+        BaseEndpointInfo {
+            addr: addr.parse().unwrap(),
+            is_local: local,
+            ready,
+            serving: ready,
+            terminating: false,
+            zone_hints: ZoneHints::default(),
+        }
+    }
+
+    #[test]
+    fn endpoint_string_brackets_ipv6() {
+        assert_eq!(ep("10.0.0.1:80", false, true).endpoint_string(), "10.0.0.1:80");
+        assert_eq!(ep("[fd00::1]:53", false, true).endpoint_string(), "[fd00::1]:53");
+        assert_eq!(ep("[fd00::1]:53", false, true).ip().to_string(), "fd00::1");
+    }
+
+    #[test]
+    fn same_endpoint_compares_string_and_locality_only() {
+        let a = ep("10.0.0.1:80", false, true);
+        assert!(a.same_endpoint(&ep("10.0.0.1:80", false, false)));
+        assert!(!a.same_endpoint(&ep("10.0.0.1:80", true, true)));
+        assert!(!a.same_endpoint(&ep("10.0.0.1:81", false, true)));
+    }
+
+    #[test]
+    fn zone_hints_are_sorted_and_unique() {
+        let z = ZoneHints::new(["b", "a", "b"]);
+        assert_eq!(z.as_slice(), [Box::from("a"), Box::from("b")]);
+        assert!(z.contains("a") && !z.contains("c"));
+        assert!(ZoneHints::new(Vec::<String>::new()).is_empty());
+    }
+}

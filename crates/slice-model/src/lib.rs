@@ -1,0 +1,39 @@
+//! # slice-model
+//!
+//! Plain data for tracking Kubernetes endpoints the way kube-proxy does, with
+//! no dependency on Kubernetes client crates:
+//!
+//! ```text
+//!   names      NamespacedName, ServicePortName
+//!   protocol   Protocol (TCP/UDP/SCTP), IpFamily
+//!   endpoint   the Endpoint trait + BaseEndpointInfo, ZoneHints
+//!   slice      EndpointSlice { name, service, content: ports + endpoints, trigger time }
+//!   build      SliceBuilder: decoded fields -> EndpointSlice, applying the
+//!              replay contract's rules (canonical IPs, defaults, rejections)
+//!   service    ServiceInfo: what a proxier reads of a Service
+//! ```
+//!
+//! Decoders (the Kubernetes client glue, the replay reader) hand raw fields to
+//! [`SliceBuilder`], so the normalisation rules exist once. The caches in
+//! `slice-cache` and `endpoints-map` consume the resulting [`EndpointSlice`].
+//!
+//! This crate has no feature flags.
+
+mod build;
+mod endpoint;
+mod names;
+mod protocol;
+mod service;
+mod slice;
+mod trigger_time;
+
+pub use build::{
+    HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceWarning,
+    TRIGGER_TIME_ANNOTATION, WarningKind, parse_endpoint_ip, slice_name,
+};
+pub use endpoint::{BaseEndpointInfo, Endpoint, ZoneHints};
+pub use names::{NamespacedName, ServiceName, ServicePortName, SliceName};
+pub use protocol::{IpFamily, Protocol, UnknownIpFamily, UnknownProtocol};
+pub use service::{ServiceInfo, ServicePort, ServiceType, TrafficPolicy};
+pub use slice::{Conditions, EndpointSlice, SliceContent, SliceEndpoint, SlicePort};
+pub use trigger_time::parse_rfc3339;

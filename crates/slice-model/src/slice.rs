@@ -1,0 +1,236 @@
+//! The model of an EndpointSlice as the cache needs it.
+
+use std::net::IpAddr;
+use std::num::NonZeroU16;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::{IpFamily, Protocol, ServiceName, SliceName, ZoneHints};
+
+/// An endpoint's conditions, with the API's defaults already applied.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Conditions {
+    /// Ready (and so not terminating).
+    pub ready: bool,
+    /// Ready regardless of terminating.
+    pub serving: bool,
+    /// Terminating.
+    pub terminating: bool,
+}
+
+impl Conditions {
+    /// Applies the discovery/v1 defaults: a missing `ready` is `true`, a
+    /// missing `serving` takes the value of `ready`, a missing `terminating`
+    /// is `false` (contract rule 8).
+    pub fn from_api(ready: Option<bool>, serving: Option<bool>, terminating: Option<bool>) -> Self {
+        let ready = ready.unwrap_or(true);
+        Self {
+            ready,
+            serving: serving.unwrap_or(ready),
+            terminating: terminating.unwrap_or(false),
+        }
+    }
+}
+
+impl Default for Conditions {
+    /// The conditions of an endpoint whose `conditions` are absent.
+    fn default() -> Self {
+        Self::from_api(None, None, None)
+    }
+}
+
+/// One port of a slice that can carry traffic: named (possibly `""`), with a
+/// known protocol and a port number in 1..=65535.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct SlicePort {
+    /// The port's name; it must match the service port's name.
+    pub name: Arc<str>,
+    /// The protocol.
+    pub protocol: Protocol,
+    /// The port number on the endpoints.
+    pub port: NonZeroU16,
+}
+
+/// One endpoint of a slice: its first address (canonical) and what decides
+/// its locality, conditions and zone hints.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct SliceEndpoint {
+    /// The first address, parsed; its `Display` is the canonical text.
+    pub addr: IpAddr,
+    /// Conditions, defaults applied.
+    pub conditions: Conditions,
+    /// `nodeName`, when present (even if empty).
+    pub node_name: Option<Box<str>>,
+    /// `deprecatedTopology["kubernetes.io/hostname"]`, the fallback when
+    /// `nodeName` is absent (contract rule 2).
+    pub topology_hostname: Option<Box<str>>,
+    /// `hints.forZones[].name`.
+    pub zone_hints: ZoneHints,
+}
+
+impl SliceEndpoint {
+    /// The node this endpoint runs on, as the seed decides it: `nodeName`
+    /// when present, else the topology hostname.
+    pub fn host(&self) -> Option<&str> {
+        self.node_name
+            .as_deref()
+            .or(self.topology_hostname.as_deref())
+    }
+
+    /// Whether the endpoint runs on `node` (never when `node` is empty).
+    pub fn is_on_node(&self, node: &str) -> bool {
+        !node.is_empty() && self.host() == Some(node)
+    }
+
+    /// The endpoint's IP family.
+    pub fn family(&self) -> IpFamily {
+        IpFamily::of(&self.addr)
+    }
+}
+
+/// What the cache compares to decide whether a slice changed: its usable
+/// ports and endpoints, in the slice's own order.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
+pub struct SliceContent {
+    /// Ports that carry traffic.
+    pub ports: Vec<SlicePort>,
+    /// Endpoints with a valid first address.
+    pub endpoints: Vec<SliceEndpoint>,
+}
+
+impl SliceContent {
+    /// This content without the endpoints of other families: what a
+    /// single-family proxier keeps.
+    pub fn only_family(mut self, family: IpFamily) -> Self {
+        self.endpoints.retain(|e| e.family() == family);
+        self
+    }
+}
+
+/// An accepted EndpointSlice: its name, the service it belongs to, its
+/// content and the `endpoints.kubernetes.io/last-change-trigger-time`.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct EndpointSlice {
+    /// The slice object's namespace and name.
+    pub name: SliceName,
+    /// The `kubernetes.io/service-name` label (never empty).
+    pub service: Arc<str>,
+    /// Ports and endpoints.
+    pub content: SliceContent,
+    /// When the change that produced this version of the slice was
+    /// triggered, if the annotation was present and valid.
+    pub trigger_time: Option<SystemTime>,
+}
+
+impl EndpointSlice {
+    /// The service this slice belongs to.
+    pub fn service_name(&self) -> ServiceName {
+        ServiceName::new(self.name.namespace.clone(), self.service.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_defaults_follow_the_api() {
+        let c = |r, s, t| Conditions::from_api(r, s, t);
+        assert_eq!(c(None, None, None), Conditions { ready: true, serving: true, terminating: false });
+        assert_eq!(c(Some(false), None, None), Conditions { ready: false, serving: false, terminating: false });
+        assert_eq!(c(Some(false), Some(true), Some(true)), Conditions { ready: false, serving: true, terminating: true });
+        assert_eq!(c(None, Some(false), None), Conditions { ready: true, serving: false, terminating: false });
+    }
+
+    #[test]
+    fn host_prefers_node_name_even_when_empty() {
+        let mut e = SliceEndpoint {
+            addr: "10.0.0.1".parse().unwrap(),
+            conditions: Conditions::default(),
+            node_name: None,
+            topology_hostname: Some("n1".into()),
+            zone_hints: ZoneHints::default(),
+        };
+        assert!(e.is_on_node("n1"));
+        e.node_name = Some("".into());
+        assert!(!e.is_on_node("n1"));
+        assert!(!e.is_on_node(""));
+        e.node_name = Some("n2".into());
+        assert!(e.is_on_node("n2"));
+    }
+}
+
+/// Builders for code that constructs slices directly (tests, fixtures,
+/// simulations) rather than decoding them.
+impl SliceEndpoint {
+    /// A ready endpoint at `addr`, on no node, without zone hints.
+    pub fn new(addr: IpAddr) -> Self {
+        Self {
+            addr,
+            conditions: Conditions::default(),
+            node_name: None,
+            topology_hostname: None,
+            zone_hints: ZoneHints::default(),
+        }
+    }
+
+    /// Sets `nodeName`.
+    pub fn on_node(mut self, node: &str) -> Self {
+        self.node_name = Some(node.into());
+        self
+    }
+
+    /// Sets the conditions.
+    pub fn with_conditions(mut self, ready: bool, serving: bool, terminating: bool) -> Self {
+        self.conditions = Conditions {
+            ready,
+            serving,
+            terminating,
+        };
+        self
+    }
+
+    /// Sets the zone hints.
+    pub fn with_zones<'a>(mut self, zones: impl IntoIterator<Item = &'a str>) -> Self {
+        self.zone_hints = ZoneHints::new(zones);
+        self
+    }
+}
+
+impl EndpointSlice {
+    /// An empty slice `namespace/name` of service `namespace/service`.
+    pub fn new(namespace: &str, name: &str, service: &str) -> Self {
+        Self {
+            name: SliceName::new(namespace, name),
+            service: service.into(),
+            content: SliceContent::default(),
+            trigger_time: None,
+        }
+    }
+
+    /// Adds a port.
+    ///
+    /// # Panics
+    /// If `port` is 0: the model holds only ports that carry traffic.
+    pub fn with_port(mut self, name: &str, protocol: Protocol, port: u16) -> Self {
+        let port = NonZeroU16::new(port).expect("EndpointSlice::with_port: port 0 carries no traffic");
+        self.content.ports.push(SlicePort {
+            name: name.into(),
+            protocol,
+            port,
+        });
+        self
+    }
+
+    /// Adds an endpoint.
+    pub fn with_endpoint(mut self, endpoint: SliceEndpoint) -> Self {
+        self.content.endpoints.push(endpoint);
+        self
+    }
+
+    /// Sets the trigger time.
+    pub fn with_trigger_time(mut self, t: SystemTime) -> Self {
+        self.trigger_time = Some(t);
+        self
+    }
+}
