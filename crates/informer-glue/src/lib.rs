@@ -1,1 +1,29 @@
-//! placeholder
+//! # informer-glue
+//!
+//! The one crate that names Kubernetes types. It turns API objects into the
+//! plain model of `slice-model`:
+//!
+//! ```text
+//!  k8s_openapi EndpointSlice ──convert──┐
+//!  watch-event JSON (borrowed) ──wire───┼──► SliceBuilder ──► slice_model::EndpointSlice
+//!  k8s_openapi Service ───────service───┴──────────────────► slice_model::ServiceInfo
+//! ```
+//!
+//! Both slice paths go through [`slice_model::SliceBuilder`], so the replay
+//! contract's rules (FQDN ignored, invalid IPs skipped with a warning that
+//! names slice and field, canonical IP text, TCP by default, `serving`
+//! defaulting to `ready`, a missing service-name label rejected) hold the
+//! same whether objects come from a live watch or a recorded trace.
+//!
+//! Library users pick the Kubernetes version: this crate enables no
+//! `k8s-openapi` version feature.
+
+mod convert;
+mod service;
+pub mod wire;
+
+pub use convert::{slice_from_k8s, slice_name_of};
+pub use service::{DEFAULT_AFFINITY_TIMEOUT, ServiceError, ServiceWarning, service_from_k8s};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,170 @@
+//! [`EndpointsMap`] and the result of one update.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use slice_cache::{EndpointSliceCache, PortEndpoints, ServiceChange, ServiceEndpoints};
+use slice_model::{BaseEndpointInfo, Protocol, ServiceName, ServicePortName};
+
+use crate::stale::detect_stale;
+
+/// A service port and one of its endpoints: a stale UDP endpoint whose
+/// conntrack entries should be cleared.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct ServiceEndpoint {
+    /// The service port.
+    pub service_port: ServicePortName,
+    /// The endpoint's address and port.
+    pub endpoint: SocketAddr,
+}
+
+impl fmt::Display for ServiceEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} -> {}", self.service_port, self.endpoint)
+    }
+}
+
+/// What one [`EndpointsMap::update`] changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UpdateResult {
+    /// UDP endpoints that are gone, or whose locality flipped: their
+    /// conntrack entries would keep sending traffic to the wrong place.
+    pub stale_endpoints: Vec<ServiceEndpoint>,
+    /// UDP service ports that went from no endpoints to some: conntrack
+    /// entries may black-hole their traffic.
+    pub stale_service_names: Vec<ServicePortName>,
+    /// Services whose endpoints differ from before, sorted.
+    pub changed_services: Vec<ServiceName>,
+    /// The new count of local ready endpoint IPs of each service whose count
+    /// changed (0: it has none any more). The full view is
+    /// [`EndpointsMap::local_ready_endpoints`].
+    pub local_ready_changes: Vec<(ServiceName, usize)>,
+    /// `last-change-trigger-time`s of the slice changes applied, per service:
+    /// the start of each network programming latency measurement.
+    pub last_change_trigger_times: BTreeMap<ServiceName, Vec<SystemTime>>,
+}
+
+/// The proxier's view of every service port's endpoints.
+///
+/// Updating costs time in proportion to the services that changed, never to
+/// the size of the map: local-ready counts are kept per service and only
+/// recounted for services that changed.
+#[derive(Clone, Debug, Default)]
+pub struct EndpointsMap {
+    services: BTreeMap<ServiceName, Arc<ServiceEndpoints>>,
+    local_ready: BTreeMap<ServiceName, usize>,
+    port_count: usize,
+}
+
+impl EndpointsMap {
+    /// An empty map.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Checks out the cache's pending changes and applies them.
+    pub fn update(&mut self, cache: &mut EndpointSliceCache) -> UpdateResult {
+        self.apply(cache.checkout())
+    }
+
+    /// Applies changes checked out of an [`EndpointSliceCache`].
+    pub fn apply(&mut self, changes: Vec<ServiceChange>) -> UpdateResult {
+        let mut result = UpdateResult::default();
+        for change in changes {
+            let ServiceChange {
+                service,
+                previous,
+                current,
+                trigger_times,
+            } = change;
+            if !trigger_times.is_empty() {
+                result
+                    .last_change_trigger_times
+                    .entry(service.clone())
+                    .or_default()
+                    .extend(trigger_times);
+            }
+            if Arc::ptr_eq(&previous, &current) || previous == current {
+                continue;
+            }
+            detect_stale(&service, &previous, &current, &mut result);
+
+            let count = current.local_ready_ip_count();
+            let old_count = if count > 0 {
+                self.local_ready.insert(service.clone(), count)
+            } else {
+                self.local_ready.remove(&service)
+            };
+            if old_count.unwrap_or(0) != count {
+                result.local_ready_changes.push((service.clone(), count));
+            }
+
+            let old_ports = if current.is_empty() {
+                self.services.remove(&service)
+            } else {
+                self.services.insert(service.clone(), current.clone())
+            };
+            self.port_count -= old_ports.map_or(0, |p| p.ports().len());
+            self.port_count += current.ports().len();
+            result.changed_services.push(service);
+        }
+        result.changed_services.sort_unstable();
+        result
+    }
+
+    /// The endpoints of a service port, if it has any.
+    pub fn get(&self, port: &ServicePortName) -> Option<&[BaseEndpointInfo]> {
+        self.services
+            .get(&port.service)?
+            .port(&port.port, port.protocol)
+            .map(|p| &p.endpoints[..])
+    }
+
+    /// One service's endpoints, if it has any.
+    pub fn service(&self, service: &ServiceName) -> Option<&ServiceEndpoints> {
+        self.services.get(service).map(|s| &**s)
+    }
+
+    /// Every service with endpoints, sorted by namespace and name.
+    pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &ServiceEndpoints)> {
+        self.services.iter().map(|(n, s)| (n, &**s))
+    }
+
+    /// Every service port with endpoints, sorted by namespace, name, port
+    /// name and protocol.
+    pub fn iter(&self) -> impl Iterator<Item = (&ServiceName, &PortEndpoints)> {
+        self.services
+            .iter()
+            .flat_map(|(n, s)| s.ports().iter().map(move |p| (n, p)))
+    }
+
+    /// The number of service ports with endpoints.
+    pub fn len(&self) -> usize {
+        self.port_count
+    }
+
+    /// Whether no service port has endpoints.
+    pub fn is_empty(&self) -> bool {
+        self.port_count == 0
+    }
+
+    /// For each service with any, the number of distinct IPs of its ready,
+    /// local endpoints (what its health-check node port reports).
+    pub fn local_ready_endpoints(&self) -> &BTreeMap<ServiceName, usize> {
+        &self.local_ready
+    }
+
+    /// The service port name of a port of `service`.
+    pub fn port_name(service: &ServiceName, port: &PortEndpoints) -> ServicePortName {
+        ServicePortName::new(service.clone(), port.name.clone(), port.protocol)
+    }
+}
+
+/// Whether a protocol's stale conntrack entries are tracked (UDP only: TCP
+/// and SCTP connections to a gone endpoint fail and are retried).
+pub(crate) fn tracks_stale(protocol: Protocol) -> bool {
+    protocol == Protocol::Udp
+}

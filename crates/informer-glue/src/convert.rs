@@ -1,0 +1,50 @@
+//! `k8s-openapi` objects into the slice model.
+
+use k8s_openapi::api::discovery::v1 as discovery;
+use slice_model::{
+    EndpointSlice, HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceName,
+    SliceWarning, TRIGGER_TIME_ANNOTATION,
+};
+
+/// Converts an EndpointSlice from an ADDED or MODIFIED event, applying the
+/// replay contract's rules. Parts that cannot be used are skipped and named
+/// in the warnings; a slice that cannot be filed under a service (or is of
+/// type FQDN) is rejected.
+pub fn slice_from_k8s(slice: &discovery::EndpointSlice) -> Result<(EndpointSlice, Vec<SliceWarning>), SliceError> {
+    let meta = &slice.metadata;
+    let label = meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
+    let mut b = SliceBuilder::new(
+        meta.namespace.as_deref(),
+        meta.name.as_deref(),
+        label.map(String::as_str),
+        Some(slice.address_type.as_str()),
+    )?;
+    for (i, p) in slice.ports.iter().flatten().enumerate() {
+        b.port(i, p.name.as_deref(), p.protocol.as_deref(), p.port.map(i64::from));
+    }
+    for (i, e) in slice.endpoints.iter().flatten().enumerate() {
+        let cond = e.conditions.as_ref();
+        let raw = RawEndpoint {
+            first_address: e.addresses.first().map(String::as_str),
+            ready: cond.and_then(|c| c.ready),
+            serving: cond.and_then(|c| c.serving),
+            terminating: cond.and_then(|c| c.terminating),
+            node_name: e.node_name.as_deref(),
+            topology_hostname: e
+                .deprecated_topology
+                .as_ref()
+                .and_then(|t| t.get(HOSTNAME_TOPOLOGY_KEY))
+                .map(String::as_str),
+        };
+        let zones = e.hints.iter().flat_map(|h| h.for_zones.iter().flatten()).map(|z| z.name.as_str());
+        b.endpoint(i, raw, zones);
+    }
+    let trigger = meta.annotations.as_ref().and_then(|a| a.get(TRIGGER_TIME_ANNOTATION));
+    Ok(b.finish(trigger.map(String::as_str)))
+}
+
+/// The name of a slice from a DELETED event: namespace and name are all a
+/// delete needs (contract rule 6).
+pub fn slice_name_of(slice: &discovery::EndpointSlice) -> Result<SliceName, SliceError> {
+    slice_model::slice_name(slice.metadata.namespace.as_deref(), slice.metadata.name.as_deref())
+}
