@@ -2,23 +2,29 @@
 
 use k8s_openapi::api::discovery::v1 as discovery;
 use slice_model::{
-    EndpointSlice, HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceName,
+    EndpointSlice, Interner, HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceName,
     SliceWarning, TRIGGER_TIME_ANNOTATION,
 };
 
 /// Converts an EndpointSlice from an ADDED or MODIFIED event, applying the
 /// replay contract's rules. Parts that cannot be used are skipped and named
 /// in the warnings; a slice that cannot be filed under a service (or is of
-/// type FQDN) is rejected.
-pub fn slice_from_k8s(slice: &discovery::EndpointSlice) -> Result<(EndpointSlice, Vec<SliceWarning>), SliceError> {
+/// type FQDN) is rejected. Node names and zone sets are shared through
+/// `interner`.
+pub fn slice_from_k8s(
+    slice: &discovery::EndpointSlice,
+    interner: &mut Interner,
+) -> Result<(EndpointSlice, Vec<SliceWarning>), SliceError> {
     let meta = &slice.metadata;
     let label = meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
     let mut b = SliceBuilder::new(
+        interner,
         meta.namespace.as_deref(),
         meta.name.as_deref(),
         label.map(String::as_str),
         Some(slice.address_type.as_str()),
     )?;
+    b.reserve(slice.ports.as_ref().map_or(0, Vec::len), slice.endpoints.as_ref().map_or(0, Vec::len));
     for (i, p) in slice.ports.iter().flatten().enumerate() {
         b.port(i, p.name.as_deref(), p.protocol.as_deref(), p.port.map(i64::from));
     }

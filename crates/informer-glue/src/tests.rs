@@ -13,8 +13,9 @@ fn both(v: serde_json::Value) -> (Result<slice_model::EndpointSlice, SliceError>
     let text = v.to_string();
     let k: K8sSlice = serde_json::from_value(v).expect("k8s-openapi decodes it");
     let w: WireObject<'_> = serde_json::from_str(&text).expect("wire decodes it");
-    let a = slice_from_k8s(&k);
-    let b = w.to_slice();
+    let mut interner = slice_model::Interner::new();
+    let a = slice_from_k8s(&k, &mut interner);
+    let b = w.to_slice(&mut interner);
     assert_eq!(a, b, "k8s-openapi and wire paths agree");
     match a {
         Ok((s, warns)) => (Ok(s), warns.into_iter().map(|w| w.kind).collect()),
@@ -54,12 +55,13 @@ fn full_slice_converts_identically_on_both_paths() {
     let eps = &s.content.endpoints;
     assert_eq!(eps.len(), 2);
     assert_eq!(eps[0].addr.to_string(), "10.0.0.1");
-    assert_eq!(eps[0].zone_hints.as_slice(), [Box::from("zone-a")]);
+    assert_eq!(eps[0].zone_hints.as_slice(), [std::sync::Arc::from("zone-a")]);
     assert_eq!(eps[1].addr.to_string(), "fd00::1");
     assert!(!eps[1].conditions.ready && !eps[1].conditions.serving);
     assert_eq!(eps[1].host(), Some("node-2"));
     assert_eq!(s.content.ports.len(), 2);
-    assert_eq!(s.content.ports[0].protocol, Protocol::Tcp);
+    let ports: Vec<_> = s.content.ports.iter().map(|p| (&*p.name, p.protocol)).collect();
+    assert_eq!(ports, [("dns", Protocol::Udp), ("http", Protocol::Tcp)], "sorted; no protocol means TCP");
     assert_eq!(
         warns,
         [WarningKind::PortWithoutNumber, WarningKind::InvalidAddress("not-an-ip".into()), WarningKind::NoAddress]
@@ -119,7 +121,7 @@ fn wire_rejects_wrong_types_in_slice_fields() {
 fn escaped_strings_decode() {
     let text = r#"{"kind":"EndpointSlice","metadata":{"name":"a\u0062","namespace":"ns","labels":{"kubernetes.io/service-name":"w\"eb"}},"endpoints":[{"addresses":["10.0.0.\u0031"]}],"ports":[{"name":"","port":1}]}"#;
     let w: WireObject<'_> = serde_json::from_str(text).unwrap();
-    let (s, _) = w.to_slice().unwrap();
+    let (s, _) = w.to_slice(&mut slice_model::Interner::new()).unwrap();
     assert_eq!(s.name.to_string(), "ns/ab");
     assert_eq!(&*s.service, "w\"eb");
     assert_eq!(s.content.endpoints[0].addr.to_string(), "10.0.0.1");

@@ -17,13 +17,47 @@ use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use slice_model::{
-    EndpointSlice, HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, ServiceInfo, SliceBuilder, SliceError,
+    EndpointSlice, Interner, HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, ServiceInfo, SliceBuilder, SliceError,
     SliceName, SliceWarning, TRIGGER_TIME_ANNOTATION,
 };
 
 use crate::service::{ServiceError, ServiceWarning, service_from_k8s};
 
-type Str<'a> = Cow<'a, str>;
+/// A JSON string that borrows from the input when it has no escapes.
+///
+/// serde's own `Cow<str>` impl always allocates unless the field is a bare
+/// `#[serde(borrow)] Cow<str>`; inside `Option` or a map it never borrows.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Str<'a>(pub Cow<'a, str>);
+
+impl std::ops::Deref for Str<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Str<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V(PhantomData))
+    }
+}
 
 /// An object of a watch event: an EndpointSlice, a Service, or anything
 /// else (only `kind` and `metadata` matter then).
@@ -203,7 +237,7 @@ impl<'de: 'a, 'a, K: MapKey> Deserialize<'de> for PickKey<'a, K> {
                 let mut found = None;
                 while let Some(k) = m.next_key::<Str<'de>>()? {
                     let v: Option<Str<'de>> = m.next_value()?;
-                    if k == K::KEY {
+                    if &*k == K::KEY {
                         found = v;
                     }
                 }
@@ -257,15 +291,17 @@ impl<'a> WireObject<'a> {
 
     /// Converts an EndpointSlice from an ADDED or MODIFIED event; the same
     /// rules as [`crate::slice_from_k8s`].
-    pub fn to_slice(&self) -> Result<(EndpointSlice, Vec<SliceWarning>), SliceError> {
+    pub fn to_slice(&self, interner: &mut Interner) -> Result<(EndpointSlice, Vec<SliceWarning>), SliceError> {
         let meta = self.metadata.as_ref();
         let label = meta.and_then(|m| m.service_name.as_ref()).and_then(PickKey::get);
         let mut b = SliceBuilder::new(
+            interner,
             self.meta_str(|m| m.namespace.as_ref()),
             self.meta_str(|m| m.name.as_ref()),
             label,
             self.address_type.as_deref(),
         )?;
+        b.reserve(self.ports.as_ref().map_or(0, Vec::len), self.endpoints.as_ref().map_or(0, Vec::len));
         for (i, p) in self.ports.iter().flatten().enumerate() {
             b.port(i, p.name.as_deref(), p.protocol.as_deref(), p.port.map(i64::from));
         }

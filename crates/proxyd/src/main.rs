@@ -1,1 +1,15 @@
-fn main() {}
+//! `proxyd`: a node service proxy built on the endpoint-tracking crates.
+//!
+//! This binary is thin: it parses the command line and hands over to the
+//! subcommand's module in the `proxyd` library.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use proxyd::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    match Cli::parse().command {
+        Command::Replay(args) => proxyd::replay::main(args),
+    }
+}

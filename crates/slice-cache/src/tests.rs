@@ -254,7 +254,7 @@ fn conditions_and_zone_hints_are_carried() {
     let ch = c.checkout();
     let e = &ch[0].current.ports()[0].endpoints[0];
     assert_eq!((e.ready, e.serving, e.terminating), (false, true, true));
-    assert_eq!(e.zone_hints.as_slice(), [Box::from("zone-a"), Box::from("zone-b")]);
+    assert_eq!(e.zone_hints.as_slice(), [std::sync::Arc::from("zone-a"), std::sync::Arc::from("zone-b")]);
 }
 
 #[test]

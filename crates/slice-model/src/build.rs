@@ -12,7 +12,7 @@ use std::num::NonZeroU16;
 use std::sync::Arc;
 
 use crate::trigger_time::parse_rfc3339;
-use crate::{Conditions, EndpointSlice, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort, ZoneHints};
+use crate::{Conditions, EndpointSlice, Interner, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort};
 
 /// The label that names a slice's service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -126,18 +126,20 @@ pub fn parse_endpoint_ip(s: &str) -> Option<IpAddr> {
 
 /// Builds one [`EndpointSlice`]; see the module docs.
 #[derive(Debug)]
-pub struct SliceBuilder {
+pub struct SliceBuilder<'i> {
+    interner: &'i mut Interner,
     name: SliceName,
     service: Arc<str>,
     content: SliceContent,
     warnings: Vec<SliceWarning>,
 }
 
-impl SliceBuilder {
+impl<'i> SliceBuilder<'i> {
     /// Starts a slice, or rejects it for its metadata: `namespace`, `name`
     /// and `service_label` must be non-empty, `address_type` must not be
-    /// `FQDN`.
+    /// `FQDN`. Node names and zone sets are shared through `interner`.
     pub fn new(
+        interner: &'i mut Interner,
         namespace: Option<&str>,
         name: Option<&str>,
         service_label: Option<&str>,
@@ -152,11 +154,18 @@ impl SliceBuilder {
             _ => return Err(SliceError::MissingServiceName(name)),
         };
         Ok(Self {
+            interner,
             name,
             service,
             content: SliceContent::default(),
             warnings: Vec::new(),
         })
+    }
+
+    /// Reserves room for the ports and endpoints about to be added.
+    pub fn reserve(&mut self, ports: usize, endpoints: usize) {
+        self.content.ports.reserve_exact(ports);
+        self.content.endpoints.reserve_exact(endpoints);
     }
 
     /// The slice being built.
@@ -218,9 +227,9 @@ impl SliceBuilder {
         self.content.endpoints.push(SliceEndpoint {
             addr,
             conditions: Conditions::from_api(raw.ready, raw.serving, raw.terminating),
-            node_name: raw.node_name.map(Box::from),
-            topology_hostname: raw.topology_hostname.map(Box::from),
-            zone_hints: ZoneHints::new(zones),
+            node_name: raw.node_name.map(|n| self.interner.str(n)),
+            topology_hostname: raw.topology_hostname.map(|n| self.interner.str(n)),
+            zone_hints: self.interner.zones(zones),
         });
     }
 
@@ -234,6 +243,14 @@ impl SliceBuilder {
             }
             parsed
         });
+        // A canonical order makes reordering a slice no change, and hands the
+        // merge runs that are already sorted. Among copies of one address
+        // the stable sort keeps the slice's order (contract rule 11).
+        self.content.endpoints.sort_by(|a, b| a.addr.cmp(&b.addr));
+        self.content
+            .ports
+            .sort_unstable_by(|a, b| (&a.name, a.protocol, a.port).cmp(&(&b.name, b.protocol, b.port)));
+        self.content.ports.dedup();
         let slice = EndpointSlice {
             name: self.name,
             service: self.service,
@@ -260,8 +277,8 @@ pub fn slice_name(namespace: Option<&str>, name: Option<&str>) -> Result<SliceNa
 mod tests {
     use super::*;
 
-    fn builder() -> SliceBuilder {
-        SliceBuilder::new(Some("ns"), Some("web-abc"), Some("web"), Some("IPv4")).unwrap()
+    fn builder(i: &mut Interner) -> SliceBuilder<'_> {
+        SliceBuilder::new(i, Some("ns"), Some("web-abc"), Some("web"), Some("IPv4")).unwrap()
     }
 
     fn raw(addr: &str) -> RawEndpoint<'_> {
@@ -274,29 +291,30 @@ mod tests {
     #[test]
     fn rejects_missing_metadata_label_and_fqdn() {
         assert!(matches!(
-            SliceBuilder::new(Some(""), Some("x"), Some("svc"), None),
+            SliceBuilder::new(&mut Interner::new(), Some(""), Some("x"), Some("svc"), None),
             Err(SliceError::MissingName { .. })
         ));
         assert!(matches!(
-            SliceBuilder::new(Some("ns"), None, Some("svc"), None),
+            SliceBuilder::new(&mut Interner::new(), Some("ns"), None, Some("svc"), None),
             Err(SliceError::MissingName { .. })
         ));
-        let e = SliceBuilder::new(Some("ns"), Some("x"), Some(""), None).unwrap_err();
+        let e = SliceBuilder::new(&mut Interner::new(), Some("ns"), Some("x"), Some(""), None).unwrap_err();
         assert_eq!(e, SliceError::MissingServiceName(SliceName::new("ns", "x")));
         assert!(e.to_string().contains("ns/x") && e.to_string().contains(SERVICE_NAME_LABEL));
         assert!(matches!(
-            SliceBuilder::new(Some("ns"), Some("x"), None, None),
+            SliceBuilder::new(&mut Interner::new(), Some("ns"), Some("x"), None, None),
             Err(SliceError::MissingServiceName(_))
         ));
         assert!(matches!(
-            SliceBuilder::new(Some("ns"), Some("x"), Some("svc"), Some("FQDN")),
+            SliceBuilder::new(&mut Interner::new(), Some("ns"), Some("x"), Some("svc"), Some("FQDN")),
             Err(SliceError::Fqdn(_))
         ));
     }
 
     #[test]
     fn ports_default_to_tcp_and_skip_unusable_ones_in_any_order() {
-        let mut b = builder();
+        let mut i = Interner::new();
+        let mut b = builder(&mut i);
         b.port(0, Some("a"), None, None);
         b.port(1, Some(""), None, Some(80));
         b.port(2, None, Some("UDP"), Some(53));
@@ -323,7 +341,8 @@ mod tests {
 
     #[test]
     fn addresses_are_validated_and_canonical() {
-        let mut b = builder();
+        let mut i = Interner::new();
+        let mut b = builder(&mut i);
         for (i, a) in ["10.0.0.1", "010.0.0.1", "FD00:0:0::2", "fe80::1%eth0", "::ffff:1.2.3.4", "db.example", "1.2.3.4 "]
             .into_iter()
             .enumerate()
@@ -333,8 +352,8 @@ mod tests {
         b.endpoint(7, RawEndpoint::default(), []);
         let (s, w) = b.finish(None);
         let addrs: Vec<String> = s.content.endpoints.iter().map(|e| e.addr.to_string()).collect();
-        assert_eq!(addrs, ["10.0.0.1", "fd00::2", "::ffff:1.2.3.4"]);
-        assert!(s.content.endpoints[2].addr.is_ipv6());
+        assert_eq!(addrs, ["10.0.0.1", "::ffff:1.2.3.4", "fd00::2"], "sorted by address");
+        assert!(s.content.endpoints[1].addr.is_ipv6());
         let bad: Vec<_> = w.iter().map(|w| w.index).collect();
         assert_eq!(bad, [1, 3, 5, 6, 7]);
         assert!(w[0].to_string().contains("endpoints[1].addresses[0] \"010.0.0.1\""));
@@ -343,7 +362,8 @@ mod tests {
 
     #[test]
     fn endpoint_fields_are_kept() {
-        let mut b = builder();
+        let mut i = Interner::new();
+        let mut b = builder(&mut i);
         let r = RawEndpoint {
             first_address: Some("10.0.0.1"),
             ready: Some(false),
@@ -358,14 +378,15 @@ mod tests {
         let e = &s.content.endpoints[0];
         assert_eq!(e.conditions, Conditions { ready: false, serving: false, terminating: true });
         assert!(e.is_on_node("node-1"));
-        assert_eq!(e.zone_hints, ZoneHints::new(["zone-a", "zone-b"]));
+        assert_eq!(e.zone_hints, crate::ZoneHints::new(["zone-a", "zone-b"]));
         assert!(s.trigger_time.is_some());
         assert_eq!(s.service_name().to_string(), "ns/web");
     }
 
     #[test]
     fn bad_trigger_time_is_a_warning() {
-        let (s, w) = builder().finish(Some("yesterday"));
+        let mut i = Interner::new();
+        let (s, w) = builder(&mut i).finish(Some("yesterday"));
         assert!(s.trigger_time.is_none());
         assert_eq!(w[0].kind, WarningKind::InvalidTriggerTime("yesterday".into()));
     }

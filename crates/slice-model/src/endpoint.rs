@@ -8,16 +8,18 @@ use std::sync::Arc;
 /// The zone hints of an endpoint (`hints.forZones[].name`), sorted and
 /// without duplicates. Cheap to clone: every port of an endpoint shares one.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct ZoneHints(Option<Arc<[Box<str>]>>);
+pub struct ZoneHints(Option<Arc<[Arc<str>]>>);
 
 impl ZoneHints {
     /// Builds the set from zone names in any order, dropping duplicates.
+    /// (Decoders use [`Interner::zones`](crate::Interner::zones) instead, to
+    /// share one copy of each set.)
     pub fn new<I, S>(zones: I) -> Self
     where
         I: IntoIterator<Item = S>,
-        S: Into<Box<str>>,
+        S: Into<Arc<str>>,
     {
-        let mut v: Vec<Box<str>> = zones.into_iter().map(Into::into).collect();
+        let mut v: Vec<Arc<str>> = zones.into_iter().map(Into::into).collect();
         if v.is_empty() {
             return Self(None);
         }
@@ -26,8 +28,13 @@ impl ZoneHints {
         Self(Some(v.into()))
     }
 
+    /// Wraps a set that is already sorted and without duplicates.
+    pub(crate) fn from_shared(set: Arc<[Arc<str>]>) -> Self {
+        Self(if set.is_empty() { None } else { Some(set) })
+    }
+
     /// The zones, sorted.
-    pub fn as_slice(&self) -> &[Box<str>] {
+    pub fn as_slice(&self) -> &[Arc<str>] {
         self.0.as_deref().unwrap_or(&[])
     }
 
@@ -173,7 +180,7 @@ mod tests {
     #[test]
     fn zone_hints_are_sorted_and_unique() {
         let z = ZoneHints::new(["b", "a", "b"]);
-        assert_eq!(z.as_slice(), [Box::from("a"), Box::from("b")]);
+        assert_eq!(z.as_slice(), [Arc::from("a"), Arc::from("b")]);
         assert!(z.contains("a") && !z.contains("c"));
         assert!(ZoneHints::new(Vec::<String>::new()).is_empty());
     }

@@ -8,6 +8,7 @@
 //!   protocol   Protocol (TCP/UDP/SCTP), IpFamily
 //!   endpoint   the Endpoint trait + BaseEndpointInfo, ZoneHints
 //!   slice      EndpointSlice { name, service, content: ports + endpoints, trigger time }
+//!   intern     Interner: one shared copy of node names and zone sets
 //!   build      SliceBuilder: decoded fields -> EndpointSlice, applying the
 //!              replay contract's rules (canonical IPs, defaults, rejections)
 //!   service    ServiceInfo: what a proxier reads of a Service
@@ -21,6 +22,7 @@
 
 mod build;
 mod endpoint;
+mod intern;
 mod names;
 mod protocol;
 mod service;
@@ -32,6 +34,7 @@ pub use build::{
     TRIGGER_TIME_ANNOTATION, WarningKind, parse_endpoint_ip, slice_name,
 };
 pub use endpoint::{BaseEndpointInfo, Endpoint, ZoneHints};
+pub use intern::Interner;
 pub use names::{NamespacedName, ServiceName, ServicePortName, SliceName};
 pub use protocol::{IpFamily, Protocol, UnknownIpFamily, UnknownProtocol};
 pub use service::{ServiceInfo, ServicePort, ServiceType, TrafficPolicy};

@@ -5,14 +5,17 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 /// A service port's transport protocol.
+///
+/// Variants are declared in the order of their API spelling, so sorting by
+/// protocol sorts as the text does (`SCTP` < `TCP` < `UDP`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub enum Protocol {
+    /// SCTP.
+    Sctp,
     /// TCP, the API's default.
     Tcp,
     /// UDP: the only protocol whose stale conntrack entries are tracked.
     Udp,
-    /// SCTP.
-    Sctp,
 }
 
 impl Protocol {
@@ -114,6 +117,16 @@ mod tests {
         }
         assert!("tcp".parse::<Protocol>().is_err());
         assert!("".parse::<Protocol>().is_err());
+    }
+
+    #[test]
+    fn protocols_sort_like_their_names() {
+        let mut v = [Protocol::Udp, Protocol::Tcp, Protocol::Sctp];
+        v.sort();
+        let names: Vec<&str> = v.iter().map(|p| p.as_str()).collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
     }
 
     #[test]

@@ -60,10 +60,10 @@ pub struct SliceEndpoint {
     /// Conditions, defaults applied.
     pub conditions: Conditions,
     /// `nodeName`, when present (even if empty).
-    pub node_name: Option<Box<str>>,
+    pub node_name: Option<Arc<str>>,
     /// `deprecatedTopology["kubernetes.io/hostname"]`, the fallback when
     /// `nodeName` is absent (contract rule 2).
-    pub topology_hostname: Option<Box<str>>,
+    pub topology_hostname: Option<Arc<str>>,
     /// `hints.forZones[].name`.
     pub zone_hints: ZoneHints,
 }
@@ -89,7 +89,8 @@ impl SliceEndpoint {
 }
 
 /// What the cache compares to decide whether a slice changed: its usable
-/// ports and endpoints, in the slice's own order.
+/// ports (sorted, without exact duplicates) and endpoints (sorted by
+/// address; copies of one address keep the slice's order).
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct SliceContent {
     /// Ports that carry traffic.

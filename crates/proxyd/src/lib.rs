@@ -1,0 +1,13 @@
+//! # proxyd
+//!
+//! The daemon and its tools, as a library so that tests and fuzz targets
+//! reach the same code the binary runs.
+//!
+//! ```text
+//!  cli     clap arguments, one struct per subcommand
+//!  replay  `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
+//!          ─► EndpointsMap ─► one JSON line per sync (replay-format.md)
+//! ```
+
+pub mod cli;
+pub mod replay;

@@ -1,0 +1,280 @@
+//! `proxyd replay`: drives the cache and the endpoints map from a recorded
+//! JSON-lines watch trace and prints what the proxy would see after each
+//! sync. The format is a stable contract: see `replay-format.md`.
+
+pub mod output;
+pub mod reader;
+pub mod timing;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::process::ExitCode;
+
+use endpoints_map::{EndpointsMap, UpdateResult};
+use informer_glue::wire::WireObject;
+use slice_cache::EndpointSliceCache;
+use slice_model::{Interner, IpFamily, ServiceInfo, ServiceName};
+
+use crate::cli::ReplayArgs;
+use reader::{Action, Event, decode_line};
+use timing::{Timing, timed};
+
+/// Why a replay stopped.
+#[derive(Debug)]
+pub enum ReplayError {
+    /// A line is not a usable watch event.
+    Line {
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Reading the input or writing the output failed.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Line { line, message } => write!(f, "line {line}: {message}"),
+            ReplayError::Io(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+impl From<io::Error> for ReplayError {
+    fn from(e: io::Error) -> Self {
+        ReplayError::Io(e)
+    }
+}
+
+/// Options of a replay.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The proxy's node.
+    pub node_name: String,
+    /// The family served.
+    pub family: IpFamily,
+    /// Print only the last sync's line.
+    pub final_only: bool,
+    /// Print no warnings.
+    pub quiet: bool,
+}
+
+/// The state of a replay: the same cache and map the daemon uses.
+pub struct Replayer<W: Write> {
+    cache: EndpointSliceCache,
+    map: EndpointsMap,
+    interner: Interner,
+    /// Services are tracked but do not change the output (contract rule 10).
+    services: BTreeMap<ServiceName, ServiceInfo>,
+    opts: Options,
+    out: W,
+    warn: Box<dyn FnMut(&str)>,
+    /// Counters and phase times.
+    pub timing: Timing,
+    saw_sync: bool,
+    events_since_sync: bool,
+    last: Option<UpdateResult>,
+}
+
+impl<W: Write> Replayer<W> {
+    /// A replayer writing sync lines to `out` and warnings to `warn`.
+    pub fn new(opts: Options, out: W, warn: Box<dyn FnMut(&str)>) -> Self {
+        Self {
+            cache: EndpointSliceCache::new(opts.node_name.as_str(), opts.family),
+            map: EndpointsMap::new(),
+            interner: Interner::new(),
+            services: BTreeMap::new(),
+            opts,
+            out,
+            warn,
+            timing: Timing::default(),
+            saw_sync: false,
+            events_since_sync: false,
+            last: None,
+        }
+    }
+
+    /// The services seen so far.
+    pub fn services(&self) -> &BTreeMap<ServiceName, ServiceInfo> {
+        &self.services
+    }
+
+    fn warn(&mut self, line: u64, msg: impl std::fmt::Display) {
+        if !self.opts.quiet {
+            (self.warn)(&format!("line {line}: {msg}"));
+        }
+    }
+
+    /// Replays a whole input and runs the final sync.
+    pub fn run(&mut self, input: impl Read) -> Result<(), ReplayError> {
+        let mut reader = BufReader::with_capacity(1 << 20, input);
+        let mut buf = Vec::with_capacity(1 << 16);
+        let mut line_no = 0u64;
+        loop {
+            buf.clear();
+            if reader.read_until(b'\n', &mut buf)? == 0 {
+                break;
+            }
+            line_no += 1;
+            self.line(line_no, &buf)?;
+        }
+        self.finish()
+    }
+
+    /// Handles one line of input.
+    pub fn line(&mut self, line_no: u64, line: &[u8]) -> Result<(), ReplayError> {
+        let line = line.trim_ascii();
+        if line.is_empty() {
+            return Ok(());
+        }
+        let event = timed(&mut self.timing.decode_ns, || decode_line(line)).map_err(|e| ReplayError::Line {
+            line: line_no,
+            message: e.0,
+        })?;
+        match event {
+            Event::Sync => self.sync()?,
+            Event::Bookmark => {}
+            Event::Object(action, object) => {
+                self.timing.events += 1;
+                self.events_since_sync = true;
+                match object.kind() {
+                    "EndpointSlice" => self.slice(line_no, action, &object),
+                    "Service" => self.service(line_no, action, &object),
+                    kind => self.warn(line_no, format_args!("skipping {action:?} event for an object of kind {kind:?}")),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn slice(&mut self, line_no: u64, action: Action, object: &WireObject<'_>) {
+        let mut update_ns = 0;
+        let outcome = timed(&mut update_ns, || match action {
+            _ if object.address_type.as_deref() == Some("FQDN") => Err(format!(
+                "endpoint slice {}: addressType FQDN is not proxied; slice ignored",
+                object.slice_name().map(|n| n.to_string()).unwrap_or_default()
+            )),
+            Action::Deleted => match object.slice_name() {
+                Ok(name) => {
+                    self.cache.remove(&name);
+                    Ok(Vec::new())
+                }
+                Err(e) => Err(e.to_string()),
+            },
+            Action::Added | Action::Modified => match object.to_slice(&mut self.interner) {
+                Ok((slice, warnings)) => {
+                    self.cache.update(slice);
+                    Ok(warnings.iter().map(ToString::to_string).collect())
+                }
+                Err(e) => Err(e.to_string()),
+            },
+        });
+        self.timing.update_ns += update_ns;
+        match outcome {
+            Ok(warnings) => warnings.iter().for_each(|w| self.warn(line_no, w)),
+            Err(e) => self.warn(line_no, e),
+        }
+    }
+
+    fn service(&mut self, line_no: u64, action: Action, object: &WireObject<'_>) {
+        if action == Action::Deleted {
+            if let Ok(name) = object.slice_name() {
+                self.services.remove(&ServiceName::new(name.namespace, name.name));
+            }
+            return;
+        }
+        match object.to_service() {
+            Ok((info, warnings)) => {
+                warnings.iter().for_each(|w| self.warn(line_no, w));
+                self.services.insert(info.name.clone(), info);
+            }
+            Err(e) => self.warn(line_no, e),
+        }
+    }
+
+    /// Applies pending changes and prints (or keeps) the sync's line.
+    pub fn sync(&mut self) -> Result<(), ReplayError> {
+        let result = timed(&mut self.timing.sync_ns, || {
+            let result = self.map.update(&mut self.cache);
+            self.interner.prune();
+            result
+        });
+        self.timing.syncs += 1;
+        self.saw_sync = true;
+        self.events_since_sync = false;
+        if self.opts.final_only {
+            self.last = Some(result);
+        } else {
+            output::write_sync_line(&mut self.out, &self.map, &result)?;
+        }
+        Ok(())
+    }
+
+    /// Runs the implicit final sync if one is due and prints the final line
+    /// in `--final-only` mode.
+    pub fn finish(&mut self) -> Result<(), ReplayError> {
+        if !self.saw_sync || self.events_since_sync {
+            self.sync()?;
+        }
+        if let Some(result) = self.last.take() {
+            output::write_sync_line(&mut self.out, &self.map, &result)?;
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Flushes what was written so far.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// `proxyd replay` from the command line: exit status 0 on success, 1 when
+/// a line is bad or I/O fails (after printing what was synced before it).
+pub fn main(args: ReplayArgs) -> ExitCode {
+    let input: Box<dyn Read> = match args.input.as_deref() {
+        None => Box::new(io::stdin().lock()),
+        Some(p) if p.as_os_str() == "-" => Box::new(io::stdin().lock()),
+        Some(p) => match File::open(p) {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                eprintln!("proxyd replay: cannot open {}: {e}", p.display());
+                return ExitCode::FAILURE;
+            }
+        },
+    };
+    let opts = Options {
+        node_name: args.node_name,
+        family: args.ip_family,
+        final_only: args.final_only,
+        quiet: args.quiet,
+    };
+    let out = BufWriter::with_capacity(1 << 20, io::stdout().lock());
+    let mut stderr = io::stderr();
+    let warn = Box::new(move |msg: &str| {
+        let _ = writeln!(stderr, "proxyd replay: warning: {msg}");
+    });
+    let mut r = Replayer::new(opts, out, warn);
+    let result = r.run(input);
+    let code = match &result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let _ = r.flush();
+            eprintln!("proxyd replay: {e}");
+            ExitCode::FAILURE
+        }
+    };
+    if args.timing {
+        r.timing.peak_rss_kib = timing::peak_rss_kib();
+        match serde_json::to_string(&r.timing) {
+            Ok(line) => eprintln!("{line}"),
+            Err(e) => eprintln!("proxyd replay: cannot write timing: {e}"),
+        }
+    }
+    code
+}

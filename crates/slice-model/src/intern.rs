@@ -1,0 +1,110 @@
+//! [`Interner`]: one shared copy of the strings that repeat across slices.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crate::ZoneHints;
+
+/// Shares node names and zone-hint sets across slices.
+///
+/// A cluster has few nodes and zones but many endpoints; without sharing,
+/// every endpoint of every slice version would allocate its own copies.
+/// Shared copies also make equality checks a pointer comparison. Whoever
+/// decodes slices owns one interner and passes it to
+/// [`SliceBuilder`](crate::SliceBuilder); [`prune`](Self::prune) now and then
+/// forgets what no slice uses any more.
+#[derive(Debug, Default)]
+pub struct Interner {
+    strings: HashSet<Arc<str>>,
+    zone_sets: HashSet<Arc<[Arc<str>]>>,
+    scratch: Vec<Arc<str>>,
+}
+
+impl Interner {
+    /// An empty interner.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The shared copy of `s`.
+    pub fn str(&mut self, s: &str) -> Arc<str> {
+        if let Some(shared) = self.strings.get(s) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(s);
+        self.strings.insert(shared.clone());
+        shared
+    }
+
+    /// The shared set of these zones (sorted, without duplicates).
+    pub fn zones<'z>(&mut self, zones: impl IntoIterator<Item = &'z str>) -> ZoneHints {
+        let mut zones = zones.into_iter().peekable();
+        if zones.peek().is_none() {
+            return ZoneHints::default();
+        }
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        scratch.extend(zones.map(|z| self.str(z)));
+        scratch.sort_unstable();
+        scratch.dedup();
+        let set = match self.zone_sets.get(&scratch[..]) {
+            Some(set) => set.clone(),
+            None => {
+                let set: Arc<[Arc<str>]> = Arc::from(&scratch[..]);
+                self.zone_sets.insert(set.clone());
+                set
+            }
+        };
+        // Keep the capacity, not the strings: they must stay prunable.
+        scratch.clear();
+        self.scratch = scratch;
+        ZoneHints::from_shared(set)
+    }
+
+    /// Forgets strings and sets that nothing outside the interner holds.
+    pub fn prune(&mut self) {
+        self.zone_sets.retain(|s| Arc::strong_count(s) > 1);
+        self.strings.retain(|s| Arc::strong_count(s) > 1);
+    }
+
+    /// How many distinct strings and zone sets are held.
+    pub fn len(&self) -> usize {
+        self.strings.len() + self.zone_sets.len()
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equal_inputs_share_one_copy() {
+        let mut i = Interner::new();
+        let a = i.str("node-1");
+        let b = i.str("node-1");
+        assert!(Arc::ptr_eq(&a, &b));
+        let z1 = i.zones(["b", "a", "a"]);
+        let z2 = i.zones(["a", "b"]);
+        assert_eq!(z1, z2);
+        assert_eq!(z1, ZoneHints::new(["a", "b"]), "same as an unshared set");
+        assert!(i.zones([]).is_empty());
+    }
+
+    #[test]
+    fn prune_forgets_what_nobody_holds() {
+        let mut i = Interner::new();
+        let kept = i.str("kept");
+        let zones = i.zones(["z"]);
+        drop(i.str("dropped"));
+        i.prune();
+        assert_eq!(i.len(), 3, "\"kept\", \"z\" (held by its set) and the set");
+        drop((kept, zones));
+        i.prune();
+        assert!(i.is_empty());
+    }
+}
