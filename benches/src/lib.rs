@@ -1,1 +1,92 @@
-//! placeholder
+//! # proxyd-benches
+//!
+//! Deterministic workloads of model slices for the engine benchmarks in
+//! `benches/engine.rs` (no JSON, no Kubernetes types: these measure the
+//! cache and the map alone). Trace-level comparisons with the Go reference
+//! go through `proxyd replay --timing` instead (`benches/compare.sh`).
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use slice_model::{EndpointSlice, Interner, Protocol, SliceEndpoint};
+
+/// The shape of a cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Services.
+    pub services: u32,
+    /// Endpoints per service.
+    pub endpoints: u32,
+    /// Endpoints per slice.
+    pub slice_size: u32,
+    /// Nodes (the proxy runs on `node-0`).
+    pub nodes: u32,
+    /// Every `udp_every`-th service is UDP.
+    pub udp_every: u32,
+}
+
+impl Shape {
+    /// `services` services of `endpoints` endpoints, 100 per slice.
+    pub fn new(services: u32, endpoints: u32) -> Self {
+        Self {
+            services,
+            endpoints,
+            slice_size: 100,
+            nodes: 500,
+            udp_every: 10,
+        }
+    }
+
+    /// How many slices one service has.
+    pub fn slices_per_service(&self) -> u32 {
+        self.endpoints.div_ceil(self.slice_size).max(1)
+    }
+}
+
+/// The node the benchmarks' proxy runs on.
+pub const NODE: &str = "node-0";
+
+/// Builds slices of a [`Shape`]; `generation` shifts every address so that
+/// two generations of the same slice differ.
+pub struct Workload {
+    shape: Shape,
+    interner: Interner,
+}
+
+impl Workload {
+    /// A workload of this shape.
+    pub fn new(shape: Shape) -> Self {
+        Self {
+            shape,
+            interner: Interner::new(),
+        }
+    }
+
+    /// Slice `slice` of service `service`, in generation `generation`.
+    pub fn slice(&mut self, service: u32, slice: u32, generation: u32) -> EndpointSlice {
+        let s = self.shape;
+        let protocol = if service % s.udp_every == 0 { Protocol::Udp } else { Protocol::Tcp };
+        let mut out = EndpointSlice::new("ns", &format!("svc-{service}-{slice}"), &format!("svc-{service}"))
+            .with_port("p", protocol, 8080);
+        let first = slice * s.slice_size;
+        let last = (first + s.slice_size).min(s.endpoints);
+        for i in first..last {
+            let n = service.wrapping_mul(7919).wrapping_add(i).wrapping_add(generation);
+            let addr = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (service << 12 | i) & 0x00ff_ffff));
+            let node = self.interner.str(&format!("node-{}", n % s.nodes));
+            let mut ep = SliceEndpoint::new(addr).with_conditions(n % 17 != 0, true, false);
+            ep.node_name = Some(node);
+            ep.zone_hints = self.interner.zones([["zone-a", "zone-b", "zone-c"][(n % 3) as usize]]);
+            out = out.with_endpoint(ep);
+        }
+        out
+    }
+
+    /// Every slice of every service, generation 0.
+    pub fn all_slices(&mut self) -> Vec<EndpointSlice> {
+        let s = self.shape;
+        (0..s.services)
+            .flat_map(|svc| (0..s.slices_per_service()).map(move |sl| (svc, sl)))
+            .map(|(svc, sl)| self.slice(svc, sl, 0))
+            .collect()
+    }
+}

@@ -1,6 +1,6 @@
 //! [`EndpointsMap`] and the result of one update.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -50,12 +50,13 @@ pub struct UpdateResult {
 /// The proxier's view of every service port's endpoints.
 ///
 /// Updating costs time in proportion to the services that changed, never to
-/// the size of the map: local-ready counts are kept per service and only
-/// recounted for services that changed.
+/// the size of the map: lookups are hashed, and local-ready counts are kept
+/// per service and only recounted for services that changed. Iteration is
+/// sorted (it costs O(n log n), like any full walk that must be ordered).
 #[derive(Clone, Debug, Default)]
 pub struct EndpointsMap {
-    services: BTreeMap<ServiceName, Arc<ServiceEndpoints>>,
-    local_ready: BTreeMap<ServiceName, usize>,
+    services: HashMap<ServiceName, Arc<ServiceEndpoints>>,
+    local_ready: HashMap<ServiceName, usize>,
     port_count: usize,
 }
 
@@ -130,15 +131,15 @@ impl EndpointsMap {
 
     /// Every service with endpoints, sorted by namespace and name.
     pub fn services(&self) -> impl Iterator<Item = (&ServiceName, &ServiceEndpoints)> {
-        self.services.iter().map(|(n, s)| (n, &**s))
+        let mut all: Vec<(&ServiceName, &ServiceEndpoints)> = self.services.iter().map(|(n, s)| (n, &**s)).collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        all.into_iter()
     }
 
     /// Every service port with endpoints, sorted by namespace, name, port
     /// name and protocol.
     pub fn iter(&self) -> impl Iterator<Item = (&ServiceName, &PortEndpoints)> {
-        self.services
-            .iter()
-            .flat_map(|(n, s)| s.ports().iter().map(move |p| (n, p)))
+        self.services().flat_map(|(n, s)| s.ports().iter().map(move |p| (n, p)))
     }
 
     /// The number of service ports with endpoints.
@@ -152,9 +153,17 @@ impl EndpointsMap {
     }
 
     /// For each service with any, the number of distinct IPs of its ready,
-    /// local endpoints (what its health-check node port reports).
-    pub fn local_ready_endpoints(&self) -> &BTreeMap<ServiceName, usize> {
-        &self.local_ready
+    /// local endpoints (what its health-check node port reports), sorted by
+    /// service.
+    pub fn local_ready_endpoints(&self) -> Vec<(&ServiceName, usize)> {
+        let mut all: Vec<(&ServiceName, usize)> = self.local_ready.iter().map(|(n, c)| (n, *c)).collect();
+        all.sort_unstable();
+        all
+    }
+
+    /// The number of distinct IPs of a service's ready, local endpoints.
+    pub fn local_ready_count(&self, service: &ServiceName) -> usize {
+        self.local_ready.get(service).copied().unwrap_or(0)
     }
 
     /// The service port name of a port of `service`.

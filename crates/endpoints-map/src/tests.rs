@@ -141,7 +141,8 @@ fn local_ready_counts_distinct_ips_across_ports() {
     let r = f.put(s).sync();
     let web = ServiceName::new("ns", "web");
     assert_eq!(r.local_ready_changes, [(web.clone(), 1)]);
-    assert_eq!(f.map.local_ready_endpoints().get(&web), Some(&1));
+    assert_eq!(f.map.local_ready_count(&web), 1);
+    assert_eq!(f.map.local_ready_endpoints(), [(&web, 1)]);
     // A service with none is absent.
     f.put(mk_tcp("other-a", "other", vec![mk_ep("10.0.9.9")]));
     let r = f.sync();

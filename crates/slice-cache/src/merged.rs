@@ -56,11 +56,15 @@ impl ServiceEndpoints {
     /// The number of distinct IPs of ready, local endpoints across all ports:
     /// what a health-check node port reports for the service.
     pub fn local_ready_ip_count(&self) -> usize {
+        let counted = |e: &&BaseEndpointInfo| e.ready && e.is_local;
+        if !self.ports.iter().flat_map(|p| &p.endpoints).any(|e| counted(&e)) {
+            return 0;
+        }
         let mut ips: Vec<IpAddr> = self
             .ports
             .iter()
             .flat_map(|p| &p.endpoints)
-            .filter(|e| e.ready && e.is_local)
+            .filter(counted)
             .map(|e| e.addr.ip())
             .collect();
         ips.sort_unstable();
@@ -72,26 +76,30 @@ impl ServiceEndpoints {
     /// in the cache). One address and port appears once per service port:
     /// the first copy wins, except that a local copy beats a non-local one
     /// (contract rule 11).
-    pub fn merge<'a>(slices: impl IntoIterator<Item = &'a SliceContent>, node_name: &str) -> Self {
+    pub fn merge<'a>(slices: impl IntoIterator<Item = &'a SliceContent> + Clone, node_name: &str) -> Self {
         let mut ports: Vec<PortEndpoints> = Vec::new();
+        // Size every bucket up front: regrowing large ones showed up in profiles.
+        for slice in slices.clone() {
+            for port in &slice.ports {
+                match ports.iter_mut().find(|p| p.protocol == port.protocol && p.name == port.name) {
+                    Some(p) => p.endpoints.reserve(slice.endpoints.len()),
+                    None => ports.push(PortEndpoints {
+                        name: port.name.clone(),
+                        protocol: port.protocol,
+                        endpoints: Vec::with_capacity(slice.endpoints.len()),
+                    }),
+                }
+            }
+        }
         for slice in slices {
             for port in &slice.ports {
-                let idx = match ports
-                    .iter()
-                    .position(|p| p.protocol == port.protocol && p.name == port.name)
-                {
-                    Some(i) => i,
-                    None => {
-                        ports.push(PortEndpoints {
-                            name: port.name.clone(),
-                            protocol: port.protocol,
-                            endpoints: Vec::new(),
-                        });
-                        ports.len() - 1
-                    }
+                let Some(bucket) = ports
+                    .iter_mut()
+                    .find(|p| p.protocol == port.protocol && p.name == port.name)
+                else {
+                    continue;
                 };
-                let bucket = &mut ports[idx].endpoints;
-                bucket.extend(slice.endpoints.iter().map(|e| BaseEndpointInfo {
+                bucket.endpoints.extend(slice.endpoints.iter().map(|e| BaseEndpointInfo {
                     addr: SocketAddr::new(e.addr, port.port.get()),
                     is_local: e.is_on_node(node_name),
                     ready: e.conditions.ready,

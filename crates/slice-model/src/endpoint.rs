@@ -33,6 +33,11 @@ impl ZoneHints {
         Self(if set.is_empty() { None } else { Some(set) })
     }
 
+    /// How many holders share this set (0 for the empty set).
+    pub(crate) fn share_count(&self) -> usize {
+        self.0.as_ref().map_or(0, Arc::strong_count)
+    }
+
     /// The zones, sorted.
     pub fn as_slice(&self) -> &[Arc<str>] {
         self.0.as_deref().unwrap_or(&[])

@@ -1,6 +1,6 @@
 //! [`Interner`]: one shared copy of the strings that repeat across slices.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::ZoneHints;
@@ -17,6 +17,9 @@ use crate::ZoneHints;
 pub struct Interner {
     strings: HashSet<Arc<str>>,
     zone_sets: HashSet<Arc<[Arc<str>]>>,
+    /// Sets of one zone, by that zone: the EndpointSlice controller gives
+    /// each endpoint exactly one, so this is the path almost always taken.
+    single_zones: HashMap<Arc<str>, ZoneHints>,
     scratch: Vec<Arc<str>>,
 }
 
@@ -38,13 +41,22 @@ impl Interner {
 
     /// The shared set of these zones (sorted, without duplicates).
     pub fn zones<'z>(&mut self, zones: impl IntoIterator<Item = &'z str>) -> ZoneHints {
-        let mut zones = zones.into_iter().peekable();
-        if zones.peek().is_none() {
+        let mut zones = zones.into_iter();
+        let Some(first) = zones.next() else {
             return ZoneHints::default();
-        }
+        };
+        let Some(second) = zones.next() else {
+            if let Some(set) = self.single_zones.get(first) {
+                return set.clone();
+            }
+            let zone = self.str(first);
+            let set = ZoneHints::from_shared(Arc::from([zone.clone()]));
+            self.single_zones.insert(zone, set.clone());
+            return set;
+        };
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        scratch.extend(zones.map(|z| self.str(z)));
+        scratch.extend([first, second].into_iter().chain(zones).map(|z| self.str(z)));
         scratch.sort_unstable();
         scratch.dedup();
         let set = match self.zone_sets.get(&scratch[..]) {
@@ -63,13 +75,14 @@ impl Interner {
 
     /// Forgets strings and sets that nothing outside the interner holds.
     pub fn prune(&mut self) {
+        self.single_zones.retain(|_, set| set.share_count() > 1);
         self.zone_sets.retain(|s| Arc::strong_count(s) > 1);
         self.strings.retain(|s| Arc::strong_count(s) > 1);
     }
 
     /// How many distinct strings and zone sets are held.
     pub fn len(&self) -> usize {
-        self.strings.len() + self.zone_sets.len()
+        self.strings.len() + self.zone_sets.len() + self.single_zones.len()
     }
 
     /// Whether nothing is held.
@@ -91,6 +104,8 @@ mod tests {
         let z1 = i.zones(["b", "a", "a"]);
         let z2 = i.zones(["a", "b"]);
         assert_eq!(z1, z2);
+        assert_eq!(i.zones(["a"]), ZoneHints::new(["a"]));
+        assert_eq!(i.zones(["a"]), i.zones(["a", "a"]));
         assert_eq!(z1, ZoneHints::new(["a", "b"]), "same as an unshared set");
         assert!(i.zones([]).is_empty());
     }
@@ -99,10 +114,13 @@ mod tests {
     fn prune_forgets_what_nobody_holds() {
         let mut i = Interner::new();
         let kept = i.str("kept");
-        let zones = i.zones(["z"]);
+        let zones = i.zones(["z", "y"]);
+        let one = i.zones(["x"]);
         drop(i.str("dropped"));
+        drop(i.zones(["w"]));
         i.prune();
-        assert_eq!(i.len(), 3, "\"kept\", \"z\" (held by its set) and the set");
+        assert_eq!(i.len(), 6, "kept, x, y, z, the set of y and z, the set of x");
+        drop(one);
         drop((kept, zones));
         i.prune();
         assert!(i.is_empty());

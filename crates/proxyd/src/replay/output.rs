@@ -119,8 +119,8 @@ impl Serialize for LocalReady<'_> {
         let mut entries: Vec<(String, usize)> = self
             .0
             .local_ready_endpoints()
-            .iter()
-            .map(|(n, c)| (n.to_string(), *c))
+            .into_iter()
+            .map(|(n, c)| (n.to_string(), c))
             .collect();
         entries.sort_unstable();
         let mut map = s.serialize_map(Some(entries.len()))?;
