@@ -1,7 +1,7 @@
 //! [`EndpointSliceCache`]: slices grouped per service, with the state the
 //! proxier has applied and the changes it has not applied yet.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -9,6 +9,7 @@ use indexmap::IndexSet;
 use slice_model::{EndpointSlice, IpFamily, ServiceName, SliceContent, SliceName};
 
 use crate::ServiceEndpoints;
+use crate::by_name::ByName;
 
 /// What a slice will be once pending changes are applied.
 #[derive(Clone, Debug)]
@@ -30,8 +31,8 @@ impl Pending {
 /// order, as contract rule 11 asks).
 #[derive(Debug, Default)]
 struct ServiceTracker {
-    applied: BTreeMap<Arc<str>, Arc<SliceContent>>,
-    pending: BTreeMap<Arc<str>, Pending>,
+    applied: ByName<Arc<SliceContent>>,
+    pending: ByName<Pending>,
     /// Trigger times of the pending changes.
     trigger_times: Vec<SystemTime>,
     /// The merge of `applied`, kept so that a checkout's `previous` costs
@@ -40,14 +41,6 @@ struct ServiceTracker {
 }
 
 impl ServiceTracker {
-    /// What the slice will be after the next checkout.
-    fn target(&self, slice: &str) -> Option<&SliceContent> {
-        match self.pending.get(slice) {
-            Some(p) => p.content(),
-            None => self.applied.get(slice).map(|c| &**c),
-        }
-    }
-
     fn is_empty(&self) -> bool {
         self.applied.is_empty() && self.pending.is_empty()
     }
@@ -160,7 +153,13 @@ impl EndpointSliceCache {
 
     fn set_pending(&mut self, service: &ServiceName, slice: &Arc<str>, wanted: Pending) -> bool {
         let tracker = self.trackers.entry(service.clone()).or_default();
-        if tracker.target(slice) == wanted.content() {
+        let applied = tracker.applied.get(slice).map(|c| &**c);
+        let has_pending = tracker.pending.contains_key(slice);
+        if has_pending {
+            if tracker.pending.get(slice).and_then(Pending::content) == wanted.content() {
+                return false;
+            }
+        } else if applied == wanted.content() {
             if tracker.is_empty() {
                 self.trackers.remove(service);
             }
@@ -171,9 +170,10 @@ impl EndpointSliceCache {
             // (kube-proxy drops the service's trigger times likewise).
             tracker.trigger_times.clear();
         }
-        if tracker.applied.get(&**slice).map(|c| &**c) == wanted.content() {
-            // Back to what is applied: nothing left to do for this slice.
-            tracker.pending.remove(&**slice);
+        // Only a slice with a pending change can be going back to what is
+        // applied (without one, the check above already compared them).
+        if has_pending && applied == wanted.content() {
+            tracker.pending.remove(slice);
         } else {
             tracker.pending.insert(slice.clone(), wanted);
         }
@@ -221,7 +221,7 @@ impl EndpointSliceCache {
         self.trackers
             .get(service)
             .into_iter()
-            .flat_map(|t| t.applied.iter().map(|(n, c)| (&**n, &**c)))
+            .flat_map(|t| t.applied.iter().map(|(n, c)| (n, &**c)))
     }
 
     /// Applies every pending change and returns one [`ServiceChange`] per
@@ -236,7 +236,7 @@ impl EndpointSliceCache {
             let Some(tracker) = self.trackers.get_mut(&service) else {
                 continue;
             };
-            for (slice, p) in std::mem::take(&mut tracker.pending) {
+            for (slice, p) in tracker.pending.take() {
                 match p {
                     Pending::Update(c) => {
                         tracker.applied.insert(slice, c);
@@ -247,7 +247,7 @@ impl EndpointSliceCache {
                 }
             }
             let current = Arc::new(ServiceEndpoints::merge(
-                tracker.applied.values().map(|c| &**c),
+                tracker.applied.iter().map(|(_, c)| &**c),
                 &self.node_name,
             ));
             let previous = std::mem::replace(&mut tracker.merged, current.clone());

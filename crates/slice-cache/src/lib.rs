@@ -22,6 +22,7 @@
 //! `endpoints-map` applies the changes to the proxier's endpoints map. This
 //! crate depends only on `slice-model` and `indexmap`; it has no features.
 
+mod by_name;
 mod cache;
 mod merged;
 

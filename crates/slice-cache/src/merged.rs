@@ -110,14 +110,82 @@ impl ServiceEndpoints {
             }
         }
         for p in &mut ports {
-            // Stable: among copies alike in locality, the first visited stays
-            // first, and dedup keeps it.
-            p.endpoints
-                .sort_by(|a, b| a.addr.cmp(&b.addr).then(b.is_local.cmp(&a.is_local)));
-            p.endpoints.dedup_by(|later, first| later.addr == first.addr);
+            // Each slice's endpoints are sorted already (SliceBuilder), so a
+            // one-slice service needs no sort, and several slices are sorted
+            // runs that the stable sort merges.
+            if !p.endpoints.is_sorted_by(|a, b| a.addr <= b.addr) {
+                p.endpoints.sort_by(|a, b| a.addr.cmp(&b.addr));
+            }
+            dedup_prefer_local(&mut p.endpoints);
         }
         ports.retain(|p| !p.endpoints.is_empty());
         ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
         Self { ports }
+    }
+}
+
+/// Keeps one endpoint per address in a list sorted by address: the first
+/// copy, unless a later copy is local and the first is not (rule 11).
+fn dedup_prefer_local(v: &mut Vec<BaseEndpointInfo>) {
+    let mut kept = 0;
+    let mut i = 0;
+    while i < v.len() {
+        let mut pick = i;
+        let mut j = i + 1;
+        while j < v.len() && v[j].addr == v[i].addr {
+            if v[j].is_local && !v[pick].is_local {
+                pick = j;
+            }
+            j += 1;
+        }
+        // Everything before `i` at or after `kept` is already consumed.
+        v.swap(kept, pick);
+        kept += 1;
+        i = j;
+    }
+    v.truncate(kept);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slice_model::ZoneHints;
+
+    fn ep(addr: &str, local: bool, ready: bool) -> BaseEndpointInfo {
+        BaseEndpointInfo {
+            addr: addr.parse().unwrap(),
+            is_local: local,
+            ready,
+            serving: ready,
+            terminating: false,
+            zone_hints: ZoneHints::default(),
+        }
+    }
+
+    #[test]
+    fn dedup_keeps_first_unless_a_later_copy_is_local() {
+        let mut v = vec![
+            ep("10.0.0.1:80", false, true),
+            ep("10.0.0.1:80", false, false),
+            ep("10.0.0.2:80", false, true),
+            ep("10.0.0.2:80", true, false),
+            ep("10.0.0.2:80", true, true),
+            ep("10.0.0.3:80", true, true),
+            ep("10.0.0.4:80", false, false),
+        ];
+        dedup_prefer_local(&mut v);
+        let got: Vec<(String, bool, bool)> = v.iter().map(|e| (e.addr.to_string(), e.is_local, e.ready)).collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.1:80".to_string(), false, true),
+                ("10.0.0.2:80".to_string(), true, false),
+                ("10.0.0.3:80".to_string(), true, true),
+                ("10.0.0.4:80".to_string(), false, false),
+            ]
+        );
+        let mut empty: Vec<BaseEndpointInfo> = Vec::new();
+        dedup_prefer_local(&mut empty);
+        assert!(empty.is_empty());
     }
 }

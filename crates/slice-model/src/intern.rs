@@ -1,9 +1,13 @@
 //! [`Interner`]: one shared copy of the strings that repeat across slices.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::ZoneHints;
+
+/// How many single-zone sets are found by scanning; past that (a cluster
+/// with very many zones) a set is built anew each time, still correct.
+const MAX_SCANNED_ZONES: usize = 32;
 
 /// Shares node names and zone-hint sets across slices.
 ///
@@ -17,9 +21,10 @@ use crate::ZoneHints;
 pub struct Interner {
     strings: HashSet<Arc<str>>,
     zone_sets: HashSet<Arc<[Arc<str>]>>,
-    /// Sets of one zone, by that zone: the EndpointSlice controller gives
-    /// each endpoint exactly one, so this is the path almost always taken.
-    single_zones: HashMap<Arc<str>, ZoneHints>,
+    /// Sets of one zone: the EndpointSlice controller gives each endpoint
+    /// exactly one, and a cluster has a handful of zones, so a short scan
+    /// beats hashing on the path almost always taken.
+    single_zones: Vec<(Arc<str>, ZoneHints)>,
     scratch: Vec<Arc<str>>,
 }
 
@@ -46,12 +51,14 @@ impl Interner {
             return ZoneHints::default();
         };
         let Some(second) = zones.next() else {
-            if let Some(set) = self.single_zones.get(first) {
+            if let Some((_, set)) = self.single_zones.iter().find(|(z, _)| &**z == first) {
                 return set.clone();
             }
             let zone = self.str(first);
             let set = ZoneHints::from_shared(Arc::from([zone.clone()]));
-            self.single_zones.insert(zone, set.clone());
+            if self.single_zones.len() < MAX_SCANNED_ZONES {
+                self.single_zones.push((zone, set.clone()));
+            }
             return set;
         };
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -75,7 +82,7 @@ impl Interner {
 
     /// Forgets strings and sets that nothing outside the interner holds.
     pub fn prune(&mut self) {
-        self.single_zones.retain(|_, set| set.share_count() > 1);
+        self.single_zones.retain(|(_, set)| set.share_count() > 1);
         self.zone_sets.retain(|s| Arc::strong_count(s) > 1);
         self.strings.retain(|s| Arc::strong_count(s) > 1);
     }
