@@ -64,7 +64,11 @@ impl Workload {
     /// Slice `slice` of service `service`, in generation `generation`.
     pub fn slice(&mut self, service: u32, slice: u32, generation: u32) -> EndpointSlice {
         let s = self.shape;
-        let protocol = if service % s.udp_every == 0 { Protocol::Udp } else { Protocol::Tcp };
+        let protocol = if service % s.udp_every == 0 {
+            Protocol::Udp
+        } else {
+            Protocol::Tcp
+        };
         let mut out = EndpointSlice::new("ns", &format!("svc-{service}-{slice}"), &format!("svc-{service}"))
             .with_port("p", protocol, 8080);
         let first = slice * s.slice_size;

@@ -15,6 +15,32 @@
 //! local-ready endpoint counts that health checks report are kept per
 //! service, not recounted over the whole map (as the seed does).
 //!
+//! ```
+//! use endpoints_map::EndpointsMap;
+//! use slice_cache::EndpointSliceCache;
+//! use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceName, SliceEndpoint, SliceName};
+//!
+//! let mut cache = EndpointSliceCache::new("node-1", IpFamily::V4);
+//! let mut map = EndpointsMap::new();
+//!
+//! let slice = EndpointSlice::new("default", "dns-abcde", "dns")
+//!     .with_port("dns", Protocol::Udp, 53)
+//!     .with_endpoint(SliceEndpoint::new("10.0.0.9".parse().unwrap()).on_node("node-1"));
+//! assert!(cache.update(slice.clone()));
+//! assert!(!cache.update(slice), "no change, nothing queued");
+//!
+//! let result = map.update(&mut cache);
+//! let dns = ServiceName::new("default", "dns");
+//! assert_eq!(result.changed_services, [dns.clone()]);
+//! assert_eq!(result.stale_service_names.len(), 1, "UDP port went from 0 to 1 endpoint");
+//! assert_eq!(map.local_ready_count(&dns), 1);
+//!
+//! cache.remove(&SliceName::new("default", "dns-abcde"));
+//! let result = map.update(&mut cache);
+//! assert_eq!(result.stale_endpoints[0].to_string(), "default/dns:dns -> 10.0.0.9:53");
+//! assert!(map.is_empty());
+//! ```
+//!
 //! This crate has no features and no Kubernetes dependency.
 
 mod map;

@@ -17,12 +17,16 @@ pub(crate) fn detect_stale(
     result: &mut UpdateResult,
 ) {
     for old in previous.ports().iter().filter(|p| tracks_stale(p.protocol)) {
-        let new = current.port(&old.name, old.protocol).map_or(&[][..], |p| &p.endpoints[..]);
+        let new = current
+            .port(&old.name, old.protocol)
+            .map_or(&[][..], |p| &p.endpoints[..]);
         // Both lists are sorted by address: walk them together.
         let mut rest = new.iter().peekable();
         for ep in &old.endpoints {
             while rest.next_if(|n| n.addr < ep.addr).is_some() {}
-            let kept = rest.peek().is_some_and(|n| n.addr == ep.addr && n.is_local == ep.is_local);
+            let kept = rest
+                .peek()
+                .is_some_and(|n| n.addr == ep.addr && n.is_local == ep.is_local);
             if !kept {
                 result.stale_endpoints.push(ServiceEndpoint {
                     service_port: ServicePortName::new(service.clone(), old.name.clone(), old.protocol),

@@ -40,17 +40,17 @@ fn mk_ep(addr: &str) -> SliceEndpoint {
 }
 
 fn mk_udp(name: &str, svc: &str, eps: Vec<SliceEndpoint>) -> EndpointSlice {
-    eps.into_iter()
-        .fold(EndpointSlice::new("ns", name, svc).with_port("dns", Protocol::Udp, 53), |s, e| {
-            s.with_endpoint(e)
-        })
+    eps.into_iter().fold(
+        EndpointSlice::new("ns", name, svc).with_port("dns", Protocol::Udp, 53),
+        |s, e| s.with_endpoint(e),
+    )
 }
 
 fn mk_tcp(name: &str, svc: &str, eps: Vec<SliceEndpoint>) -> EndpointSlice {
-    eps.into_iter()
-        .fold(EndpointSlice::new("ns", name, svc).with_port("http", Protocol::Tcp, 80), |s, e| {
-            s.with_endpoint(e)
-        })
+    eps.into_iter().fold(
+        EndpointSlice::new("ns", name, svc).with_port("http", Protocol::Tcp, 80),
+        |s, e| s.with_endpoint(e),
+    )
 }
 
 fn spn(svc: &str, port: &str, p: Protocol) -> ServicePortName {
@@ -72,7 +72,10 @@ fn udp_endpoint_removed_is_stale_tcp_is_not() {
     let r = f.sync();
     assert_eq!(stale(&r), ["ns/dns:dns -> 10.0.0.1:53"]);
     assert!(r.stale_service_names.is_empty());
-    assert_eq!(r.changed_services, [ServiceName::new("ns", "dns"), ServiceName::new("ns", "web")]);
+    assert_eq!(
+        r.changed_services,
+        [ServiceName::new("ns", "dns"), ServiceName::new("ns", "web")]
+    );
 }
 
 #[test]
@@ -81,7 +84,9 @@ fn udp_service_from_zero_endpoints_is_stale() {
     let r = f.put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1")])).sync();
     assert_eq!(r.stale_service_names, [spn("dns", "dns", Protocol::Udp)]);
     // 1 -> 2 endpoints: not stale.
-    let r = f.put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1"), mk_ep("10.0.0.2")])).sync();
+    let r = f
+        .put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1"), mk_ep("10.0.0.2")]))
+        .sync();
     assert!(r.stale_service_names.is_empty() && r.stale_endpoints.is_empty());
     // Down to zero and back up: stale endpoints, then a stale service.
     let r = f.put(mk_udp("dns-a", "dns", vec![])).sync();
@@ -109,10 +114,18 @@ fn locality_flip_is_stale_readiness_flip_is_not() {
     let mut f = Fixture::new();
     f.put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1").on_node("node-2")]));
     f.sync();
-    let r = f.put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1").on_node("node-2").with_conditions(false, false, false)])).sync();
+    let r = f
+        .put(mk_udp(
+            "dns-a",
+            "dns",
+            vec![mk_ep("10.0.0.1").on_node("node-2").with_conditions(false, false, false)],
+        ))
+        .sync();
     assert!(r.stale_endpoints.is_empty());
     assert_eq!(r.changed_services.len(), 1, "readiness is a change to program");
-    let r = f.put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1").on_node(NODE)])).sync();
+    let r = f
+        .put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1").on_node(NODE)]))
+        .sync();
     assert_eq!(stale(&r), ["ns/dns:dns -> 10.0.0.1:53"]);
 }
 
@@ -177,8 +190,13 @@ fn lookups_and_ordering() {
 fn trigger_times_are_reported_per_service() {
     let mut f = Fixture::new();
     let t = SystemTime::UNIX_EPOCH + Duration::from_secs(5);
-    let r = f.put(mk_tcp("a", "web", vec![mk_ep("10.0.0.1")]).with_trigger_time(t)).sync();
-    assert_eq!(r.last_change_trigger_times.get(&ServiceName::new("ns", "web")), Some(&vec![t]));
+    let r = f
+        .put(mk_tcp("a", "web", vec![mk_ep("10.0.0.1")]).with_trigger_time(t))
+        .sync();
+    assert_eq!(
+        r.last_change_trigger_times.get(&ServiceName::new("ns", "web")),
+        Some(&vec![t])
+    );
     let r = f.sync();
     assert!(r.last_change_trigger_times.is_empty());
 }

@@ -7,15 +7,20 @@ use std::net::{IpAddr, SocketAddr};
 use endpoints_map::EndpointsMap;
 use proptest::prelude::*;
 use slice_cache::EndpointSliceCache;
-use slice_model::{
-    EndpointSlice, IpFamily, Protocol, ServiceName, SliceContent, SliceEndpoint, SliceName, ZoneHints,
-};
+use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceName, SliceContent, SliceEndpoint, SliceName, ZoneHints};
 
 const NODE: &str = "n1";
 const NAMESPACES: [&str; 2] = ["a", "b"];
 const SLICES: [&str; 4] = ["s0", "s1", "s2", "s3"];
 const SERVICES: [&str; 3] = ["x", "y", "z"];
-const ADDRS: [&str; 6] = ["10.0.0.1", "10.0.0.2", "10.0.0.10", "fd00::1", "fd00::2", "::ffff:10.0.0.1"];
+const ADDRS: [&str; 6] = [
+    "10.0.0.1",
+    "10.0.0.2",
+    "10.0.0.10",
+    "fd00::1",
+    "fd00::2",
+    "::ffff:10.0.0.1",
+];
 const PORTS: [(&str, Protocol, u16); 4] = [
     ("http", Protocol::Tcp, 80),
     ("dns", Protocol::Udp, 53),
@@ -26,26 +31,46 @@ const NODES: [Option<&str>; 4] = [None, Some("n1"), Some("n2"), Some("")];
 
 #[derive(Clone, Debug)]
 enum Op {
-    Update { ns: usize, slice: usize, service: usize, content: SliceContent },
-    Remove { ns: usize, slice: usize },
+    Update {
+        ns: usize,
+        slice: usize,
+        service: usize,
+        content: SliceContent,
+    },
+    Remove {
+        ns: usize,
+        slice: usize,
+    },
     Sync,
 }
 
 fn endpoint() -> impl Strategy<Value = SliceEndpoint> {
-    (0..ADDRS.len(), 0..NODES.len(), any::<bool>(), any::<(bool, bool, bool)>(), 0..4usize).prop_map(
-        |(a, n, topo, (ready, serving, terminating), zones)| {
-            let mut e = SliceEndpoint::new(ADDRS[a].parse().unwrap()).with_conditions(ready, serving, terminating);
+    (
+        0..ADDRS.len(),
+        0..NODES.len(),
+        any::<bool>(),
+        any::<(bool, bool, bool)>(),
+        0..4usize,
+    )
+        .prop_map(|(a, n, topo, (ready, serving, terminating), zones)| {
+            let mut e = SliceEndpoint::new(ADDRS[a].parse().expect("the fixed addresses parse")).with_conditions(
+                ready,
+                serving,
+                terminating,
+            );
             e.node_name = NODES[n].map(Into::into);
             e.topology_hostname = topo.then(|| NODE.into());
             e.zone_hints = ZoneHints::new([["za"], ["zb"], ["za"], ["zc"]][zones].into_iter().take(zones % 3));
             e
-        },
-    )
+        })
 }
 
 fn content() -> impl Strategy<Value = SliceContent> {
-    (proptest::sample::subsequence(&PORTS[..], 0..=3), proptest::collection::vec(endpoint(), 0..5)).prop_map(
-        |(ports, endpoints)| {
+    (
+        proptest::sample::subsequence(&PORTS[..], 0..=3),
+        proptest::collection::vec(endpoint(), 0..5),
+    )
+        .prop_map(|(ports, endpoints)| {
             let mut s = EndpointSlice::new("ns", "n", "svc");
             for (name, proto, port) in ports {
                 s = s.with_port(name, proto, port);
@@ -54,8 +79,7 @@ fn content() -> impl Strategy<Value = SliceContent> {
                 s = s.with_endpoint(e);
             }
             s.content
-        },
-    )
+        })
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -96,7 +120,9 @@ impl Model {
         for (name, (service, content)) in &self.slices {
             let svc = ServiceName::new(name.namespace.clone(), service.as_str());
             for port in &content.ports {
-                let entry = view.entry((svc.clone(), port.name.to_string(), port.protocol)).or_default();
+                let entry = view
+                    .entry((svc.clone(), port.name.to_string(), port.protocol))
+                    .or_default();
                 for e in &content.endpoints {
                     if IpFamily::of(&e.addr) != self.family() {
                         continue;
@@ -135,7 +161,10 @@ fn actual_view(map: &EndpointsMap) -> MapView {
                 (e.addr, (e.is_local, e.ready, e.serving, e.terminating, zones))
             })
             .collect();
-        assert!(view.insert((svc.clone(), port.name.to_string(), port.protocol), eps).is_none());
+        assert!(
+            view.insert((svc.clone(), port.name.to_string(), port.protocol), eps)
+                .is_none()
+        );
     }
     view
 }
@@ -162,7 +191,12 @@ fn run(ops: Vec<Op>, family: IpFamily) {
     let mut before = MapView::new();
     for op in ops.into_iter().chain([Op::Sync]) {
         match op {
-            Op::Update { ns, slice, service, content } => {
+            Op::Update {
+                ns,
+                slice,
+                service,
+                content,
+            } => {
                 let name = SliceName::new(NAMESPACES[ns], SLICES[slice]);
                 let expect_change = match model.slices.get(&name) {
                     Some((svc, old)) => svc != SERVICES[service] || model.filtered(old) != model.filtered(&content),
@@ -205,7 +239,11 @@ fn run(ops: Vec<Op>, family: IpFamily) {
                         ((p.service.clone(), p.port.to_string(), p.protocol), s.endpoint)
                     })
                     .collect();
-                assert_eq!(got_stale.len(), result.stale_endpoints.len(), "no duplicate stale endpoints");
+                assert_eq!(
+                    got_stale.len(),
+                    result.stale_endpoints.len(),
+                    "no duplicate stale endpoints"
+                );
                 assert_eq!(got_stale, stale, "stale endpoints");
                 let got_services: BTreeSet<_> = result
                     .stale_service_names
@@ -215,8 +253,11 @@ fn run(ops: Vec<Op>, family: IpFamily) {
                 assert_eq!(got_services, stale_services, "stale services");
 
                 let want_local = local_ready(&after);
-                let got_local: BTreeMap<ServiceName, usize> =
-                    map.local_ready_endpoints().into_iter().map(|(k, v)| (k.clone(), v)).collect();
+                let got_local: BTreeMap<ServiceName, usize> = map
+                    .local_ready_endpoints()
+                    .into_iter()
+                    .map(|(k, v)| (k.clone(), v))
+                    .collect();
                 assert_eq!(got_local, want_local, "local ready counts");
 
                 let services = |v: &MapView| -> BTreeMap<ServiceName, Vec<_>> {

@@ -2,8 +2,8 @@
 
 use k8s_openapi::api::discovery::v1 as discovery;
 use slice_model::{
-    EndpointSlice, Interner, HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceName,
-    SliceWarning, TRIGGER_TIME_ANNOTATION,
+    EndpointSlice, HOSTNAME_TOPOLOGY_KEY, Interner, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError,
+    SliceName, SliceWarning, TRIGGER_TIME_ANNOTATION,
 };
 
 /// Converts an EndpointSlice from an ADDED or MODIFIED event, applying the
@@ -24,7 +24,10 @@ pub fn slice_from_k8s(
         label.map(String::as_str),
         Some(slice.address_type.as_str()),
     )?;
-    b.reserve(slice.ports.as_ref().map_or(0, Vec::len), slice.endpoints.as_ref().map_or(0, Vec::len));
+    b.reserve(
+        slice.ports.as_ref().map_or(0, Vec::len),
+        slice.endpoints.as_ref().map_or(0, Vec::len),
+    );
     for (i, p) in slice.ports.iter().flatten().enumerate() {
         b.port(i, p.name.as_deref(), p.protocol.as_deref(), p.port.map(i64::from));
     }
@@ -42,7 +45,11 @@ pub fn slice_from_k8s(
                 .and_then(|t| t.get(HOSTNAME_TOPOLOGY_KEY))
                 .map(String::as_str),
         };
-        let zones = e.hints.iter().flat_map(|h| h.for_zones.iter().flatten()).map(|z| z.name.as_str());
+        let zones = e
+            .hints
+            .iter()
+            .flat_map(|h| h.for_zones.iter().flatten())
+            .map(|z| z.name.as_str());
         b.endpoint(i, raw, zones);
     }
     let trigger = meta.annotations.as_ref().and_then(|a| a.get(TRIGGER_TIME_ANNOTATION));

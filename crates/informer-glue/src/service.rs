@@ -77,7 +77,10 @@ impl Ctx {
             None | Some("Cluster") => TrafficPolicy::Cluster,
             Some("Local") => TrafficPolicy::Local,
             Some(other) => {
-                self.warn(field.into(), format!("{other:?} is not Cluster or Local; using Cluster"));
+                self.warn(
+                    field.into(),
+                    format!("{other:?} is not Cluster or Local; using Cluster"),
+                );
                 TrafficPolicy::Cluster
             }
         }
@@ -182,7 +185,10 @@ pub fn service_from_k8s(svc: &core::Service) -> Result<(ServiceInfo, Vec<Service
     for (i, r) in spec.load_balancer_source_ranges.iter().flatten().enumerate() {
         match r.trim().parse::<IpNet>() {
             Ok(net) => info.load_balancer_source_ranges.push(net),
-            Err(_) => cx.warn(format!("spec.loadBalancerSourceRanges[{i}]"), format!("{r:?} is not a CIDR")),
+            Err(_) => cx.warn(
+                format!("spec.loadBalancerSourceRanges[{i}]"),
+                format!("{r:?} is not a CIDR"),
+            ),
         }
     }
     if spec.session_affinity.as_deref() == Some("ClientIP") {

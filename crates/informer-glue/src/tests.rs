@@ -61,10 +61,18 @@ fn full_slice_converts_identically_on_both_paths() {
     assert_eq!(eps[1].host(), Some("node-2"));
     assert_eq!(s.content.ports.len(), 2);
     let ports: Vec<_> = s.content.ports.iter().map(|p| (&*p.name, p.protocol)).collect();
-    assert_eq!(ports, [("dns", Protocol::Udp), ("http", Protocol::Tcp)], "sorted; no protocol means TCP");
+    assert_eq!(
+        ports,
+        [("dns", Protocol::Udp), ("http", Protocol::Tcp)],
+        "sorted; no protocol means TCP"
+    );
     assert_eq!(
         warns,
-        [WarningKind::PortWithoutNumber, WarningKind::InvalidAddress("not-an-ip".into()), WarningKind::NoAddress]
+        [
+            WarningKind::PortWithoutNumber,
+            WarningKind::InvalidAddress("not-an-ip".into()),
+            WarningKind::NoAddress
+        ]
     );
 }
 
@@ -165,7 +173,14 @@ fn service_converts_every_field() {
     assert_eq!(info.health_check_node_port.map(|p| p.get()), Some(32000));
     assert_eq!(info.traffic_distribution.as_deref(), Some("PreferClose"));
     let fields: Vec<&str> = warns.iter().map(|w| w.field.as_str()).collect();
-    assert_eq!(fields, ["spec.ports[2].port", "spec.externalIPs[1]", "spec.loadBalancerSourceRanges[2]"]);
+    assert_eq!(
+        fields,
+        [
+            "spec.ports[2].port",
+            "spec.externalIPs[1]",
+            "spec.loadBalancerSourceRanges[2]"
+        ]
+    );
     assert!(warns[0].to_string().starts_with("service ns/web: spec.ports[2].port"));
 }
 
@@ -173,11 +188,17 @@ fn service_converts_every_field() {
 fn headless_and_external_name_are_not_proxied() {
     let (h, _) = service_from_k8s(&service(json!({"clusterIP": "None"}), json!({}))).unwrap();
     assert!(h.headless && !h.is_proxied());
-    let (e, _) =
-        service_from_k8s(&service(json!({"type": "ExternalName", "externalName": "db.example"}), json!({}))).unwrap();
+    let (e, _) = service_from_k8s(&service(
+        json!({"type": "ExternalName", "externalName": "db.example"}),
+        json!({}),
+    ))
+    .unwrap();
     assert!(!e.is_proxied());
-    let (a, _) = service_from_k8s(&service(json!({"clusterIP": "10.0.0.1", "sessionAffinity": "ClientIP"}), json!({})))
-        .unwrap();
+    let (a, _) = service_from_k8s(&service(
+        json!({"clusterIP": "10.0.0.1", "sessionAffinity": "ClientIP"}),
+        json!({}),
+    ))
+    .unwrap();
     assert_eq!(a.session_affinity, Some(crate::DEFAULT_AFFINITY_TIMEOUT));
 }
 

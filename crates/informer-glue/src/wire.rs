@@ -13,12 +13,12 @@ use std::marker::PhantomData;
 
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use slice_model::{
-    EndpointSlice, Interner, HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, ServiceInfo, SliceBuilder, SliceError,
-    SliceName, SliceWarning, TRIGGER_TIME_ANNOTATION,
+    EndpointSlice, HOSTNAME_TOPOLOGY_KEY, Interner, RawEndpoint, SERVICE_NAME_LABEL, ServiceInfo, SliceBuilder,
+    SliceError, SliceName, SliceWarning, TRIGGER_TIME_ANNOTATION,
 };
 
 use crate::service::{ServiceError, ServiceWarning, service_from_k8s};
@@ -301,7 +301,10 @@ impl<'a> WireObject<'a> {
             label,
             self.address_type.as_deref(),
         )?;
-        b.reserve(self.ports.as_ref().map_or(0, Vec::len), self.endpoints.as_ref().map_or(0, Vec::len));
+        b.reserve(
+            self.ports.as_ref().map_or(0, Vec::len),
+            self.endpoints.as_ref().map_or(0, Vec::len),
+        );
         for (i, p) in self.ports.iter().flatten().enumerate() {
             b.port(i, p.name.as_deref(), p.protocol.as_deref(), p.port.map(i64::from));
         }
@@ -331,20 +334,24 @@ impl<'a> WireObject<'a> {
     /// tracked by name).
     pub fn to_service(&self) -> Result<(ServiceInfo, Vec<ServiceWarning>), ServiceError> {
         let mut misfits = Vec::new();
-        let spec = self.spec.and_then(|r| match serde_json::from_str::<core::ServiceSpec>(r.get()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                misfits.push(("spec", e.to_string()));
-                None
-            }
-        });
-        let status = self.status.and_then(|r| match serde_json::from_str::<core::ServiceStatus>(r.get()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                misfits.push(("status", e.to_string()));
-                None
-            }
-        });
+        let spec = self
+            .spec
+            .and_then(|r| match serde_json::from_str::<core::ServiceSpec>(r.get()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    misfits.push(("spec", e.to_string()));
+                    None
+                }
+            });
+        let status = self
+            .status
+            .and_then(|r| match serde_json::from_str::<core::ServiceStatus>(r.get()) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    misfits.push(("status", e.to_string()));
+                    None
+                }
+            });
         let svc = core::Service {
             metadata: ObjectMeta {
                 name: self.meta_str(|m| m.name.as_ref()).map(Into::into),

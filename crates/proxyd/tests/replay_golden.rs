@@ -40,7 +40,11 @@ fn golden_traces_replay_exactly() {
         .collect();
     entries.sort();
     for args_file in entries {
-        let stem = args_file.file_stem().and_then(|s| s.to_str()).expect("utf-8 name").to_owned();
+        let stem = args_file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .expect("utf-8 name")
+            .to_owned();
         let base = stem.split('.').next().expect("base name");
         let trace = golden_dir().join(format!("{base}.jsonl"));
         let expected = std::fs::read_to_string(golden_dir().join(format!("{stem}.expected"))).expect("expected file");
@@ -49,11 +53,20 @@ fn golden_traces_replay_exactly() {
         let trace_s = trace.to_str().expect("utf-8 path");
         argv.push(trace_s);
         let out = replay(&argv, None);
-        assert!(out.status.success(), "{stem}: exit {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{stem}: exit {:?}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
         let got = String::from_utf8(out.stdout).expect("utf-8 output");
         if got != expected {
             let (g, e): (Vec<_>, Vec<_>) = (got.lines().collect(), expected.lines().collect());
-            let first = g.iter().zip(&e).position(|(a, b)| a != b).unwrap_or(g.len().min(e.len()));
+            let first = g
+                .iter()
+                .zip(&e)
+                .position(|(a, b)| a != b)
+                .unwrap_or(g.len().min(e.len()));
             panic!(
                 "{stem}: output differs at line {} ({} lines vs {} expected)\n got: {}\nwant: {}",
                 first + 1,
@@ -76,14 +89,21 @@ fn final_only_prints_the_last_line_of_a_full_run() {
     let last = replay(&["--node-name", "node-1", "--final-only", path], None);
     let full = String::from_utf8(full.stdout).unwrap();
     assert!(full.lines().count() > 1);
-    assert_eq!(String::from_utf8(last.stdout).unwrap(), format!("{}\n", full.lines().last().unwrap()));
+    assert_eq!(
+        String::from_utf8(last.stdout).unwrap(),
+        format!("{}\n", full.lines().last().unwrap())
+    );
 }
 
 const EMPTY: &str = "{\"endpoints\":[],\"staleEndpoints\":[],\"staleServiceNames\":[],\"localReadyEndpoints\":{}}\n";
 
 #[test]
 fn empty_input_and_bookmarks_give_one_empty_sync() {
-    for input in ["", "\n\n", "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"EndpointSlice\"}}\n"] {
+    for input in [
+        "",
+        "\n\n",
+        "{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"EndpointSlice\"}}\n",
+    ] {
         let out = replay(&["-"], Some(input));
         assert!(out.status.success());
         assert_eq!(String::from_utf8(out.stdout).unwrap(), EMPTY, "input {input:?}");
@@ -94,10 +114,19 @@ fn empty_input_and_bookmarks_give_one_empty_sync() {
 fn final_sync_runs_only_when_events_follow_the_last_sync() {
     let slice = r#"{"type":"ADDED","object":{"kind":"EndpointSlice","metadata":{"name":"a","namespace":"n","labels":{"kubernetes.io/service-name":"s"}},"endpoints":[{"addresses":["10.0.0.1"]}],"ports":[{"name":"","port":80}]}}"#;
     let sync = r#"{"type":"SYNC"}"#;
-    let lines = |input: String| String::from_utf8(replay(&[], Some(&input)).stdout).unwrap().lines().count();
+    let lines = |input: String| {
+        String::from_utf8(replay(&[], Some(&input)).stdout)
+            .unwrap()
+            .lines()
+            .count()
+    };
     assert_eq!(lines(format!("{slice}\n{sync}\n")), 1);
     assert_eq!(lines(format!("{sync}\n{slice}\n")), 2);
-    assert_eq!(lines(format!("{slice}\n{sync}\n{{\"type\":\"BOOKMARK\"}}\n")), 1, "a bookmark is no event");
+    assert_eq!(
+        lines(format!("{slice}\n{sync}\n{{\"type\":\"BOOKMARK\"}}\n")),
+        1,
+        "a bookmark is no event"
+    );
     assert_eq!(lines(format!("{sync}\n{sync}\n")), 2);
 }
 
@@ -115,15 +144,24 @@ fn services_and_other_kinds_do_not_change_the_output() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8(out.stdout).unwrap(), EMPTY);
     let err = String::from_utf8(out.stderr).unwrap();
-    assert!(err.contains("line 5") && err.contains("Endpoints"), "skipped kind is named: {err}");
+    assert!(
+        err.contains("line 5") && err.contains("Endpoints"),
+        "skipped kind is named: {err}"
+    );
 }
 
 #[test]
 fn bad_lines_stop_the_replay_naming_the_line() {
     let cases = [
         ("{\"type\":\"SYNC\"}\n\n{\"type\":\"ADDED\",\"object\":\n", "line 3"),
-        ("{\"type\":\"ADDED\",\"object\":{\"kind\":\"EndpointSlice\",\"ports\":[{\"port\":\"x\"}]}}\n", "line 1"),
-        ("{\"type\":\"SYNC\"}\n{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\"}}\n", "line 2"),
+        (
+            "{\"type\":\"ADDED\",\"object\":{\"kind\":\"EndpointSlice\",\"ports\":[{\"port\":\"x\"}]}}\n",
+            "line 1",
+        ),
+        (
+            "{\"type\":\"SYNC\"}\n{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\"}}\n",
+            "line 2",
+        ),
         ("{\"type\":\"ADDED\"}\n", "line 1"),
         ("[]\n", "line 1"),
         ("{\"type\":\"SY\u{0}NC\"}\n", "line 1"),
@@ -156,7 +194,10 @@ fn timing_line_has_every_field() {
     let line = err.lines().last().expect("a timing line");
     let v: serde_json::Value = serde_json::from_str(line).expect("timing is JSON");
     for key in ["events", "syncs", "decode_ns", "update_ns", "sync_ns", "peak_rss_kib"] {
-        assert!(v.get(key).and_then(serde_json::Value::as_u64).is_some(), "{key} in {line}");
+        assert!(
+            v.get(key).and_then(serde_json::Value::as_u64).is_some(),
+            "{key} in {line}"
+        );
     }
     assert!(v["events"].as_u64().unwrap() > 0 && v["syncs"].as_u64().unwrap() > 0);
 }

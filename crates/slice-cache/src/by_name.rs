@@ -70,11 +70,10 @@ mod tests {
         assert_eq!(m.insert("a".into(), 1), None);
         assert_eq!(m.insert("c".into(), 3), None);
         assert_eq!(m.insert("b".into(), 20), Some(2));
-        assert_eq!(m.iter().map(|(k, v)| (k.to_owned(), *v)).collect::<Vec<_>>(), [
-            ("a".to_owned(), 1),
-            ("b".to_owned(), 20),
-            ("c".to_owned(), 3)
-        ]);
+        assert_eq!(
+            m.iter().map(|(k, v)| (k.to_owned(), *v)).collect::<Vec<_>>(),
+            [("a".to_owned(), 1), ("b".to_owned(), 20), ("c".to_owned(), 3)]
+        );
         assert_eq!(m.get("b"), Some(&20));
         assert!(m.contains_key("c") && !m.contains_key("d"));
         assert_eq!(m.remove("a"), Some(1));

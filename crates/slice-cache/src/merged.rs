@@ -81,7 +81,10 @@ impl ServiceEndpoints {
         // Size every bucket up front: regrowing large ones showed up in profiles.
         for slice in slices.clone() {
             for port in &slice.ports {
-                match ports.iter_mut().find(|p| p.protocol == port.protocol && p.name == port.name) {
+                match ports
+                    .iter_mut()
+                    .find(|p| p.protocol == port.protocol && p.name == port.name)
+                {
                     Some(p) => p.endpoints.reserve(slice.endpoints.len()),
                     None => ports.push(PortEndpoints {
                         name: port.name.clone(),
@@ -99,14 +102,16 @@ impl ServiceEndpoints {
                 else {
                     continue;
                 };
-                bucket.endpoints.extend(slice.endpoints.iter().map(|e| BaseEndpointInfo {
-                    addr: SocketAddr::new(e.addr, port.port.get()),
-                    is_local: e.is_on_node(node_name),
-                    ready: e.conditions.ready,
-                    serving: e.conditions.serving,
-                    terminating: e.conditions.terminating,
-                    zone_hints: e.zone_hints.clone(),
-                }));
+                bucket
+                    .endpoints
+                    .extend(slice.endpoints.iter().map(|e| BaseEndpointInfo {
+                        addr: SocketAddr::new(e.addr, port.port.get()),
+                        is_local: e.is_on_node(node_name),
+                        ready: e.conditions.ready,
+                        serving: e.conditions.serving,
+                        terminating: e.conditions.terminating,
+                        zone_hints: e.zone_hints.clone(),
+                    }));
             }
         }
         for p in &mut ports {
@@ -114,7 +119,7 @@ impl ServiceEndpoints {
             // one-slice service needs no sort, and several slices are sorted
             // runs that the stable sort merges.
             if !p.endpoints.is_sorted_by(|a, b| a.addr <= b.addr) {
-                p.endpoints.sort_by(|a, b| a.addr.cmp(&b.addr));
+                p.endpoints.sort_by_key(|e| e.addr);
             }
             dedup_prefer_local(&mut p.endpoints);
         }

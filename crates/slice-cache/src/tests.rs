@@ -19,10 +19,10 @@ fn mk_ep(addr: &str) -> SliceEndpoint {
 
 /// A slice of `svc` in namespace `ns` with one TCP port `http`/80.
 fn mk_slice(name: &str, svc: &str, eps: &[&str]) -> EndpointSlice {
-    eps.iter()
-        .fold(EndpointSlice::new("ns", name, svc).with_port("http", Protocol::Tcp, 80), |s, a| {
-            s.with_endpoint(mk_ep(a))
-        })
+    eps.iter().fold(
+        EndpointSlice::new("ns", name, svc).with_port("http", Protocol::Tcp, 80),
+        |s, a| s.with_endpoint(mk_ep(a)),
+    )
 }
 
 fn svc(name: &str) -> ServiceName {
@@ -31,7 +31,13 @@ fn svc(name: &str) -> ServiceName {
 
 /// The endpoints of `port`/TCP in a change's current state, as strings.
 fn current(change: &ServiceChange, port: &str) -> Vec<String> {
-    addrs(change.current.port(port, Protocol::Tcp).map(|p| &p.endpoints[..]).unwrap_or(&[]))
+    addrs(
+        change
+            .current
+            .port(port, Protocol::Tcp)
+            .map(|p| &p.endpoints[..])
+            .unwrap_or(&[]),
+    )
 }
 
 fn addrs(eps: &[slice_model::BaseEndpointInfo]) -> Vec<String> {
@@ -172,7 +178,8 @@ fn duplicates_prefer_local_then_first_slice_by_name() {
     // is not ready).
     c.update(mk_slice("b", "web", &[]).with_endpoint(mk_ep("10.0.0.1").on_node("node-2")));
     c.update(
-        mk_slice("a", "web", &[]).with_endpoint(mk_ep("10.0.0.1").on_node("node-3").with_conditions(false, false, false)),
+        mk_slice("a", "web", &[])
+            .with_endpoint(mk_ep("10.0.0.1").on_node("node-3").with_conditions(false, false, false)),
     );
     let ch = c.checkout();
     let e = &ch[0].current.port("http", Protocol::Tcp).unwrap().endpoints;
@@ -248,13 +255,19 @@ fn locality_uses_node_name_then_topology_hostname() {
 fn conditions_and_zone_hints_are_carried() {
     let mut c = mk_cache();
     c.update(
-        mk_slice("a", "web", &[])
-            .with_endpoint(mk_ep("10.0.0.1").with_conditions(false, true, true).with_zones(["zone-b", "zone-a"])),
+        mk_slice("a", "web", &[]).with_endpoint(
+            mk_ep("10.0.0.1")
+                .with_conditions(false, true, true)
+                .with_zones(["zone-b", "zone-a"]),
+        ),
     );
     let ch = c.checkout();
     let e = &ch[0].current.ports()[0].endpoints[0];
     assert_eq!((e.ready, e.serving, e.terminating), (false, true, true));
-    assert_eq!(e.zone_hints.as_slice(), [std::sync::Arc::from("zone-a"), std::sync::Arc::from("zone-b")]);
+    assert_eq!(
+        e.zone_hints.as_slice(),
+        [std::sync::Arc::from("zone-a"), std::sync::Arc::from("zone-b")]
+    );
 }
 
 #[test]
@@ -314,5 +327,8 @@ fn checkout_is_sorted_and_touches_only_changed_services() {
     c.update(mk_slice("b-1", "b", &["10.0.0.2"]));
     let ch = c.checkout();
     assert_eq!(ch.len(), 1);
-    assert_eq!(ch[0].previous.ports()[0].endpoints[0].addr, "10.0.0.1:80".parse::<SocketAddr>().unwrap());
+    assert_eq!(
+        ch[0].previous.ports()[0].endpoints[0].addr,
+        "10.0.0.1:80".parse::<SocketAddr>().unwrap()
+    );
 }

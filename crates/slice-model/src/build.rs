@@ -77,16 +77,30 @@ impl fmt::Display for SliceWarning {
         let (s, i) = (&self.slice, self.index);
         match &self.kind {
             WarningKind::PortWithoutName => write!(f, "endpoint slice {s}: ports[{i}].name is missing; port ignored"),
-            WarningKind::PortWithoutNumber => write!(f, "endpoint slice {s}: ports[{i}].port is missing or 0; port ignored"),
+            WarningKind::PortWithoutNumber => {
+                write!(f, "endpoint slice {s}: ports[{i}].port is missing or 0; port ignored")
+            }
             WarningKind::PortOutOfRange(p) => {
-                write!(f, "endpoint slice {s}: ports[{i}].port {p} is outside 1..65535; port ignored")
+                write!(
+                    f,
+                    "endpoint slice {s}: ports[{i}].port {p} is outside 1..65535; port ignored"
+                )
             }
             WarningKind::UnknownProtocol(p) => {
-                write!(f, "endpoint slice {s}: ports[{i}].protocol {p:?} is not TCP, UDP or SCTP; port ignored")
+                write!(
+                    f,
+                    "endpoint slice {s}: ports[{i}].protocol {p:?} is not TCP, UDP or SCTP; port ignored"
+                )
             }
-            WarningKind::NoAddress => write!(f, "endpoint slice {s}: endpoints[{i}].addresses is empty; endpoint ignored"),
+            WarningKind::NoAddress => write!(
+                f,
+                "endpoint slice {s}: endpoints[{i}].addresses is empty; endpoint ignored"
+            ),
             WarningKind::InvalidAddress(a) => {
-                write!(f, "endpoint slice {s}: endpoints[{i}].addresses[0] {a:?} is not a valid IP address; endpoint ignored")
+                write!(
+                    f,
+                    "endpoint slice {s}: endpoints[{i}].addresses[0] {a:?} is not a valid IP address; endpoint ignored"
+                )
             }
             WarningKind::InvalidTriggerTime(t) => write!(
                 f,
@@ -246,7 +260,7 @@ impl<'i> SliceBuilder<'i> {
         // A canonical order makes reordering a slice no change, and hands the
         // merge runs that are already sorted. Among copies of one address
         // the stable sort keeps the slice's order (contract rule 11).
-        self.content.endpoints.sort_by(|a, b| a.addr.cmp(&b.addr));
+        self.content.endpoints.sort_by_key(|e| e.addr);
         self.content
             .ports
             .sort_unstable_by(|a, b| (&a.name, a.protocol, a.port).cmp(&(&b.name, b.protocol, b.port)));
@@ -323,7 +337,12 @@ mod tests {
         b.port(5, Some("d"), Some("QUIC"), Some(1));
         b.port(6, Some("dns"), Some("UDP"), Some(53));
         let (s, w) = b.finish(None);
-        let ports: Vec<_> = s.content.ports.iter().map(|p| (&*p.name, p.protocol, p.port.get())).collect();
+        let ports: Vec<_> = s
+            .content
+            .ports
+            .iter()
+            .map(|p| (&*p.name, p.protocol, p.port.get()))
+            .collect();
         assert_eq!(ports, [("", Protocol::Tcp, 80), ("dns", Protocol::Udp, 53)]);
         let kinds: Vec<_> = w.iter().map(|w| (w.index, w.kind.clone())).collect();
         assert_eq!(
@@ -343,9 +362,17 @@ mod tests {
     fn addresses_are_validated_and_canonical() {
         let mut i = Interner::new();
         let mut b = builder(&mut i);
-        for (i, a) in ["10.0.0.1", "010.0.0.1", "FD00:0:0::2", "fe80::1%eth0", "::ffff:1.2.3.4", "db.example", "1.2.3.4 "]
-            .into_iter()
-            .enumerate()
+        for (i, a) in [
+            "10.0.0.1",
+            "010.0.0.1",
+            "FD00:0:0::2",
+            "fe80::1%eth0",
+            "::ffff:1.2.3.4",
+            "db.example",
+            "1.2.3.4 ",
+        ]
+        .into_iter()
+        .enumerate()
         {
             b.endpoint(i, raw(a), []);
         }
@@ -376,7 +403,14 @@ mod tests {
         let (s, w) = b.finish(Some("2024-01-01T00:00:01Z"));
         assert!(w.is_empty());
         let e = &s.content.endpoints[0];
-        assert_eq!(e.conditions, Conditions { ready: false, serving: false, terminating: true });
+        assert_eq!(
+            e.conditions,
+            Conditions {
+                ready: false,
+                serving: false,
+                terminating: true
+            }
+        );
         assert!(e.is_on_node("node-1"));
         assert_eq!(e.zone_hints, crate::ZoneHints::new(["zone-a", "zone-b"]));
         assert!(s.trigger_time.is_some());

@@ -93,7 +93,10 @@ mod tests {
     #[test]
     fn service_port_name_display_omits_empty_port() {
         let svc = NamespacedName::new("ns", "web");
-        assert_eq!(ServicePortName::new(svc.clone(), "http", Protocol::Tcp).to_string(), "ns/web:http");
+        assert_eq!(
+            ServicePortName::new(svc.clone(), "http", Protocol::Tcp).to_string(),
+            "ns/web:http"
+        );
         assert_eq!(ServicePortName::new(svc, "", Protocol::Udp).to_string(), "ns/web");
     }
 

@@ -72,9 +72,7 @@ impl SliceEndpoint {
     /// The node this endpoint runs on, as the seed decides it: `nodeName`
     /// when present, else the topology hostname.
     pub fn host(&self) -> Option<&str> {
-        self.node_name
-            .as_deref()
-            .or(self.topology_hostname.as_deref())
+        self.node_name.as_deref().or(self.topology_hostname.as_deref())
     }
 
     /// Whether the endpoint runs on `node` (never when `node` is empty).
@@ -127,37 +125,6 @@ impl EndpointSlice {
     /// The service this slice belongs to.
     pub fn service_name(&self) -> ServiceName {
         ServiceName::new(self.name.namespace.clone(), self.service.clone())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn conditions_defaults_follow_the_api() {
-        let c = |r, s, t| Conditions::from_api(r, s, t);
-        assert_eq!(c(None, None, None), Conditions { ready: true, serving: true, terminating: false });
-        assert_eq!(c(Some(false), None, None), Conditions { ready: false, serving: false, terminating: false });
-        assert_eq!(c(Some(false), Some(true), Some(true)), Conditions { ready: false, serving: true, terminating: true });
-        assert_eq!(c(None, Some(false), None), Conditions { ready: true, serving: false, terminating: false });
-    }
-
-    #[test]
-    fn host_prefers_node_name_even_when_empty() {
-        let mut e = SliceEndpoint {
-            addr: "10.0.0.1".parse().unwrap(),
-            conditions: Conditions::default(),
-            node_name: None,
-            topology_hostname: Some("n1".into()),
-            zone_hints: ZoneHints::default(),
-        };
-        assert!(e.is_on_node("n1"));
-        e.node_name = Some("".into());
-        assert!(!e.is_on_node("n1"));
-        assert!(!e.is_on_node(""));
-        e.node_name = Some("n2".into());
-        assert!(e.is_on_node("n2"));
     }
 }
 
@@ -233,5 +200,64 @@ impl EndpointSlice {
     pub fn with_trigger_time(mut self, t: SystemTime) -> Self {
         self.trigger_time = Some(t);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_defaults_follow_the_api() {
+        let c = |r, s, t| Conditions::from_api(r, s, t);
+        assert_eq!(
+            c(None, None, None),
+            Conditions {
+                ready: true,
+                serving: true,
+                terminating: false
+            }
+        );
+        assert_eq!(
+            c(Some(false), None, None),
+            Conditions {
+                ready: false,
+                serving: false,
+                terminating: false
+            }
+        );
+        assert_eq!(
+            c(Some(false), Some(true), Some(true)),
+            Conditions {
+                ready: false,
+                serving: true,
+                terminating: true
+            }
+        );
+        assert_eq!(
+            c(None, Some(false), None),
+            Conditions {
+                ready: true,
+                serving: false,
+                terminating: false
+            }
+        );
+    }
+
+    #[test]
+    fn host_prefers_node_name_even_when_empty() {
+        let mut e = SliceEndpoint {
+            addr: "10.0.0.1".parse().unwrap(),
+            conditions: Conditions::default(),
+            node_name: None,
+            topology_hostname: Some("n1".into()),
+            zone_hints: ZoneHints::default(),
+        };
+        assert!(e.is_on_node("n1"));
+        e.node_name = Some("".into());
+        assert!(!e.is_on_node("n1"));
+        assert!(!e.is_on_node(""));
+        e.node_name = Some("n2".into());
+        assert!(e.is_on_node("n2"));
     }
 }

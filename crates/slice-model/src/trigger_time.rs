@@ -15,7 +15,9 @@ pub fn parse_rfc3339(s: &str) -> Option<SystemTime> {
         if !digits.iter().all(u8::is_ascii_digit) {
             return None;
         }
-        digits.iter().try_fold(0i64, |acc, d| acc.checked_mul(10)?.checked_add(i64::from(d - b'0')))
+        digits
+            .iter()
+            .try_fold(0i64, |acc, d| acc.checked_mul(10)?.checked_add(i64::from(d - b'0')))
     };
     let sep = |i: usize, c: &[u8]| b.get(i).is_some_and(|x| c.contains(x));
     if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {

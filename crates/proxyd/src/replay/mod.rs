@@ -145,7 +145,10 @@ impl<W: Write> Replayer<W> {
                 match object.kind() {
                     "EndpointSlice" => self.slice(line_no, action, &object),
                     "Service" => self.service(line_no, action, &object),
-                    kind => self.warn(line_no, format_args!("skipping {action:?} event for an object of kind {kind:?}")),
+                    kind => self.warn(
+                        line_no,
+                        format_args!("skipping {action:?} event for an object of kind {kind:?}"),
+                    ),
                 }
             }
         }

@@ -155,7 +155,13 @@ pub fn write_sync_line(w: &mut impl Write, map: &EndpointsMap, result: &UpdateRe
         })
         .collect();
     stale.sort_by(|a, b| {
-        (a.namespace, a.name, a.port, a.protocol, &a.endpoint).cmp(&(b.namespace, b.name, b.port, b.protocol, &b.endpoint))
+        (a.namespace, a.name, a.port, a.protocol, &a.endpoint).cmp(&(
+            b.namespace,
+            b.name,
+            b.port,
+            b.protocol,
+            &b.endpoint,
+        ))
     });
     let mut services: Vec<&ServicePortName> = result.stale_service_names.iter().collect();
     services.sort();

@@ -25,6 +25,10 @@ pub enum Action {
 
 /// One decoded line.
 #[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "lives for one line and is moved once; boxing would allocate per event on the hot path"
+)]
 pub enum Event<'a> {
     /// `SYNC`: apply pending changes and print a line.
     Sync,
@@ -92,8 +96,7 @@ pub fn decode_line(line: &[u8]) -> Result<Event<'_>, DecodeError> {
 }
 
 fn slow_path(line: &str, fast: serde_json::Error) -> Result<Event<'_>, DecodeError> {
-    let raw: RawLine<'_> =
-        serde_json::from_str(line).map_err(|e| DecodeError(format!("not a watch event: {e}")))?;
+    let raw: RawLine<'_> = serde_json::from_str(line).map_err(|e| DecodeError(format!("not a watch event: {e}")))?;
     let ty = raw.ty.as_deref().unwrap_or_default();
     let Some(act) = action(ty)? else {
         return Ok(if ty == "SYNC" { Event::Sync } else { Event::Bookmark });
@@ -101,8 +104,8 @@ fn slow_path(line: &str, fast: serde_json::Error) -> Result<Event<'_>, DecodeErr
     let Some(object) = raw.object else {
         return Err(DecodeError(format!("{ty} event without an object")));
     };
-    let km: KindAndMeta<'_> = serde_json::from_str(object.get())
-        .map_err(|e| DecodeError(format!("object is not a JSON object: {e}")))?;
+    let km: KindAndMeta<'_> =
+        serde_json::from_str(object.get()).map_err(|e| DecodeError(format!("object is not a JSON object: {e}")))?;
     if km.kind.as_deref() == Some("EndpointSlice") {
         return Err(DecodeError(format!("invalid EndpointSlice: {fast}")));
     }
@@ -123,11 +126,17 @@ mod tests {
     #[test]
     fn good_lines() {
         assert!(matches!(decode_line(br#"{"type":"SYNC"}"#), Ok(Event::Sync)));
-        assert!(matches!(decode_line(br#"{"type":"BOOKMARK","object":{"kind":"EndpointSlice","metadata":{"resourceVersion":"5"}}}"#), Ok(Event::Bookmark)));
-        assert!(matches!(decode_line(br#"{"type":"SYNC","object":{"kind":"EndpointSlice","ports":"x"}}"#), Ok(Event::Sync)));
-        let Ok(Event::Object(Action::Deleted, o)) =
-            decode_line(br#"{"type":"DELETED","object":{"kind":"EndpointSlice","metadata":{"name":"a","namespace":"b"}}}"#)
-        else {
+        assert!(matches!(
+            decode_line(br#"{"type":"BOOKMARK","object":{"kind":"EndpointSlice","metadata":{"resourceVersion":"5"}}}"#),
+            Ok(Event::Bookmark)
+        ));
+        assert!(matches!(
+            decode_line(br#"{"type":"SYNC","object":{"kind":"EndpointSlice","ports":"x"}}"#),
+            Ok(Event::Sync)
+        ));
+        let Ok(Event::Object(Action::Deleted, o)) = decode_line(
+            br#"{"type":"DELETED","object":{"kind":"EndpointSlice","metadata":{"name":"a","namespace":"b"}}}"#,
+        ) else {
             panic!()
         };
         assert_eq!(o.kind(), "EndpointSlice");
@@ -142,7 +151,8 @@ mod tests {
         };
         assert_eq!(o.kind(), "Service");
         assert!(o.metadata.is_none(), "metadata that does not fit is dropped");
-        let Ok(Event::Object(_, o)) = decode_line(br#"{"type":"ADDED","object":{"kind":"Endpoints","subsets":[]}}"#) else {
+        let Ok(Event::Object(_, o)) = decode_line(br#"{"type":"ADDED","object":{"kind":"Endpoints","subsets":[]}}"#)
+        else {
             panic!()
         };
         assert_eq!(o.kind(), "Endpoints");
@@ -153,11 +163,20 @@ mod tests {
         assert!(err(r#"{"type":"ADDED","object":"#).starts_with("not a watch event"));
         assert!(err("[1,2]").starts_with("not a watch event"));
         assert_eq!(err(r#"{"object":{}}"#), "missing event type");
-        assert_eq!(err(r#"{"type":"ERROR","object":{"kind":"Status"}}"#), "unknown event type \"ERROR\"");
+        assert_eq!(
+            err(r#"{"type":"ERROR","object":{"kind":"Status"}}"#),
+            "unknown event type \"ERROR\""
+        );
         assert_eq!(err(r#"{"type":"ADDED"}"#), "ADDED event without an object");
-        assert_eq!(err(r#"{"type":"MODIFIED","object":null}"#), "MODIFIED event without an object");
+        assert_eq!(
+            err(r#"{"type":"MODIFIED","object":null}"#),
+            "MODIFIED event without an object"
+        );
         assert!(err(r#"{"type":"ADDED","object":[1]}"#).starts_with("object is not a JSON object"));
-        assert!(err(r#"{"type":"ADDED","object":{"kind":"EndpointSlice","ports":[{"port":"x"}]}}"#).starts_with("invalid EndpointSlice"));
+        assert!(
+            err(r#"{"type":"ADDED","object":{"kind":"EndpointSlice","ports":[{"port":"x"}]}}"#)
+                .starts_with("invalid EndpointSlice")
+        );
         assert!(err(r#"{"type":5}"#).starts_with("not a watch event"));
         assert!(err("{\"type\":\"SYNC\"} junk").starts_with("not a watch event"));
         assert!(err("\u{0}").starts_with("not a watch event"));
