@@ -104,10 +104,7 @@ pub fn service_from_k8s(svc: &core::Service) -> Result<(ServiceInfo, Vec<Service
         name: name.clone(),
         warnings: Vec::new(),
     };
-    let mut info = ServiceInfo {
-        name,
-        ..ServiceInfo::default()
-    };
+    let mut info = ServiceInfo::new(name);
     let Some(spec) = &svc.spec else {
         return Ok((info, cx.warnings));
     };

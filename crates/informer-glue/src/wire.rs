@@ -17,8 +17,8 @@ use serde::Deserialize;
 use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 use slice_model::{
-    EndpointSlice, HOSTNAME_TOPOLOGY_KEY, Interner, RawEndpoint, SERVICE_NAME_LABEL, ServiceInfo, SliceBuilder,
-    SliceError, SliceName, SliceWarning, TRIGGER_TIME_ANNOTATION,
+    EndpointSlice, HOSTNAME_TOPOLOGY_KEY, Interner, NamespacedName, RawEndpoint, SERVICE_NAME_LABEL, ServiceInfo,
+    SliceBuilder, SliceError, SliceName, SliceWarning, TRIGGER_TIME_ANNOTATION,
 };
 
 use crate::service::{ServiceError, ServiceWarning, service_from_k8s};
@@ -281,7 +281,19 @@ impl<'a> WireObject<'a> {
         self.metadata.as_ref().and_then(f).map(|s| &**s)
     }
 
-    /// `metadata.namespace`/`metadata.name`, for a DELETED event.
+    /// `metadata.namespace`/`metadata.name`, when both are set and not empty.
+    pub fn name(&self) -> Option<NamespacedName> {
+        match (
+            self.meta_str(|m| m.namespace.as_ref()),
+            self.meta_str(|m| m.name.as_ref()),
+        ) {
+            (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Some(NamespacedName::new(ns, n)),
+            _ => None,
+        }
+    }
+
+    /// The slice's name, for a DELETED event (rule 6: namespace and name are
+    /// all a delete needs).
     pub fn slice_name(&self) -> Result<SliceName, SliceError> {
         slice_model::slice_name(
             self.meta_str(|m| m.namespace.as_ref()),

@@ -48,7 +48,7 @@ pub struct ServicePort {
 }
 
 /// A service, with what kube-proxy reads of it.
-#[derive(Clone, PartialEq, Eq, Debug, Default)]
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub struct ServiceInfo {
     /// Namespace and name.
     pub name: ServiceName,
@@ -78,13 +78,27 @@ pub struct ServiceInfo {
     pub traffic_distribution: Option<Arc<str>>,
 }
 
-impl Default for ServiceName {
-    fn default() -> Self {
-        ServiceName::new("", "")
-    }
-}
-
 impl ServiceInfo {
+    /// A ClusterIP service with no IPs and no ports: what a Service object
+    /// without a `spec` amounts to.
+    pub fn new(name: ServiceName) -> Self {
+        Self {
+            name,
+            service_type: ServiceType::default(),
+            cluster_ips: Vec::new(),
+            headless: false,
+            ports: Vec::new(),
+            external_ips: Vec::new(),
+            load_balancer_ips: Vec::new(),
+            load_balancer_source_ranges: Vec::new(),
+            session_affinity: None,
+            external_traffic_policy: TrafficPolicy::default(),
+            internal_traffic_policy: TrafficPolicy::default(),
+            health_check_node_port: None,
+            traffic_distribution: None,
+        }
+    }
+
     /// Whether a proxier has anything to program for this service: not
     /// headless and not an ExternalName alias.
     pub fn is_proxied(&self) -> bool {

@@ -186,8 +186,8 @@ impl<W: Write> Replayer<W> {
 
     fn service(&mut self, line_no: u64, action: Action, object: &WireObject<'_>) {
         if action == Action::Deleted {
-            if let Ok(name) = object.slice_name() {
-                self.services.remove(&ServiceName::new(name.namespace, name.name));
+            if let Some(name) = object.name() {
+                self.services.remove(&name);
             }
             return;
         }

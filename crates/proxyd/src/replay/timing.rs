@@ -1,6 +1,6 @@
 //! The `--timing` line.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -40,11 +40,4 @@ pub fn peak_rss_kib() -> u64 {
         .and_then(|v| v.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
-}
-
-impl Timing {
-    /// Total time measured.
-    pub fn total(&self) -> Duration {
-        Duration::from_nanos(self.decode_ns + self.update_ns + self.sync_ns)
-    }
 }
