@@ -15,15 +15,34 @@
 //! defaulting to `ready`, a missing service-name label rejected) hold the
 //! same whether objects come from a live watch or a recorded trace.
 //!
+//! Watching a live cluster:
+//!
+//! ```text
+//!  kube-runtime watcher (list-then-watch, default backoff, label selector)
+//!        │ Init / InitApply / InitDone / Apply / Delete
+//!        ▼
+//!  EventFold ── add / update(old, new) / delete(tombstone) / synced ──► EventHandler
+//! ```
+//!
+//! The fold turns "known before a relist, absent after it" into a delete, so
+//! nothing deleted while the watch was down survives ([`fold`]); the runner
+//! logs and counts watch errors and never gives up ([`runner`]); selection
+//! follows kube-proxy's labels ([`selection`]).
+//!
 //! Library users pick the Kubernetes version: this crate enables no
 //! `k8s-openapi` version feature.
 
 mod convert;
+pub mod fold;
+pub mod runner;
+pub mod selection;
 mod service;
 pub mod wire;
 
 pub use convert::{slice_from_k8s, slice_name_of};
 pub use service::{DEFAULT_AFFINITY_TIMEOUT, ServiceError, ServiceWarning, service_from_k8s};
 
+#[cfg(test)]
+mod fold_tests;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,104 @@
+//! Driving an [`EventHandler`] from a kube-runtime watcher.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::StreamExt;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use crate::fold::{EventFold, EventHandler};
+
+/// Counters of one watch, shared with whoever reports them (metrics).
+#[derive(Debug, Default)]
+pub struct WatchMetrics {
+    /// Watch events received (all kinds).
+    pub events: AtomicU64,
+    /// Errors from the watch (list, watch start, watch stream, ERROR
+    /// events); each is followed by a retry with backoff.
+    pub errors: AtomicU64,
+    /// Complete lists (the first one and every relist).
+    pub lists: AtomicU64,
+    /// Lists restarted before they completed.
+    pub aborted_lists: AtomicU64,
+    /// Deletes that only a relist revealed.
+    pub deletes_found_by_relist: AtomicU64,
+}
+
+/// How to watch one kind.
+#[derive(Debug, Clone)]
+pub struct WatchSettings {
+    /// Label selector for list and watch requests.
+    pub label_selector: String,
+    /// Objects per list page.
+    pub page_size: u32,
+}
+
+/// Watches `api` until `shutdown` completes, folding events into `handler`
+/// (see [`EventFold`]). Errors are logged with context and counted; the
+/// watch retries with kube-runtime's default backoff and never gives up.
+/// Returns the handler.
+///
+/// Uses list-then-watch (not streaming lists), so every restart begins with
+/// a complete list that the fold can check deletes against.
+pub async fn run_watch<K, H>(
+    api: Api<K>,
+    settings: WatchSettings,
+    mut fold: EventFold<K>,
+    mut handler: H,
+    metrics: Arc<WatchMetrics>,
+    shutdown: impl Future<Output = ()>,
+) -> H
+where
+    K: Resource + ResourceExt + Clone + DeserializeOwned + Debug + Send + 'static,
+    K::DynamicType: Default,
+    H: EventHandler<K>,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let span = tracing::info_span!("watch", kind = %kind, selector = %settings.label_selector);
+    async move {
+        let config = watcher::Config::default()
+            .labels(&settings.label_selector)
+            .page_size(settings.page_size);
+        let stream = watcher(api, config).default_backoff();
+        futures::pin_mut!(stream);
+        futures::pin_mut!(shutdown);
+        tracing::info!("starting");
+        loop {
+            let item = tokio::select! {
+                () = &mut shutdown => break,
+                item = stream.next() => item,
+            };
+            match item {
+                Some(Ok(event)) => {
+                    metrics.events.fetch_add(1, Ordering::Relaxed);
+                    let was_synced = fold.is_synced();
+                    fold.apply(event, &mut handler);
+                    let s = fold.stats();
+                    metrics.lists.store(s.lists, Ordering::Relaxed);
+                    metrics.aborted_lists.store(s.aborted_lists, Ordering::Relaxed);
+                    metrics.deletes_found_by_relist.store(s.deletes_found_by_relist, Ordering::Relaxed);
+                    if !was_synced && fold.is_synced() {
+                        tracing::info!(objects = fold.known().count(), "synced");
+                    }
+                }
+                Some(Err(e)) => {
+                    metrics.errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "watch failed; retrying with backoff");
+                }
+                None => {
+                    tracing::error!("watch stream ended unexpectedly");
+                    break;
+                }
+            }
+        }
+        tracing::info!("stopped");
+        handler
+    }
+    .instrument(span)
+    .await
+}
