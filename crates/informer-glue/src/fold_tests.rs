@@ -13,7 +13,7 @@ fn obj(id: u8, version: u8) -> Service {
     s.metadata.name = Some(format!("o{id}"));
     s.metadata.namespace = Some("ns".into());
     s.metadata.resource_version = Some(version.to_string());
-    if (id + version) % 4 == 0 {
+    if (id + version).is_multiple_of(4) {
         s.metadata.labels = Some([("skip".to_string(), "1".to_string())].into());
     }
     s

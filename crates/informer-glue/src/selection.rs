@@ -94,8 +94,10 @@ mod tests {
 
     #[test]
     fn headless_services_are_skipped() {
-        let mut svc = Service::default();
-        svc.spec = Some(Default::default());
+        let mut svc = Service {
+            spec: Some(Default::default()),
+            ..Service::default()
+        };
         assert!(Selection::default().selects_service(&svc));
         svc.spec.as_mut().unwrap().cluster_ip = Some("None".into());
         assert!(!Selection::default().selects_service(&svc));
