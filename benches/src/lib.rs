@@ -64,7 +64,7 @@ impl Workload {
     /// Slice `slice` of service `service`, in generation `generation`.
     pub fn slice(&mut self, service: u32, slice: u32, generation: u32) -> EndpointSlice {
         let s = self.shape;
-        let protocol = if service % s.udp_every == 0 {
+        let protocol = if service.is_multiple_of(s.udp_every) {
             Protocol::Udp
         } else {
             Protocol::Tcp

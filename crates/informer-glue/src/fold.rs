@@ -147,7 +147,12 @@ impl<K: ResourceExt + Clone> EventFold<K> {
                     tracing::warn!(kind = %std::any::type_name::<K>(), "InitDone without Init; ignored");
                     return;
                 };
-                let gone: Vec<Key> = self.known.keys().filter(|k| !listed.contains_key(*k)).cloned().collect();
+                let gone: Vec<Key> = self
+                    .known
+                    .keys()
+                    .filter(|k| !listed.contains_key(*k))
+                    .cloned()
+                    .collect();
                 for key in gone {
                     self.stats.deletes_found_by_relist += 1;
                     self.delete(&key, handler);

@@ -37,17 +37,31 @@ struct Recorder {
 
 impl EventHandler<Service> for Recorder {
     fn on_add(&mut self, obj: &Service) {
-        assert!(self.view.insert(key(obj), obj.clone()).is_none(), "add of a known object");
+        assert!(
+            self.view.insert(key(obj), obj.clone()).is_none(),
+            "add of a known object"
+        );
         self.calls.push(format!("add {}", key(obj)));
     }
     fn on_update(&mut self, old: &Service, new: &Service) {
-        assert_eq!(self.view.get(&key(old)), Some(old), "update's old is what the handler has");
-        assert_ne!(old.metadata.resource_version, new.metadata.resource_version, "no-op update");
+        assert_eq!(
+            self.view.get(&key(old)),
+            Some(old),
+            "update's old is what the handler has"
+        );
+        assert_ne!(
+            old.metadata.resource_version, new.metadata.resource_version,
+            "no-op update"
+        );
         self.view.insert(key(new), new.clone());
         self.calls.push(format!("update {}", key(new)));
     }
     fn on_delete(&mut self, obj: &Service) {
-        assert_eq!(self.view.remove(&key(obj)).as_ref(), Some(obj), "tombstone is the last known object");
+        assert_eq!(
+            self.view.remove(&key(obj)).as_ref(),
+            Some(obj),
+            "tombstone is the last known object"
+        );
         self.calls.push(format!("delete {}", key(obj)));
     }
     fn on_synced(&mut self) {
@@ -152,7 +166,12 @@ proptest! {
 fn delete_while_down_is_found_by_the_relist() {
     let mut fold = EventFold::new();
     let mut rec = Recorder::default();
-    for e in [Event::Init, Event::InitApply(obj(1, 1)), Event::InitApply(obj(2, 1)), Event::InitDone] {
+    for e in [
+        Event::Init,
+        Event::InitApply(obj(1, 1)),
+        Event::InitApply(obj(2, 1)),
+        Event::InitDone,
+    ] {
         fold.apply(e, &mut rec);
     }
     assert_eq!(rec.synced, 1);
@@ -183,7 +202,11 @@ fn aborted_relist_loses_and_invents_nothing() {
     for e in [Event::Init, Event::InitApply(obj(1, 1)), Event::InitDone] {
         fold.apply(e, &mut rec);
     }
-    assert_eq!(rec.calls, ["add o1"], "o1 unchanged (same resourceVersion), o3 never invented");
+    assert_eq!(
+        rec.calls,
+        ["add o1"],
+        "o1 unchanged (same resourceVersion), o3 never invented"
+    );
     assert_eq!(fold.stats().aborted_lists, 1);
 }
 

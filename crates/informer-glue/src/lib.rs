@@ -32,6 +32,7 @@
 //! Library users pick the Kubernetes version: this crate enables no
 //! `k8s-openapi` version feature.
 
+mod cache_handler;
 mod convert;
 pub mod fold;
 pub mod runner;
@@ -39,6 +40,7 @@ pub mod selection;
 mod service;
 pub mod wire;
 
+pub use cache_handler::SliceCacheHandler;
 pub use convert::{slice_from_k8s, slice_name_of};
 pub use service::{DEFAULT_AFFINITY_TIMEOUT, ServiceError, ServiceWarning, service_from_k8s};
 

@@ -81,7 +81,9 @@ where
                     let s = fold.stats();
                     metrics.lists.store(s.lists, Ordering::Relaxed);
                     metrics.aborted_lists.store(s.aborted_lists, Ordering::Relaxed);
-                    metrics.deletes_found_by_relist.store(s.deletes_found_by_relist, Ordering::Relaxed);
+                    metrics
+                        .deletes_found_by_relist
+                        .store(s.deletes_found_by_relist, Ordering::Relaxed);
                     if !was_synced && fold.is_synced() {
                         tracing::info!(objects = fold.known().count(), "synced");
                     }

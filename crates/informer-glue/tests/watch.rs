@@ -1,0 +1,521 @@
+//! The watch glue against the fake API server, over real HTTP with kube's
+//! client and kube-runtime's watcher: lists, watches, drops, 410 Gone,
+//! broken lists, selection, bookmarks, chunked lists, and a soak with random
+//! faults.
+
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use endpoints_map::EndpointsMap;
+use fake_apiserver::{FakeApiServer, Kind};
+use informer_glue::fold::{EventFold, EventHandler};
+use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
+use informer_glue::selection::Selection;
+use informer_glue::{SliceCacheHandler, slice_from_k8s};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use slice_cache::EndpointSliceCache;
+use slice_model::{Interner, IpFamily};
+use tokio::sync::oneshot;
+
+/// Every wait in these tests is bounded by this.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn slice(ns: &str, name: &str, svc: &str, ips: &[&str]) -> Value {
+    json!({
+        "kind": "EndpointSlice", "apiVersion": "discovery.k8s.io/v1",
+        "metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
+        "addressType": "IPv4",
+        "endpoints": ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}, "nodeName": "node-1"})).collect::<Vec<_>>(),
+        "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
+    })
+}
+
+fn service(ns: &str, name: &str, labels: Value, cluster_ip: &str) -> Value {
+    json!({
+        "kind": "Service", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": ns, "labels": labels},
+        "spec": {"clusterIP": cluster_ip, "ports": [{"name": "http", "port": 80}]},
+    })
+}
+
+/// What a handler has been told: name -> resourceVersion, plus counters.
+#[derive(Default, Debug)]
+struct Seen {
+    objects: BTreeMap<String, String>,
+    adds: u32,
+    updates: u32,
+    deletes: u32,
+    synced: u32,
+}
+
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Seen>>);
+
+impl Recorder {
+    fn get(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.0.lock().unwrap()
+    }
+}
+
+fn key<K: ResourceExt>(o: &K) -> String {
+    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any())
+}
+
+impl<K: ResourceExt> EventHandler<K> for Recorder {
+    fn on_add(&mut self, obj: &K) {
+        let mut s = self.get();
+        s.adds += 1;
+        assert!(
+            s.objects
+                .insert(key(obj), obj.resource_version().unwrap_or_default())
+                .is_none()
+        );
+    }
+    fn on_update(&mut self, old: &K, new: &K) {
+        let mut s = self.get();
+        s.updates += 1;
+        assert_eq!(s.objects.get(&key(old)), old.resource_version().as_ref());
+        s.objects.insert(key(new), new.resource_version().unwrap_or_default());
+    }
+    fn on_delete(&mut self, obj: &K) {
+        let mut s = self.get();
+        s.deletes += 1;
+        assert!(s.objects.remove(&key(obj)).is_some(), "delete of an unknown object");
+    }
+    fn on_synced(&mut self) {
+        self.get().synced += 1;
+    }
+}
+
+/// The server's state as name -> resourceVersion.
+fn server_view(server: &FakeApiServer, kind: Kind, keep: impl Fn(&Value) -> bool) -> BTreeMap<String, String> {
+    server
+        .objects(kind)
+        .into_iter()
+        .filter(|o| keep(o))
+        .map(|o| {
+            let m = &o["metadata"];
+            (
+                format!("{}/{}", m["namespace"].as_str().unwrap(), m["name"].as_str().unwrap()),
+                m["resourceVersion"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < WAIT, "timed out after {WAIT:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+struct Watch<H> {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<H>,
+    metrics: Arc<WatchMetrics>,
+}
+
+impl<H> Watch<H> {
+    async fn stop(mut self) -> H {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.task.await.expect("the watch task does not panic")
+    }
+}
+
+fn spawn<K, H>(api: Api<K>, selector: String, page_size: u32, fold: EventFold<K>, handler: H) -> Watch<H>
+where
+    K: kube::Resource + ResourceExt + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+    H: EventHandler<K> + Send + 'static,
+{
+    let (stop, stopped) = oneshot::channel::<()>();
+    let metrics = Arc::new(WatchMetrics::default());
+    let settings = WatchSettings {
+        label_selector: selector,
+        page_size,
+    };
+    let shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+        let _ = stopped.await;
+    });
+    let task = tokio::spawn(run_watch(api, settings, fold, handler, metrics.clone(), shutdown));
+    Watch {
+        stop: Some(stop),
+        task,
+        metrics,
+    }
+}
+
+fn slices_api(server: &FakeApiServer) -> Api<EndpointSlice> {
+    Api::all(server.client())
+}
+
+#[tokio::test]
+async fn initial_list_then_add_update_delete() {
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(slice("ns", "a", "web", &["10.0.0.1"])).unwrap();
+    server.apply(slice("ns", "b", "web", &["10.0.0.2"])).unwrap();
+    let rec = Recorder::default();
+    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
+    wait_for("synced", || rec.get().synced == 1).await;
+    assert_eq!(rec.get().objects, server_view(&server, Kind::EndpointSlice, |_| true));
+
+    server.apply(slice("ns", "c", "web", &["10.0.0.3"])).unwrap();
+    server.apply(slice("ns", "a", "web", &["10.0.0.9"])).unwrap();
+    server.delete(Kind::EndpointSlice, "ns", "b").unwrap();
+    let want = server_view(&server, Kind::EndpointSlice, |_| true);
+    wait_for("changes to flow through", || rec.get().objects == want).await;
+    {
+        let s = rec.get();
+        assert_eq!((s.adds, s.updates, s.deletes, s.synced), (3, 1, 1, 1));
+    }
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn dropped_watch_resumes_and_converges() {
+    let server = FakeApiServer::start().await.unwrap();
+    for i in 0..5 {
+        server
+            .apply(slice("ns", &format!("s{i}"), "web", &["10.0.0.1"]))
+            .unwrap();
+    }
+    let rec = Recorder::default();
+    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
+    wait_for("synced", || rec.get().synced == 1).await;
+    // Slow the server so that the changes land while no watch is open.
+    server.set_delay(Duration::from_millis(300));
+    server.drop_watches();
+    server.apply(slice("ns", "s0", "web", &["10.0.0.2"])).unwrap();
+    server.delete(Kind::EndpointSlice, "ns", "s1").unwrap();
+    server.apply(slice("ns", "new", "web", &["10.0.0.3"])).unwrap();
+    server.set_delay(Duration::ZERO);
+    let want = server_view(&server, Kind::EndpointSlice, |_| true);
+    wait_for("convergence after the drop", || rec.get().objects == want).await;
+    assert_eq!(rec.get().synced, 1, "synced fires once");
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn gone_relists_and_surfaces_deletes() {
+    let server = FakeApiServer::start().await.unwrap();
+    for i in 0..4 {
+        server
+            .apply(slice("ns", &format!("s{i}"), "web", &["10.0.0.1"]))
+            .unwrap();
+    }
+    let rec = Recorder::default();
+    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
+    wait_for("synced", || rec.get().synced == 1).await;
+    let lists_before = server.stats().lists;
+    // Deletes that no watch will ever report: the history is compacted and
+    // the next watch gets 410 Gone, so only a relist can reveal them.
+    server.set_delay(Duration::from_millis(300));
+    server.drop_watches();
+    server.delete(Kind::EndpointSlice, "ns", "s1").unwrap();
+    server.delete(Kind::EndpointSlice, "ns", "s2").unwrap();
+    server.apply(slice("ns", "s3", "web", &["10.0.0.7"])).unwrap();
+    server.compact();
+    server.expire_next_watches(1);
+    server.set_delay(Duration::ZERO);
+    let want = server_view(&server, Kind::EndpointSlice, |_| true);
+    wait_for("deletes surfaced by the relist", || rec.get().objects == want).await;
+    assert!(server.stats().lists > lists_before, "a relist happened");
+    assert!(
+        w.metrics
+            .deletes_found_by_relist
+            .load(std::sync::atomic::Ordering::Relaxed)
+            >= 2
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn list_failing_part_way_loses_nothing() {
+    let server = FakeApiServer::start().await.unwrap();
+    for i in 0..30 {
+        server
+            .apply(slice("ns", &format!("s{i:02}"), "web", &["10.0.0.1"]))
+            .unwrap();
+    }
+    // The first list breaks after its first page, twice; errors are counted
+    // and the watch retries with backoff.
+    server.fail_next_continues(2);
+    let rec = Recorder::default();
+    let w = spawn(slices_api(&server), String::new(), 10, EventFold::new(), rec.clone());
+    wait_for("synced", || rec.get().synced == 1).await;
+    assert_eq!(rec.get().objects, server_view(&server, Kind::EndpointSlice, |_| true));
+    assert_eq!(rec.get().deletes, 0, "nothing invented or lost");
+    assert!(w.metrics.errors.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+
+    // A relist that breaks part-way after the first sync loses nothing either.
+    server.set_delay(Duration::from_millis(200));
+    server.drop_watches();
+    server.compact();
+    server.expire_next_watches(1);
+    server.fail_next_continues(1);
+    server.delete(Kind::EndpointSlice, "ns", "s05").unwrap();
+    server.set_delay(Duration::ZERO);
+    let want = server_view(&server, Kind::EndpointSlice, |_| true);
+    wait_for("convergence after a broken relist", || rec.get().objects == want).await;
+    assert_eq!(rec.get().deletes, 1);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn failed_lists_are_retried() {
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(slice("ns", "a", "web", &["10.0.0.1"])).unwrap();
+    server.fail_next_lists(2);
+    let rec = Recorder::default();
+    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
+    wait_for("synced despite failing lists", || rec.get().synced == 1).await;
+    assert_eq!(rec.get().objects.len(), 1);
+    assert!(w.metrics.errors.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn selection_by_proxy_name_and_headless() {
+    let server = FakeApiServer::start().await.unwrap();
+    let name = "service.kubernetes.io/service-proxy-name";
+    server.apply(service("ns", "plain", json!({}), "10.96.0.1")).unwrap();
+    server
+        .apply(service("ns", "mine", json!({name: "multus-proxy"}), "10.96.0.2"))
+        .unwrap();
+    server
+        .apply(service("ns", "other", json!({name: "other"}), "10.96.0.3"))
+        .unwrap();
+    server.apply(service("ns", "headless", json!({}), "None")).unwrap();
+    let mut s = slice("ns", "hl-1", "headless", &["10.0.0.1"]);
+    s["metadata"]["labels"]["service.kubernetes.io/headless"] = json!("");
+    server.apply(s).unwrap();
+    server.apply(slice("ns", "plain-1", "plain", &["10.0.0.2"])).unwrap();
+
+    let api: Api<Service> = Api::all(server.client());
+    let default = Selection::default();
+    let multus = Selection {
+        proxy_name: Some("multus-proxy".into()),
+    };
+    let (d, m) = (Recorder::default(), Recorder::default());
+    let sel = default.clone();
+    let wd = spawn(
+        api.clone(),
+        default.label_selector(),
+        500,
+        EventFold::with_selection(move |s| sel.selects_service(s)),
+        d.clone(),
+    );
+    let sel = multus.clone();
+    let wm = spawn(
+        api,
+        multus.label_selector(),
+        500,
+        EventFold::with_selection(move |s| sel.selects_service(s)),
+        m.clone(),
+    );
+    let rs = Recorder::default();
+    let ws = spawn(
+        slices_api(&server),
+        default.label_selector(),
+        500,
+        EventFold::new(),
+        rs.clone(),
+    );
+    wait_for("all synced", || {
+        d.get().synced == 1 && m.get().synced == 1 && rs.get().synced == 1
+    })
+    .await;
+    assert_eq!(d.get().objects.keys().collect::<Vec<_>>(), ["ns/plain"]);
+    assert_eq!(m.get().objects.keys().collect::<Vec<_>>(), ["ns/mine"]);
+    assert_eq!(
+        rs.get().objects.keys().collect::<Vec<_>>(),
+        ["ns/plain-1"],
+        "headless slices skipped"
+    );
+
+    // Relabelling moves a service between proxies: a delete for one, an
+    // add for the other.
+    server
+        .apply(service("ns", "plain", json!({name: "multus-proxy"}), "10.96.0.1"))
+        .unwrap();
+    wait_for("the move", || d.get().objects.is_empty() && m.get().objects.len() == 2).await;
+    wd.stop().await;
+    wm.stop().await;
+    ws.stop().await;
+}
+
+#[tokio::test]
+async fn bookmarks_cause_no_events() {
+    let server = FakeApiServer::start().await.unwrap();
+    server.set_bookmark_interval(Duration::from_millis(50));
+    server.apply(slice("ns", "a", "web", &["10.0.0.1"])).unwrap();
+    let rec = Recorder::default();
+    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
+    wait_for("synced", || rec.get().synced == 1).await;
+    wait_for("a few bookmarks", || server.stats().bookmarks >= 5).await;
+    {
+        let s = rec.get();
+        assert_eq!((s.adds, s.updates, s.deletes), (1, 0, 0));
+    }
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_thousand_slices_across_chunked_lists() {
+    let server = FakeApiServer::start().await.unwrap();
+    for i in 0..1000 {
+        server
+            .apply(slice(
+                &format!("ns-{}", i % 7),
+                &format!("s-{i}"),
+                &format!("svc-{}", i % 50),
+                &["10.0.0.1"],
+            ))
+            .unwrap();
+    }
+    let rec = Recorder::default();
+    let w = spawn(slices_api(&server), String::new(), 100, EventFold::new(), rec.clone());
+    wait_for("synced", || rec.get().synced == 1).await;
+    assert_eq!(rec.get().objects.len(), 1000);
+    assert!(
+        server.stats().continued_lists >= 9,
+        "the list came in pages: {:?}",
+        server.stats()
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn writes_through_the_http_api() {
+    let server = FakeApiServer::start().await.unwrap();
+    let api: Api<EndpointSlice> = Api::namespaced(server.client(), "ns");
+    let obj: EndpointSlice = serde_json::from_value(slice("ns", "a", "web", &["10.0.0.1"])).unwrap();
+    api.create(&Default::default(), &obj).await.unwrap();
+    assert!(
+        api.create(&Default::default(), &obj).await.is_err(),
+        "409 on a second create"
+    );
+    let got = api.get("a").await.unwrap();
+    assert_eq!(got.endpoints.unwrap().len(), 1);
+    api.delete("a", &Default::default()).await.unwrap();
+    assert!(api.get("a").await.is_err());
+    assert!(server.objects(Kind::EndpointSlice).is_empty());
+}
+
+/// A small deterministic generator (no dependency needed for a soak).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// The engine fed through the watch equals the engine fed straight from
+/// the server's final state, after a bounded run of churn and random faults.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soak_with_random_faults() {
+    let server = FakeApiServer::start().await.unwrap();
+    server.set_bookmark_interval(Duration::from_millis(300));
+    let mut rng = Lcg(42);
+    let ips = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"];
+    let put = |server: &FakeApiServer, rng: &mut Lcg| {
+        let i = rng.next(40);
+        let n = 1 + rng.next(3) as usize;
+        let start = rng.next(4) as usize;
+        let chosen: Vec<&str> = (0..n).map(|k| ips[(start + k) % 4]).collect();
+        server
+            .apply(slice("ns", &format!("s{i}"), &format!("svc{}", rng.next(8)), &chosen))
+            .unwrap();
+    };
+    for _ in 0..40 {
+        put(&server, &mut rng);
+    }
+    let cache = Arc::new(Mutex::new(EndpointSliceCache::new("node-1", IpFamily::V4)));
+    let handler = SliceCacheHandler::new(cache.clone());
+    let synced = handler.synced.clone();
+    let w = spawn(
+        slices_api(&server),
+        Selection::default().label_selector(),
+        7,
+        EventFold::new(),
+        handler,
+    );
+    wait_for("synced", || synced.load(std::sync::atomic::Ordering::Acquire)).await;
+
+    // Random churn and watch drops (which resume from the last
+    // resourceVersion); every 1.2 s an error fault: 410 Gone, 410 plus a
+    // relist that breaks part-way, or compaction while writes land. Errors
+    // put the watcher in backoff (0.8 s, doubling), hence the spacing.
+    let start = Instant::now();
+    let mut next_fault = start + Duration::from_millis(600);
+    let mut cycle = 0;
+    while start.elapsed() < Duration::from_secs(6) {
+        if Instant::now() >= next_fault {
+            match cycle % 3 {
+                0 => server.expire_next_watches(1),
+                1 => {
+                    server.expire_next_watches(1);
+                    server.fail_next_continues(1);
+                }
+                _ => server.compact(),
+            }
+            server.drop_watches();
+            cycle += 1;
+            next_fault += Duration::from_millis(1200);
+        }
+        match rng.next(100) {
+            0..=14 => server.drop_watches(),
+            15..=39 => {
+                let i = rng.next(40);
+                let _ = server.delete(Kind::EndpointSlice, "ns", &format!("s{i}"));
+            }
+            _ => put(&server, &mut rng),
+        }
+        tokio::time::sleep(Duration::from_millis(10 + rng.next(40))).await;
+    }
+
+    // The engine fed directly from the server's final state.
+    let mut direct = EndpointSliceCache::new("node-1", IpFamily::V4);
+    let mut interner = Interner::new();
+    for obj in server.objects(Kind::EndpointSlice) {
+        let s: EndpointSlice = serde_json::from_value(obj).unwrap();
+        direct.update(slice_from_k8s(&s, &mut interner).unwrap().0);
+    }
+    let mut want = EndpointsMap::new();
+    want.update(&mut direct);
+    let want: Vec<String> = want.iter().map(|(s, p)| format!("{s} {p:?}")).collect();
+
+    let mut got_map = EndpointsMap::new();
+    wait_for("the watched engine to converge", || {
+        got_map.update(&mut cache.lock().unwrap());
+        got_map.iter().map(|(s, p)| format!("{s} {p:?}")).collect::<Vec<_>>() == want
+    })
+    .await;
+    let errors = w.metrics.errors.load(std::sync::atomic::Ordering::Relaxed);
+    let lists = w.metrics.lists.load(std::sync::atomic::Ordering::Relaxed);
+    w.stop().await;
+    let stats = server.stats();
+    eprintln!("soak: {lists} complete lists, {errors} watch errors, server {stats:?}");
+    assert!(lists > 1, "the soak forced relists ({lists})");
+    assert!(
+        stats.watches >= 8,
+        "the watch reconnected many times ({})",
+        stats.watches
+    );
+    assert!(stats.faults >= 2, "error faults were served ({})", stats.faults);
+}

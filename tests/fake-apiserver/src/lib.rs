@@ -1,0 +1,777 @@
+//! # fake-apiserver
+//!
+//! Test support: an HTTP server on 127.0.0.1 that serves `v1` Services and
+//! `discovery.k8s.io/v1` EndpointSlices the way kube-apiserver does, so that
+//! kube's real `Client` and kube-runtime's real watcher can be tested
+//! without a cluster.
+//!
+//! ```text
+//!  GET  /version, /api, /apis, /api/v1, /apis/discovery.k8s.io[/v1]   discovery
+//!  GET  <collection>?labelSelector=&limit=&continue=                  list (consistent pages)
+//!  GET  <collection>?watch=true&resourceVersion=&allowWatchBookmarks=&timeoutSeconds=
+//!  GET  <object>;  POST <collection>;  PUT, DELETE <object>
+//!    <collection> = /api/v1[/namespaces/NS]/services
+//!                 | /apis/discovery.k8s.io/v1[/namespaces/NS]/endpointslices
+//! ```
+//!
+//! Every write bumps a global resourceVersion and appends to a history that
+//! watches replay from any resourceVersion not yet compacted; older ones get
+//! the API server's `410 Gone` (an `ERROR` event with reason `Expired`, or an
+//! HTTP 410 for a list's expired `continue`). A watch with a label selector
+//! sees an object that stops matching as `DELETED` and one that starts
+//! matching as `ADDED`, as the API server's watch cache reports them.
+//!
+//! Fault controls for tests: [`FakeApiServer::drop_watches`],
+//! [`FakeApiServer::expire_next_watches`], [`FakeApiServer::fail_next_lists`],
+//! [`FakeApiServer::fail_next_continues`], [`FakeApiServer::set_delay`],
+//! [`FakeApiServer::compact`].
+
+mod selector;
+
+use std::collections::{BTreeMap, HashMap};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc, watch};
+
+pub use selector::Selector;
+
+/// The kinds this server serves.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum Kind {
+    /// `v1` Service.
+    Service,
+    /// `discovery.k8s.io/v1` EndpointSlice.
+    EndpointSlice,
+}
+
+impl Kind {
+    /// `kind`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+        }
+    }
+
+    /// `apiVersion`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::Service => "v1",
+            Kind::EndpointSlice => "discovery.k8s.io/v1",
+        }
+    }
+
+    fn plural(self) -> &'static str {
+        match self {
+            Kind::Service => "services",
+            Kind::EndpointSlice => "endpointslices",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Self> {
+        match s {
+            "Service" => Some(Kind::Service),
+            "EndpointSlice" => Some(Kind::EndpointSlice),
+            _ => None,
+        }
+    }
+}
+
+/// Why a write was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteError {
+    /// `kind` is missing or not served.
+    UnknownKind(String),
+    /// `metadata.name` or `metadata.namespace` is missing.
+    MissingName,
+    /// Create of an object that exists.
+    AlreadyExists,
+    /// Replace or delete of an object that does not exist.
+    NotFound,
+}
+
+/// Counters of what the server was asked.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    /// List requests (every page counts).
+    pub lists: u64,
+    /// List requests that carried a `continue` token.
+    pub continued_lists: u64,
+    /// Watch requests.
+    pub watches: u64,
+    /// Bookmarks sent.
+    pub bookmarks: u64,
+    /// Requests answered with an injected fault or a 410.
+    pub faults: u64,
+}
+
+#[derive(Debug)]
+struct Change {
+    rv: u64,
+    kind: Kind,
+    namespace: String,
+    ty: &'static str,
+    object: Value,
+    previous: Option<Value>,
+}
+
+struct Snapshot {
+    rv: u64,
+    items: Vec<Value>,
+}
+
+#[derive(Default)]
+struct Faults {
+    fail_lists: u32,
+    fail_continues: u32,
+    expire_watches: u32,
+    delay: Duration,
+}
+
+struct Inner {
+    rv: u64,
+    objects: BTreeMap<(Kind, String, String), Value>,
+    history: Vec<Arc<Change>>,
+    compacted_rv: u64,
+    snapshots: HashMap<String, Snapshot>,
+    next_token: u64,
+    faults: Faults,
+    stats: Stats,
+    bookmark_interval: Duration,
+}
+
+struct Shared {
+    inner: Mutex<Inner>,
+    changes: broadcast::Sender<Arc<Change>>,
+    drop_epoch: watch::Sender<u64>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panicking test thread must not take the server down with it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, WriteError> {
+        let mut inner = self.lock();
+        let Some(old) = inner.objects.remove(&(kind, namespace.to_owned(), name.to_owned())) else {
+            return Err(WriteError::NotFound);
+        };
+        inner.rv += 1;
+        let mut gone = old.clone();
+        gone["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+        self.record(&mut inner, kind, namespace, "DELETED", gone.clone(), Some(old));
+        Ok(gone)
+    }
+
+    /// Creates (`must_exist: Some(false)`), replaces (`Some(true)`) or
+    /// either (`None`).
+    fn write(&self, mut obj: Value, must_exist: Option<bool>) -> Result<Value, WriteError> {
+        let kind_name = obj["kind"].as_str().unwrap_or_default().to_owned();
+        let kind = Kind::from_name(&kind_name).ok_or(WriteError::UnknownKind(kind_name))?;
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        if ns.is_empty() || name.is_empty() {
+            return Err(WriteError::MissingName);
+        }
+        let mut inner = self.lock();
+        let key = (kind, ns.clone(), name.clone());
+        let previous = inner.objects.get(&key).cloned();
+        match (must_exist, &previous) {
+            (Some(false), Some(_)) => return Err(WriteError::AlreadyExists),
+            (Some(true), None) => return Err(WriteError::NotFound),
+            _ => {}
+        }
+        inner.rv += 1;
+        let rv = inner.rv;
+        obj["apiVersion"] = json!(kind.api_version());
+        obj["metadata"]["resourceVersion"] = json!(rv.to_string());
+        let uid = previous
+            .as_ref()
+            .and_then(|p| p.pointer("/metadata/uid").cloned())
+            .unwrap_or_else(|| json!(format!("uid-{rv}")));
+        obj["metadata"]["uid"] = uid;
+        inner.objects.insert(key, obj.clone());
+        let ty = if previous.is_some() { "MODIFIED" } else { "ADDED" };
+        self.record(&mut inner, kind, &ns, ty, obj.clone(), previous);
+        Ok(obj)
+    }
+
+    fn record(
+        &self,
+        inner: &mut Inner,
+        kind: Kind,
+        ns: &str,
+        ty: &'static str,
+        object: Value,
+        previous: Option<Value>,
+    ) {
+        let change = Arc::new(Change {
+            rv: inner.rv,
+            kind,
+            namespace: ns.to_owned(),
+            ty,
+            object,
+            previous,
+        });
+        inner.history.push(change.clone());
+        // Sent under the lock, so a watch that reads the history and then
+        // subscribes (also under the lock) sees every change exactly once.
+        let _ = self.changes.send(change);
+    }
+}
+
+/// A running fake API server; stops when dropped.
+pub struct FakeApiServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.shared.drop_epoch.send_modify(|e| *e += 1);
+    }
+}
+
+impl FakeApiServer {
+    /// Starts a server on an ephemeral port of 127.0.0.1.
+    pub async fn start() -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let (changes, _) = broadcast::channel(65_536);
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                rv: 1000,
+                objects: BTreeMap::new(),
+                history: Vec::new(),
+                compacted_rv: 0,
+                snapshots: HashMap::new(),
+                next_token: 0,
+                faults: Faults::default(),
+                stats: Stats::default(),
+                bookmark_interval: Duration::from_millis(500),
+            }),
+            changes,
+            drop_epoch: watch::channel(0).0,
+        });
+        let s = shared.clone();
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let s = s.clone();
+                        async move { Ok::<_, Infallible>(handle(s, req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Self { addr, shared, accept })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kube `Client` talking to this server over HTTP.
+    pub fn client(&self) -> kube::Client {
+        let uri = self.url().parse().expect("the server's own URL parses");
+        kube::Client::try_from(kube::Config::new(uri)).expect("a plain-HTTP kube client")
+    }
+
+    /// Creates or replaces an object (its `kind` says which collection).
+    pub fn apply(&self, obj: Value) -> Result<Value, WriteError> {
+        self.shared.write(obj, None)
+    }
+
+    /// Creates an object; fails if it exists.
+    pub fn create(&self, obj: Value) -> Result<Value, WriteError> {
+        self.shared.write(obj, Some(false))
+    }
+
+    /// Deletes an object; returns its last state.
+    pub fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, WriteError> {
+        self.shared.delete(kind, namespace, name)
+    }
+
+    /// The current objects of a kind, sorted by namespace and name.
+    pub fn objects(&self, kind: Kind) -> Vec<Value> {
+        let inner = self.shared.lock();
+        inner
+            .objects
+            .iter()
+            .filter(|((k, _, _), _)| *k == kind)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// The current resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.lock().rv
+    }
+
+    /// Ends every open watch (clients reconnect and resume).
+    pub fn drop_watches(&self) {
+        self.shared.drop_epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Answers the next `n` watches with `410 Gone` (reason `Expired`).
+    pub fn expire_next_watches(&self, n: u32) {
+        self.shared.lock().faults.expire_watches = n;
+    }
+
+    /// Fails the next `n` list requests (any page) with a 500.
+    pub fn fail_next_lists(&self, n: u32) {
+        self.shared.lock().faults.fail_lists = n;
+    }
+
+    /// Fails the next `n` list requests that continue a paginated list, so
+    /// a list breaks part-way.
+    pub fn fail_next_continues(&self, n: u32) {
+        self.shared.lock().faults.fail_continues = n;
+    }
+
+    /// Delays every response by `d`.
+    pub fn set_delay(&self, d: Duration) {
+        self.shared.lock().faults.delay = d;
+    }
+
+    /// How often watches that allow bookmarks get one.
+    pub fn set_bookmark_interval(&self, d: Duration) {
+        self.shared.lock().bookmark_interval = d;
+    }
+
+    /// Forgets the history: watches and continues from an older
+    /// resourceVersion get `410 Gone`.
+    pub fn compact(&self) {
+        let mut inner = self.shared.lock();
+        inner.compacted_rv = inner.rv;
+        inner.history.clear();
+    }
+
+    /// What the server was asked so far.
+    pub fn stats(&self) -> Stats {
+        self.shared.lock().stats
+    }
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(v.to_string())).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
+    json_response(code, &status_object(code.as_u16(), reason, message))
+}
+
+fn status_object(code: u16, reason: &str, message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+           "message": message, "reason": reason, "code": code})
+}
+
+struct Route {
+    kind: Kind,
+    namespace: Option<String>,
+    name: Option<String>,
+}
+
+fn route(path: &str) -> Option<Route> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (kind, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => (Kind::Service, rest),
+        ["apis", "discovery.k8s.io", "v1", rest @ ..] => (Kind::EndpointSlice, rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] => (Some(ns.to_string()), rest),
+        rest => (None, rest),
+    };
+    match rest {
+        [plural] if *plural == kind.plural() => Some(Route {
+            kind,
+            namespace,
+            name: None,
+        }),
+        [plural, name] if *plural == kind.plural() && namespace.is_some() => Some(Route {
+            kind,
+            namespace,
+            name: Some(name.to_string()),
+        }),
+        _ => None,
+    }
+}
+
+fn discovery(path: &str) -> Option<Value> {
+    let resource = |kind: Kind| {
+        json!({"name": kind.plural(), "singularName": "", "namespaced": true, "kind": kind.name(),
+               "verbs": ["create", "delete", "get", "list", "update", "watch"]})
+    };
+    Some(match path.trim_end_matches('/') {
+        "/version" => json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake"}),
+        "/api" => json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+        "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{
+            "name": "discovery.k8s.io",
+            "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
+            "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}]}),
+        "/api/v1" => json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [resource(Kind::Service)]}),
+        "/apis/discovery.k8s.io" => json!({"kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io",
+            "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
+            "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}),
+        "/apis/discovery.k8s.io/v1" => json!({"kind": "APIResourceList", "groupVersion": "discovery.k8s.io/v1",
+            "resources": [resource(Kind::EndpointSlice)]}),
+        _ => return None,
+    })
+}
+
+fn query(req: &Request<Incoming>) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .map(|q| {
+            q.split('&')
+                .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+                .map(|(k, v)| (decode(k), decode(v)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Percent-decoding for query values (`%21` is `!`, `+` is a space).
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let delay = shared.lock().faults.delay;
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    let path = req.uri().path().to_owned();
+    if req.method() == Method::GET
+        && let Some(v) = discovery(&path)
+    {
+        return json_response(StatusCode::OK, &v);
+    }
+    let Some(route) = route(&path) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("the server could not find {path}"),
+        );
+    };
+    let q = query(&req);
+    let selector = match Selector::parse(q.get("labelSelector").map_or("", String::as_str)) {
+        Ok(s) => s,
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e),
+    };
+    match (req.method().clone(), &route.name) {
+        (Method::GET, Some(name)) => {
+            let key = (route.kind, route.namespace.clone().unwrap_or_default(), name.clone());
+            match shared.lock().objects.get(&key) {
+                Some(obj) => json_response(StatusCode::OK, obj),
+                None => status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("{} {name:?} not found", route.kind.plural()),
+                ),
+            }
+        }
+        (Method::GET, None) if matches!(q.get("watch").map(String::as_str), Some("true" | "1")) => {
+            watch_response(shared, &route, selector, &q)
+        }
+        (Method::GET, None) => list_response(&shared, &route, &selector, &q),
+        (Method::POST, None) | (Method::PUT, Some(_)) => {
+            let create = req.method() == Method::POST;
+            let body = match req.into_body().collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+            };
+            let mut obj: Value = match serde_json::from_slice(&body) {
+                Ok(v) => v,
+                Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e.to_string()),
+            };
+            obj["kind"] = json!(route.kind.name());
+            if let Some(ns) = &route.namespace {
+                obj["metadata"]["namespace"] = json!(ns);
+            }
+            match shared.write(obj, Some(!create)) {
+                Ok(v) => json_response(if create { StatusCode::CREATED } else { StatusCode::OK }, &v),
+                Err(WriteError::AlreadyExists) => status(StatusCode::CONFLICT, "AlreadyExists", "already exists"),
+                Err(WriteError::NotFound) => status(StatusCode::NOT_FOUND, "NotFound", "not found"),
+                Err(e) => status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &format!("{e:?}")),
+            }
+        }
+        (Method::DELETE, Some(name)) => {
+            match shared.delete(route.kind, route.namespace.as_deref().unwrap_or_default(), name) {
+                Ok(v) => json_response(StatusCode::OK, &v),
+                Err(_) => status(StatusCode::NOT_FOUND, "NotFound", "not found"),
+            }
+        }
+        _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "method not allowed"),
+    }
+}
+
+fn in_scope(route: &Route, kind: Kind, ns: &str) -> bool {
+    kind == route.kind && route.namespace.as_deref().is_none_or(|want| want == ns)
+}
+
+fn list_response(shared: &Shared, route: &Route, selector: &Selector, q: &HashMap<String, String>) -> Response<Body> {
+    let mut inner = shared.lock();
+    inner.stats.lists += 1;
+    if inner.faults.fail_lists > 0 {
+        inner.faults.fail_lists -= 1;
+        inner.stats.faults += 1;
+        return status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "injected list failure",
+        );
+    }
+    let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(0);
+    let (token, snapshot) = match q.get("continue").filter(|c| !c.is_empty()) {
+        Some(token) => {
+            inner.stats.continued_lists += 1;
+            if inner.faults.fail_continues > 0 {
+                inner.faults.fail_continues -= 1;
+                inner.stats.faults += 1;
+                return status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    "injected failure mid-list",
+                );
+            }
+            let compacted = inner.compacted_rv;
+            match inner.snapshots.remove(token) {
+                Some(s) if s.rv >= compacted => (token.clone(), s),
+                _ => {
+                    inner.stats.faults += 1;
+                    return status(
+                        StatusCode::GONE,
+                        "Expired",
+                        "The provided continue parameter is too old to display a consistent list result.",
+                    );
+                }
+            }
+        }
+        None => {
+            let items = inner
+                .objects
+                .iter()
+                .filter(|((k, ns, _), v)| in_scope(route, *k, ns) && selector.matches(v))
+                .map(|(_, v)| v.clone())
+                .collect();
+            inner.next_token += 1;
+            (format!("page-{}", inner.next_token), Snapshot { rv: inner.rv, items })
+        }
+    };
+    let Snapshot { rv, mut items } = snapshot;
+    let rest = if limit > 0 && items.len() > limit {
+        items.split_off(limit)
+    } else {
+        Vec::new()
+    };
+    let mut metadata = json!({"resourceVersion": rv.to_string()});
+    if !rest.is_empty() {
+        metadata["continue"] = json!(token);
+        inner.snapshots.insert(token, Snapshot { rv, items: rest });
+    }
+    let body = json!({"kind": format!("{}List", route.kind.name()), "apiVersion": route.kind.api_version(),
+                      "metadata": metadata, "items": items});
+    json_response(StatusCode::OK, &body)
+}
+
+fn event_line(ty: &str, object: &Value) -> Bytes {
+    let mut line = json!({"type": ty, "object": object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+/// What a selector-filtered watch shows of a change, if anything.
+fn as_seen(change: &Change, selector: &Selector) -> Option<&'static str> {
+    let now = selector.matches(&change.object);
+    let before = change.previous.as_ref().is_some_and(|p| selector.matches(p));
+    match (change.ty, before, now) {
+        ("ADDED", _, true) => Some("ADDED"),
+        ("MODIFIED", true, true) => Some("MODIFIED"),
+        ("MODIFIED", true, false) => Some("DELETED"),
+        ("MODIFIED", false, true) => Some("ADDED"),
+        ("DELETED", _, _) if before || now => Some("DELETED"),
+        _ => None,
+    }
+}
+
+fn watch_response(
+    shared: Arc<Shared>,
+    route: &Route,
+    selector: Selector,
+    q: &HashMap<String, String>,
+) -> Response<Body> {
+    let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let bookmarks = matches!(q.get("allowWatchBookmarks").map(String::as_str), Some("true" | "1"));
+    let since: Option<u64> = q
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .filter(|v| *v != 0);
+    let (kind, namespace) = (route.kind, route.namespace.clone());
+
+    let mut inner = shared.lock();
+    inner.stats.watches += 1;
+    let expired = inner.faults.expire_watches > 0 || since.is_some_and(|s| s < inner.compacted_rv);
+    let mut first: Vec<Bytes> = Vec::new();
+    let mut live = None;
+    if expired {
+        inner.faults.expire_watches = inner.faults.expire_watches.saturating_sub(1);
+        inner.stats.faults += 1;
+        let msg = format!(
+            "too old resource version: {} ({})",
+            since.unwrap_or(0),
+            inner.compacted_rv
+        );
+        first.push(event_line("ERROR", &status_object(410, "Expired", &msg)));
+    } else {
+        let scope = Route {
+            kind,
+            namespace: namespace.clone(),
+            name: None,
+        };
+        match since {
+            // No resourceVersion: synthetic ADDED for everything, then changes.
+            None => {
+                for ((k, ns, _), obj) in &inner.objects {
+                    if in_scope(&scope, *k, ns) && selector.matches(obj) {
+                        first.push(event_line("ADDED", obj));
+                    }
+                }
+            }
+            Some(since) => {
+                for c in inner
+                    .history
+                    .iter()
+                    .filter(|c| c.rv > since && in_scope(&scope, c.kind, &c.namespace))
+                {
+                    if let Some(ty) = as_seen(c, &selector) {
+                        first.push(event_line(ty, &c.object));
+                    }
+                }
+            }
+        }
+        live = Some(shared.changes.subscribe());
+    }
+    let bookmark_every = inner.bookmark_interval;
+    drop(inner);
+
+    let mut drops = shared.drop_epoch.subscribe();
+    drops.mark_unchanged();
+    let shared2 = shared.clone();
+    tokio::spawn(async move {
+        for line in first {
+            if tx.send(line).await.is_err() {
+                return;
+            }
+        }
+        let Some(mut live) = live else { return };
+        let deadline = tokio::time::sleep(timeout.unwrap_or(Duration::from_secs(3600)));
+        tokio::pin!(deadline);
+        let mut tick = tokio::time::interval(bookmark_every);
+        tick.tick().await;
+        loop {
+            let line = tokio::select! {
+                () = &mut deadline => return,
+                _ = drops.changed() => return,
+                _ = tick.tick(), if bookmarks => {
+                    let rv = {
+                        let mut inner = shared2.lock();
+                        inner.stats.bookmarks += 1;
+                        inner.rv
+                    };
+                    event_line("BOOKMARK", &json!({"kind": kind.name(), "apiVersion": kind.api_version(),
+                                                  "metadata": {"resourceVersion": rv.to_string()}}))
+                }
+                change = live.recv() => match change {
+                    Ok(c) => {
+                        let scope = Route { kind, namespace: namespace.clone(), name: None };
+                        match as_seen(&c, &selector).filter(|_| in_scope(&scope, c.kind, &c.namespace)) {
+                            Some(ty) => event_line(ty, &c.object),
+                            None => continue,
+                        }
+                    }
+                    // Lagged or closed: end the watch; the client resumes
+                    // from its last resourceVersion out of the history.
+                    Err(_) => return,
+                },
+            };
+            if tx.send(line).await.is_err() {
+                return;
+            }
+        }
+    });
+
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
