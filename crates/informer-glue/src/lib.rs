@@ -38,11 +38,13 @@ pub mod fold;
 pub mod runner;
 pub mod selection;
 mod service;
+mod service_store;
 pub mod wire;
 
 pub use cache_handler::SliceCacheHandler;
 pub use convert::{slice_from_k8s, slice_name_of};
 pub use service::{DEFAULT_AFFINITY_TIMEOUT, ServiceError, ServiceWarning, service_from_k8s};
+pub use service_store::{ServiceStore, Services};
 
 #[cfg(test)]
 mod fold_tests;

@@ -22,6 +22,62 @@ pub enum Command {
     /// print what the proxy would see after each sync (see
     /// replay-format.md).
     Replay(ReplayArgs),
+    /// Run the proxy: watch Services and EndpointSlices and keep the
+    /// endpoints map in sync (this version logs what it sees; it programs
+    /// no dataplane yet).
+    Run(RunArgs),
+}
+
+/// `proxyd run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Path to a kubeconfig; without it: $KUBECONFIG, ~/.kube/config, then
+    /// the in-cluster service account.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The node name to use instead of the host name (decides which
+    /// endpoints are local).
+    #[arg(long)]
+    pub hostname_override: Option<String>,
+
+    /// Handle only Services and EndpointSlices labelled
+    /// service.kubernetes.io/service-proxy-name=NAME (the multus-proxy
+    /// mode); without it, skip every object that carries that label.
+    #[arg(long)]
+    pub service_proxy_name: Option<String>,
+
+    /// The IP family to serve: ipv4 or ipv6.
+    #[arg(long, default_value = "ipv4", value_parser = parse_family)]
+    pub ip_family: IpFamily,
+
+    /// The shortest time between two syncs, e.g. 1s or 500ms; 0 syncs on
+    /// every change.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub min_sync_period: std::time::Duration,
+
+    /// Objects per page of the initial lists.
+    #[arg(long, default_value_t = 500)]
+    pub list_page_size: u32,
+}
+
+/// Parses `1s`, `500ms`, `2m` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, ""), |i| s.split_at(i));
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (e.g. 1s, 500ms, 2m)"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "ms" => n / 1000.0,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
+    };
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
 }
 
 /// `proxyd replay`.
@@ -57,5 +113,23 @@ fn parse_family(s: &str) -> Result<IpFamily, String> {
         "ipv4" => Ok(IpFamily::V4),
         "ipv6" => Ok(IpFamily::V6),
         other => Err(format!("expected ipv4 or ipv6, got {other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_parse_like_kube_proxy_flags() {
+        assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("1 day").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_duration("").is_err());
     }
 }

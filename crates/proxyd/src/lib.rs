@@ -7,7 +7,9 @@
 //!  cli     clap arguments, one struct per subcommand
 //!  replay  `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
 //!          ─► EndpointsMap ─► one JSON line per sync (replay-format.md)
+//!  run     `proxyd run`: kube watches ─► caches ─► sync loop (logs for now)
 //! ```
 
 pub mod cli;
 pub mod replay;
+pub mod run;

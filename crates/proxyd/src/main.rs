@@ -11,5 +11,6 @@ use proxyd::cli::{Cli, Command};
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Replay(args) => proxyd::replay::main(args),
+        Command::Run(args) => proxyd::run::main(args),
     }
 }

@@ -1,0 +1,92 @@
+//! [`ServiceStore`]: Service events into a shared map of [`ServiceInfo`].
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Service;
+use slice_model::{ServiceInfo, ServiceName};
+use tokio::sync::Notify;
+
+use crate::fold::EventHandler;
+use crate::service_from_k8s;
+
+/// The services a proxy handles, by name.
+pub type Services = Arc<Mutex<BTreeMap<ServiceName, ServiceInfo>>>;
+
+/// Keeps [`Services`] up to date from Service events and wakes the sync
+/// loop on every change. Rejected services are logged and counted.
+pub struct ServiceStore {
+    services: Services,
+    /// Notified after every change, and once synced.
+    pub changed: Arc<Notify>,
+    /// Set once the first complete list is in the store.
+    pub synced: Arc<AtomicBool>,
+    /// Services rejected (no name or namespace).
+    pub rejected: Arc<AtomicU64>,
+}
+
+impl ServiceStore {
+    /// A store writing into `services`.
+    pub fn new(services: Services) -> Self {
+        Self {
+            services,
+            changed: Arc::new(Notify::new()),
+            synced: Arc::new(AtomicBool::new(false)),
+            rejected: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<ServiceName, ServiceInfo>) -> T) -> T {
+        let mut guard = self.services.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut guard)
+    }
+
+    fn upsert(&mut self, svc: &Service) {
+        match service_from_k8s(svc) {
+            Ok((info, warnings)) => {
+                for w in &warnings {
+                    tracing::warn!("{w}");
+                }
+                let changed = self.with(|m| {
+                    if m.get(&info.name) == Some(&info) {
+                        return false;
+                    }
+                    m.insert(info.name.clone(), info);
+                    true
+                });
+                if changed {
+                    self.changed.notify_one();
+                }
+            }
+            Err(e) => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("{e}");
+            }
+        }
+    }
+}
+
+impl EventHandler<Service> for ServiceStore {
+    fn on_add(&mut self, obj: &Service) {
+        self.upsert(obj);
+    }
+
+    fn on_update(&mut self, _old: &Service, new: &Service) {
+        self.upsert(new);
+    }
+
+    fn on_delete(&mut self, obj: &Service) {
+        let (Some(ns), Some(name)) = (obj.metadata.namespace.as_deref(), obj.metadata.name.as_deref()) else {
+            return;
+        };
+        if self.with(|m| m.remove(&ServiceName::new(ns, name)).is_some()) {
+            self.changed.notify_one();
+        }
+    }
+
+    fn on_synced(&mut self) {
+        self.synced.store(true, Ordering::Release);
+        self.changed.notify_one();
+    }
+}

@@ -1,0 +1,162 @@
+//! `proxyd run` (the real binary) against the fake API server, through a
+//! kubeconfig: it lists, watches, syncs, follows changes, and stops cleanly
+//! on SIGTERM.
+
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use fake_apiserver::{FakeApiServer, Kind};
+use serde_json::json;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn slice(name: &str, svc: &str, ips: &[&str], node: &str) -> serde_json::Value {
+    json!({
+        "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": "ns", "labels": {"kubernetes.io/service-name": svc}},
+        "addressType": "IPv4",
+        "endpoints": ips.iter().map(|ip| json!({"addresses": [ip], "nodeName": node})).collect::<Vec<_>>(),
+        "ports": [{"name": "dns", "protocol": "UDP", "port": 53}],
+    })
+}
+
+/// Waits (bounded) for a log line containing every one of `parts`.
+async fn expect_line(lines: &mpsc::Receiver<String>, log: &mut Vec<String>, parts: &[&str]) -> String {
+    let start = Instant::now();
+    loop {
+        while let Ok(l) = lines.try_recv() {
+            log.push(l.clone());
+            if parts.iter().all(|p| l.contains(p)) {
+                return l;
+            }
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "no log line with {parts:?} within {WAIT:?}; log:\n{}",
+            log.join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn run_watches_syncs_and_stops_on_sigterm() {
+    let server = FakeApiServer::start().await.unwrap();
+    server
+        .apply(
+            json!({"kind": "Service", "metadata": {"name": "dns", "namespace": "ns"},
+                      "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "dns", "protocol": "UDP", "port": 53}]}}),
+        )
+        .unwrap();
+    server.apply(slice("dns-1", "dns", &["10.0.0.1"], "node-1")).unwrap();
+    // Another proxy's service: the default proxy never sees it.
+    server
+        .apply(
+            json!({"kind": "Service", "metadata": {"name": "other", "namespace": "ns",
+                      "labels": {"service.kubernetes.io/service-proxy-name": "multus-proxy"}},
+                      "spec": {"clusterIP": "10.96.0.11"}}),
+        )
+        .unwrap();
+
+    let dir = std::env::temp_dir().join(format!("proxyd-run-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args([
+            "--hostname-override",
+            "node-1",
+            "--min-sync-period",
+            "0",
+            "--list-page-size",
+            "1",
+        ])
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = Vec::new();
+
+    let first = expect_line(&lines, &mut log, &["synced", "first=true"]).await;
+    assert!(first.contains("services=1"), "only the selected service: {first}");
+    assert!(first.contains("service_ports_with_endpoints=1"), "{first}");
+    assert!(
+        first.contains("stale_udp_services=1"),
+        "a UDP service got its first endpoint: {first}"
+    );
+
+    // A new endpoint elsewhere, then the local one goes away.
+    server.apply(slice("dns-1", "dns", &["10.0.0.2"], "node-2")).unwrap();
+    let next = expect_line(&lines, &mut log, &["synced", "first=false", "changed_services=1"]).await;
+    assert!(next.contains("stale_udp_endpoints=1"), "10.0.0.1 went away: {next}");
+    expect_line(&lines, &mut log, &["endpoints changed", "ns/dns"]).await;
+
+    // Deleted while the watch is down: found by the relist after 410 Gone.
+    server.drop_watches();
+    server.delete(Kind::EndpointSlice, "ns", "dns-1").unwrap();
+    server.compact();
+    server.expire_next_watches(1);
+    let gone = expect_line(
+        &lines,
+        &mut log,
+        &["synced", "changed_services=1", "service_ports_with_endpoints=0"],
+    )
+    .await;
+    assert!(gone.contains("stale_udp_endpoints=1"), "{gone}");
+
+    let pid = child.id().to_string();
+    let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed() < WAIT, "proxyd did not stop on SIGTERM");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    expect_line(&lines, &mut log, &["stopped"]).await;
+    assert!(status.success(), "exit status {status:?}; log:\n{}", log.join("\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_fails_clearly_without_a_cluster() {
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args([
+            "run",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--hostname-override",
+            "n",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot read kubeconfig /nonexistent/kubeconfig"), "{err}");
+}
