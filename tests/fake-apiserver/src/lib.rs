@@ -721,6 +721,9 @@ fn watch_response(
 
     let mut drops = shared.drop_epoch.subscribe();
     drops.mark_unchanged();
+    // A drop is immediate: no change recorded after it goes out on this
+    // stream, even if the stream has not noticed the drop yet.
+    let epoch = *drops.borrow();
     let shared2 = shared.clone();
     tokio::spawn(async move {
         for line in first {
@@ -735,6 +738,7 @@ fn watch_response(
         tick.tick().await;
         loop {
             let line = tokio::select! {
+                biased;
                 () = &mut deadline => return,
                 _ = drops.changed() => return,
                 _ = tick.tick(), if bookmarks => {
@@ -747,6 +751,7 @@ fn watch_response(
                                                   "metadata": {"resourceVersion": rv.to_string()}}))
                 }
                 change = live.recv() => match change {
+                    Ok(_) if *drops.borrow() != epoch => return,
                     Ok(c) => {
                         let scope = Route { kind, namespace: namespace.clone(), name: None };
                         match as_seen(&c, &selector).filter(|_| in_scope(&scope, c.kind, &c.namespace)) {
