@@ -41,12 +41,21 @@
 //! assert!(map.is_empty());
 //! ```
 //!
+//! [`ServicesMap`] does the same for service ports (from a
+//! `ServiceChangeTracker`), reporting deleted UDP cluster IPs for conntrack.
+//! [`topology::categorize`] picks, per service port, the endpoints a node
+//! uses for Cluster and Local traffic policies (zone hints, terminating
+//! fallback), as current kube-proxy does.
+//!
 //! This crate has no features and no Kubernetes dependency.
 
 mod map;
+mod services;
 mod stale;
+pub mod topology;
 
 pub use map::{EndpointsMap, ServiceEndpoint, UpdateResult};
+pub use services::{ServicesMap, ServicesUpdateResult};
 
 #[cfg(test)]
 mod tests;

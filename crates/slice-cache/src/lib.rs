@@ -19,15 +19,20 @@
 //! * A slice relabelled to another service moves; a service with no slices
 //!   left is dropped.
 //!
+//! [`ServiceChangeTracker`] does the same for Services: per IP family, the
+//! ports a proxier programs, pending until checked out.
+//!
 //! `endpoints-map` applies the changes to the proxier's endpoints map. This
 //! crate depends only on `slice-model` and `indexmap`; it has no features.
 
 mod by_name;
 mod cache;
 mod merged;
+mod services;
 
 pub use cache::{EndpointSliceCache, ServiceChange};
 pub use merged::{PortEndpoints, ServiceEndpoints};
+pub use services::{ServiceChangeTracker, ServicePorts, ServicePortsChange};
 
 #[cfg(test)]
 mod tests;

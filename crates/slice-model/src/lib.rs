@@ -37,6 +37,6 @@ pub use endpoint::{BaseEndpointInfo, Endpoint, ZoneHints};
 pub use intern::Interner;
 pub use names::{NamespacedName, ServiceName, ServicePortName, SliceName};
 pub use protocol::{IpFamily, Protocol, UnknownIpFamily, UnknownProtocol};
-pub use service::{ServiceInfo, ServicePort, ServiceType, TrafficPolicy};
+pub use service::{ServiceInfo, ServicePort, ServicePortInfo, ServiceType, TrafficPolicy};
 pub use slice::{Conditions, EndpointSlice, SliceContent, SliceEndpoint, SlicePort};
 pub use trigger_time::parse_rfc3339;

@@ -105,3 +105,158 @@ impl ServiceInfo {
         !self.headless && self.service_type != ServiceType::ExternalName && !self.cluster_ips.is_empty()
     }
 }
+
+/// One port of a service as a proxier of one IP family programs it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ServicePortInfo {
+    /// Service, port name and protocol.
+    pub name: crate::ServicePortName,
+    /// The service's cluster IP of this family.
+    pub cluster_ip: IpAddr,
+    /// The port on the cluster IP (and external/load-balancer IPs).
+    pub port: NonZeroU16,
+    /// The node port, for NodePort and LoadBalancer services.
+    pub node_port: Option<NonZeroU16>,
+    /// External IPs of this family.
+    pub external_ips: Vec<IpAddr>,
+    /// Load-balancer ingress IPs of this family.
+    pub load_balancer_ips: Vec<IpAddr>,
+    /// Load-balancer source ranges of this family.
+    pub load_balancer_source_ranges: Vec<IpNet>,
+    /// ClientIP affinity timeout.
+    pub session_affinity: Option<Duration>,
+    /// `externalTrafficPolicy: Local`.
+    pub external_policy_local: bool,
+    /// `internalTrafficPolicy: Local`.
+    pub internal_policy_local: bool,
+    /// The health-check node port (LoadBalancer with external policy Local).
+    pub health_check_node_port: Option<NonZeroU16>,
+}
+
+impl ServicePortInfo {
+    /// Reachable from outside the cluster.
+    pub fn externally_accessible(&self) -> bool {
+        self.node_port.is_some() || !self.external_ips.is_empty() || !self.load_balancer_ips.is_empty()
+    }
+}
+
+impl ServiceInfo {
+    /// The ports a proxier of `family` programs, sorted by name and
+    /// protocol; none for a headless or ExternalName service, or one without
+    /// a cluster IP of this family (as kube-proxy skips them).
+    pub fn ports_for(&self, family: crate::IpFamily) -> Vec<ServicePortInfo> {
+        if !self.is_proxied() {
+            return Vec::new();
+        }
+        let of_family = |ip: &&IpAddr| crate::IpFamily::of(ip) == family;
+        let Some(cluster_ip) = self.cluster_ips.iter().find(of_family).copied() else {
+            return Vec::new();
+        };
+        let node_ports = matches!(self.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
+        let lb = self.service_type == ServiceType::LoadBalancer;
+        let external_ips: Vec<IpAddr> = self.external_ips.iter().filter(of_family).copied().collect();
+        let lb_ips: Vec<IpAddr> = if lb {
+            self.load_balancer_ips.iter().filter(of_family).copied().collect()
+        } else {
+            Vec::new()
+        };
+        let ranges: Vec<IpNet> = if lb {
+            let net_family = |n: &&IpNet| {
+                matches!(
+                    (n, family),
+                    (IpNet::V4(_), crate::IpFamily::V4) | (IpNet::V6(_), crate::IpFamily::V6)
+                )
+            };
+            self.load_balancer_source_ranges
+                .iter()
+                .filter(net_family)
+                .copied()
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let external_local = self.external_traffic_policy == TrafficPolicy::Local;
+        let mut ports: Vec<ServicePortInfo> = self
+            .ports
+            .iter()
+            .map(|p| ServicePortInfo {
+                name: crate::ServicePortName::new(self.name.clone(), p.name.clone(), p.protocol),
+                cluster_ip,
+                port: p.port,
+                node_port: p.node_port.filter(|_| node_ports),
+                external_ips: external_ips.clone(),
+                load_balancer_ips: lb_ips.clone(),
+                load_balancer_source_ranges: ranges.clone(),
+                session_affinity: self.session_affinity,
+                external_policy_local: external_local,
+                internal_policy_local: self.internal_traffic_policy == TrafficPolicy::Local,
+                health_check_node_port: self.health_check_node_port.filter(|_| lb && external_local),
+            })
+            .collect();
+        ports.sort_by(|a, b| a.name.cmp(&b.name));
+        ports.dedup_by(|b, a| a.name == b.name);
+        ports
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{IpFamily, ServiceName};
+
+    fn svc() -> ServiceInfo {
+        let mut s = ServiceInfo::new(ServiceName::new("ns", "web"));
+        s.cluster_ips = vec!["10.96.0.1".parse().unwrap(), "fd00::1".parse().unwrap()];
+        s.ports = vec![ServicePort {
+            name: "http".into(),
+            protocol: Protocol::Tcp,
+            port: NonZeroU16::new(80).unwrap(),
+            node_port: NonZeroU16::new(30080),
+        }];
+        s.external_ips = vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
+        s
+    }
+
+    #[test]
+    fn ports_are_per_family() {
+        let s = svc();
+        let v4 = s.ports_for(IpFamily::V4);
+        assert_eq!(v4.len(), 1);
+        assert_eq!(v4[0].cluster_ip.to_string(), "10.96.0.1");
+        assert_eq!(v4[0].external_ips.len(), 1);
+        assert_eq!(v4[0].node_port, None, "a ClusterIP service has no node port");
+        let v6 = s.ports_for(IpFamily::V6);
+        assert_eq!(v6[0].cluster_ip.to_string(), "fd00::1");
+        assert_eq!(v6[0].external_ips[0].to_string(), "2001:db8::1");
+    }
+
+    #[test]
+    fn skipped_services_have_no_ports() {
+        let mut s = svc();
+        s.cluster_ips.truncate(1);
+        assert!(s.ports_for(IpFamily::V6).is_empty(), "no cluster IP of the family");
+        s.headless = true;
+        assert!(s.ports_for(IpFamily::V4).is_empty());
+        let mut e = svc();
+        e.service_type = ServiceType::ExternalName;
+        assert!(e.ports_for(IpFamily::V4).is_empty());
+    }
+
+    #[test]
+    fn load_balancer_fields_only_for_load_balancers() {
+        let mut s = svc();
+        s.load_balancer_ips = vec!["203.0.113.1".parse().unwrap()];
+        s.load_balancer_source_ranges = vec!["10.0.0.0/8".parse().unwrap(), "fd00::/8".parse().unwrap()];
+        s.health_check_node_port = NonZeroU16::new(32000);
+        s.external_traffic_policy = TrafficPolicy::Local;
+        let p = &s.ports_for(IpFamily::V4)[0];
+        assert!(p.load_balancer_ips.is_empty() && p.health_check_node_port.is_none());
+        s.service_type = ServiceType::LoadBalancer;
+        let p = &s.ports_for(IpFamily::V4)[0];
+        assert_eq!(p.load_balancer_ips.len(), 1);
+        assert_eq!(p.load_balancer_source_ranges.len(), 1, "only the family's ranges");
+        assert_eq!(p.health_check_node_port.map(|p| p.get()), Some(32000));
+        assert_eq!(p.node_port.map(|p| p.get()), Some(30080));
+        assert!(p.externally_accessible());
+    }
+}

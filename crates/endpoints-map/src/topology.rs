@@ -1,0 +1,491 @@
+//! Which endpoints of a service port a node uses, by traffic policy and
+//! topology, as current kube-proxy decides it (`pkg/proxy/topology.go`).
+//!
+//! * Cluster policy: ready endpoints, narrowed to this node's zone when
+//!   topology-aware routing applies; with no ready endpoint anywhere, the
+//!   serving-and-terminating ones.
+//! * Local policy: this node's ready endpoints; with none, this node's
+//!   serving-and-terminating ones.
+//! * Topology-aware routing (hints, which the EndpointSlice controller sets
+//!   for `trafficDistribution: PreferClose` or the topology-mode annotation)
+//!   is all or nothing: it applies only when every ready endpoint carries a
+//!   zone hint and at least one is hinted for this node's zone.
+
+use slice_model::{Endpoint, ServiceInfo, ServicePort, ServiceType, TrafficPolicy};
+
+/// The traffic policies that matter for one service port.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TrafficPolicies {
+    /// `internalTrafficPolicy: Local`.
+    pub internal_local: bool,
+    /// `externalTrafficPolicy: Local`.
+    pub external_local: bool,
+    /// Reachable from outside the cluster: a node port, external IPs or
+    /// load-balancer IPs.
+    pub externally_accessible: bool,
+}
+
+impl TrafficPolicies {
+    /// The policies of one port of a service.
+    pub fn of(service: &ServiceInfo, port: &ServicePort) -> Self {
+        let node_port = port.node_port.is_some()
+            && matches!(service.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
+        Self {
+            internal_local: service.internal_traffic_policy == TrafficPolicy::Local,
+            external_local: service.external_traffic_policy == TrafficPolicy::Local,
+            externally_accessible: node_port
+                || !service.external_ips.is_empty()
+                || !service.load_balancer_ips.is_empty(),
+        }
+    }
+
+    /// Whether some traffic to the port uses Cluster policy.
+    pub fn uses_cluster_endpoints(&self) -> bool {
+        !self.internal_local || (self.externally_accessible && !self.external_local)
+    }
+
+    /// Whether some traffic to the port uses Local policy.
+    pub fn uses_local_endpoints(&self) -> bool {
+        self.internal_local || (self.externally_accessible && self.external_local)
+    }
+}
+
+/// How the cluster endpoints were narrowed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TopologyMode {
+    /// All ready endpoints (no hints, or hints that cannot be used).
+    #[default]
+    None,
+    /// Only endpoints hinted for this node's zone.
+    PreferSameZone,
+}
+
+/// Why topology-aware routing was or was not used (for `explain`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopologyDecision {
+    /// Every ready endpoint has a hint and some are for this zone.
+    UsingZoneHints,
+    /// No endpoint is ready: there is nothing to narrow.
+    NoReadyEndpoints,
+    /// A ready endpoint has no zone hint: hints are ignored for all.
+    SomeEndpointUnhinted,
+    /// The node has no zone label.
+    NodeHasNoZone,
+    /// No endpoint is hinted for this node's zone.
+    NoEndpointForZone,
+}
+
+/// The endpoints a node uses for one service port.
+#[derive(Debug)]
+pub struct Categorized<'a, E> {
+    /// Endpoints for Cluster-policy traffic; `None` when no traffic to the
+    /// port uses Cluster policy.
+    pub cluster: Option<Vec<&'a E>>,
+    /// Endpoints for Local-policy traffic; `None` when no traffic to the
+    /// port uses Local policy.
+    pub local: Option<Vec<&'a E>>,
+    /// Every endpoint reachable from this node: the union of the two.
+    pub all_reachable: Vec<&'a E>,
+    /// Whether the port has usable endpoints anywhere in the cluster (true
+    /// even when none is reachable from here, e.g. Local policy with only
+    /// remote endpoints: such traffic is dropped, not rejected).
+    pub has_any_endpoints: bool,
+    /// How the cluster endpoints were narrowed.
+    pub topology: TopologyMode,
+    /// Why.
+    pub topology_decision: TopologyDecision,
+    /// The cluster endpoints are serving-terminating ones (no ready one).
+    pub cluster_terminating_fallback: bool,
+    /// The local endpoints are serving-terminating ones (no local ready one).
+    pub local_terminating_fallback: bool,
+}
+
+fn serving_terminating<E: Endpoint>(e: &E) -> bool {
+    e.is_serving() && e.is_terminating()
+}
+
+/// Decides whether zone hints narrow the cluster endpoints.
+pub fn topology_mode<E: Endpoint>(endpoints: &[E], node_zone: Option<&str>) -> (TopologyMode, TopologyDecision) {
+    let mut ready = endpoints.iter().filter(|e| e.is_ready()).peekable();
+    if ready.peek().is_none() {
+        return (TopologyMode::None, TopologyDecision::NoReadyEndpoints);
+    }
+    let zone = node_zone.unwrap_or_default();
+    let mut for_zone = false;
+    for e in ready {
+        if e.zone_hints().is_empty() {
+            return (TopologyMode::None, TopologyDecision::SomeEndpointUnhinted);
+        }
+        for_zone |= e.zone_hints().contains(zone);
+    }
+    match (for_zone, zone.is_empty()) {
+        (true, _) => (TopologyMode::PreferSameZone, TopologyDecision::UsingZoneHints),
+        (false, true) => (TopologyMode::None, TopologyDecision::NodeHasNoZone),
+        (false, false) => (TopologyMode::None, TopologyDecision::NoEndpointForZone),
+    }
+}
+
+/// Splits a service port's endpoints into what Cluster and Local traffic
+/// policies use on a node in `node_zone` (its `topology.kubernetes.io/zone`
+/// label).
+pub fn categorize<'a, E: Endpoint>(
+    endpoints: &'a [E],
+    policies: TrafficPolicies,
+    node_zone: Option<&str>,
+) -> Categorized<'a, E> {
+    let zone = node_zone.unwrap_or_default();
+    let mut out = Categorized {
+        cluster: None,
+        local: None,
+        all_reachable: Vec::new(),
+        has_any_endpoints: false,
+        topology: TopologyMode::None,
+        topology_decision: TopologyDecision::NoReadyEndpoints,
+        cluster_terminating_fallback: false,
+        local_terminating_fallback: false,
+    };
+
+    if policies.uses_cluster_endpoints() {
+        let (mode, decision) = topology_mode(endpoints, node_zone);
+        out.topology = mode;
+        out.topology_decision = decision;
+        let in_topology = |e: &E| mode == TopologyMode::None || e.zone_hints().contains(zone);
+        let mut cluster: Vec<&E> = endpoints.iter().filter(|e| e.is_ready() && in_topology(e)).collect();
+        if cluster.is_empty() {
+            // No ready endpoint anywhere (topology was already dropped if
+            // there were ready ones outside the zone): terminating fallback.
+            cluster = endpoints.iter().filter(|e| serving_terminating(*e)).collect();
+            out.cluster_terminating_fallback = !cluster.is_empty();
+        }
+        out.has_any_endpoints = !cluster.is_empty();
+        out.cluster = Some(cluster);
+    }
+
+    if !policies.uses_local_endpoints() {
+        out.all_reachable = out.cluster.clone().unwrap_or_default();
+        return out;
+    }
+
+    let usable = |e: &&E| e.is_ready() || serving_terminating(*e);
+    out.has_any_endpoints |= endpoints.iter().any(|e| usable(&e));
+    let local_ready: Vec<&E> = endpoints.iter().filter(|e| e.is_local() && e.is_ready()).collect();
+    let local = if local_ready.is_empty() {
+        let fallback: Vec<&E> = endpoints
+            .iter()
+            .filter(|e| e.is_local() && serving_terminating(*e))
+            .collect();
+        out.local_terminating_fallback = !fallback.is_empty();
+        fallback
+    } else {
+        local_ready
+    };
+
+    out.all_reachable = match &out.cluster {
+        None => local.clone(),
+        Some(cluster) => {
+            let mut all = cluster.clone();
+            for e in &local {
+                if !all.iter().any(|c| c.socket_addr() == e.socket_addr()) {
+                    all.push(e);
+                }
+            }
+            all
+        }
+    };
+    out.local = Some(local);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use slice_model::{BaseEndpointInfo, ZoneHints};
+
+    /// An endpoint: address, zones, ready, local; serving = ready unless
+    /// `terminating` makes it a serving-terminating one.
+    fn ep(addr: &str, zones: &[&str], ready: bool, local: bool) -> BaseEndpointInfo {
+        BaseEndpointInfo {
+            addr: addr.parse().unwrap(),
+            is_local: local,
+            ready,
+            serving: ready,
+            terminating: false,
+            zone_hints: ZoneHints::new(zones.iter().copied()),
+        }
+    }
+
+    fn terminating(addr: &str, local: bool) -> BaseEndpointInfo {
+        BaseEndpointInfo {
+            ready: false,
+            serving: true,
+            terminating: true,
+            ..ep(addr, &[], false, local)
+        }
+    }
+
+    fn names(v: &[&BaseEndpointInfo]) -> Vec<String> {
+        let mut n: Vec<String> = v.iter().map(|e| e.addr.to_string()).collect();
+        n.sort();
+        n
+    }
+
+    const CLUSTER: TrafficPolicies = TrafficPolicies {
+        internal_local: false,
+        external_local: false,
+        externally_accessible: false,
+    };
+    const ITP_LOCAL: TrafficPolicies = TrafficPolicies {
+        internal_local: true,
+        external_local: false,
+        externally_accessible: false,
+    };
+    const ETP_LOCAL: TrafficPolicies = TrafficPolicies {
+        internal_local: false,
+        external_local: true,
+        externally_accessible: true,
+    };
+
+    struct Case {
+        name: &'static str,
+        policies: TrafficPolicies,
+        zone: Option<&'static str>,
+        endpoints: Vec<BaseEndpointInfo>,
+        cluster: Option<Vec<&'static str>>,
+        local: Option<Vec<&'static str>>,
+        all: Vec<&'static str>,
+        any: bool,
+    }
+
+    fn four(zones: [&'static [&'static str]; 4], ready: [bool; 4], local: [bool; 4]) -> Vec<BaseEndpointInfo> {
+        (0..4)
+            .map(|i| ep(&format!("10.1.2.{}:80", i + 3), zones[i], ready[i], local[i]))
+            .collect()
+    }
+
+    const A: &[&str] = &["zone-a"];
+    const B: &[&str] = &["zone-b"];
+    const C: &[&str] = &["zone-c"];
+    const NONE: &[&str] = &[];
+    const R: [bool; 4] = [true; 4];
+    const REMOTE: [bool; 4] = [false; 4];
+
+    fn cases() -> Vec<Case> {
+        vec![
+            Case {
+                name: "zone hints narrow cluster endpoints to this zone",
+                policies: CLUSTER,
+                zone: Some("zone-a"),
+                endpoints: four([A, B, C, A], R, REMOTE),
+                cluster: Some(vec!["10.1.2.3:80", "10.1.2.6:80"]),
+                local: None,
+                all: vec!["10.1.2.3:80", "10.1.2.6:80"],
+                any: true,
+            },
+            Case {
+                name: "one ready endpoint without a hint: hints ignored for all",
+                policies: CLUSTER,
+                zone: Some("zone-a"),
+                endpoints: four([A, B, NONE, A], R, REMOTE),
+                cluster: Some(vec!["10.1.2.3:80", "10.1.2.4:80", "10.1.2.5:80", "10.1.2.6:80"]),
+                local: None,
+                all: vec!["10.1.2.3:80", "10.1.2.4:80", "10.1.2.5:80", "10.1.2.6:80"],
+                any: true,
+            },
+            Case {
+                name: "node without a zone label: no filtering",
+                policies: CLUSTER,
+                zone: None,
+                endpoints: four([A, B, C, A], R, REMOTE),
+                cluster: Some(vec!["10.1.2.3:80", "10.1.2.4:80", "10.1.2.5:80", "10.1.2.6:80"]),
+                local: None,
+                all: vec!["10.1.2.3:80", "10.1.2.4:80", "10.1.2.5:80", "10.1.2.6:80"],
+                any: true,
+            },
+            Case {
+                name: "node in a zone nobody is hinted for: no filtering",
+                policies: CLUSTER,
+                zone: Some("zone-d"),
+                endpoints: four([A, B, C, A], R, REMOTE),
+                cluster: Some(vec!["10.1.2.3:80", "10.1.2.4:80", "10.1.2.5:80", "10.1.2.6:80"]),
+                local: None,
+                all: vec!["10.1.2.3:80", "10.1.2.4:80", "10.1.2.5:80", "10.1.2.6:80"],
+                any: true,
+            },
+            Case {
+                name: "unready endpoints are not used",
+                policies: CLUSTER,
+                zone: Some("zone-a"),
+                endpoints: four([A, B, C, A], [true, true, true, false], REMOTE),
+                cluster: Some(vec!["10.1.2.3:80"]),
+                local: None,
+                all: vec!["10.1.2.3:80"],
+                any: true,
+            },
+            Case {
+                name: "only unready endpoints in this zone: no filtering",
+                policies: CLUSTER,
+                zone: Some("zone-a"),
+                endpoints: four([A, B, C, A], [false, true, true, false], REMOTE),
+                cluster: Some(vec!["10.1.2.4:80", "10.1.2.5:80"]),
+                local: None,
+                all: vec!["10.1.2.4:80", "10.1.2.5:80"],
+                any: true,
+            },
+            Case {
+                name: "externalTrafficPolicy Local: topology applies to cluster, not local",
+                policies: ETP_LOCAL,
+                zone: Some("zone-a"),
+                endpoints: four([A, B, C, A], R, [true, true, false, false]),
+                cluster: Some(vec!["10.1.2.3:80", "10.1.2.6:80"]),
+                local: Some(vec!["10.1.2.3:80", "10.1.2.4:80"]),
+                all: vec!["10.1.2.3:80", "10.1.2.4:80", "10.1.2.6:80"],
+                any: true,
+            },
+            Case {
+                name: "internalTrafficPolicy Local with no endpoints",
+                policies: ITP_LOCAL,
+                zone: None,
+                endpoints: vec![],
+                cluster: None,
+                local: Some(vec![]),
+                all: vec![],
+                any: false,
+            },
+            Case {
+                name: "internalTrafficPolicy Local, all endpoints remote: dropped, not rejected",
+                policies: ITP_LOCAL,
+                zone: None,
+                endpoints: four([NONE; 4], R, REMOTE),
+                cluster: None,
+                local: Some(vec![]),
+                all: vec![],
+                any: true,
+            },
+            Case {
+                name: "internalTrafficPolicy Local, local ready endpoints",
+                policies: ITP_LOCAL,
+                zone: None,
+                endpoints: four([NONE; 4], R, [true, false, true, false]),
+                cluster: None,
+                local: Some(vec!["10.1.2.3:80", "10.1.2.5:80"]),
+                all: vec!["10.1.2.3:80", "10.1.2.5:80"],
+                any: true,
+            },
+            Case {
+                name: "cluster falls back to serving-terminating when nothing is ready",
+                policies: CLUSTER,
+                zone: None,
+                endpoints: vec![
+                    terminating("10.0.0.1:80", false),
+                    ep("10.0.0.2:80", NONE, false, false),
+                    terminating("10.0.0.3:80", true),
+                ],
+                cluster: Some(vec!["10.0.0.1:80", "10.0.0.3:80"]),
+                local: None,
+                all: vec!["10.0.0.1:80", "10.0.0.3:80"],
+                any: true,
+            },
+            Case {
+                name: "no fallback while anything is ready",
+                policies: CLUSTER,
+                zone: None,
+                endpoints: vec![terminating("10.0.0.1:80", false), ep("10.0.0.2:80", NONE, true, false)],
+                cluster: Some(vec!["10.0.0.2:80"]),
+                local: None,
+                all: vec!["10.0.0.2:80"],
+                any: true,
+            },
+            Case {
+                name: "local falls back to local serving-terminating; cluster keeps remote ready",
+                policies: ETP_LOCAL,
+                zone: None,
+                endpoints: vec![terminating("10.0.0.1:80", true), ep("10.0.0.2:80", NONE, true, false)],
+                cluster: Some(vec!["10.0.0.2:80"]),
+                local: Some(vec!["10.0.0.1:80"]),
+                all: vec!["10.0.0.1:80", "10.0.0.2:80"],
+                any: true,
+            },
+            Case {
+                name: "not serving and not ready: nothing usable anywhere",
+                policies: ETP_LOCAL,
+                zone: None,
+                endpoints: vec![ep("10.0.0.1:80", NONE, false, true)],
+                cluster: Some(vec![]),
+                local: Some(vec![]),
+                all: vec![],
+                any: false,
+            },
+        ]
+    }
+
+    #[test]
+    fn categorize_matches_kube_proxy() {
+        for c in cases() {
+            let got = categorize(&c.endpoints, c.policies, c.zone);
+            let want = |v: &Option<Vec<&str>>| {
+                v.as_ref().map(|v| {
+                    let mut v: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+                    v.sort();
+                    v
+                })
+            };
+            assert_eq!(
+                got.cluster.as_deref().map(names),
+                want(&c.cluster),
+                "{}: cluster",
+                c.name
+            );
+            assert_eq!(got.local.as_deref().map(names), want(&c.local), "{}: local", c.name);
+            assert_eq!(
+                names(&got.all_reachable),
+                want(&Some(c.all.clone())).unwrap(),
+                "{}: all",
+                c.name
+            );
+            assert_eq!(got.has_any_endpoints, c.any, "{}: has_any_endpoints", c.name);
+        }
+    }
+
+    #[test]
+    fn decisions_and_fallbacks_are_reported() {
+        let e = four([A, B, C, A], R, REMOTE);
+        assert_eq!(
+            topology_mode(&e, Some("zone-a")),
+            (TopologyMode::PreferSameZone, TopologyDecision::UsingZoneHints)
+        );
+        assert_eq!(topology_mode(&e, None).1, TopologyDecision::NodeHasNoZone);
+        assert_eq!(topology_mode(&e, Some("zone-z")).1, TopologyDecision::NoEndpointForZone);
+        let e = four([A, NONE, C, A], R, REMOTE);
+        assert_eq!(
+            topology_mode(&e, Some("zone-a")).1,
+            TopologyDecision::SomeEndpointUnhinted
+        );
+        let t = [terminating("10.0.0.1:80", true)];
+        let c = categorize(&t, ETP_LOCAL, None);
+        assert!(c.cluster_terminating_fallback && c.local_terminating_fallback);
+        assert_eq!(c.topology_decision, TopologyDecision::NoReadyEndpoints);
+    }
+
+    #[test]
+    fn policies_follow_the_service() {
+        let mut svc = ServiceInfo::new(slice_model::ServiceName::new("ns", "s"));
+        let port = ServicePort {
+            name: "http".into(),
+            protocol: slice_model::Protocol::Tcp,
+            port: std::num::NonZeroU16::new(80).unwrap(),
+            node_port: std::num::NonZeroU16::new(30080),
+        };
+        assert_eq!(
+            TrafficPolicies::of(&svc, &port),
+            CLUSTER,
+            "a ClusterIP service ignores its node port"
+        );
+        svc.service_type = ServiceType::NodePort;
+        svc.external_traffic_policy = TrafficPolicy::Local;
+        let p = TrafficPolicies::of(&svc, &port);
+        assert!(p.externally_accessible && p.uses_cluster_endpoints() && p.uses_local_endpoints());
+        svc.internal_traffic_policy = TrafficPolicy::Local;
+        let p = TrafficPolicies::of(&svc, &port);
+        assert!(!p.uses_cluster_endpoints() && p.uses_local_endpoints());
+    }
+}
