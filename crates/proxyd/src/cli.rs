@@ -56,6 +56,11 @@ pub struct RunArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub min_sync_period: std::time::Duration,
 
+    /// The longest time between two syncs (re-asserting the state even
+    /// when nothing changed).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub sync_period: std::time::Duration,
+
     /// Objects per page of the initial lists.
     #[arg(long, default_value_t = 500)]
     pub list_page_size: u32,

@@ -8,8 +8,10 @@
 //!  replay  `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
 //!          ─► EndpointsMap ─► one JSON line per sync (replay-format.md)
 //!  run     `proxyd run`: kube watches ─► caches ─► sync loop (logs for now)
+//!  sync_runner  when to sync (min/max interval, retry with backoff)
 //! ```
 
 pub mod cli;
 pub mod replay;
 pub mod run;
+pub mod sync_runner;

@@ -4,9 +4,10 @@
 //!  watch "services"  ── ServiceStore ──────────┐ changed
 //!  watch "slices"    ── SliceCacheHandler ─────┤ sync_needed
 //!                                              ▼
-//!  sync loop: waits for both kinds to sync, then at most one sync per
-//!  --min-sync-period; each sync applies the cache to the endpoints map
-//!  and logs what changed. SIGTERM/SIGINT stop everything.
+//!  SyncRunner: starts once both kinds are listed; at most one sync per
+//!  --min-sync-period, at least one per --sync-period; each sync applies
+//!  the cache to the endpoints map and logs what changed.
+//!  SIGTERM/SIGINT stop everything.
 //! ```
 
 use std::collections::BTreeMap;
@@ -25,9 +26,10 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use slice_cache::EndpointSliceCache;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::cli::RunArgs;
+use crate::sync_runner::{SyncReason, SyncRunner, SyncTiming};
 
 /// `proxyd run` from the command line.
 pub fn main(args: RunArgs) -> ExitCode {
@@ -112,11 +114,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let cache = Arc::new(Mutex::new(EndpointSliceCache::new(node.as_str(), args.ip_family)));
-    let slices = SliceCacheHandler::new(cache.clone());
-    let (slices_synced, slices_changed) = (slices.synced.clone(), slices.sync_needed.clone());
     let services: informer_glue::Services = Arc::new(Mutex::new(BTreeMap::new()));
-    let store = ServiceStore::new(services.clone());
-    let (services_synced, services_changed) = (store.synced.clone(), store.changed.clone());
+    // One wake-up for both kinds: the runner coalesces them.
+    let sync_needed = Arc::new(Notify::new());
+    let mut slices = SliceCacheHandler::new(cache.clone());
+    slices.sync_needed = sync_needed.clone();
+    let mut store = ServiceStore::new(services.clone());
+    store.changed = sync_needed.clone();
+    let (slices_synced, services_synced) = (slices.synced.clone(), store.synced.clone());
 
     let settings = WatchSettings {
         label_selector: selection.label_selector(),
@@ -149,67 +154,81 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
 
-    let mut map = EndpointsMap::new();
+    // Never sync before both kinds are listed: a half-known cluster would
+    // look like deleted services.
+    tracing::info!("waiting for the initial lists of services and endpoint slices");
     let mut stop = stop_rx.clone();
-    let mut waiting_logged = false;
-    let mut last_sync: Option<Instant> = None;
-    loop {
-        let ready = slices_synced.load(Ordering::Acquire) && services_synced.load(Ordering::Acquire);
-        if ready {
-            if let Some(t) = last_sync {
-                let wait = args.min_sync_period.saturating_sub(t.elapsed());
-                if !wait.is_zero() {
-                    tokio::select! {
-                        _ = stop.wait_for(|s| *s) => break,
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
-            }
-            let started = Instant::now();
-            let result = {
-                let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-                map.update(&mut cache)
-            };
-            let first = last_sync.is_none();
-            last_sync = Some(Instant::now());
-            let services_known = services.lock().map(|s| s.len()).unwrap_or(0);
-            tracing::info!(
-                first,
-                services = services_known,
-                service_ports_with_endpoints = map.len(),
-                changed_services = result.changed_services.len(),
-                stale_udp_endpoints = result.stale_endpoints.len(),
-                stale_udp_services = result.stale_service_names.len(),
-                took_us = started.elapsed().as_micros() as u64,
-                "synced"
-            );
-            for svc in &result.changed_services {
-                let ports: Vec<String> = map
-                    .service(svc)
-                    .map(|s| {
-                        s.ports()
-                            .iter()
-                            .map(|p| format!("{}/{}={}", p.name, p.protocol, p.endpoints.len()))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                tracing::debug!(service = %svc, ports = ?ports, "endpoints changed");
-            }
-        } else if !waiting_logged {
-            tracing::info!("waiting for the initial lists of services and endpoint slices");
-            waiting_logged = true;
+    let ready = loop {
+        if slices_synced.load(Ordering::Acquire) && services_synced.load(Ordering::Acquire) {
+            break true;
         }
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => break,
-            () = slices_changed.notified() => {}
-            () = services_changed.notified() => {}
+            _ = stop.wait_for(|s| *s) => break false,
+            () = sync_needed.notified() => {}
         }
+    };
+
+    if ready {
+        let timing = SyncTiming {
+            min_interval: args.min_sync_period,
+            max_interval: args.sync_period,
+            ..SyncTiming::default()
+        };
+        let mut map = EndpointsMap::new();
+        let runner = SyncRunner::new(timing, sync_needed.clone());
+        runner
+            .run(
+                |reason| {
+                    sync_endpoints(reason, &cache, &mut map, &services);
+                    std::future::ready(Ok::<(), std::convert::Infallible>(()))
+                },
+                stopped(stop_rx.clone()),
+            )
+            .await;
     }
     let _ = tokio::join!(slice_task, service_task);
     signals.abort();
     let errors = slice_metrics.errors.load(Ordering::Relaxed) + service_metrics.errors.load(Ordering::Relaxed);
     tracing::info!(watch_errors = errors, "stopped");
     Ok(())
+}
+
+/// One sync: apply the cache to the endpoints map and log what changed.
+fn sync_endpoints(
+    reason: SyncReason,
+    cache: &Mutex<EndpointSliceCache>,
+    map: &mut EndpointsMap,
+    services: &informer_glue::Services,
+) {
+    let started = Instant::now();
+    let result = {
+        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        map.update(&mut cache)
+    };
+    let services_known = services.lock().map(|s| s.len()).unwrap_or(0);
+    tracing::info!(
+        first = reason == SyncReason::Initial,
+        reason = ?reason,
+        services = services_known,
+        service_ports_with_endpoints = map.len(),
+        changed_services = result.changed_services.len(),
+        stale_udp_endpoints = result.stale_endpoints.len(),
+        stale_udp_services = result.stale_service_names.len(),
+        took_us = started.elapsed().as_micros() as u64,
+        "synced"
+    );
+    for svc in &result.changed_services {
+        let ports: Vec<String> = map
+            .service(svc)
+            .map(|s| {
+                s.ports()
+                    .iter()
+                    .map(|p| format!("{}/{}={}", p.name, p.protocol, p.endpoints.len()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        tracing::debug!(service = %svc, ports = ?ports, "endpoints changed");
+    }
 }
 
 async fn wait_for_signal() {

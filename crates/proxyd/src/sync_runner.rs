@@ -1,0 +1,276 @@
+//! [`SyncRunner`]: when to sync, as kube-proxy's BoundedFrequencyRunner
+//! decides it.
+//!
+//! * A change requests a sync; requests that arrive while one is pending
+//!   coalesce.
+//! * At most one sync per `min_interval` (0: sync on every request).
+//! * At least one sync per `max_interval`, requested or not (re-asserting
+//!   the rules).
+//! * A failed sync is retried after a backoff that doubles from
+//!   `retry_initial` up to `retry_max` (never sooner than `min_interval`);
+//!   a success resets it.
+//! * Nothing runs before [`SyncRunner::run`] is called: callers start it only
+//!   once their sources have synced.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::{Instant, sleep_until};
+
+/// Why a sync ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncReason {
+    /// The first sync.
+    Initial,
+    /// A change requested it.
+    Requested,
+    /// `max_interval` passed without one.
+    Periodic,
+    /// The previous sync failed.
+    Retry,
+}
+
+/// Timing of a [`SyncRunner`].
+#[derive(Clone, Copy, Debug)]
+pub struct SyncTiming {
+    /// The shortest time between two syncs.
+    pub min_interval: Duration,
+    /// The longest time without a sync.
+    pub max_interval: Duration,
+    /// First retry delay after a failure.
+    pub retry_initial: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+}
+
+impl Default for SyncTiming {
+    /// kube-proxy's defaults: `--min-sync-period 1s`, `--sync-period 30s`.
+    fn default() -> Self {
+        Self {
+            min_interval: Duration::from_secs(1),
+            max_interval: Duration::from_secs(30),
+            retry_initial: Duration::from_secs(1),
+            retry_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Runs syncs; see the module docs.
+pub struct SyncRunner {
+    timing: SyncTiming,
+    requests: Arc<Notify>,
+}
+
+impl SyncRunner {
+    /// A runner woken by `requests` (one `notify_one` per change is enough;
+    /// notifications coalesce).
+    pub fn new(timing: SyncTiming, requests: Arc<Notify>) -> Self {
+        Self { timing, requests }
+    }
+
+    /// Runs `sync` as the timing allows until `shutdown` completes. A sync
+    /// in flight is finished before returning.
+    pub async fn run<F, Fut, E>(self, mut sync: F, shutdown: impl Future<Output = ()>)
+    where
+        F: FnMut(SyncReason) -> Fut,
+        Fut: Future<Output = Result<(), E>>,
+        E: std::fmt::Display,
+    {
+        let t = self.timing;
+        futures::pin_mut!(shutdown);
+        let mut reason = SyncReason::Initial;
+        let mut backoff = t.retry_initial;
+        loop {
+            // The sync about to run covers every request made so far: absorb
+            // the permit they left, or it would cause a second, empty sync.
+            let _ = futures::FutureExt::now_or_never(self.requests.notified());
+            let started = Instant::now();
+            let next = match sync(reason).await {
+                Ok(()) => {
+                    backoff = t.retry_initial;
+                    None
+                }
+                Err(e) => {
+                    let wait = backoff.max(t.min_interval);
+                    tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "sync failed");
+                    backoff = (backoff * 2).min(t.retry_max);
+                    Some(started + wait)
+                }
+            };
+            let earliest = started + t.min_interval;
+            let periodic = started + t.max_interval;
+            reason = match next {
+                Some(retry_at) => {
+                    tokio::select! {
+                        () = &mut shutdown => return,
+                        () = sleep_until(retry_at) => SyncReason::Retry,
+                    }
+                }
+                None => {
+                    tokio::select! {
+                        () = &mut shutdown => return,
+                        () = self.requests.notified() => {
+                            tokio::select! {
+                                () = &mut shutdown => return,
+                                () = sleep_until(earliest) => SyncReason::Requested,
+                            }
+                        }
+                        () = sleep_until(periodic) => SyncReason::Periodic,
+                    }
+                }
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    type Log = Arc<Mutex<Vec<(u64, SyncReason)>>>;
+
+    /// Starts a runner whose syncs record (milliseconds since start, reason)
+    /// and fail while `fail` says so.
+    fn start(timing: SyncTiming, fail: Arc<Mutex<u32>>) -> (Arc<Notify>, Log, tokio::sync::oneshot::Sender<()>) {
+        let requests = Arc::new(Notify::new());
+        let log: Log = Arc::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let t0 = Instant::now();
+        let l = log.clone();
+        let runner = SyncRunner::new(timing, requests.clone());
+        tokio::spawn(runner.run(
+            move |reason| {
+                let l = l.clone();
+                let fail = fail.clone();
+                async move {
+                    l.lock().unwrap().push((t0.elapsed().as_millis() as u64, reason));
+                    let mut f = fail.lock().unwrap();
+                    if *f > 0 {
+                        *f -= 1;
+                        return Err("injected");
+                    }
+                    Ok(())
+                }
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        (requests, log, stop)
+    }
+
+    fn timing(min: u64, max: u64) -> SyncTiming {
+        SyncTiming {
+            min_interval: Duration::from_millis(min),
+            max_interval: Duration::from_millis(max),
+            retry_initial: Duration::from_millis(100),
+            retry_max: Duration::from_millis(400),
+        }
+    }
+
+    async fn at(ms: u64, t0: Instant) {
+        tokio::time::sleep_until(t0 + Duration::from_millis(ms)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_are_rate_limited_and_coalesced() {
+        let t0 = Instant::now();
+        let (req, log, _stop) = start(timing(1000, 30_000), Arc::default());
+        at(10, t0).await;
+        // Three requests shortly after the initial sync: one sync, at 1 s.
+        for ms in [100, 200, 300] {
+            at(ms, t0).await;
+            req.notify_one();
+        }
+        at(2500, t0).await;
+        req.notify_one();
+        at(5000, t0).await;
+        let got = log.lock().unwrap().clone();
+        assert_eq!(
+            got,
+            [
+                (0, SyncReason::Initial),
+                (1000, SyncReason::Requested),
+                (2500, SyncReason::Requested)
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_min_interval_syncs_on_every_request() {
+        let t0 = Instant::now();
+        let (req, log, _stop) = start(timing(0, 30_000), Arc::default());
+        for ms in [10, 20, 30] {
+            at(ms, t0).await;
+            req.notify_one();
+        }
+        at(100, t0).await;
+        assert_eq!(log.lock().unwrap().len(), 4);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn periodic_syncs_without_requests() {
+        let t0 = Instant::now();
+        let (_req, log, _stop) = start(timing(1000, 30_000), Arc::default());
+        at(95_000, t0).await;
+        let got = log.lock().unwrap().clone();
+        assert_eq!(
+            got,
+            [
+                (0, SyncReason::Initial),
+                (30_000, SyncReason::Periodic),
+                (60_000, SyncReason::Periodic),
+                (90_000, SyncReason::Periodic)
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_retry_with_doubling_backoff_then_reset() {
+        let t0 = Instant::now();
+        let (req, log, _stop) = start(timing(0, 30_000), Arc::new(Mutex::new(4)));
+        at(2000, t0).await;
+        let got: Vec<(u64, SyncReason)> = log.lock().unwrap().clone();
+        // 0 fails, +100, +200, +400, +400 (capped) succeeds.
+        assert_eq!(
+            got,
+            [
+                (0, SyncReason::Initial),
+                (100, SyncReason::Retry),
+                (300, SyncReason::Retry),
+                (700, SyncReason::Retry),
+                (1100, SyncReason::Retry)
+            ]
+        );
+        req.notify_one();
+        at(2001, t0).await;
+        assert_eq!(log.lock().unwrap().last(), Some(&(2000, SyncReason::Requested)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_respect_the_min_interval() {
+        let t0 = Instant::now();
+        let (_req, log, _stop) = start(timing(1000, 30_000), Arc::new(Mutex::new(1)));
+        at(1500, t0).await;
+        assert_eq!(
+            log.lock().unwrap().clone(),
+            [(0, SyncReason::Initial), (1000, SyncReason::Retry)]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_stops_it() {
+        let t0 = Instant::now();
+        let (req, log, stop) = start(timing(0, 30_000), Arc::default());
+        at(10, t0).await;
+        stop.send(()).unwrap();
+        at(20, t0).await;
+        req.notify_one();
+        at(100_000, t0).await;
+        assert_eq!(log.lock().unwrap().len(), 1);
+    }
+}
