@@ -199,28 +199,17 @@ pub fn categorize<'a, E: Endpoint>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slice_model::{BaseEndpointInfo, ZoneHints};
+    use slice_model::BaseEndpointInfo;
 
-    /// An endpoint: address, zones, ready, local; serving = ready unless
-    /// `terminating` makes it a serving-terminating one.
     fn ep(addr: &str, zones: &[&str], ready: bool, local: bool) -> BaseEndpointInfo {
-        BaseEndpointInfo {
-            addr: addr.parse().unwrap(),
-            is_local: local,
-            ready,
-            serving: ready,
-            terminating: false,
-            zone_hints: ZoneHints::new(zones.iter().copied()),
-        }
+        BaseEndpointInfo::new(addr.parse().unwrap())
+            .local(local)
+            .with_conditions(ready, ready, false)
+            .with_zones(zones.iter().copied())
     }
 
     fn terminating(addr: &str, local: bool) -> BaseEndpointInfo {
-        BaseEndpointInfo {
-            ready: false,
-            serving: true,
-            terminating: true,
-            ..ep(addr, &[], false, local)
-        }
+        ep(addr, &[], false, local).with_conditions(false, true, true)
     }
 
     fn names(v: &[&BaseEndpointInfo]) -> Vec<String> {

@@ -160,21 +160,49 @@ fn slices_api(server: &FakeApiServer) -> Api<EndpointSlice> {
     Api::all(server.client())
 }
 
+/// A server holding slices `s0`.. `s{n-1}` of service `ns/web`.
+async fn seeded_server(n: usize) -> FakeApiServer {
+    let server = FakeApiServer::start().await.unwrap();
+    for i in 0..n {
+        server
+            .apply(slice("ns", &format!("s{i}"), "web", &["10.0.0.1"]))
+            .unwrap();
+    }
+    server
+}
+
+/// Watches every slice into a [`Recorder`] and waits for the first list.
+async fn watch_slices(server: &FakeApiServer, page_size: u32) -> (Recorder, Watch<Recorder>) {
+    let rec = Recorder::default();
+    let w = spawn(
+        slices_api(server),
+        String::new(),
+        page_size,
+        EventFold::new(),
+        rec.clone(),
+    );
+    wait_for("synced", || rec.get().synced == 1).await;
+    (rec, w)
+}
+
+/// Waits until the recorder knows exactly the server's slices.
+async fn converged(server: &FakeApiServer, rec: &Recorder, what: &str) {
+    let want = server_view(server, Kind::EndpointSlice, |_| true);
+    wait_for(what, || rec.get().objects == want).await;
+}
+
 #[tokio::test]
 async fn initial_list_then_add_update_delete() {
     let server = FakeApiServer::start().await.unwrap();
     server.apply(slice("ns", "a", "web", &["10.0.0.1"])).unwrap();
     server.apply(slice("ns", "b", "web", &["10.0.0.2"])).unwrap();
-    let rec = Recorder::default();
-    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
-    wait_for("synced", || rec.get().synced == 1).await;
+    let (rec, w) = watch_slices(&server, 500).await;
     assert_eq!(rec.get().objects, server_view(&server, Kind::EndpointSlice, |_| true));
 
     server.apply(slice("ns", "c", "web", &["10.0.0.3"])).unwrap();
     server.apply(slice("ns", "a", "web", &["10.0.0.9"])).unwrap();
     server.delete(Kind::EndpointSlice, "ns", "b").unwrap();
-    let want = server_view(&server, Kind::EndpointSlice, |_| true);
-    wait_for("changes to flow through", || rec.get().objects == want).await;
+    converged(&server, &rec, "changes to flow through").await;
     {
         let s = rec.get();
         assert_eq!((s.adds, s.updates, s.deletes, s.synced), (3, 1, 1, 1));
@@ -184,15 +212,8 @@ async fn initial_list_then_add_update_delete() {
 
 #[tokio::test]
 async fn dropped_watch_resumes_and_converges() {
-    let server = FakeApiServer::start().await.unwrap();
-    for i in 0..5 {
-        server
-            .apply(slice("ns", &format!("s{i}"), "web", &["10.0.0.1"]))
-            .unwrap();
-    }
-    let rec = Recorder::default();
-    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
-    wait_for("synced", || rec.get().synced == 1).await;
+    let server = seeded_server(5).await;
+    let (rec, w) = watch_slices(&server, 500).await;
     // Slow the server so that the changes land while no watch is open.
     server.set_delay(Duration::from_millis(300));
     server.drop_watches();
@@ -200,23 +221,15 @@ async fn dropped_watch_resumes_and_converges() {
     server.delete(Kind::EndpointSlice, "ns", "s1").unwrap();
     server.apply(slice("ns", "new", "web", &["10.0.0.3"])).unwrap();
     server.set_delay(Duration::ZERO);
-    let want = server_view(&server, Kind::EndpointSlice, |_| true);
-    wait_for("convergence after the drop", || rec.get().objects == want).await;
+    converged(&server, &rec, "convergence after the drop").await;
     assert_eq!(rec.get().synced, 1, "synced fires once");
     w.stop().await;
 }
 
 #[tokio::test]
 async fn gone_relists_and_surfaces_deletes() {
-    let server = FakeApiServer::start().await.unwrap();
-    for i in 0..4 {
-        server
-            .apply(slice("ns", &format!("s{i}"), "web", &["10.0.0.1"]))
-            .unwrap();
-    }
-    let rec = Recorder::default();
-    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
-    wait_for("synced", || rec.get().synced == 1).await;
+    let server = seeded_server(4).await;
+    let (rec, w) = watch_slices(&server, 500).await;
     let lists_before = server.stats().lists;
     // Deletes that no watch will ever report: the history is compacted and
     // the next watch gets 410 Gone, so only a relist can reveal them.
@@ -228,8 +241,7 @@ async fn gone_relists_and_surfaces_deletes() {
     server.compact();
     server.expire_next_watches(1);
     server.set_delay(Duration::ZERO);
-    let want = server_view(&server, Kind::EndpointSlice, |_| true);
-    wait_for("deletes surfaced by the relist", || rec.get().objects == want).await;
+    converged(&server, &rec, "deletes surfaced by the relist").await;
     assert!(server.stats().lists > lists_before, "a relist happened");
     assert!(
         w.metrics
@@ -266,8 +278,7 @@ async fn list_failing_part_way_loses_nothing() {
     server.fail_next_continues(1);
     server.delete(Kind::EndpointSlice, "ns", "s05").unwrap();
     server.set_delay(Duration::ZERO);
-    let want = server_view(&server, Kind::EndpointSlice, |_| true);
-    wait_for("convergence after a broken relist", || rec.get().objects == want).await;
+    converged(&server, &rec, "convergence after a broken relist").await;
     assert_eq!(rec.get().deletes, 1);
     w.stop().await;
 }
@@ -357,12 +368,9 @@ async fn selection_by_proxy_name_and_headless() {
 
 #[tokio::test]
 async fn bookmarks_cause_no_events() {
-    let server = FakeApiServer::start().await.unwrap();
+    let server = seeded_server(1).await;
     server.set_bookmark_interval(Duration::from_millis(50));
-    server.apply(slice("ns", "a", "web", &["10.0.0.1"])).unwrap();
-    let rec = Recorder::default();
-    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
-    wait_for("synced", || rec.get().synced == 1).await;
+    let (rec, w) = watch_slices(&server, 500).await;
     wait_for("a few bookmarks", || server.stats().bookmarks >= 5).await;
     {
         let s = rec.get();

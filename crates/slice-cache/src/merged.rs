@@ -154,17 +154,11 @@ fn dedup_prefer_local(v: &mut Vec<BaseEndpointInfo>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use slice_model::ZoneHints;
 
     fn ep(addr: &str, local: bool, ready: bool) -> BaseEndpointInfo {
-        BaseEndpointInfo {
-            addr: addr.parse().unwrap(),
-            is_local: local,
-            ready,
-            serving: ready,
-            terminating: false,
-            zone_hints: ZoneHints::default(),
-        }
+        BaseEndpointInfo::new(addr.parse().unwrap())
+            .local(local)
+            .with_conditions(ready, ready, false)
     }
 
     #[test]

@@ -125,6 +125,40 @@ pub struct BaseEndpointInfo {
     pub zone_hints: ZoneHints,
 }
 
+/// Builders for code that constructs endpoints directly (tests, proxiers'
+/// own fixtures).
+impl BaseEndpointInfo {
+    /// A ready, serving, non-local endpoint without zone hints.
+    pub fn new(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            is_local: false,
+            ready: true,
+            serving: true,
+            terminating: false,
+            zone_hints: ZoneHints::default(),
+        }
+    }
+
+    /// Sets locality.
+    pub fn local(mut self, is_local: bool) -> Self {
+        self.is_local = is_local;
+        self
+    }
+
+    /// Sets the conditions.
+    pub fn with_conditions(mut self, ready: bool, serving: bool, terminating: bool) -> Self {
+        (self.ready, self.serving, self.terminating) = (ready, serving, terminating);
+        self
+    }
+
+    /// Sets the zone hints.
+    pub fn with_zones<'a>(mut self, zones: impl IntoIterator<Item = &'a str>) -> Self {
+        self.zone_hints = ZoneHints::new(zones);
+        self
+    }
+}
+
 impl Endpoint for BaseEndpointInfo {
     fn socket_addr(&self) -> SocketAddr {
         self.addr
@@ -157,14 +191,9 @@ mod tests {
     use super::*;
 
     fn ep(addr: &str, local: bool, ready: bool) -> BaseEndpointInfo {
-        BaseEndpointInfo {
-            addr: addr.parse().unwrap(),
-            is_local: local,
-            ready,
-            serving: ready,
-            terminating: false,
-            zone_hints: ZoneHints::default(),
-        }
+        BaseEndpointInfo::new(addr.parse().unwrap())
+            .local(local)
+            .with_conditions(ready, ready, false)
     }
 
     #[test]
