@@ -12,12 +12,17 @@ use tokio::sync::Notify;
 use crate::fold::EventHandler;
 use crate::{slice_from_k8s, slice_name_of};
 
+/// How many slice updates between two prunes of the interner.
+const PRUNE_EVERY: u32 = 4096;
+
 /// Feeds a shared cache from slice events and wakes the sync loop when a
 /// change needs a sync. Rejected slices are logged (naming the slice and
 /// the reason) and counted, never dropped silently.
 pub struct SliceCacheHandler {
     cache: Arc<Mutex<EndpointSliceCache>>,
     interner: Interner,
+    /// Slices converted since the interner was last pruned.
+    since_prune: u32,
     /// Notified after every change that needs a sync, and once synced.
     pub sync_needed: Arc<Notify>,
     /// Set once the first complete list is in the cache.
@@ -32,6 +37,7 @@ impl SliceCacheHandler {
         Self {
             cache,
             interner: Interner::new(),
+            since_prune: 0,
             sync_needed: Arc::new(Notify::new()),
             synced: Arc::new(AtomicBool::new(false)),
             rejected: Arc::new(AtomicU64::new(0)),
@@ -46,6 +52,13 @@ impl SliceCacheHandler {
     }
 
     fn upsert(&mut self, slice: &EndpointSlice) {
+        // Nodes come and go; forget names no slice uses any more, now and
+        // then, so the interner stays the size of the cluster.
+        self.since_prune += 1;
+        if self.since_prune >= PRUNE_EVERY {
+            self.interner.prune();
+            self.since_prune = 0;
+        }
         match slice_from_k8s(slice, &mut self.interner) {
             Ok((model, warnings)) => {
                 for w in &warnings {
@@ -87,5 +100,51 @@ impl EventHandler<EndpointSlice> for SliceCacheHandler {
         self.synced.store(true, Ordering::Release);
         self.interner.prune();
         self.sync_needed.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+    use serde_json::json;
+    use slice_model::IpFamily;
+
+    use super::*;
+
+    fn slice(labels: serde_json::Value, ip: &str) -> EndpointSlice {
+        serde_json::from_value(json!({
+            "metadata": {"name": "a", "namespace": "ns", "labels": labels},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [ip]}],
+            "ports": [{"name": "", "port": 80}],
+        }))
+        .unwrap()
+    }
+
+    fn notified(h: &SliceCacheHandler) -> bool {
+        h.sync_needed.notified().now_or_never().is_some()
+    }
+
+    #[test]
+    fn changes_reach_the_cache_and_wake_the_sync_loop() {
+        let cache = Arc::new(Mutex::new(EndpointSliceCache::new("n1", IpFamily::V4)));
+        let mut h = SliceCacheHandler::new(cache.clone());
+        let labels = json!({"kubernetes.io/service-name": "web"});
+        let a = slice(labels.clone(), "10.0.0.1");
+        h.on_add(&a);
+        assert!(notified(&h));
+        assert!(cache.lock().unwrap().has_pending());
+        h.on_update(&a, &a);
+        assert!(!notified(&h), "no change, no sync");
+
+        h.on_update(&a, &slice(json!({}), "10.0.0.2"));
+        assert_eq!(h.rejected.load(Ordering::Relaxed), 1, "missing label is counted");
+        assert!(!notified(&h), "a rejected update changes nothing");
+
+        h.on_delete(&slice(json!({}), "10.0.0.1"));
+        assert!(notified(&h), "deleted by name, whatever its labels");
+        assert_eq!(cache.lock().unwrap().known_slices(), 0);
+        h.on_synced();
+        assert!(h.synced.load(Ordering::Acquire) && notified(&h));
     }
 }

@@ -90,3 +90,41 @@ impl EventHandler<Service> for ServiceStore {
         self.changed.notify_one();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+    use serde_json::json;
+
+    use super::*;
+
+    fn svc(ip: &str) -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "resourceVersion": ip},
+            "spec": {"clusterIP": ip, "ports": [{"port": 80}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn services_are_stored_updated_and_removed() {
+        let services: Services = Arc::default();
+        let mut s = ServiceStore::new(services.clone());
+        let changed = |s: &ServiceStore| s.changed.notified().now_or_never().is_some();
+        s.on_add(&svc("10.96.0.1"));
+        assert!(changed(&s));
+        assert_eq!(services.lock().unwrap().len(), 1);
+        s.on_update(&svc("10.96.0.1"), &svc("10.96.0.1"));
+        assert!(!changed(&s), "same service, no wake-up");
+        s.on_update(&svc("10.96.0.1"), &svc("10.96.0.2"));
+        assert!(changed(&s));
+        let name = ServiceName::new("ns", "web");
+        assert_eq!(services.lock().unwrap()[&name].cluster_ips[0].to_string(), "10.96.0.2");
+        s.on_delete(&svc("10.96.0.2"));
+        assert!(changed(&s) && services.lock().unwrap().is_empty());
+        let mut nameless = svc("10.96.0.3");
+        nameless.metadata.name = None;
+        s.on_add(&nameless);
+        assert_eq!(s.rejected.load(Ordering::Relaxed), 1);
+    }
+}
