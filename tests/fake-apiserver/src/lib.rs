@@ -151,6 +151,20 @@ struct Inner {
     bookmark_interval: Duration,
 }
 
+impl Inner {
+    /// Consumes one injected fault of the kind `pick` selects, if any is
+    /// left, and counts it.
+    fn take_fault(&mut self, pick: fn(&mut Faults) -> &mut u32) -> bool {
+        let left = pick(&mut self.faults);
+        if *left == 0 {
+            return false;
+        }
+        *left -= 1;
+        self.stats.faults += 1;
+        true
+    }
+}
+
 struct Shared {
     inner: Mutex<Inner>,
     changes: broadcast::Sender<Arc<Change>>,
@@ -573,9 +587,7 @@ fn in_scope(route: &Route, kind: Kind, ns: &str) -> bool {
 fn list_response(shared: &Shared, route: &Route, selector: &Selector, q: &HashMap<String, String>) -> Response<Body> {
     let mut inner = shared.lock();
     inner.stats.lists += 1;
-    if inner.faults.fail_lists > 0 {
-        inner.faults.fail_lists -= 1;
-        inner.stats.faults += 1;
+    if inner.take_fault(|f| &mut f.fail_lists) {
         return status(
             StatusCode::INTERNAL_SERVER_ERROR,
             "InternalError",
@@ -586,9 +598,7 @@ fn list_response(shared: &Shared, route: &Route, selector: &Selector, q: &HashMa
     let (token, snapshot) = match q.get("continue").filter(|c| !c.is_empty()) {
         Some(token) => {
             inner.stats.continued_lists += 1;
-            if inner.faults.fail_continues > 0 {
-                inner.faults.fail_continues -= 1;
-                inner.stats.faults += 1;
+            if inner.take_fault(|f| &mut f.fail_continues) {
                 return status(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "InternalError",
@@ -675,12 +685,14 @@ fn watch_response(
 
     let mut inner = shared.lock();
     inner.stats.watches += 1;
-    let expired = inner.faults.expire_watches > 0 || since.is_some_and(|s| s < inner.compacted_rv);
+    let injected = inner.take_fault(|f| &mut f.expire_watches);
+    let too_old = since.is_some_and(|s| s < inner.compacted_rv);
+    if too_old && !injected {
+        inner.stats.faults += 1;
+    }
     let mut first: Vec<Bytes> = Vec::new();
     let mut live = None;
-    if expired {
-        inner.faults.expire_watches = inner.faults.expire_watches.saturating_sub(1);
-        inner.stats.faults += 1;
+    if injected || too_old {
         let msg = format!(
             "too old resource version: {} ({})",
             since.unwrap_or(0),
