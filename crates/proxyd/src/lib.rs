@@ -9,9 +9,11 @@
 //!          ─► EndpointsMap ─► one JSON line per sync (replay-format.md)
 //!  run     `proxyd run`: kube watches ─► caches ─► sync loop (logs for now)
 //!  sync_runner  when to sync (min/max interval, retry with backoff)
+//!  dataplane    desired state -> nft text -> one `nft -f -` transaction
 //! ```
 
 pub mod cli;
+pub mod dataplane;
 pub mod replay;
 pub mod run;
 pub mod sync_runner;
