@@ -21,7 +21,6 @@ fn target(i: u32, endpoints: u32, generation: u32) -> ServiceTarget {
     ServiceTarget {
         name: ServicePortName::new(ServiceName::new("ns", format!("svc-{i}")), "p", Protocol::Tcp),
         vip: IpAddr::V4(Ipv4Addr::from(0x0a60_0000 + i)),
-        protocol: Protocol::Tcp,
         port: 80,
         endpoints: (0..endpoints)
             .map(|k| SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0x0a01_0000 + i * 64 + k + generation)), 8080))

@@ -11,7 +11,7 @@
 //!   is all or nothing: it applies only when every ready endpoint carries a
 //!   zone hint and at least one is hinted for this node's zone.
 
-use slice_model::{Endpoint, ServiceInfo, ServicePort, ServiceType, TrafficPolicy};
+use slice_model::{Endpoint, ServicePortInfo};
 
 /// The traffic policies that matter for one service port.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -26,16 +26,12 @@ pub struct TrafficPolicies {
 }
 
 impl TrafficPolicies {
-    /// The policies of one port of a service.
-    pub fn of(service: &ServiceInfo, port: &ServicePort) -> Self {
-        let node_port = port.node_port.is_some()
-            && matches!(service.service_type, ServiceType::NodePort | ServiceType::LoadBalancer);
+    /// The policies of one service port, as a proxier of its family sees it.
+    pub fn of(port: &ServicePortInfo) -> Self {
         Self {
-            internal_local: service.internal_traffic_policy == TrafficPolicy::Local,
-            external_local: service.external_traffic_policy == TrafficPolicy::Local,
-            externally_accessible: node_port
-                || !service.external_ips.is_empty()
-                || !service.load_balancer_ips.is_empty(),
+            internal_local: port.internal_policy_local,
+            external_local: port.external_policy_local,
+            externally_accessible: port.externally_accessible(),
         }
     }
 
@@ -457,24 +453,23 @@ mod tests {
 
     #[test]
     fn policies_follow_the_service() {
+        use slice_model::{IpFamily, Protocol, ServiceInfo, ServicePort, ServiceType, TrafficPolicy};
         let mut svc = ServiceInfo::new(slice_model::ServiceName::new("ns", "s"));
-        let port = ServicePort {
+        svc.cluster_ips = vec!["10.96.0.1".parse().unwrap()];
+        svc.ports = vec![ServicePort {
             name: "http".into(),
-            protocol: slice_model::Protocol::Tcp,
+            protocol: Protocol::Tcp,
             port: std::num::NonZeroU16::new(80).unwrap(),
             node_port: std::num::NonZeroU16::new(30080),
-        };
-        assert_eq!(
-            TrafficPolicies::of(&svc, &port),
-            CLUSTER,
-            "a ClusterIP service ignores its node port"
-        );
+        }];
+        let of = |svc: &ServiceInfo| TrafficPolicies::of(&svc.ports_for(IpFamily::V4)[0]);
+        assert_eq!(of(&svc), CLUSTER, "a ClusterIP service ignores its node port");
         svc.service_type = ServiceType::NodePort;
         svc.external_traffic_policy = TrafficPolicy::Local;
-        let p = TrafficPolicies::of(&svc, &port);
+        let p = of(&svc);
         assert!(p.externally_accessible && p.uses_cluster_endpoints() && p.uses_local_endpoints());
         svc.internal_traffic_policy = TrafficPolicy::Local;
-        let p = TrafficPolicies::of(&svc, &port);
+        let p = of(&svc);
         assert!(!p.uses_cluster_endpoints() && p.uses_local_endpoints());
     }
 }

@@ -57,7 +57,11 @@ pub fn slice_from_k8s(
 }
 
 /// The name of a slice from a DELETED event: namespace and name are all a
-/// delete needs (contract rule 6).
+/// delete needs (contract rule 6); FQDN slices are ignored (rule 4).
 pub fn slice_name_of(slice: &discovery::EndpointSlice) -> Result<SliceName, SliceError> {
-    slice_model::slice_name(slice.metadata.namespace.as_deref(), slice.metadata.name.as_deref())
+    slice_model::deleted_slice_name(
+        slice.metadata.namespace.as_deref(),
+        slice.metadata.name.as_deref(),
+        Some(slice.address_type.as_str()),
+    )
 }

@@ -108,7 +108,15 @@ fn missing_label_and_fqdn_are_rejected_and_deletes_need_only_names() {
 
     let mut v = slice_json(json!([]), json!([]));
     v["addressType"] = json!("FQDN");
-    assert!(matches!(both(v).0, Err(SliceError::Fqdn(_))));
+    assert!(matches!(both(v.clone()).0, Err(SliceError::Fqdn(_))));
+    let k: K8sSlice = serde_json::from_value(v.clone()).unwrap();
+    assert!(
+        matches!(slice_name_of(&k), Err(SliceError::Fqdn(_))),
+        "an FQDN delete is ignored too"
+    );
+    let text = v.to_string();
+    let w: WireObject<'_> = serde_json::from_str(&text).unwrap();
+    assert!(matches!(w.deleted_slice_name(), Err(SliceError::Fqdn(_))));
 }
 
 #[test]

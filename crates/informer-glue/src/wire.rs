@@ -292,12 +292,13 @@ impl<'a> WireObject<'a> {
         }
     }
 
-    /// The slice's name, for a DELETED event (rule 6: namespace and name are
-    /// all a delete needs).
-    pub fn slice_name(&self) -> Result<SliceName, SliceError> {
-        slice_model::slice_name(
+    /// The slice's name, for a DELETED event: namespace and name are all a
+    /// delete needs (rule 6); FQDN slices are ignored (rule 4).
+    pub fn deleted_slice_name(&self) -> Result<SliceName, SliceError> {
+        slice_model::deleted_slice_name(
             self.meta_str(|m| m.namespace.as_ref()),
             self.meta_str(|m| m.name.as_ref()),
+            self.address_type.as_deref(),
         )
     }
 

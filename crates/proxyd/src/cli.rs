@@ -48,7 +48,7 @@ pub struct RunArgs {
     pub service_proxy_name: Option<String>,
 
     /// The IP family to serve: ipv4 or ipv6.
-    #[arg(long, default_value = "ipv4", value_parser = parse_family)]
+    #[arg(long, default_value = "ipv4")]
     pub ip_family: IpFamily,
 
     /// The shortest time between two syncs, e.g. 1s or 500ms; 0 syncs on
@@ -97,7 +97,7 @@ pub struct ReplayArgs {
 
     /// The IP family this proxier serves: ipv4 or ipv6. Endpoints of the
     /// other family are ignored.
-    #[arg(long, default_value = "ipv4", value_parser = parse_family)]
+    #[arg(long, default_value = "ipv4")]
     pub ip_family: IpFamily,
 
     /// Print only the last sync's line.
@@ -111,14 +111,6 @@ pub struct ReplayArgs {
     /// Do not print warnings about skipped objects and fields.
     #[arg(long)]
     pub quiet: bool,
-}
-
-fn parse_family(s: &str) -> Result<IpFamily, String> {
-    match s {
-        "ipv4" => Ok(IpFamily::V4),
-        "ipv6" => Ok(IpFamily::V6),
-        other => Err(format!("expected ipv4 or ipv6, got {other:?}")),
-    }
 }
 
 #[cfg(test)]

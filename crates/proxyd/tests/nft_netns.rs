@@ -93,7 +93,6 @@ fn target(name: &str, vip: &str, port: u16, eps: &[&str]) -> ServiceTarget {
     ServiceTarget {
         name: ServicePortName::new(ServiceName::new("ns", name), "p", Protocol::Tcp),
         vip: vip.parse().unwrap(),
-        protocol: Protocol::Tcp,
         port,
         endpoints: eps.iter().map(|e| e.parse().unwrap()).collect(),
         has_any_endpoints: !eps.is_empty(),

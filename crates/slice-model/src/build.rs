@@ -277,6 +277,20 @@ impl<'i> SliceBuilder<'i> {
 
 /// The name of a slice for a DELETED event, which needs only that (rule 6:
 /// a DELETED slice is removed by namespace and name, whatever its labels).
+/// An FQDN slice is ignored here too (rule 4: entirely, deletes included).
+pub fn deleted_slice_name(
+    namespace: Option<&str>,
+    name: Option<&str>,
+    address_type: Option<&str>,
+) -> Result<SliceName, SliceError> {
+    let name = slice_name(namespace, name)?;
+    if address_type == Some("FQDN") {
+        return Err(SliceError::Fqdn(name));
+    }
+    Ok(name)
+}
+
+/// A slice's namespace and name, both required and not empty.
 pub fn slice_name(namespace: Option<&str>, name: Option<&str>) -> Result<SliceName, SliceError> {
     match (namespace, name) {
         (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Ok(SliceName::new(ns, n)),
@@ -322,6 +336,23 @@ mod tests {
         assert!(matches!(
             SliceBuilder::new(&mut Interner::new(), Some("ns"), Some("x"), Some("svc"), Some("FQDN")),
             Err(SliceError::Fqdn(_))
+        ));
+        // Deletes need only the name, but FQDN slices are ignored there too.
+        assert_eq!(
+            deleted_slice_name(Some("ns"), Some("x"), Some("IPv4")),
+            Ok(SliceName::new("ns", "x"))
+        );
+        assert_eq!(
+            deleted_slice_name(Some("ns"), Some("x"), None),
+            Ok(SliceName::new("ns", "x"))
+        );
+        assert!(matches!(
+            deleted_slice_name(Some("ns"), Some("x"), Some("FQDN")),
+            Err(SliceError::Fqdn(_))
+        ));
+        assert!(matches!(
+            deleted_slice_name(None, Some("x"), None),
+            Err(SliceError::MissingName { .. })
         ));
     }
 

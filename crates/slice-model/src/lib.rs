@@ -31,7 +31,7 @@ mod trigger_time;
 
 pub use build::{
     HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceWarning,
-    TRIGGER_TIME_ANNOTATION, WarningKind, parse_endpoint_ip, slice_name,
+    TRIGGER_TIME_ANNOTATION, WarningKind, deleted_slice_name, parse_endpoint_ip, slice_name,
 };
 pub use endpoint::{BaseEndpointInfo, Endpoint, ZoneHints};
 pub use intern::Interner;

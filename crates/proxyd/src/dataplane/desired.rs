@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use endpoints_map::topology::{TrafficPolicies, categorize};
 use endpoints_map::{EndpointsMap, ServicesMap};
-use slice_model::{Endpoint, IpFamily, Protocol, ServicePortName};
+use slice_model::{Endpoint, IpFamily, ServicePortName};
 
 /// One service port's cluster-IP traffic.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,9 +14,7 @@ pub struct ServiceTarget {
     pub name: ServicePortName,
     /// The cluster IP.
     pub vip: IpAddr,
-    /// The protocol.
-    pub protocol: Protocol,
-    /// The port on the cluster IP.
+    /// The port on the cluster IP (the protocol is `name.protocol`).
     pub port: u16,
     /// The endpoints reachable from this node for this traffic, sorted.
     pub endpoints: Vec<SocketAddr>,
@@ -42,12 +40,11 @@ impl DesiredState {
             .iter()
             .map(|port| {
                 let eps = endpoints.get(&port.name).unwrap_or(&[]);
+                // Only cluster-IP traffic is programmed so far: its endpoints
+                // depend on the internal policy alone.
                 let policies = TrafficPolicies {
-                    internal_local: port.internal_policy_local,
-                    external_local: port.external_policy_local,
-                    // Only cluster-IP traffic is programmed so far: its
-                    // endpoints depend on the internal policy alone.
                     externally_accessible: false,
+                    ..TrafficPolicies::of(port)
                 };
                 let chosen = categorize(eps, policies, node_zone);
                 let mut addrs: Vec<SocketAddr> = chosen.all_reachable.iter().map(|e| e.socket_addr()).collect();
@@ -55,7 +52,6 @@ impl DesiredState {
                 ServiceTarget {
                     name: port.name.clone(),
                     vip: port.cluster_ip,
-                    protocol: port.name.protocol,
                     port: port.port.get(),
                     endpoints: addrs,
                     has_any_endpoints: chosen.has_any_endpoints,

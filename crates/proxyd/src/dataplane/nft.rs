@@ -21,7 +21,7 @@
 //! any other service's.
 
 use std::fmt::Write;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use slice_model::{IpFamily, Protocol};
 
@@ -55,7 +55,7 @@ fn addr_port(a: &SocketAddr) -> String {
 }
 
 fn key(s: &ServiceTarget) -> String {
-    format!("{} . {} . {}", s.vip, proto(s.protocol), s.port)
+    format!("{} . {} . {}", s.vip, proto(s.name.protocol), s.port)
 }
 
 /// The chain of a service with more than [`SLOTS`] endpoints.
@@ -65,7 +65,7 @@ pub fn service_chain(s: &ServiceTarget) -> String {
         "svc-{}/{}/{}/{}",
         n.service.namespace,
         n.service.name,
-        proto(s.protocol),
+        proto(s.name.protocol),
         s.port
     )
 }
@@ -146,7 +146,7 @@ pub fn render_full(state: &DesiredState) -> String {
         let _ = writeln!(
             out,
             "\t\tmeta l4proto {} dnat {af} to numgen random mod {} map {{ {} }}",
-            proto(s.protocol),
+            proto(s.name.protocol),
             s.endpoints.len(),
             targets.join(", ")
         );
@@ -180,11 +180,6 @@ pub fn render_full(state: &DesiredState) -> String {
     out
 }
 
-/// The address family of a VIP, for callers that group services by family.
-pub fn family_of(ip: &IpAddr) -> IpFamily {
-    IpFamily::of(ip)
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -197,7 +192,6 @@ mod tests {
         ServiceTarget {
             name: ServicePortName::new(ServiceName::new("ns", name), "p", protocol),
             vip: vip.parse().unwrap(),
-            protocol,
             port,
             endpoints: eps.iter().map(|e| e.parse().unwrap()).collect(),
             has_any_endpoints: any || !eps.is_empty(),

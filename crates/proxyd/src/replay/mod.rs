@@ -158,11 +158,7 @@ impl<W: Write> Replayer<W> {
     fn slice(&mut self, line_no: u64, action: Action, object: &WireObject<'_>) {
         let mut update_ns = 0;
         let outcome = timed(&mut update_ns, || match action {
-            _ if object.address_type.as_deref() == Some("FQDN") => Err(format!(
-                "endpoint slice {}: addressType FQDN is not proxied; slice ignored",
-                object.slice_name().map(|n| n.to_string()).unwrap_or_default()
-            )),
-            Action::Deleted => match object.slice_name() {
+            Action::Deleted => match object.deleted_slice_name() {
                 Ok(name) => {
                     self.cache.remove(&name);
                     Ok(Vec::new())
