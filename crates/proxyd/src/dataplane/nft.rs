@@ -1,8 +1,8 @@
 //! Rendering a [`DesiredState`] as one nftables transaction.
 //!
-//! The shape keeps load time and per-change cost low as services grow
-//! (kube-proxy's chain-per-service-and-endpoint shape costs ~1 ms of kernel
-//! time per chain):
+//! The shape keeps load time and per-change cost low as services grow. (Issue
+//! #4 records, with nft 1.0.6 in a namespace: 10,000 services as a chain each
+//! took 10.3 s of kernel time to load, as map elements 1.5 s.)
 //!
 //! ```text
 //!  chain services                       (jumped to from nat prerouting/output)
