@@ -1,32 +1,54 @@
-//! Dataplane load time with the real `nft`, in a network namespace it makes
+//! Dataplane sync time with the real `nft`, in a network namespace it makes
 //! and removes itself (needs root, `ip` and `nft`):
 //!
 //!     cargo run --release -p proxyd-benches --bin nft-sync -- [SERVICES] [ENDPOINTS]
 //!
-//! Prints the render and apply time of a full sync of SERVICES services
-//! (default 10,000) of ENDPOINTS endpoints (default 2), and of one changed
-//! service applied by re-rendering everything (what a sync costs until
-//! partial syncs exist).
+//! Prints, for SERVICES services (default 10,000) of ENDPOINTS endpoints
+//! (default 2): the full sync (render, apply, transaction size), then
+//! partial syncs of one service whose endpoints changed and of one service
+//! added, each a few times.
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::num::NonZeroU16;
 use std::process::{Command, ExitCode};
-use std::time::Instant;
 
-use proxyd::dataplane::desired::{DesiredState, ServiceTarget};
-use proxyd::dataplane::nft::render_full;
-use proxyd::dataplane::{Dataplane, NftCommand};
-use slice_model::{IpFamily, Protocol, ServiceName, ServicePortName};
+use proxyd::dataplane::{DataplaneConfig, NftCommand, NftSyncer, SyncKind, SyncReport};
+use proxyd::engine::Engine;
+use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint};
 
-fn target(i: u32, endpoints: u32, generation: u32) -> ServiceTarget {
-    ServiceTarget {
-        name: ServicePortName::new(ServiceName::new("ns", format!("svc-{i}")), "p", Protocol::Tcp),
-        vip: IpAddr::V4(Ipv4Addr::from(0x0a60_0000 + i)),
-        port: 80,
-        endpoints: (0..endpoints)
-            .map(|k| SocketAddr::new(IpAddr::V4(Ipv4Addr::from(0x0a01_0000 + i * 64 + k + generation)), 8080))
-            .collect(),
-        has_any_endpoints: true,
+fn service(i: u32) -> ServiceInfo {
+    let mut s = ServiceInfo::new(ServiceName::new("ns", format!("svc-{i}").as_str()));
+    s.cluster_ips = vec![IpAddr::V4(Ipv4Addr::from(0x0a60_0000 + i))];
+    s.ports = vec![ServicePort {
+        name: "p".into(),
+        protocol: Protocol::Tcp,
+        port: NonZeroU16::MIN.saturating_add(79),
+        node_port: None,
+    }];
+    s
+}
+
+fn slice(i: u32, endpoints: u32, generation: u32) -> EndpointSlice {
+    let mut s =
+        EndpointSlice::new("ns", &format!("svc-{i}-1"), &format!("svc-{i}")).with_port("p", Protocol::Tcp, 8080);
+    for k in 0..endpoints {
+        let ip = IpAddr::V4(Ipv4Addr::from(0x0a01_0000 + i * 64 + k + generation));
+        s = s.with_endpoint(SliceEndpoint::new(ip).on_node("node-2"));
     }
+    s
+}
+
+fn print(what: &str, r: &SyncReport) {
+    println!(
+        "{what}: {} sync, {} services written, {} bytes, render {:.2?}, apply {:.2?}, total {:.2?}",
+        if r.full { "full" } else { "partial" },
+        r.services_written,
+        r.script_bytes,
+        r.render,
+        r.apply,
+        r.render + r.apply
+    );
 }
 
 fn main() -> ExitCode {
@@ -41,29 +63,43 @@ fn main() -> ExitCode {
         eprintln!("nft-sync: cannot create a network namespace (needs root and iproute2)");
         return ExitCode::FAILURE;
     }
-    let mut dp = NftCommand {
-        netns: Some(ns.clone()),
-    };
-    let mut state = DesiredState {
-        family: IpFamily::V4,
-        services: (0..services).map(|i| target(i, endpoints, 0)).collect(),
-    };
     let result = (|| -> Result<(), String> {
-        let t = Instant::now();
-        let text = render_full(&state);
-        let render = t.elapsed();
-        let t = Instant::now();
-        dp.apply(&text).map_err(|e| e.to_string())?;
-        let apply = t.elapsed();
-        println!(
-            "full sync, {services} services x {endpoints} endpoints: render {render:.2?}, apply {apply:.2?}, script {} KiB",
-            text.len() / 1024
+        let mut engine = Engine::new("node-1", IpFamily::V4);
+        for i in 0..services {
+            engine.update_service(&service(i));
+            engine.update_slice(slice(i, endpoints, 0));
+        }
+        let dp = NftCommand {
+            netns: Some(ns.clone()),
+        };
+        let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), dp);
+        let mut sync = |engine: &mut Engine| {
+            let changed = engine.update().changed;
+            syncer
+                .sync(&engine.services, &engine.endpoints, &changed, SyncKind::Changes)
+                .map_err(|e| e.to_string())
+        };
+        print(
+            &format!("{services} services x {endpoints} endpoints"),
+            &sync(&mut engine)?,
         );
-        state.services[services as usize / 2] = target(services / 2, endpoints, 1);
-        let t = Instant::now();
-        let text = render_full(&state);
-        dp.apply(&text).map_err(|e| e.to_string())?;
-        println!("one changed service, full re-render and replace: {:.2?}", t.elapsed());
+        for round in 1..=3 {
+            let i = services / 2 + round;
+            engine.update_slice(slice(i, endpoints, round));
+            print("one service's endpoints changed", &sync(&mut engine)?);
+            engine.update_service(&service(services + round));
+            engine.update_slice(slice(services + round, endpoints, 0));
+            print("one service added", &sync(&mut engine)?);
+        }
+        let r = syncer
+            .sync(
+                &engine.services,
+                &engine.endpoints,
+                &BTreeSet::new(),
+                SyncKind::Periodic,
+            )
+            .map_err(|e| e.to_string())?;
+        print("periodic re-assertion, nothing changed", &r);
         Ok(())
     })();
     let _ = Command::new("ip").args(["netns", "del", &ns]).status();

@@ -35,6 +35,7 @@
 mod cache_handler;
 mod convert;
 pub mod fold;
+pub mod manifests;
 pub mod runner;
 pub mod selection;
 mod service;

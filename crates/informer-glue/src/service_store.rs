@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Service;
+use slice_cache::ServiceChangeTracker;
 use slice_model::{ServiceInfo, ServiceName};
 use tokio::sync::Notify;
 
@@ -24,6 +25,9 @@ pub struct ServiceStore {
     pub synced: Arc<AtomicBool>,
     /// Services rejected (no name or namespace).
     pub rejected: Arc<AtomicU64>,
+    /// A change tracker told about every change (the proxier's pending
+    /// service changes), if any.
+    pub tracker: Option<Arc<Mutex<ServiceChangeTracker>>>,
 }
 
 impl ServiceStore {
@@ -34,6 +38,7 @@ impl ServiceStore {
             changed: Arc::new(Notify::new()),
             synced: Arc::new(AtomicBool::new(false)),
             rejected: Arc::new(AtomicU64::new(0)),
+            tracker: None,
         }
     }
 
@@ -47,6 +52,9 @@ impl ServiceStore {
             Ok((info, warnings)) => {
                 for w in &warnings {
                     tracing::warn!("{w}");
+                }
+                if let Some(t) = &self.tracker {
+                    t.lock().unwrap_or_else(|e| e.into_inner()).update(&info);
                 }
                 let changed = self.with(|m| {
                     if m.get(&info.name) == Some(&info) {
@@ -80,7 +88,11 @@ impl EventHandler<Service> for ServiceStore {
         let (Some(ns), Some(name)) = (obj.metadata.namespace.as_deref(), obj.metadata.name.as_deref()) else {
             return;
         };
-        if self.with(|m| m.remove(&ServiceName::new(ns, name)).is_some()) {
+        let name = ServiceName::new(ns, name);
+        if let Some(t) = &self.tracker {
+            t.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
+        }
+        if self.with(|m| m.remove(&name).is_some()) {
             self.changed.notify_one();
         }
     }
@@ -126,5 +138,19 @@ mod tests {
         nameless.metadata.name = None;
         s.on_add(&nameless);
         assert_eq!(s.rejected.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn the_tracker_sees_every_change() {
+        let tracker = Arc::new(Mutex::new(ServiceChangeTracker::new(slice_model::IpFamily::V4)));
+        let mut s = ServiceStore::new(Arc::default());
+        s.tracker = Some(tracker.clone());
+        s.on_add(&svc("10.96.0.1"));
+        let changes = tracker.lock().unwrap().checkout();
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].current[0].cluster_ip.to_string(), "10.96.0.1");
+        s.on_delete(&svc("10.96.0.1"));
+        let changes = tracker.lock().unwrap().checkout();
+        assert!(changes[0].current.is_empty(), "deleted");
     }
 }

@@ -22,20 +22,36 @@ pub enum Command {
     /// print what the proxy would see after each sync (see
     /// replay-format.md).
     Replay(ReplayArgs),
-    /// Run the proxy: watch Services and EndpointSlices and keep the
-    /// endpoints map in sync (this version logs what it sees; it programs
-    /// no dataplane yet).
+    /// Run the proxy: watch Services and EndpointSlices (from the API
+    /// server or manifest files) and keep the nftables table in step.
     Run(RunArgs),
+    /// Print the nftables ruleset proxyd would apply for a set of manifests,
+    /// and a table of services and the endpoints they use.
+    Render(RenderArgs),
+    /// Explain, endpoint by endpoint, how a service's traffic is handled on
+    /// this node and why.
+    Explain(ExplainArgs),
 }
 
-/// `proxyd run`.
-#[derive(Args, Debug)]
-pub struct RunArgs {
+/// Where Services and EndpointSlices come from.
+#[derive(Args, Debug, Clone)]
+pub struct SourceArgs {
+    /// Read objects from a YAML/JSON file or a directory of them (Services,
+    /// EndpointSlices, and optionally this node's Node for its zone)
+    /// instead of the API server. `proxyd run` re-reads them when they
+    /// change.
+    #[arg(long, value_name = "PATH")]
+    pub manifests: Option<PathBuf>,
+
     /// Path to a kubeconfig; without it: $KUBECONFIG, ~/.kube/config, then
-    /// the in-cluster service account.
+    /// the in-cluster service account. Ignored with --manifests.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
+}
 
+/// How this node proxies: shared by `run`, `render` and `explain`.
+#[derive(Args, Debug, Clone)]
+pub struct ProxyArgs {
     /// The node name to use instead of the host name (decides which
     /// endpoints are local).
     #[arg(long)]
@@ -51,6 +67,65 @@ pub struct RunArgs {
     #[arg(long, default_value = "ipv4")]
     pub ip_family: IpFamily,
 
+    /// The pod network(s), comma-separated: cluster-IP traffic from outside
+    /// them is masqueraded, and pods reaching an external address of an
+    /// externalTrafficPolicy: Local service use all endpoints.
+    #[arg(long, value_delimiter = ',', value_name = "CIDR")]
+    pub cluster_cidr: Vec<ipnet::IpNet>,
+
+    /// Masquerade all traffic sent to cluster IPs.
+    #[arg(long)]
+    pub masquerade_all: bool,
+
+    /// This node's topology.kubernetes.io/zone, for topology hints
+    /// (default: the label of this node's Node object, when known).
+    #[arg(long)]
+    pub node_zone: Option<String>,
+}
+
+/// `proxyd render`.
+#[derive(Args, Debug)]
+pub struct RenderArgs {
+    /// Where the objects come from (--manifests is the usual one here).
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// How this node proxies.
+    #[command(flatten)]
+    pub proxy: ProxyArgs,
+
+    /// Print only the nft ruleset, not the services table.
+    #[arg(long)]
+    pub nft_only: bool,
+}
+
+/// `proxyd explain`.
+#[derive(Args, Debug)]
+pub struct ExplainArgs {
+    /// The service: NAMESPACE/NAME, optionally :PORT (a port name or
+    /// number).
+    pub service: String,
+
+    /// Where the objects come from.
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// How this node proxies.
+    #[command(flatten)]
+    pub proxy: ProxyArgs,
+}
+
+/// `proxyd run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Where the objects come from.
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// How this node proxies.
+    #[command(flatten)]
+    pub proxy: ProxyArgs,
+
     /// The shortest time between two syncs, e.g. 1s or 500ms; 0 syncs on
     /// every change.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
@@ -64,6 +139,20 @@ pub struct RunArgs {
     /// Objects per page of the initial lists.
     #[arg(long, default_value_t = 500)]
     pub list_page_size: u32,
+
+    /// Do not touch nftables: write each sync's nft script to standard
+    /// output (or to --dry-run-dir).
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// With --dry-run: write sync-000001.nft, sync-000002.nft, … here.
+    #[arg(long, value_name = "DIR", requires = "dry_run")]
+    pub dry_run_dir: Option<PathBuf>,
+
+    /// Apply the rules inside this named network namespace
+    /// (`ip netns exec NAME nft`).
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
 }
 
 /// Parses `1s`, `500ms`, `2m` or a bare number of seconds.

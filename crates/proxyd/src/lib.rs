@@ -4,16 +4,25 @@
 //! reach the same code the binary runs.
 //!
 //! ```text
-//!  cli     clap arguments, one struct per subcommand
-//!  replay  `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
-//!          ─► EndpointsMap ─► one JSON line per sync (replay-format.md)
-//!  run     `proxyd run`: kube watches ─► caches ─► sync loop (logs for now)
+//!  cli       clap arguments, one struct per subcommand
+//!  replay    `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
+//!            ─► EndpointsMap ─► one JSON line per sync (replay-format.md)
+//!  engine    the caches and maps every command drives
+//!  snapshot  one read of the cluster (manifests or API) into an engine
+//!  run       `proxyd run`: watches or --manifests ─► engine ─► sync loop
+//!            ─► NftSyncer (partial syncs) ─► nft
+//!  render    `proxyd render`: the ruleset and a services table
+//!  explain   `proxyd explain`: why each endpoint is or isn't used
 //!  sync_runner  when to sync (min/max interval, retry with backoff)
-//!  dataplane    desired state -> nft text -> one `nft -f -` transaction
+//!  dataplane    desired state ─► fragments ─► nft text ─► one transaction
 //! ```
 
 pub mod cli;
 pub mod dataplane;
+pub mod engine;
+pub mod explain;
+pub mod render;
 pub mod replay;
 pub mod run;
+pub mod snapshot;
 pub mod sync_runner;

@@ -12,5 +12,7 @@ fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Replay(args) => proxyd::replay::main(args),
         Command::Run(args) => proxyd::run::main(args),
+        Command::Render(args) => proxyd::render::main(args),
+        Command::Explain(args) => proxyd::explain::main(args),
     }
 }

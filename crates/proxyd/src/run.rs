@@ -1,34 +1,38 @@
-//! `proxyd run`: watch the cluster and keep the endpoints map in sync.
+//! `proxyd run`: watch the cluster and keep the nftables table in step.
 //!
 //! ```text
-//!  watch "services"  ── ServiceStore ──────────┐ changed
-//!  watch "slices"    ── SliceCacheHandler ─────┤ sync_needed
-//!                                              ▼
+//!  API watches or --manifests ── ServiceStore ─────► ServiceChangeTracker ┐
+//!                             └─ SliceCacheHandler ─► EndpointSliceCache ─┤ sync_needed
+//!                                                                         ▼
 //!  SyncRunner: starts once both kinds are listed; at most one sync per
-//!  --min-sync-period, at least one per --sync-period; each sync applies
-//!  the cache to the endpoints map and logs what changed.
-//!  SIGTERM/SIGINT stop everything.
+//!  --min-sync-period, at least one per --sync-period, retries with backoff
+//!  after a failure. Each sync applies the pending changes to the maps and
+//!  hands the changed services to the NftSyncer (full on the first sync and
+//!  after a failure, partial otherwise). SIGTERM/SIGINT stop everything;
+//!  the rules stay in place.
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use endpoints_map::EndpointsMap;
 use informer_glue::fold::EventFold;
+use informer_glue::manifests;
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::selection::Selection;
 use informer_glue::{ServiceStore, SliceCacheHandler};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
-use slice_cache::EndpointSliceCache;
 use tokio::sync::{Notify, watch};
 
 use crate::cli::RunArgs;
+use crate::dataplane::{Dataplane, DataplaneError, DryRun, NftCommand, NftSyncer, SyncKind};
+use crate::engine::Engine;
+use crate::snapshot::{api_node_zone, client, dataplane_config, node_name, selection};
 use crate::sync_runner::{SyncReason, SyncRunner, SyncTiming};
 
 /// `proxyd run` from the command line.
@@ -56,7 +60,7 @@ pub fn main(args: RunArgs) -> ExitCode {
 
 /// Logs to stderr; the level comes from `RUST_LOG` (`error`, `warn`,
 /// `info`, `debug`, `trace`), `info` by default.
-fn init_logging() {
+pub fn init_logging() {
     let level = std::env::var("RUST_LOG")
         .ok()
         .and_then(|l| l.parse::<tracing::Level>().ok())
@@ -68,85 +72,94 @@ fn init_logging() {
         .try_init();
 }
 
-async fn client(args: &RunArgs) -> anyhow::Result<kube::Client> {
-    let config = match &args.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("kubeconfig {} is not usable", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
-    };
-    tracing::info!(server = %config.cluster_url, "connecting to the API server");
-    kube::Client::try_from(config).context("cannot build a Kubernetes client")
-}
+/// How often `--manifests` files are checked for changes.
+const MANIFEST_POLL: Duration = Duration::from_secs(1);
 
-/// The node name: --hostname-override, else the kernel's host name.
-fn node_name(args: &RunArgs) -> anyhow::Result<String> {
-    if let Some(n) = args
-        .hostname_override
-        .as_deref()
-        .map(str::trim)
-        .filter(|n| !n.is_empty())
-    {
-        return Ok(n.to_lowercase());
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .context("cannot read the host name; set --hostname-override")?;
-    Ok(host.trim().to_lowercase())
+type Stop = watch::Receiver<bool>;
+
+async fn stopped(mut rx: Stop) {
+    let _ = rx.wait_for(|s| *s).await;
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let node = node_name(&args)?;
-    let client = client(&args).await?;
-    let selection = Selection {
-        proxy_name: args.service_proxy_name.clone(),
-    };
-    tracing::info!(node = %node, family = %args.ip_family, selector = %selection.label_selector(), "starting");
+    let node = node_name(&args.proxy)?;
+    let selection = selection(&args.proxy);
+    tracing::info!(node = %node, family = %args.proxy.ip_family, selector = %selection.label_selector(), "starting");
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-
-    let cache = Arc::new(Mutex::new(EndpointSliceCache::new(node.as_str(), args.ip_family)));
-    let services: informer_glue::Services = Arc::new(Mutex::new(BTreeMap::new()));
+    let mut engine = Engine::new(&node, args.proxy.ip_family);
     // One wake-up for both kinds: the runner coalesces them.
     let sync_needed = Arc::new(Notify::new());
-    let mut slices = SliceCacheHandler::new(cache.clone());
+    let mut slices = SliceCacheHandler::new(engine.slices.clone());
     slices.sync_needed = sync_needed.clone();
+    let services: informer_glue::Services = Arc::new(Mutex::new(BTreeMap::new()));
     let mut store = ServiceStore::new(services.clone());
     store.changed = sync_needed.clone();
+    store.tracker = Some(engine.service_changes.clone());
     let (slices_synced, services_synced) = (slices.synced.clone(), store.synced.clone());
 
-    let settings = WatchSettings {
-        label_selector: selection.label_selector(),
-        page_size: args.list_page_size,
+    let (tasks, node_zone) = match &args.source.manifests {
+        Some(path) => {
+            let zone = manifests::load(path).ok().and_then(|m| m.node_zone(&node));
+            let task = tokio::spawn(watch_manifests(
+                path.clone(),
+                selection.clone(),
+                slices,
+                store,
+                stop_rx.clone(),
+            ));
+            (vec![tokio::spawn(async move { drop(task.await) })], zone)
+        }
+        None => {
+            let client = client(&args.source).await?;
+            let zone = match &args.proxy.node_zone {
+                Some(_) => None,
+                None => api_node_zone(&client, &node).await,
+            };
+            let settings = WatchSettings {
+                label_selector: selection.label_selector(),
+                page_size: args.list_page_size,
+            };
+            let sel = selection.clone();
+            let slice_task = tokio::spawn(run_watch(
+                Api::<EndpointSlice>::all(client.clone()),
+                settings.clone(),
+                EventFold::with_selection(move |s| sel.selects_slice(s)),
+                slices,
+                Arc::new(WatchMetrics::default()),
+                stopped(stop_rx.clone()),
+            ));
+            let sel = selection.clone();
+            let service_task = tokio::spawn(run_watch(
+                Api::<Service>::all(client),
+                settings,
+                EventFold::with_selection(move |s| sel.selects_service(s)),
+                store,
+                Arc::new(WatchMetrics::default()),
+                stopped(stop_rx.clone()),
+            ));
+            let both = tokio::spawn(async move {
+                let _ = tokio::join!(slice_task, service_task);
+            });
+            (vec![both], zone)
+        }
     };
-    let slice_metrics = Arc::new(WatchMetrics::default());
-    let service_metrics = Arc::new(WatchMetrics::default());
-    let sel = selection.clone();
-    let slice_task = tokio::spawn(run_watch(
-        Api::<EndpointSlice>::all(client.clone()),
-        settings.clone(),
-        EventFold::with_selection(move |s| sel.selects_slice(s)),
-        slices,
-        slice_metrics.clone(),
-        stopped(stop_rx.clone()),
-    ));
-    let sel = selection.clone();
-    let service_task = tokio::spawn(run_watch(
-        Api::<Service>::all(client),
-        settings,
-        EventFold::with_selection(move |s| sel.selects_service(s)),
-        store,
-        service_metrics.clone(),
-        stopped(stop_rx.clone()),
-    ));
+    let config = dataplane_config(&args.proxy, node_zone);
+    tracing::info!(zone = config.node_zone.as_deref().unwrap_or("(none)"), "topology");
+    let dataplane: Box<dyn Dataplane + Send> = if args.dry_run {
+        if let Some(dir) = &args.dry_run_dir {
+            std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
+        }
+        Box::new(DryRun {
+            dir: args.dry_run_dir.clone(),
+            count: 0,
+        })
+    } else {
+        Box::new(NftCommand {
+            netns: args.netns.clone(),
+        })
+    };
+    let mut syncer = NftSyncer::new(config, dataplane);
 
     let signals = tokio::spawn(async move {
         wait_for_signal().await;
@@ -174,61 +187,119 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             max_interval: args.sync_period,
             ..SyncTiming::default()
         };
-        let mut map = EndpointsMap::new();
+        // Services changed since the last successful sync: a failed sync
+        // keeps them for the retry.
+        let mut pending: BTreeSet<slice_model::ServiceName> = BTreeSet::new();
         let runner = SyncRunner::new(timing, sync_needed.clone());
         runner
             .run(
                 |reason| {
-                    sync_endpoints(reason, &cache, &mut map, &services);
-                    std::future::ready(Ok::<(), std::convert::Infallible>(()))
+                    let result = sync_once(reason, &mut engine, &mut syncer, &mut pending, &services);
+                    std::future::ready(result)
                 },
                 stopped(stop_rx.clone()),
             )
             .await;
     }
-    let _ = tokio::join!(slice_task, service_task);
+    for t in tasks {
+        let _ = t.await;
+    }
     signals.abort();
-    let errors = slice_metrics.errors.load(Ordering::Relaxed) + service_metrics.errors.load(Ordering::Relaxed);
-    tracing::info!(watch_errors = errors, "stopped");
+    tracing::info!("stopped; the rules stay in place");
     Ok(())
 }
 
-/// One sync: apply the cache to the endpoints map and log what changed.
-fn sync_endpoints(
-    reason: SyncReason,
-    cache: &Mutex<EndpointSliceCache>,
-    map: &mut EndpointsMap,
-    services: &informer_glue::Services,
+/// Re-reads `--manifests` whenever its files change and hands each
+/// complete read to the handlers as a relist. A read that fails (a file
+/// half-written, a syntax error) is reported and changes nothing.
+async fn watch_manifests(
+    path: PathBuf,
+    selection: Selection,
+    mut slices: SliceCacheHandler,
+    mut store: ServiceStore,
+    mut stop: Stop,
 ) {
-    let started = Instant::now();
-    let result = {
-        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-        map.update(&mut cache)
-    };
-    let services_known = services.lock().map(|s| s.len()).unwrap_or(0);
-    tracing::info!(
-        first = reason == SyncReason::Initial,
-        reason = ?reason,
-        services = services_known,
-        service_ports_with_endpoints = map.len(),
-        changed_services = result.changed_services.len(),
-        stale_udp_endpoints = result.stale_endpoints.len(),
-        stale_udp_services = result.stale_service_names.len(),
-        took_us = started.elapsed().as_micros() as u64,
-        "synced"
-    );
-    for svc in &result.changed_services {
-        let ports: Vec<String> = map
-            .service(svc)
-            .map(|s| {
-                s.ports()
-                    .iter()
-                    .map(|p| format!("{}/{}={}", p.name, p.protocol, p.endpoints.len()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        tracing::debug!(service = %svc, ports = ?ports, "endpoints changed");
+    let sel = selection.clone();
+    let mut slice_fold = EventFold::with_selection(move |s| sel.selects_slice(s));
+    let mut service_fold = EventFold::with_selection(move |s| selection.selects_service(s));
+    let mut last = None;
+    loop {
+        let now = manifests::fingerprint(&path);
+        if last.as_ref() != Some(&now) {
+            match manifests::load(&path) {
+                Ok(m) => {
+                    for s in &m.skipped {
+                        tracing::debug!("manifests: skipped {s}");
+                    }
+                    tracing::info!(
+                        path = %path.display(),
+                        services = m.services.len(),
+                        endpoint_slices = m.slices.len(),
+                        "manifests read"
+                    );
+                    manifests::relist(&mut service_fold, &m.services, &mut store);
+                    manifests::relist(&mut slice_fold, &m.slices, &mut slices);
+                }
+                Err(e) => tracing::warn!("manifests: {e}; keeping what was read before"),
+            }
+            last = Some(now);
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(MANIFEST_POLL) => {}
+        }
     }
+}
+
+/// One sync: apply pending changes to the maps, then write the changed
+/// services to the dataplane.
+fn sync_once(
+    reason: SyncReason,
+    engine: &mut Engine,
+    syncer: &mut NftSyncer<Box<dyn Dataplane + Send>>,
+    pending: &mut BTreeSet<slice_model::ServiceName>,
+    services: &informer_glue::Services,
+) -> Result<(), DataplaneError> {
+    let started = Instant::now();
+    let update = engine.update();
+    pending.extend(update.changed.iter().cloned());
+    let kind = if reason == SyncReason::Periodic {
+        SyncKind::Periodic
+    } else {
+        SyncKind::Changes
+    };
+    let result = syncer.sync(&engine.services, &engine.endpoints, pending, kind);
+    let services_known = services.lock().map(|s| s.len()).unwrap_or(0);
+    match &result {
+        Ok(report) => {
+            tracing::info!(
+                first = reason == SyncReason::Initial,
+                reason = ?reason,
+                services = services_known,
+                service_ports_with_endpoints = engine.endpoints.len(),
+                changed_services = update.changed.len(),
+                stale_udp_endpoints = update.endpoints.stale_endpoints.len(),
+                stale_udp_services = update.endpoints.stale_service_names.len(),
+                full = report.full,
+                services_written = report.services_written,
+                nft_bytes = report.script_bytes,
+                render_us = report.render.as_micros() as u64,
+                apply_us = report.apply.as_micros() as u64,
+                took_us = started.elapsed().as_micros() as u64,
+                "synced"
+            );
+            for svc in pending.iter() {
+                tracing::debug!(service = %svc, "endpoints changed");
+            }
+            pending.clear();
+        }
+        Err(e) => tracing::warn!(
+            reason = ?reason,
+            pending_services = pending.len(),
+            "sync failed, the next one rewrites the whole table: {e}"
+        ),
+    }
+    result.map(|_| ())
 }
 
 async fn wait_for_signal() {

@@ -1,18 +1,28 @@
-//! The rendered ruleset applied with the real `nft` in a fresh network
-//! namespace, checked by reading it back and by real TCP traffic.
+//! The dataplane with the real `nft` in fresh network namespaces: the
+//! bundled example cluster loads and reads back (`nft -j list table`) as
+//! intended; partial syncs leave the kernel exactly as a fresh full sync
+//! would; real TCP traffic is balanced, rejected, moved and kept sticky.
 //!
-//! Needs root, `ip` and `nft`. Without them the test says why and skips,
-//! unless PROXYD_REQUIRE_ROOT_TESTS=1 (set by .ci/run), where that is a
-//! failure.
+//! Needs root, `ip`, `nft` and `python3`. Without them the tests say why and
+//! skip, unless PROXYD_REQUIRE_ROOT_TESTS=1 (set by .ci/run), where that is
+//! a failure.
 
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU16;
+use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
-use proxyd::dataplane::desired::{DesiredState, ServiceTarget};
-use proxyd::dataplane::nft::render_full;
-use proxyd::dataplane::{Dataplane, DataplaneError, NftCommand};
-use slice_model::{IpFamily, Protocol, ServiceName, ServicePortName};
+use proxyd::cli::ProxyArgs;
+use proxyd::dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftCommand, NftSyncer, SyncKind};
+use proxyd::engine::Engine;
+use proxyd::snapshot::Snapshot;
+use serde_json::Value;
+use slice_model::{
+    EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint, SliceName, TrafficPolicy,
+};
 
 fn can_run() -> Result<(), String> {
     let uid = Command::new("id")
@@ -71,6 +81,37 @@ impl Netns {
         all.extend_from_slice(args);
         run("ip", &all)
     }
+
+    fn dataplane(&self) -> NftCommand {
+        NftCommand {
+            netns: Some(self.0.clone()),
+        }
+    }
+
+    /// The table as nft reports it, normalised: set elements sorted, rules
+    /// in order, handles dropped.
+    fn table(&self) -> BTreeMap<String, Vec<String>> {
+        let json: Value = serde_json::from_str(&self.exec("nft", &["-j", "list", "table", "ip", "proxyd"])).unwrap();
+        let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for item in json["nftables"].as_array().unwrap() {
+            let obj = item.as_object().unwrap();
+            if let Some(set) = obj.get("set").or_else(|| obj.get("map")) {
+                let mut elems: Vec<String> = set["elem"]
+                    .as_array()
+                    .map(|a| a.iter().map(Value::to_string).collect())
+                    .unwrap_or_default();
+                elems.sort();
+                out.insert(format!("set {}", set["name"].as_str().unwrap()), elems);
+            } else if let Some(chain) = obj.get("chain") {
+                out.entry(format!("chain {}", chain["name"].as_str().unwrap()))
+                    .or_default();
+            } else if let Some(rule) = obj.get("rule") {
+                let chain = format!("chain {}", rule["chain"].as_str().unwrap());
+                out.entry(chain).or_default().push(rule["expr"].to_string());
+            }
+        }
+        out
+    }
 }
 
 impl Drop for Netns {
@@ -89,19 +130,141 @@ fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn target(name: &str, vip: &str, port: u16, eps: &[&str]) -> ServiceTarget {
-    ServiceTarget {
-        name: ServicePortName::new(ServiceName::new("ns", name), "p", Protocol::Tcp),
-        vip: vip.parse().unwrap(),
-        port,
-        endpoints: eps.iter().map(|e| e.parse().unwrap()).collect(),
-        has_any_endpoints: !eps.is_empty(),
+fn proxy_args() -> ProxyArgs {
+    ProxyArgs {
+        hostname_override: Some("node-1".into()),
+        service_proxy_name: None,
+        ip_family: IpFamily::V4,
+        cluster_cidr: vec!["10.244.0.0/16".parse().unwrap()],
+        masquerade_all: false,
+        node_zone: None,
     }
+}
+
+fn example_cluster() -> (Engine, DataplaneConfig) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    let m = informer_glue::manifests::load(&path).unwrap();
+    let snapshot = Snapshot {
+        node_zone: m.node_zone("node-1"),
+        services: m.services,
+        slices: m.slices,
+    };
+    let engine = snapshot.engine("node-1", &proxy_args());
+    let config = proxyd::snapshot::dataplane_config(&proxy_args(), snapshot.node_zone);
+    (engine, config)
+}
+
+fn service(name: &str, ip: &str) -> ServiceInfo {
+    let mut s = ServiceInfo::new(ServiceName::new("ns", name));
+    s.cluster_ips = vec![ip.parse().unwrap()];
+    s.ports = vec![ServicePort {
+        name: "p".into(),
+        protocol: Protocol::Tcp,
+        port: NonZeroU16::new(80).unwrap(),
+        node_port: None,
+    }];
+    s
+}
+
+fn slice(ns: &str, service: &str, name: &str, port: u16, ips: &[&str]) -> EndpointSlice {
+    let mut s = EndpointSlice::new(ns, name, service).with_port("p", Protocol::Tcp, port);
+    for ip in ips {
+        s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).on_node("node-2"));
+    }
+    s
+}
+
+fn sync(syncer: &mut NftSyncer<NftCommand>, engine: &mut Engine) -> proxyd::dataplane::SyncReport {
+    let changed = engine.update().changed;
+    syncer
+        .sync(&engine.services, &engine.endpoints, &changed, SyncKind::Changes)
+        .unwrap()
+}
+
+#[test]
+fn example_cluster_loads_and_partial_syncs_match_a_fresh_full_sync() {
+    if !require() {
+        return;
+    }
+    let (mut engine, config) = example_cluster();
+    let live = Netns::new("live");
+    let mut syncer = NftSyncer::new(config.clone(), live.dataplane());
+    let first = sync(&mut syncer, &mut engine);
+    assert!(first.full);
+
+    // Read back: what was meant to load did.
+    let table = live.table();
+    let slots = &table["set service-slots"];
+    assert_eq!(
+        slots.iter().filter(|e| e.contains("10.96.0.10")).count(),
+        16,
+        "{slots:?}"
+    );
+    assert!(
+        slots.iter().all(|e| !e.contains("10.244.2.13")),
+        "not-ready endpoint unused"
+    );
+    assert_eq!(table["set nodeport-slots"].len(), 16, "shop/api's node port");
+    assert!(table.contains_key("chain fw-shop/ingress/tcp/443"));
+    assert!(table.contains_key("set aff-shop/cart/tcp/80/10.244.1.61/8080"));
+    assert!(table["set hairpin"].iter().any(|e| e.contains("10.244.1.11")));
+    let ext = table["chain ext-shop/ingress/tcp/443"].join("\n");
+    assert!(
+        ext.contains("10.244.1.31") && !ext.contains("10.244.2.32"),
+        "local endpoint only: {ext}"
+    );
+
+    // Changes, each written as a partial sync.
+    engine.update_slice(slice(
+        "shop",
+        "frontend",
+        "frontend-7xk2p",
+        8080,
+        &["10.244.2.12", "10.244.2.99"],
+    ));
+    assert!(!sync(&mut syncer, &mut engine).full);
+    engine.remove_service(&ServiceName::new("shop", "cart"));
+    engine.update_service(&service("new", "10.96.0.70"));
+    engine.update_slice(slice("ns", "new", "new-1", 8080, &["10.244.3.70"]));
+    let r = sync(&mut syncer, &mut engine);
+    assert!(!r.full && r.services_written == 2, "{r:?}");
+    engine.remove_slice(&SliceName::new("shop", "ingress-b2v7n"));
+    let r = sync(&mut syncer, &mut engine);
+    assert!(!r.full && r.services_written == 1);
+    let periodic = syncer
+        .sync(
+            &engine.services,
+            &engine.endpoints,
+            &BTreeSet::new(),
+            SyncKind::Periodic,
+        )
+        .unwrap();
+    assert!(!periodic.full);
+
+    // The kernel now holds exactly what a fresh proxy would write.
+    let fresh = Netns::new("fresh");
+    let mut fresh_syncer = NftSyncer::new(config, fresh.dataplane());
+    assert!(
+        fresh_syncer
+            .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
+            .unwrap()
+            .full
+    );
+    let (got, want) = (live.table(), fresh.table());
+    for key in want.keys().chain(got.keys()).collect::<BTreeSet<_>>() {
+        assert_eq!(got.get(key), want.get(key), "{key} differs after partial syncs");
+    }
+    assert!(
+        !got.contains_key("chain ep-shop/cart/tcp/80/10.244.1.61/8080"),
+        "cart is gone"
+    );
+    assert!(!got.contains_key("set aff-shop/cart/tcp/80/10.244.1.61/8080"));
 }
 
 /// Connects `n` times to `vip:port` inside the namespace, where listeners
 /// on 10.1.0.1 and 10.1.0.2 (port 8080) answer with their own address;
-/// prints one line per answer, or the error of a failed connect.
+/// prints one line per answer, or the error of a failed connect. With a
+/// source address, every connection comes from it.
 const CLIENT: &str = r#"
 import socket, sys, threading, time
 def serve(addr):
@@ -115,84 +278,80 @@ time.sleep(0.2)
 vip, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 for _ in range(n):
     try:
-        c = socket.create_connection((vip, port), timeout=2)
+        c = socket.create_connection((vip, port), timeout=2, source_address=("10.9.0.1", 0))
         print(c.recv(64).decode()); c.close()
     except OSError as e:
         print("error:", e.__class__.__name__)
 "#;
 
-fn connect(ns: &Netns, vip: &str, port: u16, n: u32) -> Vec<String> {
-    let out = ns.exec("python3", &["-c", CLIENT, vip, &port.to_string(), &n.to_string()]);
+fn connect(ns: &Netns, vip: &str, n: u32) -> Vec<String> {
+    let out = ns.exec("python3", &["-c", CLIENT, vip, "80", &n.to_string()]);
     out.lines().map(str::to_owned).collect()
 }
 
+fn count(answers: &[String], who: &str) -> usize {
+    answers.iter().filter(|a| *a == who).count()
+}
+
 #[test]
-fn ruleset_loads_balances_rejects_and_replaces_atomically() {
+fn traffic_is_balanced_rejected_moved_and_sticky() {
     if !require() {
         return;
     }
-    let ns = Netns::new("nft");
-    for addr in ["10.1.0.1/32", "10.1.0.2/32"] {
+    let ns = Netns::new("traffic");
+    for addr in ["10.1.0.1/32", "10.1.0.2/32", "10.9.0.1/32"] {
         ns.ip(&["addr", "add", addr, "dev", "lo"]);
     }
     // Service IPs are routed locally so that output NAT sees them.
     ns.ip(&["route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
 
-    let mut dp = NftCommand {
-        netns: Some(ns.0.clone()),
-    };
-    let mut state = DesiredState {
-        family: IpFamily::V4,
-        services: vec![
-            target("web", "10.96.0.10", 80, &["10.1.0.1:8080", "10.1.0.2:8080"]),
-            target("gone", "10.96.0.30", 443, &[]),
-        ],
-    };
-    dp.apply(&render_full(&state)).unwrap();
+    let mut engine = Engine::new("node-1", IpFamily::V4);
+    engine.update_service(&service("web", "10.96.0.10"));
+    engine.update_slice(slice("ns", "web", "web-1", 8080, &["10.1.0.1", "10.1.0.2"]));
+    engine.update_service(&service("gone", "10.96.0.30"));
+    let mut sticky = service("sticky", "10.96.0.40");
+    sticky.session_affinity = Some(Duration::from_secs(300));
+    engine.update_service(&sticky);
+    engine.update_slice(slice("ns", "sticky", "sticky-1", 8080, &["10.1.0.1", "10.1.0.2"]));
+    let mut local = service("local-only", "10.96.0.50");
+    local.internal_traffic_policy = TrafficPolicy::Local;
+    engine.update_service(&local);
+    engine.update_slice(slice("ns", "local-only", "local-1", 8080, &["10.1.0.1"]));
+    let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), ns.dataplane());
+    assert!(sync(&mut syncer, &mut engine).full);
 
-    // Read back: the slots map holds 16 elements for the service.
-    let json = ns.exec("nft", &["-j", "list", "map", "ip", "proxyd", "service-slots"]);
-    assert_eq!(json.matches("\"10.96.0.10\"").count(), 16, "16 slots: {json}");
-
-    // Traffic is spread over both endpoints...
-    let answers = connect(&ns, "10.96.0.10", 80, 200);
-    let one = answers.iter().filter(|a| *a == "10.1.0.1").count();
-    let two = answers.iter().filter(|a| *a == "10.1.0.2").count();
+    // Spread over both endpoints.
+    let answers = connect(&ns, "10.96.0.10", 200);
+    let (one, two) = (count(&answers, "10.1.0.1"), count(&answers, "10.1.0.2"));
     assert_eq!(one + two, 200, "every connection reached an endpoint: {answers:?}");
     assert!(one > 40 && two > 40, "both endpoints get traffic: {one}/{two}");
-    // ...and a service without endpoints is refused at once.
-    assert_eq!(connect(&ns, "10.96.0.30", 443, 1), ["error: ConnectionRefusedError"]);
+    // No endpoints: refused at once. Endpoints only elsewhere (Local): dropped.
+    assert_eq!(connect(&ns, "10.96.0.30", 1), ["error: ConnectionRefusedError"]);
+    assert_eq!(connect(&ns, "10.96.0.50", 1), ["error: TimeoutError"]);
+    // Affinity: one client, one endpoint.
+    let answers = connect(&ns, "10.96.0.40", 30);
+    assert!(
+        count(&answers, "10.1.0.1") == 30 || count(&answers, "10.1.0.2") == 30,
+        "a client sticks to one endpoint: {answers:?}"
+    );
 
-    // Replace: one endpoint left.
-    state.services[0].endpoints.truncate(1);
-    dp.apply(&render_full(&state)).unwrap();
-    let answers = connect(&ns, "10.96.0.10", 80, 50);
-    assert!(answers.iter().all(|a| a == "10.1.0.1"), "{answers:?}");
+    // A partial sync moves web to one endpoint.
+    engine.update_slice(slice("ns", "web", "web-1", 8080, &["10.1.0.2"]));
+    let r = sync(&mut syncer, &mut engine);
+    assert!(!r.full && r.services_written == 1);
+    let answers = connect(&ns, "10.96.0.10", 50);
+    assert_eq!(count(&answers, "10.1.0.2"), 50, "{answers:?}");
 
     // A rejected transaction changes nothing.
-    let err = dp
+    let err = ns
+        .dataplane()
         .apply("table ip proxyd { chain broken { this is not nft } }")
         .unwrap_err();
     assert!(matches!(err, DataplaneError::Rejected { .. }), "{err}");
-    let answers = connect(&ns, "10.96.0.10", 80, 20);
-    assert!(
-        answers.iter().all(|a| a == "10.1.0.1"),
+    let answers = connect(&ns, "10.96.0.10", 20);
+    assert_eq!(
+        count(&answers, "10.1.0.2"),
+        20,
         "rules intact after a failed apply: {answers:?}"
     );
-}
-
-#[test]
-fn golden_ruleset_loads_in_the_kernel() {
-    if !require() {
-        return;
-    }
-    let ns = Netns::new("golden");
-    let golden = include_str!("golden-nft/basic-ipv4.nft");
-    let mut dp = NftCommand {
-        netns: Some(ns.0.clone()),
-    };
-    dp.apply(golden).unwrap();
-    dp.apply(golden).unwrap();
-    let chains = ns.exec("nft", &["list", "chains", "ip"]);
-    assert!(chains.contains("svc-ns/dns/udp/53"), "{chains}");
 }

@@ -84,7 +84,10 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
             "0",
             "--list-page-size",
             "1",
+            "--dry-run",
+            "--dry-run-dir",
         ])
+        .arg(dir.join("nft"))
         .env("RUST_LOG", "debug")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -127,6 +130,22 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
     )
     .await;
     assert!(gone.contains("stale_udp_endpoints=1"), "{gone}");
+
+    // --dry-run wrote each sync's transaction: a full one, then partial
+    // ones naming only the service that changed.
+    let script = |n: u32| std::fs::read_to_string(dir.join("nft").join(format!("sync-{n:06}.nft"))).unwrap();
+    assert!(script(1).starts_with("add table ip proxyd\ndelete table ip proxyd\n"));
+    assert!(
+        script(1).contains("10.96.0.10 . udp . 53 . 0 : 10.0.0.1 . 53"),
+        "{}",
+        script(1)
+    );
+    let second = script(2);
+    assert!(second.starts_with("delete element ip proxyd canary"), "{second}");
+    assert!(
+        second.contains("add element ip proxyd service-slots { 10.96.0.10 . udp . 53 . 0 : 10.0.0.2 . 53 }"),
+        "{second}"
+    );
 
     let pid = child.id().to_string();
     let killed = Command::new("kill").args(["-TERM", &pid]).status().unwrap();

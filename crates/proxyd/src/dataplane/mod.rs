@@ -1,17 +1,21 @@
-//! The dataplane: the desired state, rendered as nftables text, applied in
-//! one `nft -f -` transaction behind the [`Dataplane`] trait (tests use
-//! [`Recording`]).
-//!
-//! So far: cluster-IP traffic (DNAT with fair load balancing, REJECT for
-//! services without endpoints, DROP where endpoints exist but none is usable
-//! from this node). Node ports, external and load-balancer IPs, affinity,
-//! masquerade and partial syncs come next (issue #4).
+//! The dataplane: what each service port should do ([`desired`]), the
+//! ruleset's shape ([`fragment`]), nft text ([`nft`]), and the syncer that
+//! writes only what changed ([`programmed`]), applied in one `nft -f -`
+//! transaction behind the [`Dataplane`] trait (tests use [`Recording`];
+//! `--dry-run` uses [`DryRun`]).
 
 pub mod desired;
+pub mod fragment;
 pub mod nft;
+pub mod programmed;
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+pub use desired::{DataplaneConfig, ServiceTarget};
+pub use fragment::Fragment;
+pub use programmed::{NftSyncer, SyncKind, SyncReport};
 
 /// Why an apply failed.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +36,15 @@ pub enum DataplaneError {
         status: String,
         /// What nft said.
         stderr: String,
+    },
+    /// A dry run could not write its script.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// Where.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -63,13 +76,12 @@ impl Dataplane for NftCommand {
                 c
             }
         };
-        let program = if self.netns.is_some() {
-            "ip netns exec … nft"
-        } else {
-            "nft"
+        let program = match &self.netns {
+            Some(ns) => format!("ip netns exec {ns} nft"),
+            None => "nft".to_owned(),
         };
         let spawn_err = |source| DataplaneError::Spawn {
-            program: program.into(),
+            program: program.clone(),
             source,
         };
         let mut child = cmd
@@ -113,5 +125,51 @@ impl Dataplane for Recording {
         }
         self.applied.push(script.to_owned());
         Ok(())
+    }
+}
+
+/// `--dry-run`: writes each sync's script to standard output, or to
+/// numbered files (`sync-000001.nft`, …) in a directory, instead of
+/// applying it.
+#[derive(Debug, Default)]
+pub struct DryRun {
+    /// The directory; `None` writes to standard output.
+    pub dir: Option<PathBuf>,
+    /// Scripts written so far.
+    pub count: u64,
+}
+
+impl Dataplane for DryRun {
+    fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
+        self.count += 1;
+        match &self.dir {
+            Some(dir) => {
+                let path = dir.join(format!("sync-{:06}.nft", self.count));
+                std::fs::write(&path, script).map_err(|source| DataplaneError::Write {
+                    path: path.display().to_string(),
+                    source,
+                })
+            }
+            None => {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "# sync {}\n{script}", self.count)
+                    .and_then(|()| out.flush())
+                    .map_err(|source| DataplaneError::Write {
+                        path: "standard output".into(),
+                        source,
+                    })
+            }
+        }
+    }
+}
+
+pub mod kernel_model;
+
+#[cfg(test)]
+mod tests;
+
+impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
+    fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
+        (**self).apply(script)
     }
 }

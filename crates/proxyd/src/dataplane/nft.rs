@@ -1,262 +1,382 @@
-//! Rendering a [`DesiredState`] as one nftables transaction.
-//!
-//! The shape keeps load time and per-change cost low as services grow. (Issue
-//! #4 records, with nft 1.0.6 in a namespace: 10,000 services as a chain each
-//! took 10.3 s of kernel time to load, as map elements 1.5 s.)
+//! nft text: the fixed skeleton, a full ruleset, and the partial
+//! transaction that turns one set of service fragments into another.
 //!
 //! ```text
-//!  chain services                       (jumped to from nat prerouting/output)
-//!    vip . proto . port  vmap @service-chains   -> big services (> 16 endpoints)
-//!    dnat to vip . proto . port . (numgen random mod 16) map @service-slots
-//!  map service-slots    16 elements per service: slot i -> endpoint i mod N
-//!  set no-endpoints     -> reject (filter input/forward/output)
-//!  set no-local-endpoints -> drop (endpoints exist, none usable from here)
+//!  nat prerouting/output (-100) -> chain services:
+//!    addr . proto . port  vmap @service-chains        ports with chains
+//!    fib local: proto . port vmap @nodeport-chains
+//!    @masq-frontends / @outside-masq-frontends / @masq-nodeports -> mark
+//!    goto slot-dnat:
+//!      dnat to addr . proto . port . (numgen mod 16) map @service-slots
+//!      fib local: dnat to proto . port . (numgen mod 16) map @nodeport-slots
+//!  nat postrouting (100): marked -> masquerade; hairpin -> masquerade
+//!  filter input/forward/output (-110), new connections:
+//!    @no-endpoints / @nodeport-no-endpoints -> reject
+//!    @no-local-endpoints / @nodeport-no-local-endpoints -> drop
 //! ```
 //!
-//! A service with N <= 16 endpoints fills its 16 slots round-robin, so an
-//! endpoint gets floor(16/N) or ceil(16/N) of the traffic: the worst skew is
-//! 2:1 (N = 9..15; e.g. N = 10: 2/16 vs 1/16). Services with more than 16
-//! endpoints get their own chain with an exact `numgen random mod N`, so
-//! they stay fair. A service's elements can be replaced without touching
-//! any other service's.
+//! Measured with nft 1.0.6 (issue #4): 10,000 services as a chain each took
+//! 10.3 s of kernel time to load, as map elements 1.5 s; so the common
+//! service is a few map elements and only the rarer kinds get chains (see
+//! [`super::fragment`]).
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
-use std::net::SocketAddr;
+use std::net::IpAddr;
 
-use slice_model::{IpFamily, Protocol};
-
-use super::desired::{DesiredState, ServiceTarget};
+use super::desired::DataplaneConfig;
+use super::fragment::{FamilyWords, Fragment, SLOTS};
 
 /// The table every proxyd rule lives in.
 pub const TABLE: &str = "proxyd";
 
-/// Slots per service in the shared map.
-pub const SLOTS: usize = 16;
+/// The packet mark bit that asks for masquerading (kube-proxy's default,
+/// bit 14).
+pub const MASQUERADE_MARK: u32 = 0x4000;
 
-fn family_word(f: IpFamily) -> (&'static str, &'static str, &'static str) {
-    // (table family, address match, address type)
-    match f {
-        IpFamily::V4 => ("ip", "ip", "ipv4_addr"),
-        IpFamily::V6 => ("ip6", "ip6", "ipv6_addr"),
+/// The chain holding the two slot-map DNAT rules. nft 1.0.6 cannot add
+/// these rules once the slot maps hold elements ("conflicting protocols
+/// specified: tcp vs. th" when it reads the maps' `typeof` back), so only a
+/// full sync writes this chain; the periodic re-assertion leaves it alone
+/// and the hourly full sync repairs it.
+const SLOT_DNAT: &str = "slot-dnat";
+
+/// The element every incremental transaction deletes and re-adds first: if
+/// the table was removed or replaced from outside, the delete fails and the
+/// whole transaction with it, so the next sync is a full one.
+const CANARY: &str = "delete element {T} canary { 1 }\nadd element {T} canary { 1 }\n";
+
+/// A set or map of the skeleton and its declaration body.
+fn declarations(words: FamilyWords) -> Vec<(&'static str, String)> {
+    let a = words.addr;
+    let at = words.addr_type;
+    let ip_key = format!("{at} . inet_proto . inet_service");
+    let port_key = "inet_proto . inet_service".to_owned();
+    vec![
+        ("canary", "type inet_service".to_owned()),
+        (
+            "service-slots",
+            format!("typeof {a} daddr . meta l4proto . th dport . numgen random mod {SLOTS} : {a} daddr . th dport"),
+        ),
+        (
+            "nodeport-slots",
+            format!("typeof meta l4proto . th dport . numgen random mod {SLOTS} : {a} daddr . th dport"),
+        ),
+        ("service-chains", format!("type {ip_key} : verdict")),
+        ("nodeport-chains", format!("type {port_key} : verdict")),
+        ("masq-frontends", format!("type {ip_key}")),
+        ("outside-masq-frontends", format!("type {ip_key}")),
+        ("masq-nodeports", format!("type {port_key}")),
+        ("no-endpoints", format!("type {ip_key}")),
+        ("no-local-endpoints", format!("type {ip_key}")),
+        ("nodeport-no-endpoints", format!("type {port_key}")),
+        ("nodeport-no-local-endpoints", format!("type {port_key}")),
+        ("hairpin", format!("type {at} . {at}")),
+    ]
+}
+
+fn is_map(set: &str) -> bool {
+    set.ends_with("-slots") || set.ends_with("-chains")
+}
+
+/// The fixed chains and their rules.
+fn static_chains(config: &DataplaneConfig) -> Vec<(&'static str, Option<String>, Vec<String>)> {
+    let words = FamilyWords::of(config.family);
+    let (a, t) = (words.addr, words.table);
+    let frontend = format!("{a} daddr . meta l4proto . th dport");
+    let mut services = vec![
+        format!("{frontend} vmap @service-chains"),
+        "fib daddr type local meta l4proto . th dport vmap @nodeport-chains".to_owned(),
+        format!("{frontend} @masq-frontends jump mark-for-masquerade"),
+        "fib daddr type local meta l4proto . th dport @masq-nodeports jump mark-for-masquerade".to_owned(),
+    ];
+    if !config.cluster_cidrs.is_empty() {
+        let nets: Vec<String> = config.cluster_cidrs.iter().map(|n| n.trunc().to_string()).collect();
+        services.push(format!(
+            "{frontend} @outside-masq-frontends {a} saddr != {{ {} }} jump mark-for-masquerade",
+            nets.join(", ")
+        ));
+    }
+    services.push(format!("goto {SLOT_DNAT}"));
+    let slot_dnat = vec![
+        format!(
+            "meta l4proto {{ tcp, udp, sctp }} dnat {t} to {frontend} . numgen random mod {SLOTS} map @service-slots"
+        ),
+        format!(
+            "fib daddr type local meta l4proto {{ tcp, udp, sctp }} dnat {t} to meta l4proto . th dport . numgen random mod {SLOTS} map @nodeport-slots"
+        ),
+    ];
+    let filter = vec![
+        format!("ct state new {frontend} @no-endpoints reject"),
+        format!("ct state new {frontend} @no-local-endpoints drop"),
+        "ct state new fib daddr type local meta l4proto . th dport @nodeport-no-endpoints reject".to_owned(),
+        "ct state new fib daddr type local meta l4proto . th dport @nodeport-no-local-endpoints drop".to_owned(),
+    ];
+    let hook =
+        |kind: &str, hook: &str, prio: i32| Some(format!("type {kind} hook {hook} priority {prio}; policy accept;"));
+    vec![
+        (
+            "mark-for-masquerade",
+            None,
+            vec![format!("meta mark set meta mark | {MASQUERADE_MARK:#x}")],
+        ),
+        (SLOT_DNAT, None, slot_dnat),
+        ("services", None, services),
+        (
+            "nat-prerouting",
+            hook("nat", "prerouting", -100),
+            vec!["jump services".into()],
+        ),
+        ("nat-output", hook("nat", "output", -100), vec!["jump services".into()]),
+        (
+            "nat-postrouting",
+            hook("nat", "postrouting", 100),
+            vec![
+                format!(
+                    "meta mark & {MASQUERADE_MARK:#x} == {MASQUERADE_MARK:#x} meta mark set meta mark & {:#x} masquerade fully-random",
+                    !MASQUERADE_MARK
+                ),
+                format!("ct status dnat {a} saddr . {a} daddr @hairpin masquerade"),
+            ],
+        ),
+        ("filter-input", hook("filter", "input", -110), filter.clone()),
+        ("filter-forward", hook("filter", "forward", -110), filter.clone()),
+        ("filter-output", hook("filter", "output", -110), filter),
+    ]
+}
+
+/// Elements grouped by set, in the order they were added.
+#[derive(Default)]
+struct Grouped(BTreeMap<&'static str, String>);
+
+impl Grouped {
+    fn push(&mut self, set: &'static str, key: &str, value: Option<&str>) {
+        let buf = self.0.entry(set).or_default();
+        if !buf.is_empty() {
+            buf.push_str(",\n");
+        }
+        let _ = match value {
+            Some(v) => write!(buf, "\t\t\t{key} : {v}"),
+            None => write!(buf, "\t\t\t{key}"),
+        };
     }
 }
 
-fn proto(p: Protocol) -> &'static str {
-    match p {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-        Protocol::Sctp => "sctp",
-    }
+fn hairpin_key(ip: IpAddr) -> String {
+    format!("{ip} . {ip}")
 }
 
-/// `addr . port` as nft writes it in concatenations.
-fn addr_port(a: &SocketAddr) -> String {
-    format!("{} . {}", a.ip(), a.port())
-}
-
-fn key(s: &ServiceTarget) -> String {
-    format!("{} . {} . {}", s.vip, proto(s.name.protocol), s.port)
-}
-
-/// The chain of a service with more than [`SLOTS`] endpoints.
-pub fn service_chain(s: &ServiceTarget) -> String {
-    let n = &s.name;
-    format!(
-        "svc-{}/{}/{}/{}",
-        n.service.namespace,
-        n.service.name,
-        proto(s.name.protocol),
-        s.port
-    )
-}
-
-/// The endpoint each of the 16 slots of a small service sends to.
-pub fn slot_assignment(endpoints: &[SocketAddr]) -> Vec<SocketAddr> {
-    (0..SLOTS).map(|i| endpoints[i % endpoints.len()]).collect()
-}
-
-fn elements(out: &mut String, items: &[String]) {
-    if items.is_empty() {
-        return;
-    }
-    let _ = writeln!(out, "\t\telements = {{");
-    for (i, item) in items.iter().enumerate() {
-        let sep = if i + 1 == items.len() { "" } else { "," };
-        let _ = writeln!(out, "\t\t\t{item}{sep}");
-    }
-    let _ = writeln!(out, "\t\t}}");
-}
-
-/// The whole ruleset, replacing whatever the table held, as one `nft -f`
-/// transaction.
-pub fn render_full(state: &DesiredState) -> String {
-    let (tf, af, at) = family_word(state.family);
-    let mut slots = Vec::new();
-    let mut chains = Vec::new();
-    let mut reject = Vec::new();
-    let mut drop = Vec::new();
-    let mut big = Vec::new();
-    for s in &state.services {
-        match s.endpoints.len() {
-            0 if s.has_any_endpoints => drop.push(key(s)),
-            0 => reject.push(key(s)),
-            n if n <= SLOTS => {
-                for (i, ep) in slot_assignment(&s.endpoints).iter().enumerate() {
-                    slots.push(format!("{} . {i} : {}", key(s), addr_port(ep)));
-                }
+/// The whole ruleset, replacing whatever the table held, as one
+/// transaction: there is no moment without rules.
+pub fn render_full<'a>(
+    config: &DataplaneConfig,
+    fragments: impl IntoIterator<Item = &'a Fragment>,
+    hairpin: impl IntoIterator<Item = IpAddr>,
+) -> String {
+    let words = FamilyWords::of(config.family);
+    let mut grouped = Grouped::default();
+    grouped.push("canary", "1", None);
+    let mut chains = String::new();
+    let mut sets = String::new();
+    for f in fragments {
+        for e in &f.elements {
+            e.for_each_entry(|set, key, value| grouped.push(set, &key, value.as_deref()));
+        }
+        for s in &f.affinity_sets {
+            let _ = writeln!(sets, "\tset {s} {{");
+            let _ = writeln!(sets, "\t\ttype {}", words.addr_type);
+            let _ = writeln!(sets, "\t\tflags dynamic,timeout");
+            let _ = writeln!(sets, "\t}}");
+        }
+        for c in &f.chains {
+            let _ = writeln!(chains, "\tchain {} {{", c.name);
+            for r in &c.rules {
+                let _ = writeln!(chains, "\t\t{r}");
             }
-            _ => {
-                chains.push(format!("{} : goto {}", key(s), service_chain(s)));
-                big.push(s);
-            }
+            let _ = writeln!(chains, "\t}}");
         }
     }
+    for ip in hairpin {
+        grouped.push("hairpin", &hairpin_key(ip), None);
+    }
 
+    let t = words.table;
     let mut out = String::new();
-    // Create-then-delete makes the replace work whether or not the table
-    // exists, all in one transaction: no window without rules.
-    let _ = writeln!(out, "add table {tf} {TABLE}");
-    let _ = writeln!(out, "delete table {tf} {TABLE}");
-    let _ = writeln!(out, "table {tf} {TABLE} {{");
-    let _ = writeln!(out, "\tmap service-slots {{");
-    let _ = writeln!(
-        out,
-        "\t\ttypeof {af} daddr . meta l4proto . th dport . numgen random mod {SLOTS} : {af} daddr . th dport"
-    );
-    elements(&mut out, &slots);
-    let _ = writeln!(out, "\t}}");
-    let _ = writeln!(out, "\tmap service-chains {{");
-    let _ = writeln!(out, "\t\ttype {at} . inet_proto . inet_service : verdict");
-    elements(&mut out, &chains);
-    let _ = writeln!(out, "\t}}");
-    for (name, items) in [("no-endpoints", &reject), ("no-local-endpoints", &drop)] {
-        let _ = writeln!(out, "\tset {name} {{");
-        let _ = writeln!(out, "\t\ttype {at} . inet_proto . inet_service");
-        elements(&mut out, items);
+    // Creating the table first makes the delete valid whether or not it
+    // exists.
+    let _ = writeln!(out, "add table {t} {TABLE}");
+    let _ = writeln!(out, "delete table {t} {TABLE}");
+    let _ = writeln!(out, "table {t} {TABLE} {{");
+    for (name, decl) in declarations(words) {
+        let kind = if is_map(name) { "map" } else { "set" };
+        let _ = writeln!(out, "\t{kind} {name} {{");
+        let _ = writeln!(out, "\t\t{decl}");
+        if let Some(items) = grouped.0.get(name) {
+            let _ = writeln!(out, "\t\telements = {{\n{items}\n\t\t}}");
+        }
         let _ = writeln!(out, "\t}}");
     }
-    for s in &big {
-        let _ = writeln!(out, "\tchain {} {{", service_chain(s));
-        let targets: Vec<String> = s
-            .endpoints
-            .iter()
-            .enumerate()
-            .map(|(i, e)| format!("{i} : {}", addr_port(e)))
-            .collect();
-        let _ = writeln!(
-            out,
-            "\t\tmeta l4proto {} dnat {af} to numgen random mod {} map {{ {} }}",
-            proto(s.name.protocol),
-            s.endpoints.len(),
-            targets.join(", ")
-        );
-        let _ = writeln!(out, "\t}}");
-    }
-    let _ = writeln!(out, "\tchain services {{");
-    let _ = writeln!(out, "\t\t{af} daddr . meta l4proto . th dport vmap @service-chains");
-    let _ = writeln!(
-        out,
-        "\t\tmeta l4proto {{ tcp, udp, sctp }} dnat {af} to {af} daddr . meta l4proto . th dport . numgen random mod {SLOTS} map @service-slots"
-    );
-    let _ = writeln!(out, "\t}}");
-    for (chain, hook) in [("nat-prerouting", "prerouting"), ("nat-output", "output")] {
-        let _ = writeln!(out, "\tchain {chain} {{");
-        let _ = writeln!(out, "\t\ttype nat hook {hook} priority -100; policy accept;");
-        let _ = writeln!(out, "\t\tjump services");
-        let _ = writeln!(out, "\t}}");
-    }
-    for (chain, hook) in [
-        ("filter-input", "input"),
-        ("filter-forward", "forward"),
-        ("filter-output", "output"),
-    ] {
-        let _ = writeln!(out, "\tchain {chain} {{");
-        let _ = writeln!(out, "\t\ttype filter hook {hook} priority -110; policy accept;");
-        let _ = writeln!(out, "\t\t{af} daddr . meta l4proto . th dport @no-endpoints reject");
-        let _ = writeln!(out, "\t\t{af} daddr . meta l4proto . th dport @no-local-endpoints drop");
+    out.push_str(&sets);
+    out.push_str(&chains);
+    for (name, hook, rules) in static_chains(config) {
+        let _ = writeln!(out, "\tchain {name} {{");
+        if let Some(h) = hook {
+            let _ = writeln!(out, "\t\t{h}");
+        }
+        for r in rules {
+            let _ = writeln!(out, "\t\t{r}");
+        }
         let _ = writeln!(out, "\t}}");
     }
     let _ = writeln!(out, "}}");
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use slice_model::{ServiceName, ServicePortName};
-
-    use super::*;
-
-    fn target(name: &str, vip: &str, protocol: Protocol, port: u16, eps: &[&str], any: bool) -> ServiceTarget {
-        ServiceTarget {
-            name: ServicePortName::new(ServiceName::new("ns", name), "p", protocol),
-            vip: vip.parse().unwrap(),
-            port,
-            endpoints: eps.iter().map(|e| e.parse().unwrap()).collect(),
-            has_any_endpoints: any || !eps.is_empty(),
-        }
+/// Commands that put the skeleton back as it should be without touching
+/// any service's elements: declarations are re-added (a no-op when they
+/// exist) and the fixed chains are flushed and refilled.
+pub fn render_skeleton_reassert(config: &DataplaneConfig, out: &mut String) {
+    let words = FamilyWords::of(config.family);
+    let t = format!("{} {TABLE}", words.table);
+    for (name, decl) in declarations(words) {
+        let kind = if is_map(name) { "map" } else { "set" };
+        let _ = writeln!(out, "add {kind} {t} {name} {{ {decl}; }}");
     }
-
-    #[test]
-    fn slots_are_as_fair_as_sixteen_allow() {
-        for n in 1..=SLOTS {
-            let eps: Vec<SocketAddr> = (0..n)
-                .map(|i| SocketAddr::from(([10, 0, 0, i as u8 + 1], 80)))
-                .collect();
-            let mut counts: HashMap<SocketAddr, usize> = HashMap::new();
-            for e in slot_assignment(&eps) {
-                *counts.entry(e).or_default() += 1;
+    for (name, hook, rules) in static_chains(config) {
+        match hook {
+            Some(h) => {
+                let _ = writeln!(out, "add chain {t} {name} {{ {h} }}");
             }
-            assert_eq!(counts.len(), n, "every endpoint gets a slot (n={n})");
-            let (lo, hi) = (counts.values().min().unwrap(), counts.values().max().unwrap());
-            assert!(hi - lo <= 1, "n={n}: {lo}..{hi}");
-            assert!(*hi <= 2 * *lo, "worst skew 2:1 (n={n})");
+            None => {
+                let _ = writeln!(out, "add chain {t} {name}");
+            }
+        }
+        if name == SLOT_DNAT {
+            continue;
+        }
+        let _ = writeln!(out, "flush chain {t} {name}");
+        for r in rules {
+            let _ = writeln!(out, "add rule {t} {name} {r}");
         }
     }
+}
 
-    #[test]
-    fn golden_ipv4_ruleset() {
-        let big: Vec<String> = (1..=17).map(|i| format!("10.2.0.{i}:53")).collect();
-        let big: Vec<&str> = big.iter().map(String::as_str).collect();
-        let state = DesiredState {
-            family: IpFamily::V4,
-            services: vec![
-                target(
-                    "web",
-                    "10.96.0.10",
-                    Protocol::Tcp,
-                    80,
-                    &["10.1.0.1:8080", "10.1.0.2:8080"],
-                    false,
-                ),
-                target("dns", "10.96.0.20", Protocol::Udp, 53, &big, false),
-                target("gone", "10.96.0.30", Protocol::Tcp, 443, &[], false),
-                target("local", "10.96.0.40", Protocol::Tcp, 80, &[], true),
-            ],
-        };
-        let text = render_full(&state);
-        let golden = include_str!("../../tests/golden-nft/basic-ipv4.nft");
-        assert_eq!(text, golden, "rendered:\n{text}");
-    }
+/// One service's before and after.
+pub struct FragmentChange<'a> {
+    /// What is programmed now (`None`: nothing).
+    pub old: Option<&'a Fragment>,
+    /// What should be (`None`: nothing).
+    pub new: Option<&'a Fragment>,
+}
 
-    #[test]
-    fn ipv6_uses_ip6_words() {
-        let state = DesiredState {
-            family: IpFamily::V6,
-            services: vec![target(
-                "web",
-                "fd00::10",
-                Protocol::Tcp,
-                80,
-                &["[fd00:1::1]:8080"],
-                false,
-            )],
-        };
-        let text = render_full(&state);
-        assert!(text.starts_with("add table ip6 proxyd\ndelete table ip6 proxyd\n"));
-        assert!(text.contains("type ipv6_addr . inet_proto . inet_service : verdict"));
-        assert!(text.contains("fd00::10 . tcp . 80 . 15 : fd00:1::1 . 8080"));
-        assert!(text.contains("dnat ip6 to ip6 daddr"));
+type Entries = HashMap<(&'static str, String), Option<String>>;
+
+fn entries(f: Option<&Fragment>) -> Entries {
+    let mut all = Entries::new();
+    for e in f.map(|f| &f.elements[..]).unwrap_or(&[]) {
+        e.for_each_entry(|set, key, value| {
+            all.insert((set, key), value);
+        });
     }
+    all
+}
+
+/// The transaction that turns the old fragments into the new ones, plus
+/// hairpin elements to add and delete. Only what differs is written;
+/// `reassert` adds the skeleton re-assertion of a periodic sync.
+pub fn render_partial(
+    config: &DataplaneConfig,
+    changes: &[FragmentChange<'_>],
+    hairpin_added: &[IpAddr],
+    hairpin_removed: &[IpAddr],
+    reassert: bool,
+) -> String {
+    let words = FamilyWords::of(config.family);
+    let t = format!("{} {TABLE}", words.table);
+    let mut out = CANARY.replace("{T}", &t);
+    if reassert {
+        render_skeleton_reassert(config, &mut out);
+    }
+    let none = Fragment::default();
+    let pairs: Vec<(&Fragment, &Fragment)> = changes
+        .iter()
+        .map(|c| (c.old.unwrap_or(&none), c.new.unwrap_or(&none)))
+        .filter(|(o, n)| o != n)
+        .collect();
+
+    // 1. New sets and chains exist before anything refers to them.
+    for (old, new) in &pairs {
+        for s in new.affinity_sets.iter().filter(|s| !old.affinity_sets.contains(s)) {
+            let _ = writeln!(
+                out,
+                "add set {t} {s} {{ type {}; flags dynamic,timeout; }}",
+                words.addr_type
+            );
+        }
+        for c in new
+            .chains
+            .iter()
+            .filter(|c| !old.chains.iter().any(|o| o.name == c.name))
+        {
+            let _ = writeln!(out, "add chain {t} {}", c.name);
+        }
+    }
+    // 2. Chains that are new or changed are rewritten.
+    for (old, new) in &pairs {
+        for c in new.chains.iter().filter(|c| !old.chains.contains(c)) {
+            let _ = writeln!(out, "flush chain {t} {}", c.name);
+            for r in &c.rules {
+                let _ = writeln!(out, "add rule {t} {} {r}", c.name);
+            }
+        }
+    }
+    // 3. Elements: deletes first, so a key whose value changes is replaced.
+    let mut adds = String::new();
+    for (old, new) in &pairs {
+        let (before, after) = (entries(Some(old)), entries(Some(new)));
+        for ((set, key), value) in &before {
+            if after.get(&(*set, key.clone())) != Some(value) {
+                let _ = writeln!(out, "delete element {t} {set} {{ {key} }}");
+            }
+        }
+        for ((set, key), value) in &after {
+            if before.get(&(*set, key.clone())) != Some(value) {
+                let _ = match value {
+                    Some(v) => writeln!(adds, "add element {t} {set} {{ {key} : {v} }}"),
+                    None => writeln!(adds, "add element {t} {set} {{ {key} }}"),
+                };
+            }
+        }
+    }
+    for ip in hairpin_removed {
+        let _ = writeln!(out, "delete element {t} hairpin {{ {} }}", hairpin_key(*ip));
+    }
+    out.push_str(&adds);
+    for ip in hairpin_added {
+        let _ = writeln!(out, "add element {t} hairpin {{ {} }}", hairpin_key(*ip));
+    }
+    // 4. What is gone: flush every removed chain before deleting any (they
+    // may jump to each other), then the sets only they used.
+    for (old, new) in &pairs {
+        for c in old
+            .chains
+            .iter()
+            .filter(|c| !new.chains.iter().any(|n| n.name == c.name))
+        {
+            let _ = writeln!(out, "flush chain {t} {}", c.name);
+        }
+    }
+    for (old, new) in &pairs {
+        for c in old
+            .chains
+            .iter()
+            .filter(|c| !new.chains.iter().any(|n| n.name == c.name))
+        {
+            let _ = writeln!(out, "delete chain {t} {}", c.name);
+        }
+        for s in old.affinity_sets.iter().filter(|s| !new.affinity_sets.contains(s)) {
+            let _ = writeln!(out, "delete set {t} {s}");
+        }
+    }
+    out
 }

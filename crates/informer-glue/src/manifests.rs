@@ -1,0 +1,307 @@
+//! Services, EndpointSlices and Nodes from manifest files (YAML or JSON, one
+//! or many documents, `List` objects too), for `--manifests`: the proxy
+//! without an API server.
+//!
+//! A reload is handed to an [`EventFold`](crate::fold::EventFold) as a
+//! relist, so objects that vanished from the files become deletes and
+//! changed ones updates, exactly as after a watch's relist.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher::Event;
+use serde_json::Value;
+
+use crate::fold::{EventFold, EventHandler};
+
+/// Why a manifest could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// The path cannot be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is not YAML or JSON.
+    #[error("{path}: not valid YAML or JSON: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// A document is not a valid object of its kind.
+    #[error("{path}: document {document} ({kind} {name}): {message}")]
+    Object {
+        /// The file.
+        path: PathBuf,
+        /// The document's position in the file (from 1).
+        document: usize,
+        /// Its kind.
+        kind: String,
+        /// Its namespace/name, as far as known.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The objects of a set of manifests.
+#[derive(Clone, Debug, Default)]
+pub struct Manifests {
+    /// Services (namespace defaulted to `default`).
+    pub services: Vec<Service>,
+    /// EndpointSlices (namespace defaulted to `default`).
+    pub slices: Vec<EndpointSlice>,
+    /// Nodes (for the proxy's own zone label).
+    pub nodes: Vec<Node>,
+    /// Documents of other kinds, skipped: `path: kind name`.
+    pub skipped: Vec<String>,
+}
+
+impl Manifests {
+    /// The zone label (`topology.kubernetes.io/zone`) of node `name`.
+    pub fn node_zone(&self, name: &str) -> Option<String> {
+        self.nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(name))?
+            .metadata
+            .labels
+            .as_ref()?
+            .get("topology.kubernetes.io/zone")
+            .cloned()
+    }
+}
+
+/// The manifest files under `path`: the file itself, or the `.yaml`,
+/// `.yml` and `.json` files in the directory and its subdirectories, sorted.
+pub fn files(path: &Path) -> Result<Vec<PathBuf>, ManifestError> {
+    let io = |source| ManifestError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if !std::fs::metadata(path).map_err(io)?.is_dir() {
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut out = Vec::new();
+    let mut dirs = vec![path.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|source| ManifestError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        for entry in entries {
+            let p = entry
+                .map_err(|source| ManifestError::Io {
+                    path: dir.clone(),
+                    source,
+                })?
+                .path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p
+                .extension()
+                .and_then(|e| e.to_str())
+                .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+            {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// What the files under `path` look like now (names, sizes, times): a
+/// cheap way to notice edits.
+pub fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    files(path)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| {
+            let meta = std::fs::metadata(&p).ok();
+            let len = meta.as_ref().map_or(0, |m| m.len());
+            let modified = meta.and_then(|m| m.modified().ok());
+            (p, len, modified)
+        })
+        .collect()
+}
+
+/// Reads every manifest under `path`. Any error fails the whole load, so a
+/// half-written file never makes objects disappear.
+pub fn load(path: &Path) -> Result<Manifests, ManifestError> {
+    let mut out = Manifests::default();
+    for file in files(path)? {
+        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io {
+            path: file.clone(),
+            source,
+        })?;
+        parse_into(&file, &text, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Parses one file's text into `out`.
+pub fn parse_into(file: &Path, text: &str, out: &mut Manifests) -> Result<(), ManifestError> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Syntax {
+        path: file.to_owned(),
+        message: e.to_string(),
+    })?;
+    for (i, doc) in docs.into_iter().enumerate() {
+        add_document(file, i + 1, doc, out)?;
+    }
+    Ok(())
+}
+
+fn add_document(file: &Path, document: usize, mut doc: Value, out: &mut Manifests) -> Result<(), ManifestError> {
+    if doc.is_null() {
+        return Ok(()); // an empty document, e.g. after a trailing `---`
+    }
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let namespaced = kind != "Node" && !kind.ends_with("List");
+    if namespaced && let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.entry("namespace").or_insert_with(|| Value::from("default"));
+    }
+    let name = describe(&doc);
+    let fail = |message: String| ManifestError::Object {
+        path: file.to_owned(),
+        document,
+        kind: if kind.is_empty() {
+            "(no kind)".into()
+        } else {
+            kind.clone()
+        },
+        name: name.clone(),
+        message,
+    };
+    if kind.ends_with("List") {
+        let items = match doc.get_mut("items").map(Value::take) {
+            Some(Value::Array(items)) => items,
+            Some(Value::Null) | None => Vec::new(),
+            Some(_) => return Err(fail("items: expected a list".into())),
+        };
+        for item in items {
+            add_document(file, document, item, out)?;
+        }
+        return Ok(());
+    }
+    match kind.as_str() {
+        "Service" => out.services.push(typed(doc).map_err(fail)?),
+        "EndpointSlice" => out.slices.push(typed(doc).map_err(fail)?),
+        "Node" => out.nodes.push(typed(doc).map_err(fail)?),
+        "" => return Err(fail("no `kind`".into())),
+        other => out.skipped.push(format!("{}: {other} {name}", file.display())),
+    }
+    Ok(())
+}
+
+/// Converts with the failing field's path in the message
+/// (`spec.ports[0].port: invalid type …`).
+fn typed<K: serde::de::DeserializeOwned>(doc: Value) -> Result<K, String> {
+    serde_path_to_error::deserialize(doc).map_err(|e| format!("{}: {}", e.path(), e.inner()))
+}
+
+fn describe(doc: &Value) -> String {
+    let meta = doc.get("metadata");
+    let field = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str);
+    match (field("namespace"), field("name")) {
+        (Some(ns), Some(n)) => format!("{ns}/{n}"),
+        (None, Some(n)) => n.to_owned(),
+        _ => "(no name)".into(),
+    }
+}
+
+/// Hands a complete set of objects to `fold` as a relist: new objects are
+/// added, changed ones updated, and ones no longer present deleted.
+pub fn relist<K>(fold: &mut EventFold<K>, objects: &[K], handler: &mut impl EventHandler<K>)
+where
+    K: kube::Resource + Clone,
+{
+    fold.apply(Event::Init, handler);
+    for obj in objects {
+        fold.apply(Event::InitApply(obj.clone()), handler);
+    }
+    fold.apply(Event::InitDone, handler);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  clusterIP: 10.96.0.10
+  ports: [{port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: discovery.k8s.io/v1
+  kind: EndpointSlice
+  metadata:
+    name: web-1
+    namespace: shop
+    labels: {kubernetes.io/service-name: web}
+  addressType: IPv4
+  endpoints: [{addresses: [10.1.0.1]}]
+  ports: [{port: 8080}]
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: other}
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-1
+  labels: {topology.kubernetes.io/zone: zone-a}
+---
+"#;
+
+    #[test]
+    fn yaml_documents_and_lists_are_read() {
+        let mut m = Manifests::default();
+        parse_into(Path::new("x.yaml"), TEXT, &mut m).unwrap();
+        assert_eq!(m.services.len(), 1);
+        assert_eq!(m.services[0].metadata.namespace.as_deref(), Some("default"));
+        assert_eq!(m.slices[0].metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(m.skipped, ["x.yaml: ConfigMap default/other"]);
+        assert_eq!(m.node_zone("node-1").as_deref(), Some("zone-a"));
+        assert_eq!(m.node_zone("node-2"), None);
+    }
+
+    #[test]
+    fn json_is_yaml_too() {
+        let mut m = Manifests::default();
+        let json = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a","namespace":"n"},"spec":{"clusterIP":"10.0.0.1"}}"#;
+        parse_into(Path::new("a.json"), json, &mut m).unwrap();
+        assert_eq!(m.services[0].metadata.name.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn errors_name_the_file_document_and_object() {
+        let mut m = Manifests::default();
+        let bad = "kind: Service\nmetadata: {name: web}\nspec: {ports: [{port: eighty}]}\n";
+        let e = parse_into(Path::new("svc.yaml"), bad, &mut m).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "svc.yaml: document 1 (Service default/web): spec.ports[0].port: invalid type: string \"eighty\", expected i32"
+        );
+        let e = parse_into(Path::new("b.yaml"), "a: [unclosed", &mut m)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("b.yaml: not valid YAML or JSON"), "{e}");
+        let e = parse_into(Path::new("c.yaml"), "metadata: {name: x}\n", &mut m)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(no kind)") && e.contains("no `kind`"), "{e}");
+    }
+}

@@ -1,0 +1,159 @@
+//! `proxyd render`: the ruleset proxyd would apply for a set of objects,
+//! and a table of services and the endpoints they use.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+use std::process::ExitCode;
+
+use endpoints_map::topology::{TopologyMode, TrafficPolicies, categorize};
+use slice_model::{BaseEndpointInfo, ServicePortInfo};
+
+use crate::cli::RenderArgs;
+use crate::dataplane::desired::{EndpointGroup, GroupVerdict};
+use crate::dataplane::fragment::proto;
+use crate::dataplane::{DataplaneConfig, NftSyncer, Recording, ServiceTarget, SyncKind};
+use crate::engine::Engine;
+use crate::snapshot::{Snapshot, dataplane_config, node_name, selection};
+
+/// `proxyd render` from the command line.
+pub fn main(args: RenderArgs) -> ExitCode {
+    crate::run::init_logging();
+    let result = (|| -> anyhow::Result<String> {
+        let node = node_name(&args.proxy)?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let snapshot = runtime.block_on(Snapshot::fetch(&args.source, &node, &selection(&args.proxy)))?;
+        let engine = snapshot.engine(&node, &args.proxy);
+        let config = dataplane_config(&args.proxy, snapshot.node_zone.clone());
+        render(&engine, &config, !args.nft_only)
+    })();
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("proxyd render: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The full nft ruleset, then (with `table`) the services table.
+pub fn render(engine: &Engine, config: &DataplaneConfig, table: bool) -> anyhow::Result<String> {
+    let mut syncer = NftSyncer::new(config.clone(), Recording::default());
+    syncer.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
+    let mut out = syncer.dataplane().applied.pop().unwrap_or_default();
+    if table {
+        out.push('\n');
+        out.push_str(&services_table(engine, config));
+    }
+    Ok(out)
+}
+
+fn group_text(group: Option<&EndpointGroup>) -> String {
+    let Some(g) = group else {
+        return "-".into();
+    };
+    match g.verdict() {
+        GroupVerdict::Reject => "REJECT (no endpoints)".into(),
+        GroupVerdict::Drop => "DROP (none usable here)".into(),
+        GroupVerdict::Forward => {
+            let eps: Vec<String> = g
+                .backends
+                .iter()
+                .map(|b| format!("{}{}", b.addr, if b.local { "*" } else { "" }))
+                .collect();
+            eps.join(" ")
+        }
+    }
+}
+
+fn frontends_text(t: &ServiceTarget) -> String {
+    let mut parts = vec![std::net::SocketAddr::new(t.cluster_ip, t.port).to_string()];
+    if t.external.is_some() {
+        parts.extend(
+            t.external_ips
+                .iter()
+                .map(|ip| format!("ext {}", std::net::SocketAddr::new(*ip, t.port))),
+        );
+        parts.extend(
+            t.load_balancer_ips
+                .iter()
+                .map(|ip| format!("lb {}", std::net::SocketAddr::new(*ip, t.port))),
+        );
+        parts.extend(t.node_port.map(|p| format!("node :{p}")));
+    }
+    parts.join(" ")
+}
+
+fn notes(port: &ServicePortInfo, endpoints: &[BaseEndpointInfo], config: &DataplaneConfig) -> String {
+    let chosen = categorize(endpoints, TrafficPolicies::of(port), config.node_zone.as_deref());
+    let mut notes = Vec::new();
+    if port.internal_policy_local {
+        notes.push("internal Local".to_owned());
+    }
+    if port.external_policy_local && port.externally_accessible() {
+        notes.push("external Local".to_owned());
+    }
+    if chosen.topology == TopologyMode::PreferSameZone {
+        notes.push(format!("zone {}", config.node_zone.as_deref().unwrap_or_default()));
+    }
+    if chosen.cluster_terminating_fallback || chosen.local_terminating_fallback {
+        notes.push("terminating fallback".into());
+    }
+    if let Some(t) = port.session_affinity {
+        notes.push(format!("affinity {}s", t.as_secs()));
+    }
+    if !port.load_balancer_source_ranges.is_empty() {
+        let r: Vec<String> = port
+            .load_balancer_source_ranges
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        notes.push(format!("from {}", r.join(",")));
+    }
+    notes.join(", ")
+}
+
+/// One line per service port: frontends, the endpoints internal and
+/// external traffic go to (`*`: on this node), and what shapes them.
+pub fn services_table(engine: &Engine, config: &DataplaneConfig) -> String {
+    let header = ["SERVICE PORT", "PROTO", "FRONTENDS", "INTERNAL", "EXTERNAL", "NOTES"];
+    let mut rows: Vec<[String; 6]> = Vec::new();
+    for port in engine.services.iter() {
+        let eps = engine.endpoints.get(&port.name).unwrap_or(&[]);
+        let t = ServiceTarget::plan(port, eps, config);
+        rows.push([
+            port.name.to_string(),
+            proto(port.name.protocol).to_uppercase(),
+            frontends_text(&t),
+            group_text(Some(&t.internal)),
+            group_text(t.external.as_ref()),
+            notes(port, eps, config),
+        ]);
+    }
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[&str]| {
+        let mut l = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<w$}  ");
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&header);
+    for r in &rows {
+        line(&r.each_ref().map(String::as_str));
+    }
+    out
+}

@@ -1,0 +1,158 @@
+//! One look at the cluster (manifest files or one API list), fed through
+//! the same handlers and selection as `proxyd run`: what `render` and
+//! `explain` work from.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context;
+use informer_glue::fold::EventFold;
+use informer_glue::manifests::{self, relist};
+use informer_glue::selection::Selection;
+use informer_glue::{ServiceStore, SliceCacheHandler};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::ListParams;
+
+use crate::cli::{ProxyArgs, SourceArgs};
+use crate::dataplane::DataplaneConfig;
+use crate::engine::Engine;
+
+/// The objects of a cluster at one moment.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Services.
+    pub services: Vec<Service>,
+    /// EndpointSlices.
+    pub slices: Vec<EndpointSlice>,
+    /// This node's zone label, if its Node object was found.
+    pub node_zone: Option<String>,
+}
+
+/// The node name: --hostname-override, else the kernel's host name.
+pub fn node_name(proxy: &ProxyArgs) -> anyhow::Result<String> {
+    if let Some(n) = proxy
+        .hostname_override
+        .as_deref()
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        return Ok(n.to_lowercase());
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .context("cannot read the host name; set --hostname-override")?;
+    Ok(host.trim().to_lowercase())
+}
+
+/// The objects this proxy handles, as `proxy` selects them.
+pub fn selection(proxy: &ProxyArgs) -> Selection {
+    Selection {
+        proxy_name: proxy.service_proxy_name.clone(),
+    }
+}
+
+/// The dataplane settings; `--node-zone` wins over the zone the source
+/// reported.
+pub fn dataplane_config(proxy: &ProxyArgs, source_zone: Option<String>) -> DataplaneConfig {
+    DataplaneConfig {
+        family: proxy.ip_family,
+        node_zone: proxy.node_zone.clone().or(source_zone),
+        cluster_cidrs: proxy.cluster_cidr.clone(),
+        masquerade_all: proxy.masquerade_all,
+    }
+}
+
+/// A client from `--kubeconfig`, or inferred.
+pub async fn client(source: &SourceArgs) -> anyhow::Result<kube::Client> {
+    let config = match &source.kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .with_context(|| format!("kubeconfig {} is not usable", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
+    };
+    tracing::info!(server = %config.cluster_url, "connecting to the API server");
+    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+}
+
+/// The zone label of node `name`, read from the API; `None` (with a
+/// warning) when it cannot be read.
+pub async fn api_node_zone(client: &kube::Client, name: &str) -> Option<String> {
+    match Api::<Node>::all(client.clone()).get_opt(name).await {
+        Ok(Some(node)) => node.metadata.labels?.get("topology.kubernetes.io/zone").cloned(),
+        Ok(None) => {
+            tracing::warn!(node = name, "no Node object of this name: topology hints are not used");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(
+                node = name,
+                "cannot read this node's zone ({e}): topology hints are not used"
+            );
+            None
+        }
+    }
+}
+
+impl Snapshot {
+    /// Reads the objects once from `source`.
+    pub async fn fetch(source: &SourceArgs, node: &str, selection: &Selection) -> anyhow::Result<Self> {
+        if let Some(path) = &source.manifests {
+            let m = manifests::load(path)?;
+            for s in &m.skipped {
+                tracing::debug!("skipped {s}");
+            }
+            return Ok(Self {
+                node_zone: m.node_zone(node),
+                services: m.services,
+                slices: m.slices,
+            });
+        }
+        let client = client(source).await?;
+        let params = ListParams::default().labels(&selection.label_selector());
+        let services = Api::<Service>::all(client.clone())
+            .list(&params)
+            .await
+            .context("cannot list services")?
+            .items;
+        let slices = Api::<EndpointSlice>::all(client.clone())
+            .list(&params)
+            .await
+            .context("cannot list endpoint slices")?
+            .items;
+        Ok(Self {
+            node_zone: api_node_zone(&client, node).await,
+            services,
+            slices,
+        })
+    }
+
+    /// An engine holding these objects (applied), as proxy `node` of
+    /// `family` would see them.
+    pub fn engine(&self, node: &str, proxy: &ProxyArgs) -> Engine {
+        let mut engine = Engine::new(node, proxy.ip_family);
+        let sel = selection(proxy);
+        let mut slices = SliceCacheHandler::new(engine.slices.clone());
+        let mut store = ServiceStore::new(Arc::new(Mutex::new(BTreeMap::new())));
+        store.tracker = Some(engine.service_changes.clone());
+        let s = sel.clone();
+        relist(
+            &mut EventFold::with_selection(move |x| s.selects_service(x)),
+            &self.services,
+            &mut store,
+        );
+        relist(
+            &mut EventFold::with_selection(move |x| sel.selects_slice(x)),
+            &self.slices,
+            &mut slices,
+        );
+        engine.update();
+        engine
+    }
+}

@@ -1,0 +1,108 @@
+//! `proxyd render` and `proxyd explain` (the real binary) over the bundled
+//! example cluster.
+
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+use std::process::Command;
+
+fn proxyd(args: &[&str]) -> (bool, String, String) {
+    let cluster = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster");
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(args)
+        .args(["--manifests", cluster, "--hostname-override", "node-1"])
+        .args(["--cluster-cidr", "10.244.0.0/16"])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn render_matches_the_golden_ruleset_and_table() {
+    let (ok, out, err) = proxyd(&["render"]);
+    assert!(ok, "{err}");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden-nft/example-cluster.txt");
+    if std::env::var_os("PROXYD_UPDATE_GOLDEN").is_some() {
+        std::fs::write(path, &out).unwrap();
+    }
+    assert_eq!(
+        out,
+        std::fs::read_to_string(path).unwrap(),
+        "PROXYD_UPDATE_GOLDEN=1 rewrites it"
+    );
+    // The table says what each kind of service does on node-1 (zone-a).
+    let row = |svc: &str| out.lines().find(|l| l.starts_with(svc)).unwrap().to_owned();
+    assert!(row("shop/catalog:http").contains("zone zone-a"));
+    assert!(!row("shop/catalog:http").contains("10.244.2.42"), "hinted for zone-b");
+    assert!(row("shop/checkout:http").contains("terminating fallback"));
+    assert!(row("shop/ingress:https").contains("external Local"));
+    assert!(!out.contains("orders-db"), "headless: not proxied");
+}
+
+#[test]
+fn explain_gives_a_reason_for_every_endpoint() {
+    let (ok, out, err) = proxyd(&["explain", "shop/frontend:http"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("10.244.2.13:8080: not ready, node node-2"), "{out}");
+    assert!(out.contains("cluster: not used: not ready and not serving"), "{out}");
+    assert!(
+        out.contains("frontend-v6-2kd9s (IPv6, 1 endpoints): other IP family"),
+        "{out}"
+    );
+    assert!(
+        out.contains("service-slots: 10.96.0.10 . tcp . 80 . 0..15 -> 10.244.1.11 . 8080 x8, 10.244.2.12 . 8080 x8")
+    );
+
+    let (ok, out, _) = proxyd(&["explain", "shop/catalog"]);
+    assert!(ok);
+    assert!(
+        out.contains("not used: hinted for zone(s) [\"zone-b\"], this node is in zone-a"),
+        "{out}"
+    );
+
+    let (ok, out, _) = proxyd(&["explain", "shop/checkout"]);
+    assert!(ok);
+    assert!(out.contains("USED (terminating fallback"), "{out}");
+
+    let (ok, out, _) = proxyd(&["explain", "shop/ingress"]);
+    assert!(ok);
+    assert!(out.contains("chain fw-shop/ingress/tcp/443:"), "{out}");
+    assert!(out.contains("local:   not used: not on this node"), "{out}");
+
+    let (ok, out, _) = proxyd(&["explain", "shop/orders-db"]);
+    assert!(ok && out.contains("not programmed: it is headless"), "{out}");
+
+    let (ok, _, err) = proxyd(&["explain", "shop/nope"]);
+    assert!(
+        !ok && err.contains("no service shop/nope; services in namespace shop: api, cart"),
+        "{err}"
+    );
+    let (ok, _, err) = proxyd(&["explain", "nonsense"]);
+    assert!(!ok && err.contains("expected NAMESPACE/SERVICE"), "{err}");
+}
+
+#[test]
+fn bad_manifests_fail_with_the_file_and_field() {
+    let dir = std::env::temp_dir().join(format!("proxyd-bad-manifests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("svc.yaml"),
+        "kind: Service\nmetadata: {name: web}\nspec: {ports: [{port: eighty}]}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["render", "--hostname-override", "n", "--manifests"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("svc.yaml: document 1 (Service default/web): spec.ports[0].port: invalid type"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,112 @@
+//! `proxyd run --manifests DIR --dry-run-dir OUT` (the real binary): the
+//! first sync writes the whole table, an edit to the files is noticed and
+//! written as a partial sync, a broken file changes nothing, and SIGTERM
+//! stops it with exit 0.
+
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn wait_for(path: &Path) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text;
+        }
+        assert!(start.elapsed() < WAIT, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn manifests_are_watched_and_each_sync_is_written() {
+    let dir = std::env::temp_dir().join(format!("proxyd-run-manifests-{}", std::process::id()));
+    let (input, out) = (dir.join("cluster"), dir.join("nft"));
+    std::fs::create_dir_all(&input).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    for f in ["node.yaml", "services.yaml", "endpointslices.yaml"] {
+        std::fs::copy(example.join(f), input.join(f)).unwrap();
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args([
+            "run",
+            "--hostname-override",
+            "node-1",
+            "--min-sync-period",
+            "0",
+            "--dry-run",
+        ])
+        .arg("--manifests")
+        .arg(&input)
+        .arg("--dry-run-dir")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let first = wait_for(&out.join("sync-000001.nft"));
+    assert!(first.starts_with("add table ip proxyd\ndelete table ip proxyd\n"));
+    assert!(first.contains("10.96.0.10 . tcp . 80 . 0 : 10.244.1.11 . 8080"));
+
+    // A broken file: reported, nothing changes (no sync is written).
+    std::fs::write(
+        input.join("broken.yaml"),
+        "kind: Service\nmetadata: {name: x}\nspec: {ports: [{port: x}]}\n",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert!(
+        !out.join("sync-000002.nft").exists(),
+        "a broken file must not change the rules"
+    );
+    std::fs::remove_file(input.join("broken.yaml")).unwrap();
+
+    // A new service and its slice.
+    std::fs::write(
+        input.join("new.yaml"),
+        "kind: Service\nmetadata: {name: new, namespace: shop}\nspec: {clusterIP: 10.96.0.99, ports: [{port: 80}]}\n---\n\
+         kind: EndpointSlice\napiVersion: discovery.k8s.io/v1\nmetadata: {name: new-1, namespace: shop, labels: {kubernetes.io/service-name: new}}\n\
+         addressType: IPv4\nports: [{name: \"\", port: 8080}]\nendpoints: [{addresses: [10.244.9.9]}]\n",
+    )
+    .unwrap();
+    let start = Instant::now();
+    let partial = loop {
+        let text = wait_for(&out.join("sync-000002.nft"));
+        if text.contains("10.244.9.9") || start.elapsed() > WAIT {
+            break text;
+        }
+        // The service alone may come first; its endpoints follow.
+        if let Ok(t) = std::fs::read_to_string(out.join("sync-000003.nft"))
+            && t.contains("10.244.9.9")
+        {
+            break t;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(partial.starts_with("delete element ip proxyd canary"), "{partial}");
+    assert!(partial.contains("add element ip proxyd service-slots { 10.96.0.99 . tcp . 80 . 0 : 10.244.9.9 . 8080 }"));
+    assert!(!partial.contains("10.96.0.10"), "nothing else is rewritten: {partial}");
+
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(start.elapsed() < WAIT, "proxyd did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
