@@ -25,9 +25,9 @@ pub struct ServiceStore {
     pub synced: Arc<AtomicBool>,
     /// Services rejected (no name or namespace).
     pub rejected: Arc<AtomicU64>,
-    /// A change tracker told about every change (the proxier's pending
-    /// service changes), if any.
-    pub tracker: Option<Arc<Mutex<ServiceChangeTracker>>>,
+    /// Change trackers told about every change (each proxier's pending
+    /// service changes: one per IP family).
+    pub trackers: Vec<Arc<Mutex<ServiceChangeTracker>>>,
 }
 
 impl ServiceStore {
@@ -38,7 +38,7 @@ impl ServiceStore {
             changed: Arc::new(Notify::new()),
             synced: Arc::new(AtomicBool::new(false)),
             rejected: Arc::new(AtomicU64::new(0)),
-            tracker: None,
+            trackers: Vec::new(),
         }
     }
 
@@ -53,7 +53,7 @@ impl ServiceStore {
                 for w in &warnings {
                     tracing::warn!("{w}");
                 }
-                if let Some(t) = &self.tracker {
+                for t in &self.trackers {
                     t.lock().unwrap_or_else(|e| e.into_inner()).update(&info);
                 }
                 let changed = self.with(|m| {
@@ -89,7 +89,7 @@ impl EventHandler<Service> for ServiceStore {
             return;
         };
         let name = ServiceName::new(ns, name);
-        if let Some(t) = &self.tracker {
+        for t in &self.trackers {
             t.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
         }
         if self.with(|m| m.remove(&name).is_some()) {
@@ -144,7 +144,7 @@ mod tests {
     fn the_tracker_sees_every_change() {
         let tracker = Arc::new(Mutex::new(ServiceChangeTracker::new(slice_model::IpFamily::V4)));
         let mut s = ServiceStore::new(Arc::default());
-        s.tracker = Some(tracker.clone());
+        s.trackers = vec![tracker.clone()];
         s.on_add(&svc("10.96.0.1"));
         let changes = tracker.lock().unwrap().checkout();
         assert_eq!(changes.len(), 1);

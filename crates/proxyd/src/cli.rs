@@ -31,6 +31,16 @@ pub enum Command {
     /// Explain, endpoint by endpoint, how a service's traffic is handled on
     /// this node and why.
     Explain(ExplainArgs),
+    /// Remove everything proxyd created (its nftables tables).
+    Cleanup(CleanupArgs),
+}
+
+/// `proxyd cleanup`.
+#[derive(Args, Debug)]
+pub struct CleanupArgs {
+    /// Clean up inside this named network namespace.
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
 }
 
 /// Where Services and EndpointSlices come from.
@@ -149,10 +159,47 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR", requires = "dry_run")]
     pub dry_run_dir: Option<PathBuf>,
 
-    /// Apply the rules inside this named network namespace
-    /// (`ip netns exec NAME nft`).
+    /// Apply the rules (and delete conntrack entries) inside this named
+    /// network namespace (`ip netns exec NAME nft`).
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
+
+    /// The families to serve, e.g. `ipv4,ipv6` for dual-stack: one engine
+    /// and one table per family, sharing the watches (default: --ip-family).
+    #[arg(long, value_delimiter = ',', value_name = "FAMILIES")]
+    pub ip_families: Vec<IpFamily>,
+
+    /// Where to serve /healthz and /livez; empty disables.
+    #[arg(long, default_value = "0.0.0.0:10256")]
+    pub healthz_bind_address: String,
+
+    /// Where to serve /metrics (Prometheus text format); empty disables.
+    #[arg(long, default_value = "127.0.0.1:10249")]
+    pub metrics_bind_address: String,
+
+    /// Do not delete stale UDP conntrack entries after syncs (for hosts
+    /// without the conntrack tool; stale entries then live until they time
+    /// out).
+    #[arg(long)]
+    pub no_conntrack: bool,
+}
+
+impl RunArgs {
+    /// The families served, in order (the first is the primary one).
+    pub fn families(&self) -> Vec<IpFamily> {
+        let mut f = if self.ip_families.is_empty() {
+            vec![self.proxy.ip_family]
+        } else {
+            self.ip_families.clone()
+        };
+        let mut seen = Vec::new();
+        f.retain(|x| {
+            let new = !seen.contains(x);
+            seen.push(*x);
+            new
+        });
+        f
+    }
 }
 
 /// Parses `1s`, `500ms`, `2m` or a bare number of seconds.

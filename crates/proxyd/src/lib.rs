@@ -18,9 +18,14 @@
 //! ```
 
 pub mod cli;
+pub mod conntrack;
 pub mod dataplane;
 pub mod engine;
 pub mod explain;
+pub mod health;
+pub mod http;
+pub mod metrics;
+pub mod proxier;
 pub mod render;
 pub mod replay;
 pub mod run;

@@ -14,5 +14,6 @@ fn main() -> ExitCode {
         Command::Run(args) => proxyd::run::main(args),
         Command::Render(args) => proxyd::render::main(args),
         Command::Explain(args) => proxyd::explain::main(args),
+        Command::Cleanup(args) => proxyd::run::cleanup(args),
     }
 }

@@ -12,14 +12,15 @@
 //!  the rules stay in place.
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use informer_glue::fold::EventFold;
+use informer_glue::fold::{EventFold, Fanout};
 use informer_glue::manifests;
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::selection::Selection;
@@ -27,11 +28,17 @@ use informer_glue::{ServiceStore, SliceCacheHandler};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
+use slice_model::IpFamily;
 use tokio::sync::{Notify, watch};
 
 use crate::cli::RunArgs;
-use crate::dataplane::{Dataplane, DataplaneError, DryRun, NftCommand, NftSyncer, SyncKind};
+use crate::conntrack::{Conntrack, ConntrackTool, NoConntrack};
+use crate::dataplane::{Dataplane, DataplaneConfig, DataplaneError, DryRun, NftCommand, SyncKind};
 use crate::engine::Engine;
+use crate::health::{ProxierHealth, ServiceHealth};
+use crate::http::{Reply, serve};
+use crate::metrics::{Metrics, SyncObservation};
+use crate::proxier::{HealthChecks, Proxier};
 use crate::snapshot::{api_node_zone, client, dataplane_config, node_name, selection};
 use crate::sync_runner::{SyncReason, SyncRunner, SyncTiming};
 
@@ -81,22 +88,99 @@ async fn stopped(mut rx: Stop) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// Checks the flags together; one message per problem.
+pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    if args.min_sync_period > args.sync_period {
+        problems.push(format!(
+            "--min-sync-period ({:?}) is longer than --sync-period ({:?})",
+            args.min_sync_period, args.sync_period
+        ));
+    }
+    if args.sync_period.is_zero() {
+        problems.push("--sync-period must be more than 0".into());
+    }
+    for (flag, value) in [
+        ("--healthz-bind-address", &args.healthz_bind_address),
+        ("--metrics-bind-address", &args.metrics_bind_address),
+    ] {
+        if !value.is_empty() && value.parse::<SocketAddr>().is_err() {
+            problems.push(format!(
+                "{flag} {value:?} is not an address:port (e.g. 0.0.0.0:10256); empty disables it"
+            ));
+        }
+    }
+    let families = args.families();
+    for cidr in &args.proxy.cluster_cidr {
+        let f = match cidr {
+            ipnet::IpNet::V4(_) => IpFamily::V4,
+            ipnet::IpNet::V6(_) => IpFamily::V6,
+        };
+        if !families.contains(&f) {
+            problems.push(format!(
+                "--cluster-cidr {cidr} is {f}, but proxyd serves only {families:?}"
+            ));
+        }
+    }
+    if args.dry_run && args.netns.is_some() {
+        problems.push("--netns has no effect with --dry-run".into());
+    }
+    if let Some(path) = &args.source.manifests
+        && !path.exists()
+    {
+        problems.push(format!("--manifests {}: no such file or directory", path.display()));
+    }
+    if problems.is_empty() { Ok(()) } else { Err(problems) }
+}
+
+/// Binds a server address given on the command line.
+async fn bind(flag: &str, addr: &str) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    if addr.is_empty() {
+        return Ok(None);
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("{flag} {addr}: cannot listen: {e}"))?;
+    Ok(Some(listener))
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if let Err(problems) = validate(&args) {
+        for p in &problems {
+            tracing::error!("{p}");
+        }
+        anyhow::bail!("{} problem(s) with the flags; nothing was started", problems.len());
+    }
     let node = node_name(&args.proxy)?;
+    let families = args.families();
     let selection = selection(&args.proxy);
-    tracing::info!(node = %node, family = %args.proxy.ip_family, selector = %selection.label_selector(), "starting");
+    tracing::info!(node = %node, families = ?families, selector = %selection.label_selector(), "starting");
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut engine = Engine::new(&node, args.proxy.ip_family);
-    // One wake-up for both kinds: the runner coalesces them.
+    let engines: Vec<Engine> = families.iter().map(|f| Engine::new(&node, *f)).collect();
+    // Handlers wake `changes`; a forwarder records the queueing time for
+    // health and metrics and wakes the runner (which coalesces wake-ups).
+    let changes = Arc::new(Notify::new());
     let sync_needed = Arc::new(Notify::new());
-    let mut slices = SliceCacheHandler::new(engine.slices.clone());
-    slices.sync_needed = sync_needed.clone();
+    let slice_handlers: Vec<SliceCacheHandler> = engines
+        .iter()
+        .map(|e| {
+            let mut h = SliceCacheHandler::new(e.slices.clone());
+            h.sync_needed = changes.clone();
+            h
+        })
+        .collect();
+    let slices_synced: Vec<_> = slice_handlers.iter().map(|h| h.synced.clone()).collect();
+    let slices_rejected: Vec<_> = slice_handlers.iter().map(|h| h.rejected.clone()).collect();
+    let slices = Fanout(slice_handlers);
     let services: informer_glue::Services = Arc::new(Mutex::new(BTreeMap::new()));
     let mut store = ServiceStore::new(services.clone());
-    store.changed = sync_needed.clone();
-    store.tracker = Some(engine.service_changes.clone());
-    let (slices_synced, services_synced) = (slices.synced.clone(), store.synced.clone());
+    store.changed = changes.clone();
+    store.trackers = engines.iter().map(|e| e.service_changes.clone()).collect();
+    let services_synced = store.synced.clone();
+    let services_rejected = store.rejected.clone();
+    let slice_watch = Arc::new(WatchMetrics::default());
+    let service_watch = Arc::new(WatchMetrics::default());
 
     let (tasks, node_zone) = match &args.source.manifests {
         Some(path) => {
@@ -126,7 +210,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 settings.clone(),
                 EventFold::with_selection(move |s| sel.selects_slice(s)),
                 slices,
-                Arc::new(WatchMetrics::default()),
+                slice_watch.clone(),
                 stopped(stop_rx.clone()),
             ));
             let sel = selection.clone();
@@ -135,7 +219,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 settings,
                 EventFold::with_selection(move |s| sel.selects_service(s)),
                 store,
-                Arc::new(WatchMetrics::default()),
+                service_watch.clone(),
                 stopped(stop_rx.clone()),
             ));
             let both = tokio::spawn(async move {
@@ -144,22 +228,100 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             (vec![both], zone)
         }
     };
-    let config = dataplane_config(&args.proxy, node_zone);
-    tracing::info!(zone = config.node_zone.as_deref().unwrap_or("(none)"), "topology");
-    let dataplane: Box<dyn Dataplane + Send> = if args.dry_run {
-        if let Some(dir) = &args.dry_run_dir {
-            std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
-        }
-        Box::new(DryRun {
-            dir: args.dry_run_dir.clone(),
-            count: 0,
-        })
-    } else {
-        Box::new(NftCommand {
-            netns: args.netns.clone(),
-        })
+
+    let health = Arc::new(ProxierHealth::new(&families, 2 * args.sync_period));
+    let metrics = Arc::new(Metrics::default());
+    let mut servers = Vec::new();
+    if let Some(l) = bind("--healthz-bind-address", &args.healthz_bind_address).await? {
+        tracing::info!(address = %args.healthz_bind_address, "serving /healthz and /livez");
+        servers.push(tokio::spawn(serve(l, health.handler(), stopped(stop_rx.clone()))));
+    }
+    if let Some(l) = bind("--metrics-bind-address", &args.metrics_bind_address).await? {
+        tracing::info!(address = %args.metrics_bind_address, "serving /metrics");
+        let m = metrics.clone();
+        let handler: crate::http::Handler = Arc::new(move |path| match path {
+            "/metrics" => Reply {
+                status: 200,
+                headers: vec![("Content-Type", "text/plain; version=0.0.4; charset=utf-8".into())],
+                body: m.render(),
+            },
+            _ => Reply::not_found(),
+        });
+        servers.push(tokio::spawn(serve(l, handler, stopped(stop_rx.clone()))));
+    }
+    // Health-check listeners live in their own task: binding is async.
+    let (hc_tx, mut hc_rx) = watch::channel(HealthChecks::new());
+    let hc_bind: std::net::IpAddr = match families[0] {
+        IpFamily::V4 => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        IpFamily::V6 => std::net::Ipv6Addr::UNSPECIFIED.into(),
     };
-    let mut syncer = NftSyncer::new(config, dataplane);
+    let mut service_health = ServiceHealth::new(hc_bind, health.clone());
+    let mut hc_stop = stop_rx.clone();
+    servers.push(tokio::spawn(async move {
+        loop {
+            let changed = tokio::select! {
+                _ = hc_stop.wait_for(|s| *s) => false,
+                r = hc_rx.changed() => r.is_ok(),
+            };
+            if !changed {
+                break;
+            }
+            let wanted = hc_rx.borrow_and_update().clone();
+            service_health.sync(&wanted).await;
+        }
+    }));
+    let (h, m, forward_to, mut fwd_stop) = (health.clone(), metrics.clone(), sync_needed.clone(), stop_rx.clone());
+    let forward = changes.clone();
+    servers.push(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = fwd_stop.wait_for(|s| *s) => break,
+                () = forward.notified() => {
+                    let now = SystemTime::now();
+                    h.queued(now);
+                    m.queued(now);
+                    forward_to.notify_one();
+                }
+            }
+        }
+    }));
+
+    let mut proxiers: Vec<Proxier> = engines
+        .into_iter()
+        .map(|engine| {
+            let family = engine.slices.lock().map(|c| c.family()).unwrap_or(IpFamily::V4);
+            let config = DataplaneConfig {
+                family,
+                ..dataplane_config(&args.proxy, node_zone.clone())
+            };
+            let dataplane: Box<dyn Dataplane + Send> = if args.dry_run {
+                Box::new(DryRun {
+                    dir: args.dry_run_dir.clone(),
+                    count: 0,
+                    prefix: if families.len() > 1 {
+                        format!("{family}-")
+                    } else {
+                        String::new()
+                    },
+                })
+            } else {
+                Box::new(NftCommand {
+                    netns: args.netns.clone(),
+                })
+            };
+            let conntrack: Box<dyn Conntrack + Send> = if args.dry_run || args.no_conntrack {
+                Box::new(NoConntrack)
+            } else {
+                Box::new(ConntrackTool {
+                    netns: args.netns.clone(),
+                })
+            };
+            Proxier::new(engine, config, dataplane, conntrack)
+        })
+        .collect();
+    if let Some(dir) = &args.dry_run_dir {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
+    }
 
     let signals = tokio::spawn(async move {
         wait_for_signal().await;
@@ -172,7 +334,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!("waiting for the initial lists of services and endpoint slices");
     let mut stop = stop_rx.clone();
     let ready = loop {
-        if slices_synced.load(Ordering::Acquire) && services_synced.load(Ordering::Acquire) {
+        let slices_done = slices_synced.iter().all(|s| s.load(Ordering::Acquire));
+        if slices_done && services_synced.load(Ordering::Acquire) {
             break true;
         }
         tokio::select! {
@@ -187,14 +350,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             max_interval: args.sync_period,
             ..SyncTiming::default()
         };
-        // Services changed since the last successful sync: a failed sync
-        // keeps them for the retry.
-        let mut pending: BTreeSet<slice_model::ServiceName> = BTreeSet::new();
         let runner = SyncRunner::new(timing, sync_needed.clone());
+        let counters = WatchCounters {
+            slice_watch,
+            service_watch,
+            slices_rejected,
+            services_rejected,
+        };
         runner
             .run(
                 |reason| {
-                    let result = sync_once(reason, &mut engine, &mut syncer, &mut pending, &services);
+                    let result = sync_all(reason, &mut proxiers, &services, &health, &metrics, &hc_tx);
+                    counters.publish(&metrics);
                     std::future::ready(result)
                 },
                 stopped(stop_rx.clone()),
@@ -204,9 +371,127 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     for t in tasks {
         let _ = t.await;
     }
+    for s in servers {
+        s.abort();
+    }
     signals.abort();
     tracing::info!("stopped; the rules stay in place");
     Ok(())
+}
+
+/// Counters kept by the watches and handlers, published as metrics.
+struct WatchCounters {
+    slice_watch: Arc<WatchMetrics>,
+    service_watch: Arc<WatchMetrics>,
+    slices_rejected: Vec<Arc<std::sync::atomic::AtomicU64>>,
+    services_rejected: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl WatchCounters {
+    fn publish(&self, metrics: &Metrics) {
+        for (resource, w) in [("endpointslices", &self.slice_watch), ("services", &self.service_watch)] {
+            let label = format!("resource=\"{resource}\"");
+            metrics.set_counter(
+                "proxyd_watch_restarts_total",
+                label.clone(),
+                w.errors.load(Ordering::Relaxed),
+            );
+            metrics.set_counter(
+                "proxyd_relists_total",
+                label,
+                w.lists.load(Ordering::Relaxed).saturating_sub(1),
+            );
+        }
+        // Each family's handler sees the same slices; count them once.
+        let slices = self
+            .slices_rejected
+            .iter()
+            .map(|r| r.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0);
+        metrics.set_counter("proxyd_rejected_objects_total", "kind=\"EndpointSlice\"".into(), slices);
+        metrics.set_counter(
+            "proxyd_rejected_objects_total",
+            "kind=\"Service\"".into(),
+            self.services_rejected.load(Ordering::Relaxed),
+        );
+    }
+}
+
+/// One sync of every family.
+fn sync_all(
+    reason: SyncReason,
+    proxiers: &mut [Proxier],
+    services: &informer_glue::Services,
+    health: &ProxierHealth,
+    metrics: &Metrics,
+    health_checks: &watch::Sender<HealthChecks>,
+) -> Result<(), DataplaneError> {
+    let kind = if reason == SyncReason::Periodic {
+        SyncKind::Periodic
+    } else {
+        SyncKind::Changes
+    };
+    let mut failure = None;
+    let services_known = services.lock().map(|s| s.len()).unwrap_or(0);
+    for p in proxiers.iter_mut() {
+        let started = Instant::now();
+        match p.sync(kind) {
+            Ok(out) => {
+                let now = SystemTime::now();
+                health.updated(p.family, now);
+                metrics.observe_sync(p.family, &out.observation, now);
+                for e in &out.conntrack_errors {
+                    tracing::warn!(family = %p.family, "conntrack cleanup: {e}");
+                }
+                tracing::info!(
+                    family = %p.family,
+                    first = reason == SyncReason::Initial,
+                    reason = ?reason,
+                    services = services_known,
+                    service_ports_with_endpoints = p.engine.endpoints.len(),
+                    changed_services = out.changed,
+                    full = out.report.full,
+                    services_written = out.report.services_written,
+                    nft_bytes = out.report.script_bytes,
+                    conntrack_flows = out.conntrack_flows,
+                    conntrack_deleted = out.observation.conntrack_deleted,
+                    render_us = out.report.render.as_micros() as u64,
+                    apply_us = out.report.apply.as_micros() as u64,
+                    took_us = started.elapsed().as_micros() as u64,
+                    "synced"
+                );
+            }
+            Err(e) => {
+                metrics.observe_sync(
+                    p.family,
+                    &SyncObservation {
+                        failed: true,
+                        ..SyncObservation::default()
+                    },
+                    SystemTime::now(),
+                );
+                tracing::warn!(family = %p.family, reason = ?reason, "sync failed, the next one rewrites the whole table: {e}");
+                failure = Some(e);
+            }
+        }
+        let (eps, svcs) = p.pending();
+        metrics.set_pending(p.family, eps, svcs);
+    }
+    // One listener per service; with two families, the larger local count.
+    let mut merged = HealthChecks::new();
+    for p in proxiers.iter() {
+        for (name, (port, count)) in p.health_checks() {
+            let e = merged.entry(name.clone()).or_insert((*port, 0));
+            e.1 = e.1.max(*count);
+        }
+    }
+    health_checks.send_if_modified(|current| {
+        let changed = *current != merged;
+        *current = merged;
+        changed
+    });
+    failure.map_or(Ok(()), Err)
 }
 
 /// Re-reads `--manifests` whenever its files change and hands each
@@ -215,7 +500,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 async fn watch_manifests(
     path: PathBuf,
     selection: Selection,
-    mut slices: SliceCacheHandler,
+    mut slices: Fanout<SliceCacheHandler>,
     mut store: ServiceStore,
     mut stop: Stop,
 ) {
@@ -251,57 +536,6 @@ async fn watch_manifests(
     }
 }
 
-/// One sync: apply pending changes to the maps, then write the changed
-/// services to the dataplane.
-fn sync_once(
-    reason: SyncReason,
-    engine: &mut Engine,
-    syncer: &mut NftSyncer<Box<dyn Dataplane + Send>>,
-    pending: &mut BTreeSet<slice_model::ServiceName>,
-    services: &informer_glue::Services,
-) -> Result<(), DataplaneError> {
-    let started = Instant::now();
-    let update = engine.update();
-    pending.extend(update.changed.iter().cloned());
-    let kind = if reason == SyncReason::Periodic {
-        SyncKind::Periodic
-    } else {
-        SyncKind::Changes
-    };
-    let result = syncer.sync(&engine.services, &engine.endpoints, pending, kind);
-    let services_known = services.lock().map(|s| s.len()).unwrap_or(0);
-    match &result {
-        Ok(report) => {
-            tracing::info!(
-                first = reason == SyncReason::Initial,
-                reason = ?reason,
-                services = services_known,
-                service_ports_with_endpoints = engine.endpoints.len(),
-                changed_services = update.changed.len(),
-                stale_udp_endpoints = update.endpoints.stale_endpoints.len(),
-                stale_udp_services = update.endpoints.stale_service_names.len(),
-                full = report.full,
-                services_written = report.services_written,
-                nft_bytes = report.script_bytes,
-                render_us = report.render.as_micros() as u64,
-                apply_us = report.apply.as_micros() as u64,
-                took_us = started.elapsed().as_micros() as u64,
-                "synced"
-            );
-            for svc in pending.iter() {
-                tracing::debug!(service = %svc, "endpoints changed");
-            }
-            pending.clear();
-        }
-        Err(e) => tracing::warn!(
-            reason = ?reason,
-            pending_services = pending.len(),
-            "sync failed, the next one rewrites the whole table: {e}"
-        ),
-    }
-    result.map(|_| ())
-}
-
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
@@ -322,5 +556,22 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
+/// entries are left to time out: deleting them would cut live connections.
+pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
+    init_logging();
+    let mut nft = NftCommand { netns: args.netns };
+    match nft.apply(&crate::dataplane::nft::render_cleanup()) {
+        Ok(()) => {
+            tracing::info!("removed tables ip proxyd and ip6 proxyd");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("cleanup failed: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

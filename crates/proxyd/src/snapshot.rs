@@ -140,7 +140,7 @@ impl Snapshot {
         let sel = selection(proxy);
         let mut slices = SliceCacheHandler::new(engine.slices.clone());
         let mut store = ServiceStore::new(Arc::new(Mutex::new(BTreeMap::new())));
-        store.tracker = Some(engine.service_changes.clone());
+        store.trackers = vec![engine.service_changes.clone()];
         let s = sel.clone();
         relist(
             &mut EventFold::with_selection(move |x| s.selects_service(x)),

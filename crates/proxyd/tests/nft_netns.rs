@@ -3,7 +3,7 @@
 //! intended; partial syncs leave the kernel exactly as a fresh full sync
 //! would; real TCP traffic is balanced, rejected, moved and kept sticky.
 //!
-//! Needs root, `ip`, `nft` and `python3`. Without them the tests say why and
+//! Needs root, `ip`, `nft`, `conntrack` and `python3`. Without them the tests say why and
 //! skip, unless PROXYD_REQUIRE_ROOT_TESTS=1 (set by .ci/run), where that is
 //! a failure.
 
@@ -32,11 +32,11 @@ fn can_run() -> Result<(), String> {
     if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
         return Err("not root (network namespaces and nftables need CAP_NET_ADMIN)".into());
     }
-    for tool in ["ip", "nft", "python3"] {
+    for tool in ["ip", "nft", "python3", "conntrack"] {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
         if !found.is_ok_and(|o| o.status.success()) {
             return Err(format!(
-                "{tool} is not installed (apt-get install -y iproute2 nftables python3)"
+                "{tool} is not installed (apt-get install -y iproute2 nftables python3 conntrack)"
             ));
         }
     }
@@ -354,4 +354,109 @@ fn traffic_is_balanced_rejected_moved_and_sticky() {
         20,
         "rules intact after a failed apply: {answers:?}"
     );
+}
+
+/// Sends one UDP datagram from 10.9.0.1:5353 to `vip:53`.
+fn send_udp(ns: &Netns, vip: &str) {
+    let code = format!(
+        "import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); \
+         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('10.9.0.1', 5353)); \
+         s.sendto(b'q', ('{vip}', 53))"
+    );
+    ns.exec("python3", &["-c", &code]);
+}
+
+fn udp_flows_to(ns: &Netns, endpoint: &str) -> usize {
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.0,
+            "conntrack",
+            "-L",
+            "-p",
+            "udp",
+            "--dst-nat",
+            endpoint,
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[test]
+fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
+    if !require() {
+        return;
+    }
+    use proxyd::conntrack::ConntrackTool;
+    use proxyd::proxier::Proxier;
+
+    let ns = Netns::new("conntrack");
+    for addr in ["10.1.0.1/32", "10.1.0.2/32", "10.9.0.1/32"] {
+        ns.ip(&["addr", "add", addr, "dev", "lo"]);
+    }
+    ns.ip(&["route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
+    let mut dns = service("dns", "10.96.0.53");
+    dns.ports[0].protocol = Protocol::Udp;
+    dns.ports[0].port = NonZeroU16::new(53).unwrap();
+    let udp_slice = |ip: &str| {
+        EndpointSlice::new("ns", "dns-1", "dns")
+            .with_port("p", Protocol::Udp, 53)
+            .with_endpoint(SliceEndpoint::new(ip.parse().unwrap()))
+    };
+    let mut p = Proxier::new(
+        Engine::new("node-1", IpFamily::V4),
+        DataplaneConfig::new(IpFamily::V4),
+        Box::new(ns.dataplane()),
+        Box::new(ConntrackTool {
+            netns: Some(ns.0.clone()),
+        }),
+    );
+    p.engine.update_service(&dns);
+    p.engine.update_slice(udp_slice("10.1.0.1"));
+    p.sync(SyncKind::Changes).unwrap();
+
+    send_udp(&ns, "10.96.0.53");
+    assert_eq!(udp_flows_to(&ns, "10.1.0.1"), 1, "the datagram was DNATed to 10.1.0.1");
+
+    // The endpoint is replaced: after the rules change, the entry that
+    // would keep the client on 10.1.0.1 is deleted.
+    p.engine.update_slice(udp_slice("10.1.0.2"));
+    let out = p.sync(SyncKind::Changes).unwrap();
+    assert!(!out.report.full);
+    assert!(out.conntrack_errors.is_empty(), "{:?}", out.conntrack_errors);
+    assert_eq!(out.observation.conntrack_deleted, 1);
+    assert_eq!(udp_flows_to(&ns, "10.1.0.1"), 0);
+    send_udp(&ns, "10.96.0.53");
+    assert_eq!(
+        udp_flows_to(&ns, "10.1.0.2"),
+        1,
+        "the same client now reaches the new endpoint"
+    );
+}
+
+#[test]
+fn cleanup_removes_both_tables() {
+    if !require() {
+        return;
+    }
+    let ns = Netns::new("cleanup");
+    let (mut engine, config) = example_cluster();
+    let mut syncer = NftSyncer::new(config, ns.dataplane());
+    sync(&mut syncer, &mut engine);
+    ns.exec("nft", &["add", "table", "ip6", "proxyd"]);
+    let status = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["cleanup", "--netns", &ns.0])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let tables = ns.exec("nft", &["list", "tables"]);
+    assert!(!tables.contains("proxyd"), "{tables}");
+    // And again, with nothing to remove.
+    let status = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["cleanup", "--netns", &ns.0])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }

@@ -85,6 +85,10 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
             "--list-page-size",
             "1",
             "--dry-run",
+            "--healthz-bind-address",
+            "127.0.0.1:0",
+            "--metrics-bind-address",
+            "",
             "--dry-run-dir",
         ])
         .arg(dir.join("nft"))
@@ -108,15 +112,14 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
     assert!(first.contains("services=1"), "only the selected service: {first}");
     assert!(first.contains("service_ports_with_endpoints=1"), "{first}");
     assert!(
-        first.contains("stale_udp_services=1"),
-        "a UDP service got its first endpoint: {first}"
+        first.contains("conntrack_flows=1"),
+        "a UDP service got its first endpoint: its cluster IP's entries go: {first}"
     );
 
     // A new endpoint elsewhere, then the local one goes away.
     server.apply(slice("dns-1", "dns", &["10.0.0.2"], "node-2")).unwrap();
     let next = expect_line(&lines, &mut log, &["synced", "first=false", "changed_services=1"]).await;
-    assert!(next.contains("stale_udp_endpoints=1"), "10.0.0.1 went away: {next}");
-    expect_line(&lines, &mut log, &["endpoints changed", "ns/dns"]).await;
+    assert!(next.contains("conntrack_flows=1"), "10.0.0.1 went away: {next}");
 
     // Deleted while the watch is down: found by the relist after 410 Gone.
     server.drop_watches();
@@ -129,7 +132,7 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
         &["synced", "changed_services=1", "service_ports_with_endpoints=0"],
     )
     .await;
-    assert!(gone.contains("stale_udp_endpoints=1"), "{gone}");
+    assert!(gone.contains("conntrack_flows=1"), "{gone}");
 
     // --dry-run wrote each sync's transaction: a full one, then partial
     // ones naming only the service that changed.

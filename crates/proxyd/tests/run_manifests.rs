@@ -1,10 +1,13 @@
 //! `proxyd run --manifests DIR --dry-run-dir OUT` (the real binary): the
 //! first sync writes the whole table, an edit to the files is noticed and
-//! written as a partial sync, a broken file changes nothing, and SIGTERM
-//! stops it with exit 0.
+//! written as a partial sync, a broken file changes nothing; /healthz,
+//! /livez, /metrics and the LoadBalancer's health-check port answer as
+//! kube-proxy's do; SIGTERM stops it with exit 0.
 
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,6 +27,31 @@ fn wait_for(path: &Path) -> String {
     }
 }
 
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET over HTTP/1.0: (status, headers and body).
+fn get(port: u16, path: &str) -> (u16, String) {
+    let start = Instant::now();
+    let mut stream = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(e) => assert!(start.elapsed() < WAIT, "cannot connect to {port}: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut text = String::new();
+    stream.read_to_string(&mut text).unwrap();
+    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, text)
+}
+
 #[test]
 fn manifests_are_watched_and_each_sync_is_written() {
     let dir = std::env::temp_dir().join(format!("proxyd-run-manifests-{}", std::process::id()));
@@ -33,6 +61,7 @@ fn manifests_are_watched_and_each_sync_is_written() {
     for f in ["node.yaml", "services.yaml", "endpointslices.yaml"] {
         std::fs::copy(example.join(f), input.join(f)).unwrap();
     }
+    let (healthz, metrics) = (free_port(), free_port());
     let mut child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
         .args([
             "run",
@@ -42,6 +71,8 @@ fn manifests_are_watched_and_each_sync_is_written() {
             "0",
             "--dry-run",
         ])
+        .args(["--healthz-bind-address", &format!("127.0.0.1:{healthz}")])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
         .arg("--manifests")
         .arg(&input)
         .arg("--dry-run-dir")
@@ -54,6 +85,38 @@ fn manifests_are_watched_and_each_sync_is_written() {
     let first = wait_for(&out.join("sync-000001.nft"));
     assert!(first.starts_with("add table ip proxyd\ndelete table ip proxyd\n"));
     assert!(first.contains("10.96.0.10 . tcp . 80 . 0 : 10.244.1.11 . 8080"));
+
+    // Health and metrics, as kube-proxy serves them.
+    let (status, text) = get(healthz, "/healthz");
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("application/json") && text.contains("\"nodeEligible\": true"),
+        "{text}"
+    );
+    assert_eq!(get(healthz, "/livez").0, 200);
+    assert_eq!(get(healthz, "/nope").0, 404);
+    let (status, text) = get(metrics, "/metrics");
+    assert_eq!(status, 200);
+    for needle in [
+        "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
+        "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"}",
+        "kubeproxy_sync_proxy_rules_service_changes_total{ip_family=\"IPv4\"} 7",
+        "proxyd_rejected_objects_total{kind=\"EndpointSlice\"} 0",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from\n{text}");
+    }
+    // shop/ingress (LoadBalancer, externalTrafficPolicy Local, one local
+    // endpoint) answers on its healthCheckNodePort.
+    let (status, text) = get(32000, "/");
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("X-Load-Balancing-Endpoint-Weight: 1") || text.contains("x-load-balancing-endpoint-weight: 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"localEndpoints\": 1") && text.contains("\"name\": \"ingress\""),
+        "{text}"
+    );
 
     // A broken file: reported, nothing changes (no sync is written).
     std::fs::write(

@@ -137,6 +137,8 @@ pub struct DryRun {
     pub dir: Option<PathBuf>,
     /// Scripts written so far.
     pub count: u64,
+    /// Put before file names (`ipv6-` in dual-stack).
+    pub prefix: String,
 }
 
 impl Dataplane for DryRun {
@@ -144,7 +146,7 @@ impl Dataplane for DryRun {
         self.count += 1;
         match &self.dir {
             Some(dir) => {
-                let path = dir.join(format!("sync-{:06}.nft", self.count));
+                let path = dir.join(format!("{}sync-{:06}.nft", self.prefix, self.count));
                 std::fs::write(&path, script).map_err(|source| DataplaneError::Write {
                     path: path.display().to_string(),
                     source,
@@ -152,7 +154,7 @@ impl Dataplane for DryRun {
             }
             None => {
                 let mut out = std::io::stdout().lock();
-                writeln!(out, "# sync {}\n{script}", self.count)
+                writeln!(out, "# {}sync {}\n{script}", self.prefix, self.count)
                     .and_then(|()| out.flush())
                     .map_err(|source| DataplaneError::Write {
                         path: "standard output".into(),

@@ -380,3 +380,14 @@ pub fn render_partial(
     }
     out
 }
+
+/// Removes proxyd's tables of both families, whether or not they exist, in
+/// one transaction (`proxyd cleanup`).
+pub fn render_cleanup() -> String {
+    let mut out = String::new();
+    for family in ["ip", "ip6"] {
+        let _ = writeln!(out, "add table {family} {TABLE}");
+        let _ = writeln!(out, "delete table {family} {TABLE}");
+    }
+    out
+}

@@ -1,0 +1,330 @@
+//! UDP conntrack cleanup after a sync, as kube-proxy does it.
+//!
+//! UDP has no connection to end, so a conntrack entry keeps sending a
+//! client's datagrams where the rules sent its first one:
+//!
+//! - to an endpoint that is gone (a *stale endpoint*): delete the entries
+//!   DNATed to it from each of the service's frontends;
+//! - nowhere, because the service had no endpoints when the flow began (a
+//!   *stale service*, now with its first endpoint): delete the entries to
+//!   its frontends;
+//! - to a cluster IP of a deleted UDP port: delete the entries to that IP.
+//!
+//! The cleanup runs only after the rules that replace the entries are in
+//! place (a successful apply), never before.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::process::Command;
+
+use endpoints_map::ServicesMap;
+use slice_model::{IpFamily, Protocol};
+
+use crate::engine::EngineUpdate;
+
+/// One set of UDP conntrack entries to delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Flow {
+    /// Entries to a frontend address and port.
+    ToFrontend {
+        /// Cluster, external or load-balancer IP.
+        addr: IpAddr,
+        /// Service port.
+        port: u16,
+    },
+    /// Entries to a node port (on any local address).
+    ToNodePort {
+        /// The node port.
+        port: u16,
+    },
+    /// Entries to a frontend that were DNATed to `endpoint`.
+    FrontendToEndpoint {
+        /// Cluster, external or load-balancer IP.
+        addr: IpAddr,
+        /// Service port.
+        port: u16,
+        /// The endpoint's address.
+        endpoint: IpAddr,
+    },
+    /// Entries to a node port that were DNATed to `endpoint`.
+    NodePortToEndpoint {
+        /// The node port.
+        port: u16,
+        /// The endpoint's address.
+        endpoint: IpAddr,
+    },
+    /// Entries to an address (a deleted service's cluster IP).
+    ToAddress {
+        /// The address.
+        addr: IpAddr,
+    },
+}
+
+impl Flow {
+    /// The `conntrack -D` filter arguments.
+    pub fn args(&self, family: IpFamily) -> Vec<String> {
+        let f = match family {
+            IpFamily::V4 => "ipv4",
+            IpFamily::V6 => "ipv6",
+        };
+        let mut a: Vec<String> = ["-D", "-f", f, "-p", "udp"].map(String::from).to_vec();
+        let mut push = |k: &str, v: String| {
+            a.push(k.to_owned());
+            a.push(v);
+        };
+        match *self {
+            Self::ToFrontend { addr, port } => {
+                push("--orig-dst", addr.to_string());
+                push("--orig-port-dst", port.to_string());
+            }
+            Self::ToNodePort { port } => push("--orig-port-dst", port.to_string()),
+            Self::FrontendToEndpoint { addr, port, endpoint } => {
+                push("--orig-dst", addr.to_string());
+                push("--orig-port-dst", port.to_string());
+                push("--dst-nat", endpoint.to_string());
+            }
+            Self::NodePortToEndpoint { port, endpoint } => {
+                push("--orig-port-dst", port.to_string());
+                push("--dst-nat", endpoint.to_string());
+            }
+            Self::ToAddress { addr } => push("--orig-dst", addr.to_string()),
+        }
+        a
+    }
+}
+
+/// The entries one sync's changes make stale.
+pub fn plan(update: &EngineUpdate, services: &ServicesMap) -> Vec<Flow> {
+    let mut flows = BTreeSet::new();
+    for name in &update.endpoints.stale_service_names {
+        let Some(p) = services.get(name).filter(|p| p.name.protocol == Protocol::Udp) else {
+            continue;
+        };
+        let port = p.port.get();
+        for addr in std::iter::once(&p.cluster_ip)
+            .chain(&p.external_ips)
+            .chain(&p.load_balancer_ips)
+        {
+            flows.insert(Flow::ToFrontend { addr: *addr, port });
+        }
+        if let Some(np) = p.node_port {
+            flows.insert(Flow::ToNodePort { port: np.get() });
+        }
+    }
+    for stale in &update.endpoints.stale_endpoints {
+        let Some(p) = services
+            .get(&stale.service_port)
+            .filter(|p| p.name.protocol == Protocol::Udp)
+        else {
+            continue; // a deleted service: its cluster IP is cleared below
+        };
+        let (port, endpoint) = (p.port.get(), stale.endpoint.ip());
+        for addr in std::iter::once(&p.cluster_ip)
+            .chain(&p.external_ips)
+            .chain(&p.load_balancer_ips)
+        {
+            flows.insert(Flow::FrontendToEndpoint {
+                addr: *addr,
+                port,
+                endpoint,
+            });
+        }
+        if let Some(np) = p.node_port {
+            flows.insert(Flow::NodePortToEndpoint {
+                port: np.get(),
+                endpoint,
+            });
+        }
+    }
+    for addr in &update.services.deleted_udp_cluster_ips {
+        flows.insert(Flow::ToAddress { addr: *addr });
+    }
+    flows.into_iter().collect()
+}
+
+/// Why a deletion failed.
+#[derive(Debug, thiserror::Error)]
+#[error("conntrack {args}: {message}")]
+pub struct ConntrackError {
+    /// The arguments.
+    pub args: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Deletes conntrack entries.
+pub trait Conntrack {
+    /// Deletes the entries of each flow; returns how many were deleted.
+    /// Every flow is tried even when one fails.
+    fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>);
+}
+
+/// The `conntrack` tool (conntrack-tools), optionally in a named network
+/// namespace.
+#[derive(Clone, Debug, Default)]
+pub struct ConntrackTool {
+    /// The network namespace, if not the current one.
+    pub netns: Option<String>,
+}
+
+/// Reads "N flow entries have been deleted" from conntrack's output.
+pub fn deleted_count(stderr: &str) -> Option<u64> {
+    stderr
+        .lines()
+        .find(|l| l.contains("flow entries have been deleted"))
+        .and_then(|l| l.split_whitespace().rev().nth(5))
+        .and_then(|n| n.parse().ok())
+}
+
+impl Conntrack for ConntrackTool {
+    fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
+        let mut total = 0;
+        let mut errors = Vec::new();
+        for flow in flows {
+            let args = flow.args(family);
+            let mut cmd = match &self.netns {
+                Some(ns) => {
+                    let mut c = Command::new("ip");
+                    c.args(["netns", "exec", ns, "conntrack"]);
+                    c
+                }
+                None => Command::new("conntrack"),
+            };
+            let fail = |message: String| ConntrackError {
+                args: args.join(" "),
+                message,
+            };
+            match cmd.args(&args).output() {
+                Ok(out) => {
+                    let stderr = String::from_utf8_lossy(&out.stderr);
+                    // conntrack exits 1 when nothing matched; that is not an
+                    // error, the count says 0.
+                    match deleted_count(&stderr) {
+                        Some(n) => total += n,
+                        None => errors.push(fail(stderr.trim().to_owned())),
+                    }
+                }
+                Err(e) => errors.push(fail(format!("cannot run conntrack: {e}"))),
+            }
+        }
+        (total, errors)
+    }
+}
+
+/// No cleanup (`--dry-run`, `--no-conntrack`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoConntrack;
+
+impl Conntrack for NoConntrack {
+    fn delete(&mut self, _: IpFamily, _: &[Flow]) -> (u64, Vec<ConntrackError>) {
+        (0, Vec::new())
+    }
+}
+
+/// A conntrack that records what it was asked, for tests.
+#[derive(Debug, Default)]
+pub struct RecordingConntrack {
+    /// Every flow asked for, in order.
+    pub deleted: Vec<(IpFamily, Flow)>,
+}
+
+impl Conntrack for RecordingConntrack {
+    fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
+        self.deleted.extend(flows.iter().map(|f| (family, *f)));
+        (flows.len() as u64, Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU16;
+
+    use slice_model::{EndpointSlice, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint, SliceName};
+
+    use super::*;
+    use crate::engine::Engine;
+
+    fn dns(node_port: bool) -> ServiceInfo {
+        let mut s = ServiceInfo::new(ServiceName::new("ns", "dns"));
+        s.cluster_ips = vec!["10.96.0.10".parse().unwrap()];
+        s.external_ips = vec!["192.0.2.1".parse().unwrap()];
+        if node_port {
+            s.service_type = ServiceType::NodePort;
+        }
+        s.ports = vec![ServicePort {
+            name: "dns".into(),
+            protocol: Protocol::Udp,
+            port: NonZeroU16::new(53).unwrap(),
+            node_port: NonZeroU16::new(30053),
+        }];
+        s
+    }
+
+    fn slice(ips: &[&str]) -> EndpointSlice {
+        let mut s = EndpointSlice::new("ns", "dns-1", "dns").with_port("dns", Protocol::Udp, 53);
+        for ip in ips {
+            s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()));
+        }
+        s
+    }
+
+    #[test]
+    fn stale_services_endpoints_and_deleted_ips() {
+        let mut e = Engine::new("node-1", IpFamily::V4);
+        e.update_service(&dns(true));
+        e.update();
+        // First endpoint: entries to every frontend may black-hole.
+        e.update_slice(slice(&["10.1.0.1"]));
+        let u = e.update();
+        assert_eq!(
+            plan(&u, &e.services),
+            [
+                Flow::ToFrontend {
+                    addr: "10.96.0.10".parse().unwrap(),
+                    port: 53
+                },
+                Flow::ToFrontend {
+                    addr: "192.0.2.1".parse().unwrap(),
+                    port: 53
+                },
+                Flow::ToNodePort { port: 30053 },
+            ]
+        );
+        // The endpoint is replaced: entries DNATed to it go.
+        e.update_slice(slice(&["10.1.0.2"]));
+        let u = e.update();
+        let flows = plan(&u, &e.services);
+        assert_eq!(flows.len(), 3, "{flows:?}");
+        assert!(flows.contains(&Flow::NodePortToEndpoint {
+            port: 30053,
+            endpoint: "10.1.0.1".parse().unwrap()
+        }));
+        assert_eq!(
+            flows[0].args(IpFamily::V4).join(" "),
+            "-D -f ipv4 -p udp --orig-dst 10.96.0.10 --orig-port-dst 53 --dst-nat 10.1.0.1"
+        );
+        // The service goes: its cluster IP's entries go.
+        e.remove_service(&ServiceName::new("ns", "dns"));
+        e.remove_slice(&SliceName::new("ns", "dns-1"));
+        let u = e.update();
+        assert_eq!(
+            plan(&u, &e.services),
+            [Flow::ToAddress {
+                addr: "10.96.0.10".parse().unwrap()
+            }]
+        );
+    }
+
+    #[test]
+    fn counts_are_read_from_conntrack_output() {
+        assert_eq!(
+            deleted_count("conntrack v1.4.7 (conntrack-tools): 3 flow entries have been deleted.\n"),
+            Some(3)
+        );
+        assert_eq!(
+            deleted_count("conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n"),
+            Some(0)
+        );
+        assert_eq!(deleted_count("conntrack: unknown option"), None);
+    }
+}

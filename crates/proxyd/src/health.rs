@@ -1,0 +1,277 @@
+//! Health, as kube-proxy reports it.
+//!
+//! - [`ProxierHealth`]: `/healthz` and `/livez` on `--healthz-bind-address`.
+//!   Unhealthy when some family has a change queued longer than the timeout
+//!   (2 × `--sync-period`) without a successful sync since.
+//! - [`ServiceHealth`]: one listener per LoadBalancer service with
+//!   `externalTrafficPolicy: Local`, on its `healthCheckNodePort`: 200 with
+//!   the count of local ready endpoints when there are some and the proxy is
+//!   healthy, else 503. Listeners open and close as services come and go.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use slice_model::{IpFamily, ServiceName};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::http::{Handler, Reply, serve};
+
+#[derive(Clone, Copy, Debug, Default)]
+struct FamilyHealth {
+    last_updated: Option<SystemTime>,
+    oldest_queued: Option<SystemTime>,
+}
+
+/// The proxy's own health, per family.
+#[derive(Debug)]
+pub struct ProxierHealth {
+    timeout: Duration,
+    families: Mutex<BTreeMap<IpFamily, FamilyHealth>>,
+}
+
+/// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T07:33:03.123456789Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    let d = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:09}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        d.subsec_nanos()
+    )
+}
+
+impl ProxierHealth {
+    /// Health for `families`, unhealthy after `timeout` with a change
+    /// queued and not synced.
+    pub fn new(families: &[IpFamily], timeout: Duration) -> Self {
+        Self {
+            timeout,
+            families: Mutex::new(families.iter().map(|f| (*f, FamilyHealth::default())).collect()),
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<IpFamily, FamilyHealth>) -> T) -> T {
+        f(&mut self.families.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// A change is waiting for a sync (only the oldest one counts).
+    pub fn queued(&self, now: SystemTime) {
+        self.with(|m| {
+            for h in m.values_mut() {
+                h.oldest_queued.get_or_insert(now);
+            }
+        });
+    }
+
+    /// `family` synced successfully.
+    pub fn updated(&self, family: IpFamily, now: SystemTime) {
+        self.with(|m| {
+            let h = m.entry(family).or_default();
+            h.last_updated = Some(now);
+            h.oldest_queued = None;
+        });
+    }
+
+    /// Whether healthy at `now`, and the last successful sync.
+    pub fn is_healthy(&self, now: SystemTime) -> (bool, Option<SystemTime>) {
+        self.with(|m| {
+            let last = m.values().filter_map(|h| h.last_updated).max();
+            let late = m.values().any(|h| {
+                h.oldest_queued
+                    .is_some_and(|q| now.duration_since(q).unwrap_or_default() >= self.timeout)
+            });
+            (!late, last)
+        })
+    }
+
+    /// The `/healthz` or `/livez` reply (kube-proxy's body; a healthy reply
+    /// reports the current time as `lastUpdated`, as kube-proxy does for
+    /// compatibility).
+    pub fn reply(&self, now: SystemTime, healthz: bool) -> Reply {
+        let (healthy, last) = self.is_healthy(now);
+        let last = if healthy { Some(now) } else { last };
+        let last = last.map(rfc3339).unwrap_or_else(|| "0001-01-01T00:00:00Z".into());
+        let now_s = rfc3339(now);
+        let body = if healthz {
+            format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\", \"nodeEligible\": true}}")
+        } else {
+            format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\"}}")
+        };
+        Reply::json(if healthy { 200 } else { 503 }, body)
+    }
+
+    /// The handler for the healthz server.
+    pub fn handler(self: &Arc<Self>) -> Handler {
+        let me = self.clone();
+        Arc::new(move |path| match path {
+            "/healthz" => me.reply(SystemTime::now(), true),
+            "/livez" => me.reply(SystemTime::now(), false),
+            _ => Reply::not_found(),
+        })
+    }
+}
+
+struct Listener {
+    port: u16,
+    endpoints: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+}
+
+/// Health-check listeners for externalTrafficPolicy: Local services.
+pub struct ServiceHealth {
+    bind: IpAddr,
+    proxier: Arc<ProxierHealth>,
+    listeners: HashMap<ServiceName, Listener>,
+}
+
+/// The reply of one service's health check.
+pub fn service_reply(name: &ServiceName, local_endpoints: usize, proxy_healthy: bool) -> Reply {
+    let mut r = Reply::json(
+        if local_endpoints > 0 && proxy_healthy { 200 } else { 503 },
+        format!(
+            "{{\n\t\"service\": {{\n\t\t\"namespace\": \"{}\",\n\t\t\"name\": \"{}\"\n\t}},\n\t\"localEndpoints\": {local_endpoints},\n\t\"serviceProxyHealthy\": {proxy_healthy}\n}}",
+            name.namespace, name.name
+        ),
+    );
+    r.headers
+        .push(("X-Load-Balancing-Endpoint-Weight", local_endpoints.to_string()));
+    r
+}
+
+impl ServiceHealth {
+    /// Listeners bound to `bind` (all addresses: `0.0.0.0` or `::`).
+    pub fn new(bind: IpAddr, proxier: Arc<ProxierHealth>) -> Self {
+        Self {
+            bind,
+            proxier,
+            listeners: HashMap::new(),
+        }
+    }
+
+    /// Opens and closes listeners so that exactly `wanted` (service ->
+    /// health-check node port) have one, and sets their local endpoint
+    /// counts. A port that cannot be bound is reported and retried at the
+    /// next sync.
+    pub async fn sync(&mut self, wanted: &BTreeMap<ServiceName, (u16, usize)>) {
+        self.listeners.retain(|name, l| {
+            let keep = wanted.get(name).is_some_and(|(port, _)| *port == l.port);
+            if !keep {
+                tracing::info!(service = %name, port = l.port, "closing health check listener");
+                l.task.abort();
+            }
+            keep
+        });
+        for (name, (port, count)) in wanted {
+            if let Some(l) = self.listeners.get(name) {
+                l.endpoints.store(*count, Ordering::Relaxed);
+                continue;
+            }
+            let addr = SocketAddr::new(self.bind, *port);
+            let listener = match TcpListener::bind(addr).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(service = %name, "cannot listen on health check node port {addr}: {e}");
+                    continue;
+                }
+            };
+            tracing::info!(service = %name, port, "health check listener open");
+            let endpoints = Arc::new(AtomicUsize::new(*count));
+            let (n, proxier, eps) = (name.clone(), self.proxier.clone(), endpoints.clone());
+            let handler: Handler = Arc::new(move |_| {
+                let healthy = proxier.is_healthy(SystemTime::now()).0;
+                service_reply(&n, eps.load(Ordering::Relaxed), healthy)
+            });
+            let task = tokio::spawn(serve(listener, handler, std::future::pending()));
+            self.listeners.insert(
+                name.clone(),
+                Listener {
+                    port: *port,
+                    endpoints,
+                    task,
+                },
+            );
+        }
+    }
+
+    /// The ports listened on, by service.
+    pub fn ports(&self) -> BTreeMap<ServiceName, u16> {
+        self.listeners.iter().map(|(n, l)| (n.clone(), l.port)).collect()
+    }
+}
+
+impl Drop for ServiceHealth {
+    fn drop(&mut self) {
+        for l in self.listeners.values() {
+            l.task.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_formats_as_rfc3339() {
+        let t = SystemTime::UNIX_EPOCH + Duration::new(1_796_023_983, 5);
+        assert_eq!(rfc3339(t), "2026-11-30T07:33:03.000000005Z");
+        assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000000000Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
+        assert!(rfc3339(leap).starts_with("2000-02-29T00:00:00"));
+    }
+
+    #[test]
+    fn a_change_queued_too_long_is_unhealthy() {
+        let h = ProxierHealth::new(&[IpFamily::V4, IpFamily::V6], Duration::from_secs(60));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        assert!(h.is_healthy(t0).0, "healthy while starting");
+        h.queued(t0);
+        assert!(h.is_healthy(t0 + Duration::from_secs(59)).0);
+        h.queued(t0 + Duration::from_secs(30)); // not the oldest
+        assert!(!h.is_healthy(t0 + Duration::from_secs(60)).0);
+        h.updated(IpFamily::V4, t0 + Duration::from_secs(61));
+        assert!(!h.is_healthy(t0 + Duration::from_secs(61)).0, "IPv6 still late");
+        h.updated(IpFamily::V6, t0 + Duration::from_secs(62));
+        let (ok, last) = h.is_healthy(t0 + Duration::from_secs(200));
+        assert!(ok && last == Some(t0 + Duration::from_secs(62)));
+        let r = h.reply(t0 + Duration::from_secs(200), true);
+        assert_eq!(r.status, 200);
+        assert!(r.body.ends_with("\"nodeEligible\": true}"), "{}", r.body);
+        h.queued(t0 + Duration::from_secs(300));
+        let r = h.reply(t0 + Duration::from_secs(400), false);
+        assert_eq!(r.status, 503);
+        assert!(
+            r.body.starts_with("{\"lastUpdated\": \"1970-01-12T13:47:42"),
+            "{}",
+            r.body
+        );
+    }
+
+    #[test]
+    fn service_replies_follow_kube_proxy() {
+        let name = ServiceName::new("shop", "ingress");
+        let r = service_reply(&name, 2, true);
+        assert_eq!(r.status, 200);
+        assert!(r.headers.contains(&("X-Load-Balancing-Endpoint-Weight", "2".into())));
+        assert!(r.body.contains("\"localEndpoints\": 2") && r.body.contains("\"namespace\": \"shop\""));
+        assert_eq!(service_reply(&name, 0, true).status, 503);
+        assert_eq!(service_reply(&name, 3, false).status, 503, "proxy unhealthy");
+    }
+}

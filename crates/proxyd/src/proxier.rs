@@ -1,0 +1,284 @@
+//! [`Proxier`]: one IP family's engine, table and conntrack cleanup, and
+//! what one sync of it did.
+//!
+//! A sync applies the pending changes to the maps, writes the changed
+//! services' rules, and only then deletes the conntrack entries those rules
+//! replace. What a failed sync could not finish (services to rewrite, stale
+//! entries to delete, trigger times to report) waits for the next one.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Instant, SystemTime};
+
+use endpoints_map::topology::{TrafficPolicies, categorize};
+use slice_model::{IpFamily, ServiceName};
+
+use crate::conntrack::{self, Conntrack, Flow};
+use crate::dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, SyncReport};
+use crate::engine::Engine;
+use crate::metrics::SyncObservation;
+
+/// Per service: its health-check node port and local ready endpoints.
+pub type HealthChecks = BTreeMap<ServiceName, (u16, usize)>;
+
+/// One family's proxy.
+pub struct Proxier {
+    /// The family.
+    pub family: IpFamily,
+    /// Its engine.
+    pub engine: Engine,
+    syncer: NftSyncer<Box<dyn Dataplane + Send>>,
+    conntrack: Box<dyn Conntrack + Send>,
+    pending_services: BTreeSet<ServiceName>,
+    pending_flows: BTreeSet<Flow>,
+    pending_triggers: Vec<SystemTime>,
+    pending_endpoint_changes: u64,
+    pending_service_changes: u64,
+    health_checks: HealthChecks,
+    no_local: HashMap<ServiceName, (u64, u64)>,
+    no_local_totals: (u64, u64),
+}
+
+/// What one successful sync did.
+#[derive(Debug)]
+pub struct SyncOutcome {
+    /// The dataplane's report.
+    pub report: SyncReport,
+    /// For the metrics.
+    pub observation: SyncObservation,
+    /// Services that changed.
+    pub changed: usize,
+    /// Stale UDP conntrack flows cleaned up (each a `conntrack -D` filter).
+    pub conntrack_flows: usize,
+    /// Conntrack deletions that failed (logged; retried never: the entries
+    /// they aimed at expire on their own).
+    pub conntrack_errors: Vec<conntrack::ConntrackError>,
+}
+
+impl Proxier {
+    /// A proxier whose first sync replaces the table.
+    pub fn new(
+        engine: Engine,
+        config: DataplaneConfig,
+        dataplane: Box<dyn Dataplane + Send>,
+        conntrack: Box<dyn Conntrack + Send>,
+    ) -> Self {
+        Self {
+            family: config.family,
+            engine,
+            syncer: NftSyncer::new(config, dataplane),
+            conntrack,
+            pending_services: BTreeSet::new(),
+            pending_flows: BTreeSet::new(),
+            pending_triggers: Vec::new(),
+            pending_endpoint_changes: 0,
+            pending_service_changes: 0,
+            health_checks: HealthChecks::new(),
+            no_local: HashMap::new(),
+            no_local_totals: (0, 0),
+        }
+    }
+
+    /// Health-check ports and local ready endpoint counts, kept up to date
+    /// by each sync (for the changed services only).
+    pub fn health_checks(&self) -> &HealthChecks {
+        &self.health_checks
+    }
+
+    /// Changes waiting for the next sync: (endpoint changes, service
+    /// changes), counted in services.
+    pub fn pending(&self) -> (usize, usize) {
+        let slices = self.engine.slices.lock().map(|c| c.pending_services()).unwrap_or(0);
+        let services = self
+            .engine
+            .service_changes
+            .lock()
+            .map(|t| t.pending_services())
+            .unwrap_or(0);
+        (slices, services)
+    }
+
+    fn refresh_service(&mut self, name: &ServiceName) {
+        let config = self.syncer.config().clone();
+        let ports = self.engine.services.service(name).unwrap_or(&[]);
+        let hc = ports.iter().find_map(|p| p.health_check_node_port);
+        match hc {
+            Some(port) => {
+                let local = self.engine.endpoints.local_ready_count(name);
+                self.health_checks.insert(name.clone(), (port.get(), local));
+            }
+            None => {
+                self.health_checks.remove(name);
+            }
+        }
+        let mut counts = (0, 0);
+        for p in ports {
+            let eps = self.engine.endpoints.get(&p.name).unwrap_or(&[]);
+            let policies = TrafficPolicies::of(p);
+            let c = categorize(eps, policies, config.node_zone.as_deref());
+            let no_local = c.local.as_ref().is_some_and(Vec::is_empty) && c.has_any_endpoints;
+            if no_local && p.internal_policy_local {
+                counts.0 += 1;
+            }
+            if no_local && p.external_policy_local && policies.externally_accessible {
+                counts.1 += 1;
+            }
+        }
+        let old = if counts == (0, 0) {
+            self.no_local.remove(name)
+        } else {
+            self.no_local.insert(name.clone(), counts)
+        }
+        .unwrap_or((0, 0));
+        self.no_local_totals.0 = self.no_local_totals.0 + counts.0 - old.0;
+        self.no_local_totals.1 = self.no_local_totals.1 + counts.1 - old.1;
+    }
+
+    /// One sync. On failure everything pending stays pending, and the
+    /// dataplane's next sync is a full one.
+    pub fn sync(&mut self, kind: SyncKind) -> Result<SyncOutcome, DataplaneError> {
+        let started = Instant::now();
+        let update = self.engine.update();
+        self.pending_flows
+            .extend(conntrack::plan(&update, &self.engine.services));
+        self.pending_triggers
+            .extend(update.endpoints.last_change_trigger_times.values().flatten().copied());
+        self.pending_endpoint_changes += update.endpoints.changed_services.len() as u64;
+        self.pending_service_changes += update.services.updated_services.len() as u64;
+        for name in &update.changed {
+            self.refresh_service(name);
+        }
+        self.pending_services.extend(update.changed.iter().cloned());
+        let report = self.syncer.sync(
+            &self.engine.services,
+            &self.engine.endpoints,
+            &self.pending_services,
+            kind,
+        )?;
+        // The rules are in place: now the entries they replace can go.
+        let flows: Vec<Flow> = std::mem::take(&mut self.pending_flows).into_iter().collect();
+        let conntrack_started = Instant::now();
+        let (deleted, conntrack_errors) = if flows.is_empty() {
+            (0, Vec::new())
+        } else {
+            self.conntrack.delete(self.family, &flows)
+        };
+        let observation = SyncObservation {
+            duration: started.elapsed(),
+            full: report.full,
+            failed: false,
+            endpoint_changes: std::mem::take(&mut self.pending_endpoint_changes),
+            service_changes: std::mem::take(&mut self.pending_service_changes),
+            trigger_times: std::mem::take(&mut self.pending_triggers),
+            no_local_internal: self.no_local_totals.0,
+            no_local_external: self.no_local_totals.1,
+            conntrack_deleted: deleted,
+            conntrack_duration: if flows.is_empty() {
+                std::time::Duration::ZERO
+            } else {
+                conntrack_started.elapsed()
+            },
+        };
+        let changed = std::mem::take(&mut self.pending_services).len();
+        Ok(SyncOutcome {
+            report,
+            observation,
+            changed,
+            conntrack_flows: flows.len(),
+            conntrack_errors,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU16;
+    use std::sync::{Arc, Mutex};
+
+    use slice_model::{EndpointSlice, Protocol, ServiceInfo, ServicePort, ServiceType, SliceEndpoint, TrafficPolicy};
+
+    use super::*;
+    use crate::conntrack::RecordingConntrack;
+    use crate::dataplane::Recording;
+
+    /// Shares a recording dataplane/conntrack with the test.
+    struct Shared<T>(Arc<Mutex<T>>);
+
+    impl Dataplane for Shared<Recording> {
+        fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
+            self.0.lock().unwrap().apply(script)
+        }
+    }
+
+    impl Conntrack for Shared<RecordingConntrack> {
+        fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<conntrack::ConntrackError>) {
+            self.0.lock().unwrap().delete(family, flows)
+        }
+    }
+
+    fn lb() -> ServiceInfo {
+        let mut s = ServiceInfo::new(ServiceName::new("ns", "dns"));
+        s.cluster_ips = vec!["10.96.0.10".parse().unwrap()];
+        s.service_type = ServiceType::LoadBalancer;
+        s.external_traffic_policy = TrafficPolicy::Local;
+        s.health_check_node_port = NonZeroU16::new(32000);
+        s.ports = vec![ServicePort {
+            name: "dns".into(),
+            protocol: Protocol::Udp,
+            port: NonZeroU16::new(53).unwrap(),
+            node_port: NonZeroU16::new(30053),
+        }];
+        s
+    }
+
+    fn slice(eps: &[(&str, &str)]) -> EndpointSlice {
+        let mut s = EndpointSlice::new("ns", "dns-1", "dns").with_port("dns", Protocol::Udp, 53);
+        for (ip, node) in eps {
+            s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).on_node(node));
+        }
+        s
+    }
+
+    #[test]
+    fn conntrack_waits_for_a_successful_apply() {
+        let dp = Arc::new(Mutex::new(Recording::default()));
+        let ct = Arc::new(Mutex::new(RecordingConntrack::default()));
+        let mut p = Proxier::new(
+            Engine::new("node-1", IpFamily::V4),
+            DataplaneConfig::new(IpFamily::V4),
+            Box::new(Shared(dp.clone())),
+            Box::new(Shared(ct.clone())),
+        );
+        p.engine.update_service(&lb());
+        p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(p.health_checks()[&ServiceName::new("ns", "dns")], (32000, 0));
+
+        p.engine.update_slice(slice(&[("10.1.0.1", "node-1")]));
+        dp.lock().unwrap().fail_next = 1;
+        assert!(p.sync(SyncKind::Changes).is_err());
+        assert!(
+            ct.lock().unwrap().deleted.is_empty(),
+            "rules not in place: nothing deleted"
+        );
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert!(out.report.full, "after a failure");
+        assert_eq!(
+            out.observation.conntrack_deleted, 2,
+            "the stale service's cluster IP and node port"
+        );
+        assert_eq!(ct.lock().unwrap().deleted.len(), 2);
+        assert_eq!(out.observation.endpoint_changes, 1, "counted once, across the failure");
+        assert_eq!(p.health_checks()[&ServiceName::new("ns", "dns")], (32000, 1));
+
+        p.engine.update_slice(slice(&[("10.1.0.2", "node-2")]));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(
+            out.observation.no_local_external, 1,
+            "Local policy, only a remote endpoint"
+        );
+        assert_eq!(p.health_checks()[&ServiceName::new("ns", "dns")], (32000, 0));
+        p.engine.remove_service(&ServiceName::new("ns", "dns"));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(out.observation.no_local_external, 0);
+        assert!(p.health_checks().is_empty(), "listener closes with the service");
+    }
+}
