@@ -196,6 +196,13 @@ impl<D: Dataplane> NftSyncer<D> {
             self.render_partial(services, endpoints, changed, kind)
         };
         let render = started.elapsed();
+        if !full && written == 0 && kind == SyncKind::Changes {
+            // Nothing to write: don't spend an nft run on the canary alone.
+            return Ok(SyncReport {
+                render,
+                ..SyncReport::default()
+            });
+        }
         let applied = Instant::now();
         let result = self.dataplane.apply(&script);
         let apply = applied.elapsed();

@@ -370,6 +370,33 @@ fn partial_script_lists_only_the_changed_service() {
 }
 
 #[test]
+fn a_sync_with_nothing_to_write_applies_nothing() {
+    let mut engine = Engine::new(NODE, IpFamily::V4);
+    every_kind(&mut engine);
+    let mut syncer = NftSyncer::new(config(), Recording::default());
+    let changed = engine.update().changed;
+    syncer
+        .sync(&engine.services, &engine.endpoints, &changed, SyncKind::Changes)
+        .unwrap();
+    // Reported as changed, but the same rules: nothing is applied.
+    let r = syncer
+        .sync(&engine.services, &engine.endpoints, &changed, SyncKind::Changes)
+        .unwrap();
+    assert_eq!((r.full, r.services_written, r.script_bytes), (false, 0, 0));
+    assert_eq!(syncer.dataplane().applied.len(), 1);
+    let r = syncer
+        .sync(
+            &engine.services,
+            &engine.endpoints,
+            &BTreeSet::new(),
+            SyncKind::Periodic,
+        )
+        .unwrap();
+    assert!(r.script_bytes > 0, "the periodic sync always re-asserts");
+    assert_eq!(syncer.dataplane().applied.len(), 2);
+}
+
+#[test]
 fn a_failed_apply_makes_the_next_sync_full() {
     let mut engine = Engine::new(NODE, IpFamily::V4);
     every_kind(&mut engine);
