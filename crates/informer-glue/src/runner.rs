@@ -36,6 +36,9 @@ pub struct WatchSettings {
     pub label_selector: String,
     /// Objects per list page.
     pub page_size: u32,
+    /// Relist everything this often even when the watch is healthy
+    /// (kube-proxy's `--config-sync-period`); `None`: only when needed.
+    pub relist_every: Option<std::time::Duration>,
 }
 
 /// Watches `api` until `shutdown` completes, folding events into `handler`
@@ -64,13 +67,26 @@ where
         let config = watcher::Config::default()
             .labels(&settings.label_selector)
             .page_size(settings.page_size);
-        let stream = watcher(api, config).default_backoff();
-        futures::pin_mut!(stream);
+        let start = || Box::pin(watcher(api.clone(), config.clone()).default_backoff());
+        let mut stream = start();
         futures::pin_mut!(shutdown);
         tracing::info!("starting");
+        // A new watcher begins with a complete list: the fold turns it into
+        // updates and deletes like any relist.
+        let every = settings.relist_every.filter(|d| !d.is_zero());
+        let relist = tokio::time::sleep(every.unwrap_or(std::time::Duration::from_secs(3600)));
+        futures::pin_mut!(relist);
         loop {
             let item = tokio::select! {
                 () = &mut shutdown => break,
+                () = &mut relist, if every.is_some() => {
+                    tracing::debug!("periodic relist");
+                    stream = start();
+                    if let Some(every) = every {
+                        relist.as_mut().reset(tokio::time::Instant::now() + every);
+                    }
+                    continue;
+                }
                 item = stream.next() => item,
             };
             match item {

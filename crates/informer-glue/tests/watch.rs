@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -139,11 +140,28 @@ where
     K::DynamicType: Default,
     H: EventHandler<K> + Send + 'static,
 {
+    spawn_with(api, selector, page_size, None, fold, handler)
+}
+
+fn spawn_with<K, H>(
+    api: Api<K>,
+    selector: String,
+    page_size: u32,
+    relist_every: Option<Duration>,
+    fold: EventFold<K>,
+    handler: H,
+) -> Watch<H>
+where
+    K: kube::Resource + ResourceExt + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+    H: EventHandler<K> + Send + 'static,
+{
     let (stop, stopped) = oneshot::channel::<()>();
     let metrics = Arc::new(WatchMetrics::default());
     let settings = WatchSettings {
         label_selector: selector,
         page_size,
+        relist_every,
     };
     let shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
         let _ = stopped.await;
@@ -189,6 +207,26 @@ async fn watch_slices(server: &FakeApiServer, page_size: u32) -> (Recorder, Watc
 async fn converged(server: &FakeApiServer, rec: &Recorder, what: &str) {
     let want = server_view(server, Kind::EndpointSlice, |_| true);
     wait_for(what, || rec.get().objects == want).await;
+}
+
+#[tokio::test]
+async fn periodic_relists_keep_the_view_and_count() {
+    let server = seeded_server(3).await;
+    let rec = Recorder::default();
+    let w = spawn_with(
+        slices_api(&server),
+        String::new(),
+        500,
+        Some(Duration::from_millis(200)),
+        EventFold::new(),
+        rec.clone(),
+    );
+    wait_for("three relists", || w.metrics.lists.load(Ordering::Relaxed) >= 4).await;
+    server.apply(slice("ns", "s9", "web", &["10.0.0.9"])).unwrap();
+    server.delete(Kind::EndpointSlice, "ns", "s0").unwrap();
+    converged(&server, &rec, "changes between relists").await;
+    assert_eq!(rec.get().synced, 1, "synced is reported once");
+    w.stop().await;
 }
 
 #[tokio::test]

@@ -10,6 +10,16 @@ use slice_model::IpFamily;
 #[derive(Parser, Debug)]
 #[command(name = "proxyd", version, about)]
 pub struct Cli {
+    /// Logging.
+    #[command(flatten)]
+    pub log: crate::logging::LogArgs,
+
+    /// Read flags from a YAML file (a mapping of long flag names to values,
+    /// e.g. `cluster-cidr: 10.244.0.0/16`); flags given on the command line
+    /// win.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -87,6 +97,11 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub masquerade_all: bool,
 
+    /// Accept node-port traffic only on local addresses in these CIDRs,
+    /// comma-separated (default: every local address).
+    #[arg(long, value_delimiter = ',', value_name = "CIDR")]
+    pub nodeport_addresses: Vec<ipnet::IpNet>,
+
     /// This node's topology.kubernetes.io/zone, for topology hints
     /// (default: the label of this node's Node object, when known).
     #[arg(long)]
@@ -149,6 +164,11 @@ pub struct RunArgs {
     /// Objects per page of the initial lists.
     #[arg(long, default_value_t = 500)]
     pub list_page_size: u32,
+
+    /// Relist all Services and EndpointSlices this often even when the
+    /// watches are healthy, e.g. 15m; 0 never does.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub config_sync_period: std::time::Duration,
 
     /// Do not touch nftables: write each sync's nft script to standard
     /// output (or to --dry-run-dir).

@@ -22,7 +22,6 @@ const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// `proxyd explain` from the command line.
 pub fn main(args: ExplainArgs) -> ExitCode {
-    crate::run::init_logging();
     let result = (|| -> anyhow::Result<String> {
         let node = node_name(&args.proxy)?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

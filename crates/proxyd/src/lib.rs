@@ -18,12 +18,14 @@
 //! ```
 
 pub mod cli;
+pub mod config;
 pub mod conntrack;
 pub mod dataplane;
 pub mod engine;
 pub mod explain;
 pub mod health;
 pub mod http;
+pub mod logging;
 pub mod metrics;
 pub mod proxier;
 pub mod render;

@@ -5,11 +5,15 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use proxyd::cli::{Cli, Command};
+use proxyd::cli::Command;
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    let cli = match proxyd::config::parse(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    proxyd::logging::init(&cli.log);
+    match cli.command {
         Command::Replay(args) => proxyd::replay::main(args),
         Command::Run(args) => proxyd::run::main(args),
         Command::Render(args) => proxyd::render::main(args),

@@ -17,7 +17,6 @@ use crate::snapshot::{Snapshot, dataplane_config, node_name, selection};
 
 /// `proxyd render` from the command line.
 pub fn main(args: RenderArgs) -> ExitCode {
-    crate::run::init_logging();
     let result = (|| -> anyhow::Result<String> {
         let node = node_name(&args.proxy)?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -44,7 +44,6 @@ use crate::sync_runner::{SyncReason, SyncRunner, SyncTiming};
 
 /// `proxyd run` from the command line.
 pub fn main(args: RunArgs) -> ExitCode {
-    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -63,20 +62,6 @@ pub fn main(args: RunArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Logs to stderr; the level comes from `RUST_LOG` (`error`, `warn`,
-/// `info`, `debug`, `trace`), `info` by default.
-pub fn init_logging() {
-    let level = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|l| l.parse::<tracing::Level>().ok())
-        .unwrap_or(tracing::Level::INFO);
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .with_ansi(false)
-        .try_init();
 }
 
 /// How often `--manifests` files are checked for changes.
@@ -203,6 +188,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             let settings = WatchSettings {
                 label_selector: selection.label_selector(),
                 page_size: args.list_page_size,
+                relist_every: Some(args.config_sync_period),
             };
             let sel = selection.clone();
             let slice_task = tokio::spawn(run_watch(
@@ -562,7 +548,6 @@ async fn wait_for_signal() {
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
 /// entries are left to time out: deleting them would cut live connections.
 pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
-    init_logging();
     let mut nft = NftCommand { netns: args.netns };
     match nft.apply(&crate::dataplane::nft::render_cleanup()) {
         Ok(()) => {

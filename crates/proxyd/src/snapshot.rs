@@ -60,6 +60,7 @@ pub fn dataplane_config(proxy: &ProxyArgs, source_zone: Option<String>) -> Datap
         node_zone: proxy.node_zone.clone().or(source_zone),
         cluster_cidrs: proxy.cluster_cidr.clone(),
         masquerade_all: proxy.masquerade_all,
+        nodeport_addresses: proxy.nodeport_addresses.clone(),
     }
 }
 

@@ -137,6 +137,7 @@ fn proxy_args() -> ProxyArgs {
         ip_family: IpFamily::V4,
         cluster_cidr: vec!["10.244.0.0/16".parse().unwrap()],
         masquerade_all: false,
+        nodeport_addresses: Vec::new(),
         node_zone: None,
     }
 }
@@ -459,4 +460,122 @@ fn cleanup_removes_both_tables() {
         .status()
         .unwrap();
     assert!(status.success());
+}
+
+#[test]
+fn example_cluster_loads_as_ipv6() {
+    if !require() {
+        return;
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    let m = informer_glue::manifests::load(&path).unwrap();
+    let proxy = ProxyArgs {
+        ip_family: IpFamily::V6,
+        cluster_cidr: Vec::new(),
+        ..proxy_args()
+    };
+    let snapshot = Snapshot {
+        node_zone: None,
+        services: m.services,
+        slices: m.slices,
+    };
+    let mut engine = snapshot.engine("node-1", &proxy);
+    let config = proxyd::snapshot::dataplane_config(&proxy, None);
+    let ns = Netns::new("v6");
+    let mut syncer = NftSyncer::new(config, ns.dataplane());
+    assert!(sync(&mut syncer, &mut engine).full);
+    let json = ns.exec("nft", &["-j", "list", "map", "ip6", "proxyd", "service-slots"]);
+    assert_eq!(json.matches("fd00:96::10").count(), 16, "{json}");
+    assert_eq!(json.matches("fd00:10:244:1::11").count(), 16, "{json}");
+}
+
+/// Waits (bounded) until `check` holds.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !check() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn has_table(ns: &Netns) -> bool {
+    ns.exec("nft", &["list", "tables"]).contains("table ip proxyd")
+}
+
+fn has_chain(ns: &Netns, chain: &str) -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", &ns.0, "nft", "list", "chain", "ip", "proxyd", chain])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn start_proxyd(ns: &Netns, manifests: &Path) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["run", "--hostname-override", "node-1", "--netns", &ns.0])
+        .args(["--sync-period", "1s", "--min-sync-period", "0"])
+        .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+        .arg("--manifests")
+        .arg(manifests)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
+    run("kill", &["-TERM", &child.id().to_string()]);
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "proxyd did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_table_survives_exit_is_restored_after_tampering_and_forgets_services_deleted_while_down() {
+    if !require() {
+        return;
+    }
+    let ns = Netns::new("restart");
+    let dir = std::env::temp_dir().join(format!("proxyd-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    for f in ["node.yaml", "services.yaml", "endpointslices.yaml"] {
+        std::fs::copy(example.join(f), dir.join(f)).unwrap();
+    }
+    let mut child = start_proxyd(&ns, &dir);
+    eventually("the first sync", || {
+        has_table(&ns) && has_chain(&ns, "svc-shop/cart/tcp/80")
+    });
+
+    // Deleted from outside: the periodic sync notices and rewrites it.
+    ns.exec("nft", &["delete", "table", "ip", "proxyd"]);
+    eventually("the table to come back", || has_chain(&ns, "svc-shop/cart/tcp/80"));
+
+    // SIGTERM: exit 0, rules stay (traffic keeps flowing during a rollout).
+    assert!(terminate(&mut child).success());
+    assert!(has_chain(&ns, "svc-shop/cart/tcp/80"), "rules stay after exit");
+
+    // shop/cart is deleted while proxyd is down; the restart forgets it.
+    let services = std::fs::read_to_string(dir.join("services.yaml")).unwrap();
+    let kept: Vec<&str> = services
+        .split("\n---\n")
+        .filter(|doc| !doc.contains("name: cart,"))
+        .collect();
+    assert_eq!(kept.len() + 1, services.split("\n---\n").count());
+    std::fs::write(dir.join("services.yaml"), kept.join("\n---\n")).unwrap();
+    let mut child = start_proxyd(&ns, &dir);
+    eventually("cart to go", || !has_chain(&ns, "svc-shop/cart/tcp/80"));
+    assert!(has_chain(&ns, "svc-shop/ingress/tcp/443"), "the others stay");
+    assert!(terminate(&mut child).success());
+    let _ = std::fs::remove_dir_all(&dir);
 }

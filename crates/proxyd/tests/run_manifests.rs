@@ -173,3 +173,43 @@ fn manifests_are_watched_and_each_sync_is_written() {
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn dual_stack_runs_one_table_per_family() {
+    let dir = std::env::temp_dir().join(format!("proxyd-run-dual-{}", std::process::id()));
+    let out = dir.join("nft");
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args([
+            "run",
+            "--hostname-override",
+            "node-1",
+            "--ip-families",
+            "ipv4,ipv6",
+            "--dry-run",
+        ])
+        .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+        .arg("--manifests")
+        .arg(&example)
+        .arg("--dry-run-dir")
+        .arg(&out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let v4 = wait_for(&out.join("ipv4-sync-000001.nft"));
+    let v6 = wait_for(&out.join("ipv6-sync-000001.nft"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(v4.starts_with("add table ip proxyd\n") && v4.contains("10.96.0.10 . tcp . 80 . 0 : 10.244.1.11 . 8080"));
+    assert!(v6.starts_with("add table ip6 proxyd\n"), "{v6}");
+    assert!(
+        v6.contains("fd00:96::10 . tcp . 80 . 0 : fd00:10:244:1::11 . 8080"),
+        "{v6}"
+    );
+    assert!(
+        !v6.contains("10.96.0.20"),
+        "IPv4-only services are not in the IPv6 table"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -25,6 +25,9 @@ pub struct DataplaneConfig {
     pub cluster_cidrs: Vec<IpNet>,
     /// Masquerade all traffic to cluster IPs (`--masquerade-all`).
     pub masquerade_all: bool,
+    /// Node ports answer only on local addresses in these networks
+    /// (`--nodeport-addresses`); empty: on every local address.
+    pub nodeport_addresses: Vec<IpNet>,
 }
 
 impl DataplaneConfig {
@@ -35,6 +38,7 @@ impl DataplaneConfig {
             node_zone: None,
             cluster_cidrs: Vec::new(),
             masquerade_all: false,
+            nodeport_addresses: Vec::new(),
         }
     }
 }

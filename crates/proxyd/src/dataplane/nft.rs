@@ -24,6 +24,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::net::IpAddr;
 
+use ipnet::IpNet;
+use slice_model::IpFamily;
+
 use super::desired::DataplaneConfig;
 use super::fragment::{FamilyWords, Fragment, SLOTS};
 
@@ -84,11 +87,29 @@ fn static_chains(config: &DataplaneConfig) -> Vec<(&'static str, Option<String>,
     let words = FamilyWords::of(config.family);
     let (a, t) = (words.addr, words.table);
     let frontend = format!("{a} daddr . meta l4proto . th dport");
+    // Where node ports answer: every local address, or those of
+    // --nodeport-addresses of this family.
+    let family_nets: Vec<String> = config
+        .nodeport_addresses
+        .iter()
+        .filter(|n| {
+            matches!(
+                (n, config.family),
+                (IpNet::V4(_), IpFamily::V4) | (IpNet::V6(_), IpFamily::V6)
+            )
+        })
+        .map(|n| n.trunc().to_string())
+        .collect();
+    let local = if family_nets.is_empty() {
+        "fib daddr type local".to_owned()
+    } else {
+        format!("fib daddr type local {a} daddr {{ {} }}", family_nets.join(", "))
+    };
     let mut services = vec![
         format!("{frontend} vmap @service-chains"),
-        "fib daddr type local meta l4proto . th dport vmap @nodeport-chains".to_owned(),
+        format!("{local} meta l4proto . th dport vmap @nodeport-chains"),
         format!("{frontend} @masq-frontends jump mark-for-masquerade"),
-        "fib daddr type local meta l4proto . th dport @masq-nodeports jump mark-for-masquerade".to_owned(),
+        format!("{local} meta l4proto . th dport @masq-nodeports jump mark-for-masquerade"),
     ];
     if !config.cluster_cidrs.is_empty() {
         let nets: Vec<String> = config.cluster_cidrs.iter().map(|n| n.trunc().to_string()).collect();
@@ -103,14 +124,14 @@ fn static_chains(config: &DataplaneConfig) -> Vec<(&'static str, Option<String>,
             "meta l4proto {{ tcp, udp, sctp }} dnat {t} to {frontend} . numgen random mod {SLOTS} map @service-slots"
         ),
         format!(
-            "fib daddr type local meta l4proto {{ tcp, udp, sctp }} dnat {t} to meta l4proto . th dport . numgen random mod {SLOTS} map @nodeport-slots"
+            "{local} meta l4proto {{ tcp, udp, sctp }} dnat {t} to meta l4proto . th dport . numgen random mod {SLOTS} map @nodeport-slots"
         ),
     ];
     let filter = vec![
         format!("ct state new {frontend} @no-endpoints reject"),
         format!("ct state new {frontend} @no-local-endpoints drop"),
-        "ct state new fib daddr type local meta l4proto . th dport @nodeport-no-endpoints reject".to_owned(),
-        "ct state new fib daddr type local meta l4proto . th dport @nodeport-no-local-endpoints drop".to_owned(),
+        format!("ct state new {local} meta l4proto . th dport @nodeport-no-endpoints reject"),
+        format!("ct state new {local} meta l4proto . th dport @nodeport-no-local-endpoints drop"),
     ];
     let hook =
         |kind: &str, hook: &str, prio: i32| Some(format!("type {kind} hook {hook} priority {prio}; policy accept;"));

@@ -370,6 +370,31 @@ fn partial_script_lists_only_the_changed_service() {
 }
 
 #[test]
+fn node_ports_answer_only_on_the_nodeport_addresses() {
+    let mut engine = Engine::new(NODE, IpFamily::V4);
+    every_kind(&mut engine);
+    engine.update();
+    let mut c = config();
+    c.nodeport_addresses = vec!["192.168.0.0/16".parse().unwrap(), "fd00::/8".parse().unwrap()];
+    let k = fresh(&engine, &c);
+    let np_rules: Vec<&String> = k
+        .chains
+        .values()
+        .flatten()
+        .filter(|r| r.contains("fib daddr type local"))
+        .collect();
+    assert_eq!(
+        np_rules.len(),
+        3 + 3 * 2,
+        "services (2), slot-dnat (1), three filter chains (2 each)"
+    );
+    for r in np_rules {
+        assert!(r.contains("fib daddr type local ip daddr { 192.168.0.0/16 }"), "{r}");
+        assert!(!r.contains("fd00"), "only this family's networks: {r}");
+    }
+}
+
+#[test]
 fn a_sync_with_nothing_to_write_applies_nothing() {
     let mut engine = Engine::new(NODE, IpFamily::V4);
     every_kind(&mut engine);

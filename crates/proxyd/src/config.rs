@@ -1,0 +1,197 @@
+//! `--config FILE`: every flag of a subcommand, settable from a YAML (or
+//! JSON) mapping of flag names to values; flags on the command line win.
+//!
+//! ```yaml
+//! hostname-override: node-1
+//! cluster-cidr: [10.244.0.0/16, fd00:10:244::/56]
+//! masquerade-all: false
+//! min-sync-period: 1s
+//! ```
+//!
+//! The file is turned into flags placed before the command line's own; a
+//! flag given on the command line replaces the file's setting whole.
+
+use std::ffi::OsString;
+
+use clap::{ArgMatches, CommandFactory, FromArgMatches};
+use serde_json::Value;
+
+use crate::cli::Cli;
+
+/// The clap command, with later flags overriding earlier ones.
+fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_owned()).collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, |s| s.args_override_self(true));
+    }
+    cmd
+}
+
+/// Parses the command line (with `--config` expanded); clap's error on a
+/// bad flag, a clear message on a bad config file.
+pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
+    let expanded = expand(args).map_err(|m| command().error(clap::error::ErrorKind::InvalidValue, m))?;
+    let matches: ArgMatches = command().try_get_matches_from(expanded)?;
+    Cli::from_arg_matches(&matches)
+}
+
+/// Replaces `--config FILE` by the flags the file sets.
+pub fn expand(mut args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let Some(at) = args
+        .iter()
+        .position(|a| a == "--config" || a.to_string_lossy().starts_with("--config="))
+    else {
+        return Ok(args);
+    };
+    let flag = args.remove(at).to_string_lossy().into_owned();
+    let path = match flag.strip_prefix("--config=") {
+        Some(p) => p.to_owned(),
+        None if at < args.len() => args.remove(at).to_string_lossy().into_owned(),
+        None => return Err("--config needs a file".into()),
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("--config {path}: {e}"))?;
+    let value: Value = serde_saphyr::from_str(&text).map_err(|e| format!("--config {path}: not valid YAML: {e}"))?;
+    let map = match value {
+        Value::Object(m) => m,
+        Value::Null => Default::default(),
+        _ => return Err(format!("--config {path}: expected a mapping of flag names to values")),
+    };
+    // The subcommand is the first argument that is not a flag.
+    let Some(sub_at) = args
+        .iter()
+        .skip(1)
+        .position(|a| !a.to_string_lossy().starts_with('-'))
+        .map(|i| i + 1)
+    else {
+        return Err("--config: no subcommand given".into());
+    };
+    let sub = args[sub_at].to_string_lossy().into_owned();
+    let cmd = command();
+    let Some(sub_cmd) = cmd.find_subcommand(&sub) else {
+        return Ok(args); // clap reports the unknown subcommand
+    };
+    let known: Vec<&str> = sub_cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+    let mut flags: Vec<OsString> = Vec::new();
+    let mut problems = Vec::new();
+    let on_command_line = |key: &str| {
+        let (flag, with_value) = (format!("--{key}"), format!("--{key}="));
+        args.iter().any(|a| {
+            let a = a.to_string_lossy();
+            a == flag || a.starts_with(&with_value)
+        })
+    };
+    for (key, value) in map {
+        if key == "config" || !known.contains(&key.as_str()) {
+            problems.push(format!("unknown setting {key:?} for `proxyd {sub}`"));
+            continue;
+        }
+        if on_command_line(&key) {
+            continue; // the command line wins, whole (lists are not merged)
+        }
+        let text = match value {
+            Value::Null | Value::Bool(false) => continue,
+            Value::Bool(true) => {
+                flags.push(format!("--{key}").into());
+                continue;
+            }
+            Value::String(s) => s,
+            Value::Number(n) => n.to_string(),
+            Value::Array(items) => {
+                let parts: Result<Vec<String>, String> = items
+                    .into_iter()
+                    .map(|i| match i {
+                        Value::String(s) => Ok(s),
+                        Value::Number(n) => Ok(n.to_string()),
+                        other => Err(format!("{key}: list items must be strings, not {other}")),
+                    })
+                    .collect();
+                match parts {
+                    Ok(p) => p.join(","),
+                    Err(e) => {
+                        problems.push(e);
+                        continue;
+                    }
+                }
+            }
+            Value::Object(_) => {
+                problems.push(format!("{key}: expected a value, not a mapping"));
+                continue;
+            }
+        };
+        flags.push(format!("--{key}={text}").into());
+    }
+    if !problems.is_empty() {
+        return Err(format!(
+            "--config {path}: {}; settings are the long flags of `proxyd {sub} --help`",
+            problems.join("; ")
+        ));
+    }
+    args.splice(sub_at + 1..sub_at + 1, flags);
+    Ok(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Command;
+
+    fn write(text: &str) -> String {
+        let path = std::env::temp_dir().join(format!("proxyd-config-{}-{}.yaml", std::process::id(), text.len()));
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    }
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn config_sets_flags_and_the_command_line_wins() {
+        let path = write(
+            "hostname-override: node-9\ncluster-cidr: [10.0.0.0/8, 10.1.0.0/16]\nmasquerade-all: true\nmin-sync-period: 2s\nlist-page-size: 50\n",
+        );
+        let cli = parse(os(&["proxyd", "run", "--config", &path, "--min-sync-period", "5s"])).unwrap();
+        let Command::Run(args) = cli.command else { panic!() };
+        assert_eq!(args.proxy.hostname_override.as_deref(), Some("node-9"));
+        assert_eq!(args.proxy.cluster_cidr.len(), 2);
+        assert!(args.proxy.masquerade_all);
+        assert_eq!(args.min_sync_period, std::time::Duration::from_secs(5), "the flag wins");
+        assert_eq!(args.list_page_size, 50);
+        let cli = parse(os(&[
+            "proxyd",
+            "run",
+            "--cluster-cidr",
+            "192.168.0.0/16",
+            &format!("--config={path}"),
+        ]))
+        .unwrap();
+        let Command::Run(args) = cli.command else { panic!() };
+        assert_eq!(
+            args.proxy.cluster_cidr,
+            ["192.168.0.0/16".parse::<ipnet::IpNet>().unwrap()],
+            "the flag wins"
+        );
+    }
+
+    #[test]
+    fn bad_config_files_are_named_clearly() {
+        let path = write("hostname-overide: x\nsync-period: {a: 1}\n");
+        let err = expand(os(&["proxyd", "run", "--config", &path])).unwrap_err();
+        assert!(
+            err.contains("unknown setting \"hostname-overide\" for `proxyd run`"),
+            "{err}"
+        );
+        assert!(err.contains("sync-period: expected a value, not a mapping"), "{err}");
+        let err = expand(os(&["proxyd", "run", "--config", "/nonexistent.yaml"])).unwrap_err();
+        assert!(err.starts_with("--config /nonexistent.yaml: "), "{err}");
+        let path = write("- a\n- b\n");
+        let err = expand(os(&["proxyd", "run", "--config", &path])).unwrap_err();
+        assert!(err.contains("expected a mapping"), "{err}");
+        let path = write("sync-period: soon\n");
+        let err = parse(os(&["proxyd", "run", "--config", &path]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("soon"), "clap names the bad value: {err}");
+    }
+}
