@@ -1,0 +1,153 @@
+//! The deployment manifests (`deploy/`): they parse, grant read-only access
+//! to exactly what proxyd reads, run with NET_ADMIN only, probe the right
+//! endpoints, and their arguments (with the ConfigMap's config file) are
+//! accepted by proxyd's own command line and flag validation.
+
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::Path;
+
+use proxyd::cli::Command;
+use serde_json::Value;
+
+fn deploy(file: &str) -> Vec<Value> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy").join(file);
+    let text = std::fs::read_to_string(&path).unwrap();
+    serde_saphyr::from_multiple(&text).unwrap()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn check(file: &str) -> proxyd::cli::RunArgs {
+    let docs = deploy(file);
+    // RBAC: read-only, exactly these resources.
+    let role = of_kind(&docs, "ClusterRole")[0];
+    let mut granted: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for rule in role["rules"].as_array().unwrap() {
+        let verbs = strings(&rule["verbs"]);
+        assert!(
+            verbs.iter().all(|v| ["get", "list", "watch"].contains(&v.as_str())),
+            "{file}: write verbs {verbs:?}"
+        );
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                granted.entry((g.clone(), r)).or_default().extend(verbs.clone());
+            }
+        }
+    }
+    let want: BTreeMap<(String, String), Vec<String>> = [
+        (("", "services"), vec!["list", "watch"]),
+        (("discovery.k8s.io", "endpointslices"), vec!["list", "watch"]),
+        (("", "nodes"), vec!["get"]),
+    ]
+    .into_iter()
+    .map(|((g, r), v)| ((g.to_owned(), r.to_owned()), v.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(granted, want, "{file}: exactly what proxyd reads");
+
+    // The binding gives that role to the DaemonSet's service account.
+    let sa = of_kind(&docs, "ServiceAccount")[0];
+    let binding = of_kind(&docs, "ClusterRoleBinding")[0];
+    assert_eq!(binding["roleRef"]["name"], role["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["name"], sa["metadata"]["name"]);
+    assert_eq!(binding["subjects"][0]["namespace"], sa["metadata"]["namespace"]);
+    let ds = of_kind(&docs, "DaemonSet")[0];
+    let pod = &ds["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], sa["metadata"]["name"]);
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"],
+        ds["spec"]["template"]["metadata"]["labels"]
+    );
+
+    // Least privilege for the container.
+    let c = &pod["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(strings(&sc["capabilities"]["add"]), ["NET_ADMIN"], "{file}");
+    assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"]);
+    assert_eq!(sc["readOnlyRootFilesystem"], true);
+    assert_eq!(sc["allowPrivilegeEscalation"], false);
+    assert!(sc.get("privileged").is_none_or(|p| p == false));
+    assert!(c["resources"]["requests"]["cpu"].is_string() && c["resources"]["requests"]["memory"].is_string());
+
+    // The command line, with the ConfigMap's file, is one proxyd accepts.
+    let mut argv: Vec<OsString> = vec!["proxyd".into()];
+    let config_dir = std::env::temp_dir().join(format!("proxyd-deploy-{}-{file}", std::process::id()));
+    std::fs::create_dir_all(&config_dir).unwrap();
+    for a in strings(&c["args"]) {
+        let a = a.replace("$(NODE_NAME)", "node-1");
+        let a = match a.strip_prefix("--config=") {
+            Some(path) => {
+                let cm = of_kind(&docs, "ConfigMap")[0];
+                let key = Path::new(path).file_name().unwrap().to_str().unwrap();
+                let local = config_dir.join(key);
+                std::fs::write(&local, cm["data"][key].as_str().unwrap()).unwrap();
+                format!("--config={}", local.display())
+            }
+            None => a,
+        };
+        argv.push(a.into());
+    }
+    assert_eq!(strings(&c["command"]), ["/usr/local/bin/proxyd"]);
+    let cli = proxyd::config::parse(argv).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let Command::Run(args) = cli.command else {
+        panic!("{file}: not `proxyd run`")
+    };
+    proxyd::run::validate(&args).unwrap_or_else(|p| panic!("{file}: {p:?}"));
+    assert_eq!(args.proxy.hostname_override.as_deref(), Some("node-1"));
+
+    // Probes hit the health server proxyd actually serves.
+    let port = args
+        .healthz_bind_address
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/livez");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], port);
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], port);
+    let _ = std::fs::remove_dir_all(&config_dir);
+    args
+}
+
+#[test]
+fn the_daemonset_is_least_privilege_and_its_flags_are_valid() {
+    let args = check("proxyd.yaml");
+    assert!(args.proxy.service_proxy_name.is_none());
+    assert_eq!(args.proxy.cluster_cidr.len(), 1, "from the ConfigMap");
+}
+
+#[test]
+fn the_multus_daemonset_selects_its_own_services() {
+    let args = check("proxyd-multus.yaml");
+    assert_eq!(args.proxy.service_proxy_name.as_deref(), Some("multus-proxy"));
+}
+
+#[test]
+fn the_image_carries_nft_and_conntrack_and_the_binary_where_the_daemonset_runs_it() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/Containerfile");
+    let text = std::fs::read_to_string(path).unwrap();
+    let stages = text.lines().filter(|l| l.starts_with("FROM ")).count();
+    assert_eq!(stages, 2, "multi-stage: build, then a slim runtime");
+    let runtime = &text[text.rfind("FROM ").unwrap()..];
+    assert!(
+        runtime.contains("nftables") && runtime.contains("conntrack"),
+        "{runtime}"
+    );
+    assert!(runtime.contains("/usr/local/bin/proxyd"));
+    assert!(!runtime.contains("cargo"), "no toolchain in the runtime stage");
+}
