@@ -1,6 +1,7 @@
 //! [`SliceCacheHandler`]: EndpointSlice events into an
 //! [`EndpointSliceCache`](slice_cache::EndpointSliceCache).
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -29,6 +30,8 @@ pub struct SliceCacheHandler {
     pub synced: Arc<AtomicBool>,
     /// Slices rejected (missing label or name, FQDN).
     pub rejected: Arc<AtomicU64>,
+    /// Rejections by reason (`SliceError::reason` / `ServiceError::reason`).
+    pub rejected_reasons: Arc<Mutex<BTreeMap<&'static str, u64>>>,
 }
 
 impl SliceCacheHandler {
@@ -41,6 +44,7 @@ impl SliceCacheHandler {
             sync_needed: Arc::new(Notify::new()),
             synced: Arc::new(AtomicBool::new(false)),
             rejected: Arc::new(AtomicU64::new(0)),
+            rejected_reasons: Arc::default(),
         }
     }
 
@@ -70,6 +74,12 @@ impl SliceCacheHandler {
             }
             Err(e) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
+                *self
+                    .rejected_reasons
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(e.reason())
+                    .or_default() += 1;
                 tracing::warn!("{e}");
             }
         }

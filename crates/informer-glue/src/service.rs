@@ -25,6 +25,15 @@ pub enum ServiceError {
     },
 }
 
+impl ServiceError {
+    /// A short label for metrics: `missing_name`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::MissingName { .. } => "missing_name",
+        }
+    }
+}
+
 /// A part of a Service that was skipped, naming the service and the field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceWarning {

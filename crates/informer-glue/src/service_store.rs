@@ -25,6 +25,8 @@ pub struct ServiceStore {
     pub synced: Arc<AtomicBool>,
     /// Services rejected (no name or namespace).
     pub rejected: Arc<AtomicU64>,
+    /// Rejections by reason (`SliceError::reason` / `ServiceError::reason`).
+    pub rejected_reasons: Arc<Mutex<BTreeMap<&'static str, u64>>>,
     /// Change trackers told about every change (each proxier's pending
     /// service changes: one per IP family).
     pub trackers: Vec<Arc<Mutex<ServiceChangeTracker>>>,
@@ -38,6 +40,7 @@ impl ServiceStore {
             changed: Arc::new(Notify::new()),
             synced: Arc::new(AtomicBool::new(false)),
             rejected: Arc::new(AtomicU64::new(0)),
+            rejected_reasons: Arc::default(),
             trackers: Vec::new(),
         }
     }
@@ -69,6 +72,12 @@ impl ServiceStore {
             }
             Err(e) => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
+                *self
+                    .rejected_reasons
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(e.reason())
+                    .or_default() += 1;
                 tracing::warn!("{e}");
             }
         }

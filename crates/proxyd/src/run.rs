@@ -156,14 +156,18 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         })
         .collect();
     let slices_synced: Vec<_> = slice_handlers.iter().map(|h| h.synced.clone()).collect();
-    let slices_rejected: Vec<_> = slice_handlers.iter().map(|h| h.rejected.clone()).collect();
+    // Every family's handler sees the same slices: count the first one's.
+    let slices_rejected = slice_handlers
+        .first()
+        .map(|h| h.rejected_reasons.clone())
+        .unwrap_or_default();
     let slices = Fanout(slice_handlers);
     let services: informer_glue::Services = Arc::new(Mutex::new(BTreeMap::new()));
     let mut store = ServiceStore::new(services.clone());
     store.changed = changes.clone();
     store.trackers = engines.iter().map(|e| e.service_changes.clone()).collect();
     let services_synced = store.synced.clone();
-    let services_rejected = store.rejected.clone();
+    let services_rejected = store.rejected_reasons.clone();
     let slice_watch = Arc::new(WatchMetrics::default());
     let service_watch = Arc::new(WatchMetrics::default());
 
@@ -369,8 +373,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 struct WatchCounters {
     slice_watch: Arc<WatchMetrics>,
     service_watch: Arc<WatchMetrics>,
-    slices_rejected: Vec<Arc<std::sync::atomic::AtomicU64>>,
-    services_rejected: Arc<std::sync::atomic::AtomicU64>,
+    slices_rejected: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    services_rejected: Arc<Mutex<BTreeMap<&'static str, u64>>>,
 }
 
 impl WatchCounters {
@@ -388,19 +392,19 @@ impl WatchCounters {
                 w.lists.load(Ordering::Relaxed).saturating_sub(1),
             );
         }
-        // Each family's handler sees the same slices; count them once.
-        let slices = self
-            .slices_rejected
-            .iter()
-            .map(|r| r.load(Ordering::Relaxed))
-            .max()
-            .unwrap_or(0);
-        metrics.set_counter("proxyd_rejected_objects_total", "kind=\"EndpointSlice\"".into(), slices);
-        metrics.set_counter(
-            "proxyd_rejected_objects_total",
-            "kind=\"Service\"".into(),
-            self.services_rejected.load(Ordering::Relaxed),
-        );
+        for (kind, reasons) in [
+            ("EndpointSlice", &self.slices_rejected),
+            ("Service", &self.services_rejected),
+        ] {
+            let reasons = reasons.lock().map(|r| r.clone()).unwrap_or_default();
+            for (reason, n) in reasons {
+                metrics.set_counter(
+                    "proxyd_rejected_objects_total",
+                    format!("kind=\"{kind}\",reason=\"{reason}\""),
+                    n,
+                );
+            }
+        }
     }
 }
 
@@ -558,5 +562,48 @@ pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
             tracing::error!("cleanup failed: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut all = vec!["proxyd", "run"];
+        all.extend_from_slice(args);
+        match Cli::parse_from(all).command {
+            Command::Run(a) => a,
+            _ => unreachable!("parsed `run`"),
+        }
+    }
+
+    #[test]
+    fn validation_reports_every_problem() {
+        assert!(validate(&run_args(&["--hostname-override", "n"])).is_ok());
+        let problems = validate(&run_args(&[
+            "--min-sync-period",
+            "1m",
+            "--sync-period",
+            "30s",
+            "--healthz-bind-address",
+            "localhost",
+            "--cluster-cidr",
+            "fd00::/48",
+            "--manifests",
+            "/nonexistent",
+        ]))
+        .unwrap_err();
+        assert_eq!(problems.len(), 4, "{problems:?}");
+        assert!(problems[0].contains("--min-sync-period (60s) is longer than --sync-period (30s)"));
+        assert!(problems[1].contains("--healthz-bind-address \"localhost\" is not an address:port"));
+        assert!(problems[2].contains("--cluster-cidr fd00::/48 is ipv6"));
+        assert!(problems[3].contains("--manifests /nonexistent: no such file"));
+        let dual = run_args(&["--ip-families", "ipv4,ipv6,ipv4", "--cluster-cidr", "fd00::/48"]);
+        assert_eq!(dual.families(), [IpFamily::V4, IpFamily::V6]);
+        assert!(validate(&dual).is_ok());
     }
 }

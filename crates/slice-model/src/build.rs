@@ -42,6 +42,18 @@ pub enum SliceError {
     Fqdn(SliceName),
 }
 
+impl SliceError {
+    /// A short label for metrics: `missing_name`, `missing_service_name`
+    /// or `fqdn`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::MissingName { .. } => "missing_name",
+            Self::MissingServiceName(_) => "missing_service_name",
+            Self::Fqdn(_) => "fqdn",
+        }
+    }
+}
+
 /// What was wrong with one part of an accepted slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WarningKind {
