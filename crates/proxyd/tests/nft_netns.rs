@@ -471,7 +471,9 @@ fn example_cluster_loads_as_ipv6() {
     let m = informer_glue::manifests::load(&path).unwrap();
     let proxy = ProxyArgs {
         ip_family: IpFamily::V6,
-        cluster_cidr: Vec::new(),
+        // Both families' networks, as a dual-stack node lists them: the
+        // IPv6 table must use only its own.
+        cluster_cidr: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()],
         ..proxy_args()
     };
     let snapshot = Snapshot {

@@ -43,6 +43,31 @@ impl DataplaneConfig {
     }
 }
 
+impl DataplaneConfig {
+    fn of_family(&self, nets: &[IpNet]) -> Vec<IpNet> {
+        nets.iter()
+            .filter(|n| {
+                matches!(
+                    (n, self.family),
+                    (IpNet::V4(_), IpFamily::V4) | (IpNet::V6(_), IpFamily::V6)
+                )
+            })
+            .map(IpNet::trunc)
+            .collect()
+    }
+
+    /// The cluster CIDRs of this table's family (a dual-stack node lists
+    /// both families' networks once, for both tables).
+    pub fn family_cluster_cidrs(&self) -> Vec<IpNet> {
+        self.of_family(&self.cluster_cidrs)
+    }
+
+    /// The node-port networks of this table's family.
+    pub fn family_nodeport_addresses(&self) -> Vec<IpNet> {
+        self.of_family(&self.nodeport_addresses)
+    }
+}
+
 /// One endpoint traffic may be sent to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Backend {

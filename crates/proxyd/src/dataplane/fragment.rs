@@ -362,7 +362,9 @@ fn build_port(
                 out.elements.push(Element::Slots { frontend, endpoints });
                 let masquerade = match entry {
                     Entry::Cluster if config.masquerade_all => Some(Membership::Masquerade),
-                    Entry::Cluster if !config.cluster_cidrs.is_empty() => Some(Membership::MasqueradeFromOutside),
+                    Entry::Cluster if !config.family_cluster_cidrs().is_empty() => {
+                        Some(Membership::MasqueradeFromOutside)
+                    }
                     Entry::Cluster => None,
                     // External traffic with Cluster policy may leave the
                     // node: replies must come back through it.
@@ -382,6 +384,7 @@ fn build_port(
         return;
     }
     let words = FamilyWords::of(config.family);
+    let cidrs = config.family_cluster_cidrs();
     // An external-Local port sends pods and the node itself to the
     // internal chain, so it needs that chain even without a cluster-IP
     // frontend of its own.
@@ -390,11 +393,11 @@ fn build_port(
         let mut rules = Vec::new();
         if config.masquerade_all {
             rules.push("jump mark-for-masquerade".to_owned());
-        } else if !config.cluster_cidrs.is_empty() {
+        } else if !cidrs.is_empty() {
             rules.push(format!(
                 "{} saddr != {} jump mark-for-masquerade",
                 words.addr,
-                net_set(&config.cluster_cidrs)
+                net_set(&cidrs)
             ));
         }
         load_balance(t, &t.internal, &base, words, &mut rules, out);
@@ -407,12 +410,8 @@ fn build_port(
         let mut rules = Vec::new();
         if t.external_local {
             if short_circuit {
-                if !config.cluster_cidrs.is_empty() {
-                    rules.push(format!(
-                        "{} saddr {} goto svc-{base}",
-                        words.addr,
-                        net_set(&config.cluster_cidrs)
-                    ));
+                if !cidrs.is_empty() {
+                    rules.push(format!("{} saddr {} goto svc-{base}", words.addr, net_set(&cidrs)));
                 }
                 rules.push("fib saddr type local jump mark-for-masquerade".to_owned());
                 rules.push(format!("fib saddr type local goto svc-{base}"));

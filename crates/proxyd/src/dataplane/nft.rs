@@ -24,9 +24,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::net::IpAddr;
 
-use ipnet::IpNet;
-use slice_model::IpFamily;
-
 use super::desired::DataplaneConfig;
 use super::fragment::{FamilyWords, Fragment, SLOTS};
 
@@ -90,15 +87,9 @@ fn static_chains(config: &DataplaneConfig) -> Vec<(&'static str, Option<String>,
     // Where node ports answer: every local address, or those of
     // --nodeport-addresses of this family.
     let family_nets: Vec<String> = config
-        .nodeport_addresses
+        .family_nodeport_addresses()
         .iter()
-        .filter(|n| {
-            matches!(
-                (n, config.family),
-                (IpNet::V4(_), IpFamily::V4) | (IpNet::V6(_), IpFamily::V6)
-            )
-        })
-        .map(|n| n.trunc().to_string())
+        .map(ToString::to_string)
         .collect();
     let local = if family_nets.is_empty() {
         "fib daddr type local".to_owned()
@@ -111,8 +102,9 @@ fn static_chains(config: &DataplaneConfig) -> Vec<(&'static str, Option<String>,
         format!("{frontend} @masq-frontends jump mark-for-masquerade"),
         format!("{local} meta l4proto . th dport @masq-nodeports jump mark-for-masquerade"),
     ];
-    if !config.cluster_cidrs.is_empty() {
-        let nets: Vec<String> = config.cluster_cidrs.iter().map(|n| n.trunc().to_string()).collect();
+    let cidrs = config.family_cluster_cidrs();
+    if !cidrs.is_empty() {
+        let nets: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
         services.push(format!(
             "{frontend} @outside-masq-frontends {a} saddr != {{ {} }} jump mark-for-masquerade",
             nets.join(", ")

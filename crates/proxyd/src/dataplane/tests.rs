@@ -553,6 +553,37 @@ fn hairpin_elements_are_shared_between_services() {
 }
 
 #[test]
+fn each_table_uses_only_its_family_of_networks() {
+    let mut engine = Engine::new(NODE, IpFamily::V6);
+    let mut s = service("web", "fd00::10", 80, Protocol::Tcp);
+    s.external_traffic_policy = TrafficPolicy::Local;
+    s.service_type = ServiceType::NodePort;
+    s.ports[0].node_port = NonZeroU16::new(30080);
+    engine.update_service(&s);
+    let sl = EndpointSlice::new("ns", "web-1", "web")
+        .with_port("p", Protocol::Tcp, 8080)
+        .with_endpoint(SliceEndpoint::new("fd00:1::1".parse().unwrap()).on_node(NODE));
+    engine.update_slice(sl);
+    engine.update();
+    let mixed = DataplaneConfig {
+        cluster_cidrs: vec!["10.0.0.0/8".parse().unwrap(), "fd00:10::/64".parse().unwrap()],
+        nodeport_addresses: vec!["192.168.0.0/16".parse().unwrap(), "fd00:1::/64".parse().unwrap()],
+        ..DataplaneConfig::new(IpFamily::V6)
+    };
+    let mut syncer = NftSyncer::new(mixed, Recording::default());
+    syncer
+        .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
+        .unwrap();
+    let text = &syncer.dataplane().applied[0];
+    assert!(
+        !text.contains("10.0.0.0") && !text.contains("192.168"),
+        "IPv4 networks in an ip6 table:\n{text}"
+    );
+    assert!(text.contains("ip6 saddr { fd00:10::/64 } goto svc-ns/web/tcp/80"));
+    assert!(text.contains("fib daddr type local ip6 daddr { fd00:1::/64 }"));
+}
+
+#[test]
 fn ipv6_renders_and_applies() {
     let mut engine = Engine::new(NODE, IpFamily::V6);
     let mut s = service("web", "fd00::10", 80, Protocol::Tcp);

@@ -1,0 +1,428 @@
+//! End to end: the real `proxyd` binary, driven through the fake API
+//! server, programs nftables and conntrack in a node namespace, and real
+//! TCP/UDP traffic from a client namespace reaches pods in their own
+//! namespaces (see [`harness`]). Each scenario is its own test.
+//!
+//! Needs root, `ip`, `nft`, `conntrack` and `python3`; without them each
+//! test says why and skips (in CI, PROXYD_REQUIRE_ROOT_TESTS=1 makes that a
+//! failure).
+
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+mod harness;
+
+use std::time::Duration;
+
+use fake_apiserver::Kind;
+use harness::{Cluster, Ep, NODE_IP, PODS, require, service, slice, tally};
+use serde_json::json;
+
+fn web(cluster: &Cluster) {
+    cluster.apply(service(
+        "web",
+        json!({"clusterIP": "10.96.0.10", "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}),
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterip_tcp_balances_follows_readiness_and_rejects() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("tcp").await;
+    web(&c);
+    c.apply(slice(
+        "web-1",
+        "web",
+        "http",
+        "TCP",
+        &[Ep::ready(0), Ep::ready(1)],
+        false,
+    ));
+    c.start_proxyd();
+
+    c.eventually("both pods to answer", || {
+        let t = tally(&c.tcp("10.96.0.10", 80, 40));
+        t.get(PODS[0]).is_some_and(|n| *n > 5) && t.get(PODS[1]).is_some_and(|n| *n > 5) && t.len() == 2
+    });
+    // pod2 stops being ready: it stops receiving.
+    let not_ready = Ep {
+        ready: false,
+        serving: false,
+        ..Ep::ready(1)
+    };
+    c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(0), not_ready], false));
+    c.eventually("only pod1", || {
+        tally(&c.tcp("10.96.0.10", 80, 20)).get(PODS[0]) == Some(&20)
+    });
+    // The slice goes: no endpoints, connections are refused at once.
+    c.server.delete(Kind::EndpointSlice, "default", "web-1").unwrap();
+    c.eventually("REJECT", || {
+        c.tcp("10.96.0.10", 80, 1) == ["error: ConnectionRefusedError"]
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_conntrack_entries_follow_the_endpoints() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("udp").await;
+    c.apply(service(
+        "dns",
+        json!({"clusterIP": "10.96.0.53", "ports": [{"name": "dns", "protocol": "UDP", "port": 53, "targetPort": 8080}]}),
+    ));
+    c.start_proxyd();
+    let ask = |c: &Cluster| c.request("udp", "10.96.0.53", 53, 1, 40000);
+    assert_ne!(ask(&c), [PODS[0]], "no endpoints yet");
+    // 0 -> 1 endpoint: the client (same source port) is not black-holed.
+    c.apply(slice("dns-1", "dns", "dns", "UDP", &[Ep::ready(0)], false));
+    c.eventually("pod1 answers", || ask(&c) == [PODS[0]]);
+    // The endpoint is swapped. The client keeps its source port, so
+    // without cleanup its conntrack entry would keep it on pod1 forever.
+    c.apply(slice("dns-1", "dns", "dns", "UDP", &[Ep::ready(1)], false));
+    c.eventually("pod2 answers the same client", || ask(&c) == [PODS[1]]);
+    assert!(c.logged("conntrack_deleted=1"), "the stale entry was deleted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodeport_with_local_policy_and_its_health_check() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("local").await;
+    let hc = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    // Only the pods' network is the cluster's: the client is external.
+    c.args = vec!["--cluster-cidr".into(), "10.0.8.0/21".into()];
+    c.apply(service(
+        "ingress",
+        json!({
+            "type": "LoadBalancer", "clusterIP": "10.96.0.30", "externalTrafficPolicy": "Local",
+            "healthCheckNodePort": hc,
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30080}],
+        }),
+    ));
+    let local = Ep {
+        local: true,
+        ..Ep::ready(0)
+    };
+    c.apply(slice(
+        "ingress-1",
+        "ingress",
+        "http",
+        "TCP",
+        &[local, Ep::ready(1)],
+        false,
+    ));
+    c.start_proxyd();
+
+    c.eventually("only the local pod behind the node port", || {
+        tally(&c.tcp(NODE_IP, 30080, 20)).get(PODS[0]) == Some(&20)
+    });
+    c.eventually("the cluster IP uses both", || {
+        tally(&c.tcp("10.96.0.30", 80, 40)).len() == 2
+    });
+    c.eventually("health check 200", || {
+        let (status, body) = c.http_get(hc, "/");
+        status == 200 && body.contains("\"localEndpoints\": 1")
+    });
+    // The local pod goes away: the node port drops, the check says 503.
+    c.apply(slice("ingress-1", "ingress", "http", "TCP", &[Ep::ready(1)], false));
+    c.eventually("health check 503", || c.http_get(hc, "/").0 == 503);
+    c.eventually("external traffic dropped", || {
+        c.tcp(NODE_IP, 30080, 1) == ["error: TimeoutError"]
+    });
+    c.apply(slice(
+        "ingress-1",
+        "ingress",
+        "http",
+        "TCP",
+        &[local, Ep::ready(1)],
+        false,
+    ));
+    c.eventually("health check 200 again", || c.http_get(hc, "/").0 == 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ip_affinity_sticks_until_the_timeout() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("affinity").await;
+    c.apply(service(
+        "sticky",
+        json!({
+            "clusterIP": "10.96.0.40", "sessionAffinity": "ClientIP",
+            "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 3}},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+        }),
+    ));
+    c.apply(slice(
+        "sticky-1",
+        "sticky",
+        "http",
+        "TCP",
+        &[Ep::ready(0), Ep::ready(1), Ep::ready(2)],
+        false,
+    ));
+    c.start_proxyd();
+    c.eventually("the service answers", || {
+        c.tcp("10.96.0.40", 80, 1).iter().all(|a| PODS.contains(&a.as_str()))
+    });
+    let t = tally(&c.tcp("10.96.0.40", 80, 30));
+    assert_eq!(t.len(), 1, "one client, one pod: {t:?}");
+    let remembered = |c: &Cluster| {
+        let sets = c.node.exec("nft", &["list", "table", "ip", "proxyd"]);
+        sets.contains("10.0.1.2 timeout 3s expires")
+    };
+    assert!(remembered(&c), "the client is in an affinity set");
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(!remembered(&c), "forgotten after the 3 s timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_hints_narrow_only_when_complete() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("zones").await;
+    c.args = vec!["--node-zone".into(), "zone-a".into()];
+    web(&c);
+    let z = |pod, zone| Ep {
+        zone: Some(zone),
+        ..Ep::ready(pod)
+    };
+    c.apply(slice(
+        "web-1",
+        "web",
+        "http",
+        "TCP",
+        &[z(0, "zone-a"), z(1, "zone-b"), z(2, "zone-a")],
+        false,
+    ));
+    c.start_proxyd();
+    c.eventually("the zone's pods", || {
+        let t = tally(&c.tcp("10.96.0.10", 80, 40));
+        t.len() == 2 && !t.contains_key(PODS[1])
+    });
+    for _ in 0..3 {
+        assert!(
+            !tally(&c.tcp("10.96.0.10", 80, 20)).contains_key(PODS[1]),
+            "pod2 is in zone-b"
+        );
+    }
+    // One ready endpoint without a hint: hints are ignored for all.
+    c.apply(slice(
+        "web-1",
+        "web",
+        "http",
+        "TCP",
+        &[z(0, "zone-a"), z(1, "zone-b"), Ep::ready(2)],
+        false,
+    ));
+    c.eventually("all three pods", || tally(&c.tcp("10.96.0.10", 80, 60)).len() == 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terminating_endpoints_serve_when_none_is_ready() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("term").await;
+    web(&c);
+    let terminating = |pod| Ep {
+        ready: false,
+        serving: true,
+        terminating: true,
+        ..Ep::ready(pod)
+    };
+    let gone = Ep {
+        ready: false,
+        serving: false,
+        terminating: true,
+        ..Ep::ready(2)
+    };
+    c.apply(slice(
+        "web-1",
+        "web",
+        "http",
+        "TCP",
+        &[terminating(0), terminating(1), gone],
+        false,
+    ));
+    c.start_proxyd();
+    c.eventually("the serving, terminating pods", || {
+        let t = tally(&c.tcp("10.96.0.10", 80, 40));
+        t.len() == 2 && !t.contains_key(PODS[2])
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_traffic_and_forgets_what_was_deleted_meanwhile() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("restart").await;
+    web(&c);
+    c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(0)], false));
+    c.apply(service(
+        "old",
+        json!({"clusterIP": "10.96.0.20", "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}),
+    ));
+    c.apply(slice("old-1", "old", "http", "TCP", &[Ep::ready(1)], false));
+    c.start_proxyd();
+    c.eventually("both services", || {
+        c.tcp("10.96.0.10", 80, 1) == [PODS[0]] && c.tcp("10.96.0.20", 80, 1) == [PODS[1]]
+    });
+    let status = c.stop_proxyd("KILL");
+    assert!(!status.success());
+    assert_eq!(
+        c.tcp("10.96.0.10", 80, 10),
+        vec![PODS[0]; 10],
+        "traffic flows while proxyd is down"
+    );
+    c.server.delete(Kind::Service, "default", "old").unwrap();
+    c.server.delete(Kind::EndpointSlice, "default", "old-1").unwrap();
+    c.start_proxyd();
+    c.eventually("old is gone", || c.tcp("10.96.0.20", 80, 1) != [PODS[1]]);
+    assert_eq!(c.tcp("10.96.0.10", 80, 10), vec![PODS[0]; 10], "web never stopped");
+    let maps = c.node.exec("nft", &["list", "map", "ip", "proxyd", "service-slots"]);
+    assert!(!maps.contains("10.96.0.20"), "{maps}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_table_is_restored_within_a_sync_period() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("tamper").await;
+    web(&c);
+    c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(0)], false));
+    c.start_proxyd();
+    c.eventually("web", || c.tcp("10.96.0.10", 80, 1) == [PODS[0]]);
+    c.node.exec("nft", &["delete", "table", "ip", "proxyd"]);
+    assert_ne!(c.tcp("10.96.0.10", 80, 1), [PODS[0]], "the table is gone");
+    c.eventually("the table back", || c.tcp("10.96.0.10", 80, 1) == [PODS[0]]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_outages_keep_the_rules_and_converge_after() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("api").await;
+    web(&c);
+    c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(0)], false));
+    c.apply(service(
+        "other",
+        json!({"clusterIP": "10.96.0.20", "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}),
+    ));
+    c.apply(slice("other-1", "other", "http", "TCP", &[Ep::ready(1)], false));
+    c.start_proxyd();
+    c.eventually("both", || c.tcp("10.96.0.20", 80, 1) == [PODS[1]]);
+    // The API goes away: watches drop, lists fail, history is compacted.
+    c.server.fail_next_lists(6);
+    c.server.drop_watches();
+    c.server.delete(Kind::EndpointSlice, "default", "other-1").unwrap();
+    c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(2)], false));
+    c.server.compact();
+    c.server.expire_next_watches(2);
+    // While disconnected the rules stay as they were.
+    assert_eq!(c.tcp("10.96.0.10", 80, 5), vec![PODS[0]; 5]);
+    // After: the delete made while disconnected is applied, and the update.
+    c.eventually("converged", || {
+        c.tcp("10.96.0.20", 80, 1) == ["error: ConnectionRefusedError"] && c.tcp("10.96.0.10", 80, 1) == [PODS[2]]
+    });
+    assert!(c.server.stats().faults > 0, "the outage happened");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_nft_is_retried_and_never_half_applied() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("nftfail").await;
+    // An `nft` that fails while a flag file exists.
+    let dir = std::env::temp_dir().join(format!("proxyd-e2e-nft-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let flag = dir.join("fail");
+    let real = harness::run("sh", &["-c", "command -v nft"]).trim().to_owned();
+    let wrapper = dir.join("nft");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nif [ -e {} ]; then echo 'injected failure' >&2; cat >/dev/null; exit 1; fi\nexec {real} \"$@\"\n",
+            flag.display()
+        ),
+    )
+    .unwrap();
+    harness::run("chmod", &["+x", &wrapper.display().to_string()]);
+    let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
+    c.env = vec![("PATH".into(), path)];
+    web(&c);
+    c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(0)], false));
+    c.start_proxyd();
+    c.eventually("web", || c.tcp("10.96.0.10", 80, 1) == [PODS[0]]);
+
+    std::fs::write(&flag, "").unwrap();
+    c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(1)], false));
+    c.eventually("a failed sync", || c.logged("sync failed"));
+    assert_eq!(c.tcp("10.96.0.10", 80, 5), vec![PODS[0]; 5], "the old rules, whole");
+    std::fs::remove_file(&flag).unwrap();
+    c.eventually("the retry", || c.tcp("10.96.0.10", 80, 1) == [PODS[1]]);
+    let log = c.log.lock().unwrap().join("\n");
+    let after = &log[log.find("sync failed").unwrap()..];
+    assert!(
+        after.contains("full=true"),
+        "the retry rewrote the whole table:\n{after}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dual_stack_serves_ipv6_too() {
+    if !require() {
+        return;
+    }
+    let mut c = Cluster::new("dual").await;
+    c.args = vec!["--ip-families".into(), "ipv4,ipv6".into()];
+    c.apply(service(
+        "web",
+        json!({
+            "clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10", "fd00:96::10"],
+            "ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack",
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+        }),
+    ));
+    c.apply(slice("web-v4", "web", "http", "TCP", &[Ep::ready(0)], false));
+    c.apply(slice(
+        "web-v6",
+        "web",
+        "http",
+        "TCP",
+        &[Ep::ready(1), Ep::ready(2)],
+        true,
+    ));
+    c.start_proxyd();
+    c.eventually("IPv4", || c.tcp("10.96.0.10", 80, 1) == [PODS[0]]);
+    c.eventually("IPv6 over both pods", || {
+        let t = tally(&c.tcp("fd00:96::10", 80, 40));
+        t.len() == 2 && t.contains_key(PODS[1]) && t.contains_key(PODS[2])
+    });
+    // UDP over IPv6 with conntrack cleanup, too.
+    c.apply(service(
+        "dns",
+        json!({
+            "clusterIP": "fd00:96::53", "clusterIPs": ["fd00:96::53"], "ipFamilies": ["IPv6"],
+            "ports": [{"name": "dns", "protocol": "UDP", "port": 53, "targetPort": 8080}],
+        }),
+    ));
+    c.apply(slice("dns-v6", "dns", "dns", "UDP", &[Ep::ready(1)], true));
+    let ask = |c: &Cluster| c.request("udp", "fd00:96::53", 53, 1, 40001);
+    c.eventually("pod2 over IPv6 UDP", || ask(&c) == [PODS[1]]);
+    c.apply(slice("dns-v6", "dns", "dns", "UDP", &[Ep::ready(2)], true));
+    c.eventually("pod3, same client", || ask(&c) == [PODS[2]]);
+}
