@@ -153,12 +153,14 @@ impl KernelModel {
                         .push(rule);
                 }
                 ["add" | "delete", "element", _, _, set, "{", .., "}"] => {
-                    let item = words[6..words.len() - 1].join(" ");
-                    if words[0] == "add" {
-                        self.add_element(set, &item, line)?;
-                    } else {
-                        let s = self.sets.get_mut(*set).ok_or_else(|| err(line, "no such set"))?;
-                        s.remove(item.trim()).ok_or_else(|| err(line, "no such element"))?;
+                    let items = words[6..words.len() - 1].join(" ");
+                    for item in items.split(", ") {
+                        if words[0] == "add" {
+                            self.add_element(set, item, line)?;
+                        } else {
+                            let s = self.sets.get_mut(*set).ok_or_else(|| err(line, "no such set"))?;
+                            s.remove(item.trim()).ok_or_else(|| err(line, "no such element"))?;
+                        }
                     }
                 }
                 _ => return Err(err(line, "not understood")),

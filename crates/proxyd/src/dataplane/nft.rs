@@ -343,30 +343,47 @@ pub fn render_partial(
             }
         }
     }
-    // 3. Elements: deletes first, so a key whose value changes is replaced.
-    let mut adds = String::new();
+    // 3. Elements: deletes first, so a key whose value changes is replaced;
+    // one command per set (nft's cost is per element, not per command, but
+    // the text is a third shorter).
+    let mut deletes: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let mut adds: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
     for (old, new) in &pairs {
         let (before, after) = (entries(Some(old)), entries(Some(new)));
-        for ((set, key), value) in &before {
-            if after.get(&(*set, key.clone())) != Some(value) {
-                let _ = writeln!(out, "delete element {t} {set} {{ {key} }}");
-            }
+        let mut gone: Vec<(&'static str, &String)> = before
+            .iter()
+            .filter(|((set, key), value)| after.get(&(*set, key.clone())) != Some(*value))
+            .map(|((set, key), _)| (*set, key))
+            .collect();
+        gone.sort_unstable();
+        for (set, key) in gone {
+            deletes.entry(set).or_default().push(key.clone());
         }
-        for ((set, key), value) in &after {
-            if before.get(&(*set, key.clone())) != Some(value) {
-                let _ = match value {
-                    Some(v) => writeln!(adds, "add element {t} {set} {{ {key} : {v} }}"),
-                    None => writeln!(adds, "add element {t} {set} {{ {key} }}"),
-                };
-            }
+        let mut came: Vec<(&'static str, &String, &Option<String>)> = after
+            .iter()
+            .filter(|((set, key), value)| before.get(&(*set, key.clone())) != Some(*value))
+            .map(|((set, key), value)| (*set, key, value))
+            .collect();
+        came.sort_unstable();
+        for (set, key, value) in came {
+            let item = match value {
+                Some(v) => format!("{key} : {v}"),
+                None => key.clone(),
+            };
+            adds.entry(set).or_default().push(item);
         }
     }
-    for ip in hairpin_removed {
-        let _ = writeln!(out, "delete element {t} hairpin {{ {} }}", hairpin_key(*ip));
-    }
-    out.push_str(&adds);
-    for ip in hairpin_added {
-        let _ = writeln!(out, "add element {t} hairpin {{ {} }}", hairpin_key(*ip));
+    deletes
+        .entry("hairpin")
+        .or_default()
+        .extend(hairpin_removed.iter().map(|ip| hairpin_key(*ip)));
+    adds.entry("hairpin")
+        .or_default()
+        .extend(hairpin_added.iter().map(|ip| hairpin_key(*ip)));
+    for (verb, items) in [("delete", &deletes), ("add", &adds)] {
+        for (set, items) in items.iter().filter(|(_, i)| !i.is_empty()) {
+            let _ = writeln!(out, "{verb} element {t} {set} {{ {} }}", items.join(", "));
+        }
     }
     // 4. What is gone: flush every removed chain before deleting any (they
     // may jump to each other), then the sets only they used.
