@@ -147,12 +147,43 @@ pub fn load(path: &Path) -> Result<Manifests, ManifestError> {
     Ok(out)
 }
 
-/// Parses one file's text into `out`.
+/// YAML limits for manifests: large enough for a cluster's worth of
+/// objects in one file (the parser's defaults stop at 250,000 nodes), while
+/// keeping the defaults that stop alias and nesting bombs.
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    // YAML 1.2 booleans only: a namespace or label value `n`, `no`, `on` or
+    // `y` stays a string.
+    options.strict_booleans = true;
+    if let Some(budget) = options.budget.as_mut() {
+        budget.max_events = 200_000_000;
+        budget.max_nodes = 100_000_000;
+        budget.max_documents = 10_000_000;
+        budget.max_total_scalar_bytes = 1 << 32;
+    }
+    options
+}
+
+fn is_json(file: &Path, text: &str) -> bool {
+    file.extension().is_some_and(|e| e == "json") || text.trim_start().starts_with(['{', '['])
+}
+
+/// Parses one file's text into `out`: JSON (one or more values) for `.json`
+/// files and text starting with `{` or `[`, else YAML (one or more
+/// documents).
 pub fn parse_into(file: &Path, text: &str, out: &mut Manifests) -> Result<(), ManifestError> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| ManifestError::Syntax {
+    let syntax = |message: String| ManifestError::Syntax {
         path: file.to_owned(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let docs: Vec<Value> = if is_json(file, text) {
+        serde_json::Deserializer::from_str(text)
+            .into_iter::<Value>()
+            .collect::<Result<_, _>>()
+            .map_err(|e| syntax(e.to_string()))?
+    } else {
+        serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| syntax(e.to_string()))?
+    };
     for (i, doc) in docs.into_iter().enumerate() {
         add_document(file, i + 1, doc, out)?;
     }
@@ -279,11 +310,50 @@ metadata:
     }
 
     #[test]
+    fn yaml_one_one_booleans_stay_strings() {
+        let mut m = Manifests::default();
+        let text = "kind: Service\nmetadata: {name: y, namespace: no, labels: {a: on}}\nspec: {clusterIP: 10.0.0.1}\n";
+        parse_into(Path::new("a.yaml"), text, &mut m).unwrap();
+        assert_eq!(m.services[0].metadata.namespace.as_deref(), Some("no"));
+        assert_eq!(m.services[0].metadata.name.as_deref(), Some("y"));
+    }
+
+    #[test]
     fn json_is_yaml_too() {
         let mut m = Manifests::default();
         let json = r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"a","namespace":"n"},"spec":{"clusterIP":"10.0.0.1"}}"#;
         parse_into(Path::new("a.json"), json, &mut m).unwrap();
         assert_eq!(m.services[0].metadata.name.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn large_files_are_read() {
+        let mut yaml = String::new();
+        let mut json = String::from("[");
+        for i in 0..3000 {
+            yaml.push_str(&format!(
+                "---\nkind: Service\nmetadata: {{name: s{i}, namespace: n}}\nspec: {{clusterIP: 10.0.0.1, ports: [{{port: 80}}, {{port: 81}}, {{port: 82}}]}}\n"
+            ));
+            json.push_str(&format!(
+                "{}{{\"kind\":\"List\",\"items\":[{{\"kind\":\"Service\",\"metadata\":{{\"name\":\"j{i}\"}},\"spec\":{{\"ports\":[{{\"port\":80}}]}}}}]}}",
+                if i == 0 { "" } else { "," }
+            ));
+        }
+        json.push(']');
+        let mut m = Manifests::default();
+        parse_into(Path::new("big.yaml"), &yaml, &mut m).unwrap();
+        assert_eq!(m.services.len(), 3000);
+        // A top-level JSON array is not an object: each element is read.
+        let e = parse_into(Path::new("big.json"), &json, &mut m)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("(no kind)"), "{e}");
+        let json = json
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .replace("},{\"kind\":\"List\"", "}\n{\"kind\":\"List\"");
+        parse_into(Path::new("big.json"), &json, &mut m).unwrap();
+        assert_eq!(m.services.len(), 6000, "concatenated JSON values");
     }
 
     #[test]

@@ -24,62 +24,13 @@ use slice_model::{
     EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint, SliceName, TrafficPolicy,
 };
 
-fn can_run() -> Result<(), String> {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map_err(|e| format!("cannot run id: {e}"))?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Err("not root (network namespaces and nftables need CAP_NET_ADMIN)".into());
-    }
-    for tool in ["ip", "nft", "python3", "conntrack"] {
-        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
-        if !found.is_ok_and(|o| o.status.success()) {
-            return Err(format!(
-                "{tool} is not installed (apt-get install -y iproute2 nftables python3 conntrack)"
-            ));
-        }
-    }
-    Ok(())
-}
+mod common;
 
-/// Skips (or fails in CI) when the machine cannot run the test.
-fn require() -> bool {
-    match can_run() {
-        Ok(()) => true,
-        Err(why) if std::env::var("PROXYD_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") => {
-            panic!("root/nft test required here but cannot run: {why}")
-        }
-        Err(why) => {
-            eprintln!("SKIPPED: {why}");
-            false
-        }
-    }
-}
-
-/// A network namespace deleted on drop, even when the test fails.
-struct Netns(String);
+use common::{KillOnDrop, Netns, require};
 
 impl Netns {
     fn new(tag: &str) -> Self {
-        let name = format!("proxyd-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).status();
-        run("ip", &["netns", "add", &name]);
-        let ns = Self(name);
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let mut all = vec!["-n", &self.0];
-        all.extend_from_slice(args);
-        run("ip", &all);
-    }
-
-    fn exec(&self, program: &str, args: &[&str]) -> String {
-        let mut all = vec!["netns", "exec", &self.0, program];
-        all.extend_from_slice(args);
-        run("ip", &all)
+        Self::named(format!("proxyd-{tag}-{}", std::process::id()))
     }
 
     fn dataplane(&self) -> NftCommand {
@@ -112,22 +63,6 @@ impl Netns {
         }
         out
     }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 fn proxy_args() -> ProxyArgs {
@@ -514,32 +449,19 @@ fn has_chain(ns: &Netns, chain: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn start_proxyd(ns: &Netns, manifests: &Path) -> std::process::Child {
-    Command::new(env!("CARGO_BIN_EXE_proxyd"))
-        .args(["run", "--hostname-override", "node-1", "--netns", &ns.0])
-        .args(["--sync-period", "1s", "--min-sync-period", "0"])
-        .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
-        .arg("--manifests")
-        .arg(manifests)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
-}
-
-fn terminate(child: &mut std::process::Child) -> std::process::ExitStatus {
-    run("kill", &["-TERM", &child.id().to_string()]);
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "proxyd did not stop on SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+fn start_proxyd(ns: &Netns, manifests: &Path) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["run", "--hostname-override", "node-1", "--netns", &ns.0])
+            .args(["--sync-period", "1s", "--min-sync-period", "0"])
+            .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+            .arg("--manifests")
+            .arg(manifests)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 #[test]
@@ -564,7 +486,7 @@ fn the_table_survives_exit_is_restored_after_tampering_and_forgets_services_dele
     eventually("the table to come back", || has_chain(&ns, "svc-shop/cart/tcp/80"));
 
     // SIGTERM: exit 0, rules stay (traffic keeps flowing during a rollout).
-    assert!(terminate(&mut child).success());
+    assert!(common::terminate(&mut child, "TERM").success());
     assert!(has_chain(&ns, "svc-shop/cart/tcp/80"), "rules stay after exit");
 
     // shop/cart is deleted while proxyd is down; the restart forgets it.
@@ -578,6 +500,6 @@ fn the_table_survives_exit_is_restored_after_tampering_and_forgets_services_dele
     let mut child = start_proxyd(&ns, &dir);
     eventually("cart to go", || !has_chain(&ns, "svc-shop/cart/tcp/80"));
     assert!(has_chain(&ns, "svc-shop/ingress/tcp/443"), "the others stay");
-    assert!(terminate(&mut child).success());
+    assert!(common::terminate(&mut child, "TERM").success());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -4,6 +4,10 @@
 
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
+mod common;
+
+use common::KillOnDrop;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -74,29 +78,31 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
     )
     .unwrap();
 
-    let mut child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
-        .args(["run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args([
-            "--hostname-override",
-            "node-1",
-            "--min-sync-period",
-            "0",
-            "--list-page-size",
-            "1",
-            "--dry-run",
-            "--healthz-bind-address",
-            "127.0.0.1:0",
-            "--metrics-bind-address",
-            "",
-            "--dry-run-dir",
-        ])
-        .arg(dir.join("nft"))
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args([
+                "--hostname-override",
+                "node-1",
+                "--min-sync-period",
+                "0",
+                "--list-page-size",
+                "1",
+                "--dry-run",
+                "--healthz-bind-address",
+                "127.0.0.1:0",
+                "--metrics-bind-address",
+                "",
+                "--dry-run-dir",
+            ])
+            .arg(dir.join("nft"))
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let stderr = child.stderr.take().unwrap();
     let (tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
@@ -144,7 +150,7 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
         script(1)
     );
     let second = script(2);
-    assert!(second.starts_with("delete element ip proxyd canary"), "{second}");
+    assert!(second.starts_with("add element ip proxyd canary { 1 }\n"), "{second}");
     assert!(
         second.contains("add element ip proxyd service-slots { 10.96.0.10 . udp . 53 . 0 : 10.0.0.2 . 53,"),
         "{second}"

@@ -6,6 +6,10 @@
 
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
+mod common;
+
+use common::KillOnDrop;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -62,25 +66,27 @@ fn manifests_are_watched_and_each_sync_is_written() {
         std::fs::copy(example.join(f), input.join(f)).unwrap();
     }
     let (healthz, metrics) = (free_port(), free_port());
-    let mut child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
-        .args([
-            "run",
-            "--hostname-override",
-            "node-1",
-            "--min-sync-period",
-            "0",
-            "--dry-run",
-        ])
-        .args(["--healthz-bind-address", &format!("127.0.0.1:{healthz}")])
-        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
-        .arg("--manifests")
-        .arg(&input)
-        .arg("--dry-run-dir")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args([
+                "run",
+                "--hostname-override",
+                "node-1",
+                "--min-sync-period",
+                "0",
+                "--dry-run",
+            ])
+            .args(["--healthz-bind-address", &format!("127.0.0.1:{healthz}")])
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+            .arg("--manifests")
+            .arg(&input)
+            .arg("--dry-run-dir")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
 
     let first = wait_for(&out.join("sync-000001.nft"));
     assert!(first.starts_with("add table ip proxyd\ndelete table ip proxyd\n"));
@@ -153,7 +159,7 @@ fn manifests_are_watched_and_each_sync_is_written() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(partial.starts_with("delete element ip proxyd canary"), "{partial}");
+    assert!(partial.starts_with("add element ip proxyd canary { 1 }\n"), "{partial}");
     assert!(partial.contains("add element ip proxyd service-slots { 10.96.0.99 . tcp . 80 . 0 : 10.244.9.9 . 8080,"));
     assert!(!partial.contains("10.96.0.10"), "nothing else is rewritten: {partial}");
 
@@ -179,24 +185,26 @@ fn dual_stack_runs_one_table_per_family() {
     let dir = std::env::temp_dir().join(format!("proxyd-run-dual-{}", std::process::id()));
     let out = dir.join("nft");
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
-        .args([
-            "run",
-            "--hostname-override",
-            "node-1",
-            "--ip-families",
-            "ipv4,ipv6",
-            "--dry-run",
-        ])
-        .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
-        .arg("--manifests")
-        .arg(&example)
-        .arg("--dry-run-dir")
-        .arg(&out)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args([
+                "run",
+                "--hostname-override",
+                "node-1",
+                "--ip-families",
+                "ipv4,ipv6",
+                "--dry-run",
+            ])
+            .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+            .arg("--manifests")
+            .arg(&example)
+            .arg("--dry-run-dir")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let v4 = wait_for(&out.join("ipv4-sync-000001.nft"));
     let v6 = wait_for(&out.join("ipv6-sync-000001.nft"));
     let _ = child.kill();

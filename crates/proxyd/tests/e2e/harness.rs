@@ -27,83 +27,7 @@ use serde_json::{Value, json};
 /// The longest any wait may take.
 pub const WAIT: Duration = Duration::from_secs(30);
 
-fn can_run() -> Result<(), String> {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map_err(|e| format!("cannot run id: {e}"))?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Err("not root (network namespaces and nftables need CAP_NET_ADMIN)".into());
-    }
-    for tool in ["ip", "nft", "python3", "conntrack"] {
-        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
-        if !found.is_ok_and(|o| o.status.success()) {
-            return Err(format!(
-                "{tool} is not installed (apt-get install -y iproute2 nftables python3 conntrack)"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Whether the test can run here; says why not, and fails in CI
-/// (PROXYD_REQUIRE_ROOT_TESTS=1) instead of skipping.
-pub fn require() -> bool {
-    match can_run() {
-        Ok(()) => true,
-        Err(why) if std::env::var("PROXYD_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") => {
-            panic!("end-to-end test required here but cannot run: {why}")
-        }
-        Err(why) => {
-            eprintln!("SKIPPED: {why}");
-            false
-        }
-    }
-}
-
-/// Runs a command; panics with its stderr when it fails.
-pub fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{program} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A network namespace, deleted on drop.
-pub struct Netns(pub String);
-
-impl Netns {
-    fn new(name: String) -> Self {
-        let _ = Command::new("ip").args(["netns", "del", &name]).status();
-        run("ip", &["netns", "add", &name]);
-        let ns = Self(name);
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns
-    }
-
-    /// `ip -n NS …`.
-    pub fn ip(&self, args: &[&str]) {
-        let mut all = vec!["-n", &self.0];
-        all.extend_from_slice(args);
-        run("ip", &all);
-    }
-
-    /// Runs a program inside the namespace.
-    pub fn exec(&self, program: &str, args: &[&str]) -> String {
-        let mut all = vec!["netns", "exec", &self.0, program];
-        all.extend_from_slice(args);
-        run("ip", &all)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
+pub use crate::common::{Netns, require, run};
 
 /// Answers TCP and UDP on port 8080 (IPv4 and IPv6) with its name.
 const SERVER: &str = r#"
@@ -206,7 +130,7 @@ impl Cluster {
     pub async fn new(tag: &str) -> Self {
         let id = std::process::id();
         let name = |role: &str| format!("e2e-{tag}-{role}-{id}");
-        let node = Netns::new(name("node"));
+        let node = Netns::named(name("node"));
         node.exec("sysctl", &["-qw", "net.ipv4.ip_forward=1"]);
         node.exec("sysctl", &["-qw", "net.ipv6.conf.all.forwarding=1"]);
         // Service addresses must route somewhere for traffic without a
@@ -227,12 +151,12 @@ impl Cluster {
             peer.ip(&["route", "add", "default", "via", &format!("{v4}.1")]);
             peer.ip(&["-6", "route", "add", "default", "via", &format!("{v6}::1")]);
         };
-        let client = Netns::new(name("client"));
+        let client = Netns::named(name("client"));
         link(&client, "c0", "10.0.1", "fd00:1");
         let mut pods = Vec::new();
         let mut servers = Vec::new();
         for (i, pod) in PODS.iter().enumerate() {
-            let ns = Netns::new(name(pod));
+            let ns = Netns::named(name(pod));
             link(
                 &ns,
                 &format!("p{}", i + 1),

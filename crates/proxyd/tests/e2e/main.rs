@@ -9,6 +9,8 @@
 
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
+#[path = "../common/mod.rs"]
+mod common;
 mod harness;
 
 use std::time::Duration;

@@ -1,0 +1,130 @@
+//! Support shared by the root tests: the skip-or-fail rule, network
+//! namespaces, commands, and child processes that die with the test.
+
+#![allow(dead_code, reason = "each test crate uses a different part")]
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn can_run() -> Result<(), String> {
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map_err(|e| format!("cannot run id: {e}"))?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Err("not root (network namespaces and nftables need CAP_NET_ADMIN)".into());
+    }
+    for tool in ["ip", "nft", "python3", "conntrack"] {
+        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
+        if !found.is_ok_and(|o| o.status.success()) {
+            return Err(format!(
+                "{tool} is not installed (apt-get install -y iproute2 nftables python3 conntrack)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether a root test can run here. Says why not and skips, except with
+/// PROXYD_REQUIRE_ROOT_TESTS=1 (set by .ci/run), where it fails.
+pub fn require() -> bool {
+    match can_run() {
+        Ok(()) => true,
+        Err(why) if std::env::var("PROXYD_REQUIRE_ROOT_TESTS").as_deref() == Ok("1") => {
+            panic!("root test required here but cannot run: {why}")
+        }
+        Err(why) => {
+            eprintln!("SKIPPED: {why}");
+            false
+        }
+    }
+}
+
+/// Runs a command; panics with its stderr when it fails.
+pub fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A network namespace with `lo` up, deleted on drop (even when the test
+/// fails).
+pub struct Netns(pub String);
+
+impl Netns {
+    /// Creates `name` (replacing a leftover of that name).
+    pub fn named(name: String) -> Self {
+        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        run("ip", &["netns", "add", &name]);
+        let ns = Self(name);
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// `ip -n NS …`.
+    pub fn ip(&self, args: &[&str]) {
+        let mut all = vec!["-n", &self.0];
+        all.extend_from_slice(args);
+        run("ip", &all);
+    }
+
+    /// Runs a program inside the namespace.
+    pub fn exec(&self, program: &str, args: &[&str]) -> String {
+        let mut all = vec!["netns", "exec", &self.0, program];
+        all.extend_from_slice(args);
+        run("ip", &all)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// A child process killed when dropped, so a failing test leaves no
+/// proxyd behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Sends `signal` and waits (bounded) for the exit.
+pub fn terminate(child: &mut KillOnDrop, signal: &str) -> std::process::ExitStatus {
+    run("kill", &[&format!("-{signal}"), &child.id().to_string()]);
+    let start = Instant::now();
+    loop {
+        if let Some(s) = child.try_wait().unwrap_or(None) {
+            return s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the process did not exit on {signal}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
