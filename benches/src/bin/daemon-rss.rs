@@ -88,16 +88,16 @@ fn main() -> ExitCode {
             .map_err(|e| format!("cannot start {}: {e}", proxyd.display()))?;
         let pid = child.id();
         let stderr = child.stderr.take().ok_or("no stderr")?;
-        let mut synced = None;
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if line.contains(" synced ") {
-                synced = Some(line);
-                break;
+        // Keep draining the log: a closed pipe would end the daemon.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains(" synced ") {
+                    let _ = tx.send(line);
+                }
             }
-            if started.elapsed() > Duration::from_secs(300) {
-                break;
-            }
-        }
+        });
+        let synced = rx.recv_timeout(Duration::from_secs(300)).ok();
         let first_sync = started.elapsed();
         // Let the allocator settle after the first sync's peak.
         std::thread::sleep(Duration::from_secs(2));

@@ -63,6 +63,9 @@ pub struct FoldStats {
 
 type Key = (String, String);
 
+/// What the fold keeps of an object once handed over.
+type Slim<K> = Box<dyn Fn(&K) -> K + Send>;
+
 /// The fold; see the module docs.
 pub struct EventFold<K> {
     known: BTreeMap<Key, K>,
@@ -70,6 +73,8 @@ pub struct EventFold<K> {
     synced: bool,
     /// Objects the proxy does not handle; treated as absent.
     selected: Box<dyn Fn(&K) -> bool + Send>,
+    /// What to keep of an object once handed over (see [`EventFold::slimmed`]).
+    slim: Option<Slim<K>>,
     stats: FoldStats,
 }
 
@@ -93,7 +98,25 @@ impl<K: ResourceExt + Clone> EventFold<K> {
             relist: None,
             synced: false,
             selected: Box::new(selected),
+            slim: None,
             stats: FoldStats::default(),
+        }
+    }
+
+    /// Keeps only `slim(obj)` of each object after handing it over: enough
+    /// for tombstones and for telling versions apart (name, namespace,
+    /// resourceVersion, and what the handler's delete needs). The `old`
+    /// object of an update and the tombstone of a delete are then slimmed.
+    /// Without it the fold holds a full copy of every object.
+    pub fn slimmed(mut self, slim: impl Fn(&K) -> K + Send + 'static) -> Self {
+        self.slim = Some(Box::new(slim));
+        self
+    }
+
+    fn keep(&self, obj: K) -> K {
+        match &self.slim {
+            Some(slim) => slim(&obj),
+            None => obj,
         }
     }
 
@@ -195,11 +218,13 @@ impl<K: ResourceExt + Clone> EventFold<K> {
             Some(old) if same_version(old, &obj) => {}
             Some(old) => {
                 handler.on_update(old, &obj);
-                self.known.insert(key, obj);
+                let kept = self.keep(obj);
+                self.known.insert(key, kept);
             }
             None => {
                 handler.on_add(&obj);
-                self.known.insert(key, obj);
+                let kept = self.keep(obj);
+                self.known.insert(key, kept);
             }
         }
     }

@@ -40,6 +40,7 @@ pub mod runner;
 pub mod selection;
 mod service;
 mod service_store;
+pub mod tombstone;
 pub mod wire;
 
 pub use cache_handler::SliceCacheHandler;

@@ -11,8 +11,12 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::fold::{EventFold, EventHandler};
 
@@ -176,30 +180,118 @@ pub fn parse_into(file: &Path, text: &str, out: &mut Manifests) -> Result<(), Ma
         path: file.to_owned(),
         message,
     };
-    let docs: Vec<Value> = if is_json(file, text) {
-        serde_json::Deserializer::from_str(text)
-            .into_iter::<Value>()
-            .collect::<Result<_, _>>()
-            .map_err(|e| syntax(e.to_string()))?
-    } else {
-        serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| syntax(e.to_string()))?
-    };
+    if is_json(file, text) {
+        // Straight into the typed objects, without a `Value` tree: a
+        // cluster's worth of JSON would otherwise cost several times its
+        // size in memory.
+        for (i, raw) in serde_json::Deserializer::from_str(text)
+            .into_iter::<&RawValue>()
+            .enumerate()
+        {
+            let raw = raw.map_err(|e| syntax(e.to_string()))?;
+            add_document(file, i + 1, Doc::Json(raw), out)?;
+        }
+        return Ok(());
+    }
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| syntax(e.to_string()))?;
     for (i, doc) in docs.into_iter().enumerate() {
-        add_document(file, i + 1, doc, out)?;
+        add_document(file, i + 1, Doc::Yaml(doc), out)?;
     }
     Ok(())
 }
 
-fn add_document(file: &Path, document: usize, mut doc: Value, out: &mut Manifests) -> Result<(), ManifestError> {
+/// One document: a YAML tree, or raw JSON text parsed only as needed.
+enum Doc<'a> {
+    Yaml(Value),
+    Json(&'a RawValue),
+}
+
+#[derive(Deserialize, Default)]
+struct Head {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: Option<HeadMeta>,
+}
+
+#[derive(Deserialize, Default)]
+struct HeadMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ListItems<'a> {
+    #[serde(default, borrow)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+impl<'a> Doc<'a> {
+    fn head(&self) -> Head {
+        match self {
+            Doc::Yaml(v) => Head::deserialize(v).unwrap_or_default(),
+            Doc::Json(raw) => serde_json::from_str(raw.get()).unwrap_or_default(),
+        }
+    }
+
+    fn is_null(&self) -> bool {
+        match self {
+            Doc::Yaml(v) => v.is_null(),
+            Doc::Json(raw) => raw.get().trim() == "null",
+        }
+    }
+
+    fn items(self) -> Result<Vec<Doc<'a>>, String> {
+        match self {
+            Doc::Yaml(mut v) => match v.get_mut("items").map(Value::take) {
+                Some(Value::Array(items)) => Ok(items.into_iter().map(Doc::Yaml).collect()),
+                Some(Value::Null) | None => Ok(Vec::new()),
+                Some(_) => Err("items: expected a list".into()),
+            },
+            Doc::Json(raw) => {
+                let list: ListItems<'a> = serde_json::from_str(raw.get()).map_err(|e| format!("items: {e}"))?;
+                Ok(list.items.unwrap_or_default().into_iter().map(Doc::Json).collect())
+            }
+        }
+    }
+
+    /// Converts with the failing field's path in the message
+    /// (`spec.ports[0].port: invalid type …`).
+    fn typed<K: DeserializeOwned>(self) -> Result<K, String> {
+        let path = |e: serde_path_to_error::Error<_>| format!("{}: {}", e.path(), e.inner());
+        match self {
+            Doc::Yaml(v) => serde_path_to_error::deserialize(v).map_err(path),
+            Doc::Json(raw) => {
+                serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(raw.get())).map_err(path)
+            }
+        }
+    }
+}
+
+/// `metadata.namespace` defaults to `default`, as kubectl applies it.
+fn default_namespace(meta: &mut ObjectMeta) {
+    if meta.namespace.as_deref().is_none_or(str::is_empty) {
+        meta.namespace = Some("default".into());
+    }
+}
+
+fn add_document(file: &Path, document: usize, doc: Doc<'_>, out: &mut Manifests) -> Result<(), ManifestError> {
     if doc.is_null() {
         return Ok(()); // an empty document, e.g. after a trailing `---`
     }
-    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or_default().to_owned();
+    let head = doc.head();
+    let kind = head.kind.unwrap_or_default();
+    let meta = head.metadata.unwrap_or_default();
     let namespaced = kind != "Node" && !kind.ends_with("List");
-    if namespaced && let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.entry("namespace").or_insert_with(|| Value::from("default"));
-    }
-    let name = describe(&doc);
+    let name = match (meta.namespace, meta.name) {
+        (Some(ns), Some(n)) => format!("{ns}/{n}"),
+        (None, Some(n)) if namespaced => format!("default/{n}"),
+        (None, Some(n)) => n,
+        _ => "(no name)".into(),
+    };
     let fail = |message: String| ManifestError::Object {
         path: file.to_owned(),
         document,
@@ -212,51 +304,38 @@ fn add_document(file: &Path, document: usize, mut doc: Value, out: &mut Manifest
         message,
     };
     if kind.ends_with("List") {
-        let items = match doc.get_mut("items").map(Value::take) {
-            Some(Value::Array(items)) => items,
-            Some(Value::Null) | None => Vec::new(),
-            Some(_) => return Err(fail("items: expected a list".into())),
-        };
-        for item in items {
+        for item in doc.items().map_err(fail)? {
             add_document(file, document, item, out)?;
         }
         return Ok(());
     }
     match kind.as_str() {
-        "Service" => out.services.push(typed(doc).map_err(fail)?),
-        "EndpointSlice" => out.slices.push(typed(doc).map_err(fail)?),
-        "Node" => out.nodes.push(typed(doc).map_err(fail)?),
+        "Service" => {
+            let mut svc: Service = doc.typed().map_err(fail)?;
+            default_namespace(&mut svc.metadata);
+            out.services.push(svc);
+        }
+        "EndpointSlice" => {
+            let mut slice: EndpointSlice = doc.typed().map_err(fail)?;
+            default_namespace(&mut slice.metadata);
+            out.slices.push(slice);
+        }
+        "Node" => out.nodes.push(doc.typed().map_err(fail)?),
         "" => return Err(fail("no `kind`".into())),
         other => out.skipped.push(format!("{}: {other} {name}", file.display())),
     }
     Ok(())
 }
 
-/// Converts with the failing field's path in the message
-/// (`spec.ports[0].port: invalid type …`).
-fn typed<K: serde::de::DeserializeOwned>(doc: Value) -> Result<K, String> {
-    serde_path_to_error::deserialize(doc).map_err(|e| format!("{}: {}", e.path(), e.inner()))
-}
-
-fn describe(doc: &Value) -> String {
-    let meta = doc.get("metadata");
-    let field = |f: &str| meta.and_then(|m| m.get(f)).and_then(Value::as_str);
-    match (field("namespace"), field("name")) {
-        (Some(ns), Some(n)) => format!("{ns}/{n}"),
-        (None, Some(n)) => n.to_owned(),
-        _ => "(no name)".into(),
-    }
-}
-
 /// Hands a complete set of objects to `fold` as a relist: new objects are
 /// added, changed ones updated, and ones no longer present deleted.
-pub fn relist<K>(fold: &mut EventFold<K>, objects: &[K], handler: &mut impl EventHandler<K>)
+pub fn relist<K>(fold: &mut EventFold<K>, objects: impl IntoIterator<Item = K>, handler: &mut impl EventHandler<K>)
 where
     K: kube::Resource + Clone,
 {
     fold.apply(Event::Init, handler);
     for obj in objects {
-        fold.apply(Event::InitApply(obj.clone()), handler);
+        fold.apply(Event::InitApply(obj), handler);
     }
     fold.apply(Event::InitDone, handler);
 }

@@ -24,6 +24,7 @@ use informer_glue::fold::{EventFold, Fanout};
 use informer_glue::manifests;
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::selection::Selection;
+use informer_glue::tombstone::{slim_service, slim_slice};
 use informer_glue::{ServiceStore, SliceCacheHandler};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -198,7 +199,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             let slice_task = tokio::spawn(run_watch(
                 Api::<EndpointSlice>::all(client.clone()),
                 settings.clone(),
-                EventFold::with_selection(move |s| sel.selects_slice(s)),
+                EventFold::with_selection(move |s| sel.selects_slice(s)).slimmed(slim_slice),
                 slices,
                 slice_watch.clone(),
                 stopped(stop_rx.clone()),
@@ -207,7 +208,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             let service_task = tokio::spawn(run_watch(
                 Api::<Service>::all(client),
                 settings,
-                EventFold::with_selection(move |s| sel.selects_service(s)),
+                EventFold::with_selection(move |s| sel.selects_service(s)).slimmed(slim_service),
                 store,
                 service_watch.clone(),
                 stopped(stop_rx.clone()),
@@ -495,8 +496,8 @@ async fn watch_manifests(
     mut stop: Stop,
 ) {
     let sel = selection.clone();
-    let mut slice_fold = EventFold::with_selection(move |s| sel.selects_slice(s));
-    let mut service_fold = EventFold::with_selection(move |s| selection.selects_service(s));
+    let mut slice_fold = EventFold::with_selection(move |s| sel.selects_slice(s)).slimmed(slim_slice);
+    let mut service_fold = EventFold::with_selection(move |s| selection.selects_service(s)).slimmed(slim_service);
     let mut last = None;
     loop {
         let now = manifests::fingerprint(&path);
@@ -512,8 +513,8 @@ async fn watch_manifests(
                         endpoint_slices = m.slices.len(),
                         "manifests read"
                     );
-                    manifests::relist(&mut service_fold, &m.services, &mut store);
-                    manifests::relist(&mut slice_fold, &m.slices, &mut slices);
+                    manifests::relist(&mut service_fold, m.services, &mut store);
+                    manifests::relist(&mut slice_fold, m.slices, &mut slices);
                 }
                 Err(e) => tracing::warn!("manifests: {e}; keeping what was read before"),
             }

@@ -145,12 +145,12 @@ impl Snapshot {
         let s = sel.clone();
         relist(
             &mut EventFold::with_selection(move |x| s.selects_service(x)),
-            &self.services,
+            self.services.iter().cloned(),
             &mut store,
         );
         relist(
             &mut EventFold::with_selection(move |x| sel.selects_slice(x)),
-            &self.slices,
+            self.slices.iter().cloned(),
             &mut slices,
         );
         engine.update();

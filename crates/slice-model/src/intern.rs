@@ -1,7 +1,39 @@
 //! [`Interner`]: one shared copy of the strings that repeat across slices.
 
 use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
+
+/// A multiply-rotate hasher for the short strings interned here (node and
+/// zone names): several times cheaper than SipHash per lookup, which is
+/// what every endpoint of every slice pays. The names come from the API
+/// server, not from an attacker who could aim at collisions; and a flood of
+/// collisions would only slow interning, never make it wrong.
+#[derive(Default, Clone, Copy)]
+struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+        for b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(K);
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.0 = (self.0.rotate_left(5) ^ u64::from(i)).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 use crate::ZoneHints;
 
@@ -19,8 +51,8 @@ const MAX_SCANNED_ZONES: usize = 32;
 /// forgets what no slice uses any more.
 #[derive(Debug, Default)]
 pub struct Interner {
-    strings: HashSet<Arc<str>>,
-    zone_sets: HashSet<Arc<[Arc<str>]>>,
+    strings: HashSet<Arc<str>, BuildHasherDefault<FastHasher>>,
+    zone_sets: HashSet<Arc<[Arc<str>]>, BuildHasherDefault<FastHasher>>,
     /// Sets of one zone: the EndpointSlice controller gives each endpoint
     /// exactly one, and a cluster has a handful of zones, so a short scan
     /// beats hashing on the path almost always taken.
