@@ -1,8 +1,7 @@
 //! [`SliceCacheHandler`]: EndpointSlice events into an
 //! [`EndpointSliceCache`](slice_cache::EndpointSliceCache).
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -11,6 +10,7 @@ use slice_model::Interner;
 use tokio::sync::Notify;
 
 use crate::fold::EventHandler;
+use crate::rejections::Rejections;
 use crate::{slice_from_k8s, slice_name_of};
 
 /// How many slice updates between two prunes of the interner.
@@ -28,10 +28,8 @@ pub struct SliceCacheHandler {
     pub sync_needed: Arc<Notify>,
     /// Set once the first complete list is in the cache.
     pub synced: Arc<AtomicBool>,
-    /// Slices rejected (missing label or name, FQDN).
-    pub rejected: Arc<AtomicU64>,
-    /// Rejections by reason (`SliceError::reason` / `ServiceError::reason`).
-    pub rejected_reasons: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    /// Objects rejected (logged, counted by reason).
+    pub rejected: Arc<Rejections>,
 }
 
 impl SliceCacheHandler {
@@ -43,8 +41,7 @@ impl SliceCacheHandler {
             since_prune: 0,
             sync_needed: Arc::new(Notify::new()),
             synced: Arc::new(AtomicBool::new(false)),
-            rejected: Arc::new(AtomicU64::new(0)),
-            rejected_reasons: Arc::default(),
+            rejected: Arc::default(),
         }
     }
 
@@ -72,16 +69,7 @@ impl SliceCacheHandler {
                     self.sync_needed.notify_one();
                 }
             }
-            Err(e) => {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
-                *self
-                    .rejected_reasons
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry(e.reason())
-                    .or_default() += 1;
-                tracing::warn!("{e}");
-            }
+            Err(e) => self.rejected.record(e.reason(), &e),
         }
     }
 }
@@ -148,7 +136,7 @@ mod tests {
         assert!(!notified(&h), "no change, no sync");
 
         h.on_update(&a, &slice(json!({}), "10.0.0.2"));
-        assert_eq!(h.rejected.load(Ordering::Relaxed), 1, "missing label is counted");
+        assert_eq!(h.rejected.total(), 1, "missing label is counted");
         assert!(!notified(&h), "a rejected update changes nothing");
 
         h.on_delete(&slice(json!({}), "10.0.0.1"));

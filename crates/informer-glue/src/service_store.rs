@@ -1,7 +1,7 @@
 //! [`ServiceStore`]: Service events into a shared map of [`ServiceInfo`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Service;
@@ -10,6 +10,7 @@ use slice_model::{ServiceInfo, ServiceName};
 use tokio::sync::Notify;
 
 use crate::fold::EventHandler;
+use crate::rejections::Rejections;
 use crate::service_from_k8s;
 
 /// The services a proxy handles, by name.
@@ -23,10 +24,8 @@ pub struct ServiceStore {
     pub changed: Arc<Notify>,
     /// Set once the first complete list is in the store.
     pub synced: Arc<AtomicBool>,
-    /// Services rejected (no name or namespace).
-    pub rejected: Arc<AtomicU64>,
-    /// Rejections by reason (`SliceError::reason` / `ServiceError::reason`).
-    pub rejected_reasons: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    /// Objects rejected (logged, counted by reason).
+    pub rejected: Arc<Rejections>,
     /// Change trackers told about every change (each proxier's pending
     /// service changes: one per IP family).
     pub trackers: Vec<Arc<Mutex<ServiceChangeTracker>>>,
@@ -39,8 +38,7 @@ impl ServiceStore {
             services,
             changed: Arc::new(Notify::new()),
             synced: Arc::new(AtomicBool::new(false)),
-            rejected: Arc::new(AtomicU64::new(0)),
-            rejected_reasons: Arc::default(),
+            rejected: Arc::default(),
             trackers: Vec::new(),
         }
     }
@@ -70,16 +68,7 @@ impl ServiceStore {
                     self.changed.notify_one();
                 }
             }
-            Err(e) => {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
-                *self
-                    .rejected_reasons
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry(e.reason())
-                    .or_default() += 1;
-                tracing::warn!("{e}");
-            }
+            Err(e) => self.rejected.record(e.reason(), &e),
         }
     }
 }
@@ -146,7 +135,7 @@ mod tests {
         let mut nameless = svc("10.96.0.3");
         nameless.metadata.name = None;
         s.on_add(&nameless);
-        assert_eq!(s.rejected.load(Ordering::Relaxed), 1);
+        assert_eq!(s.rejected.total(), 1);
     }
 
     #[test]

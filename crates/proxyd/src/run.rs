@@ -22,6 +22,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use informer_glue::fold::{EventFold, Fanout};
 use informer_glue::manifests;
+use informer_glue::rejections::Rejections;
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::selection::Selection;
 use informer_glue::tombstone::{slim_service, slim_slice};
@@ -158,17 +159,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .collect();
     let slices_synced: Vec<_> = slice_handlers.iter().map(|h| h.synced.clone()).collect();
     // Every family's handler sees the same slices: count the first one's.
-    let slices_rejected = slice_handlers
-        .first()
-        .map(|h| h.rejected_reasons.clone())
-        .unwrap_or_default();
+    let slices_rejected = slice_handlers.first().map(|h| h.rejected.clone()).unwrap_or_default();
     let slices = Fanout(slice_handlers);
     let services: informer_glue::Services = Arc::new(Mutex::new(BTreeMap::new()));
     let mut store = ServiceStore::new(services.clone());
     store.changed = changes.clone();
     store.trackers = engines.iter().map(|e| e.service_changes.clone()).collect();
     let services_synced = store.synced.clone();
-    let services_rejected = store.rejected_reasons.clone();
+    let services_rejected = store.rejected.clone();
     let slice_watch = Arc::new(WatchMetrics::default());
     let service_watch = Arc::new(WatchMetrics::default());
 
@@ -374,8 +372,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 struct WatchCounters {
     slice_watch: Arc<WatchMetrics>,
     service_watch: Arc<WatchMetrics>,
-    slices_rejected: Arc<Mutex<BTreeMap<&'static str, u64>>>,
-    services_rejected: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    slices_rejected: Arc<Rejections>,
+    services_rejected: Arc<Rejections>,
 }
 
 impl WatchCounters {
@@ -397,8 +395,7 @@ impl WatchCounters {
             ("EndpointSlice", &self.slices_rejected),
             ("Service", &self.services_rejected),
         ] {
-            let reasons = reasons.lock().map(|r| r.clone()).unwrap_or_default();
-            for (reason, n) in reasons {
+            for (reason, n) in reasons.by_reason() {
                 metrics.set_counter(
                     "proxyd_rejected_objects_total",
                     format!("kind=\"{kind}\",reason=\"{reason}\""),
