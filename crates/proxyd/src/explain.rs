@@ -411,7 +411,12 @@ fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig)
                 *slots.entry(value.unwrap_or_default()).or_default() += 1;
                 if first {
                     let base = key.rsplit_once(" . ").map_or(key.as_str(), |(b, _)| b).to_owned();
-                    let _ = write!(out, "    {set}: {base} . 0..15 ->");
+                    let last = if let fragment::Element::Slots { endpoints, .. } = e {
+                        fragment::width(endpoints.len()) - 1
+                    } else {
+                        0
+                    };
+                    let _ = write!(out, "    {set}: {base} . 0..{last} ->");
                     first = false;
                 }
             } else {

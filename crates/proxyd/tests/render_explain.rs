@@ -53,7 +53,7 @@ fn explain_gives_a_reason_for_every_endpoint() {
         "{out}"
     );
     assert!(
-        out.contains("service-slots: 10.96.0.10 . tcp . 80 . 0..15 -> 10.244.1.11 . 8080 x8, 10.244.2.12 . 8080 x8")
+        out.contains("service-slots-2: 10.96.0.10 . tcp . 80 . 0..1 -> 10.244.1.11 . 8080 x1, 10.244.2.12 . 8080 x1")
     );
 
     let (ok, out, _) = proxyd(&["explain", "shop/catalog"]);

@@ -22,8 +22,45 @@ use slice_model::{IpFamily, Protocol};
 
 use super::desired::{DataplaneConfig, EndpointGroup, GroupVerdict, ServiceTarget};
 
-/// Slots per frontend in the shared slot maps.
+/// The most slots a frontend has in the shared slot maps.
 pub const SLOTS: usize = 16;
+
+/// Slot-map widths: a frontend with N endpoints uses the smallest width of
+/// at least N, so a two-endpoint service is two elements, not sixteen.
+pub const WIDTHS: [usize; 5] = [1, 2, 4, 8, 16];
+
+/// The slot maps keyed by address, protocol and port, by width.
+pub const SERVICE_SLOT_MAPS: [&str; 5] = [
+    "service-slots-1",
+    "service-slots-2",
+    "service-slots-4",
+    "service-slots-8",
+    "service-slots-16",
+];
+
+/// The slot maps keyed by node port, by width.
+pub const NODEPORT_SLOT_MAPS: [&str; 5] = [
+    "nodeport-slots-1",
+    "nodeport-slots-2",
+    "nodeport-slots-4",
+    "nodeport-slots-8",
+    "nodeport-slots-16",
+];
+
+/// The width for `n` endpoints (1..=SLOTS).
+pub fn width(n: usize) -> usize {
+    WIDTHS.iter().copied().find(|w| *w >= n).unwrap_or(SLOTS)
+}
+
+/// The slot map of a frontend kind and width.
+pub fn slot_map(node_port: bool, width: usize) -> &'static str {
+    let i = WIDTHS.iter().position(|w| *w == width).unwrap_or(WIDTHS.len() - 1);
+    if node_port {
+        NODEPORT_SLOT_MAPS[i]
+    } else {
+        SERVICE_SLOT_MAPS[i]
+    }
+}
 
 /// Where traffic for a service arrives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,8 +88,6 @@ pub enum Frontend {
 /// (node ports).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Membership {
-    /// The slot map: frontend . slot -> endpoint.
-    Slots,
     /// The verdict map: frontend -> goto the port's chain.
     Chains,
     /// Masquerade all traffic to the frontend.
@@ -69,8 +104,6 @@ impl Membership {
     /// The set's name for frontends of this kind.
     pub fn set_name(self, node_port: bool) -> &'static str {
         match (self, node_port) {
-            (Self::Slots, false) => "service-slots",
-            (Self::Slots, true) => "nodeport-slots",
             (Self::Chains, false) => "service-chains",
             (Self::Chains, true) => "nodeport-chains",
             (Self::Masquerade, false) => "masq-frontends",
@@ -89,7 +122,8 @@ impl Membership {
 /// One element a service contributes to a shared set or map.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Element {
-    /// The [`SLOTS`] slots of a frontend, filled round-robin.
+    /// The slots of a frontend ([`width`] of its endpoint count), filled
+    /// round-robin.
     Slots {
         /// The frontend.
         frontend: Frontend,
@@ -232,9 +266,10 @@ impl Element {
         match self {
             Self::Slots { endpoints, .. } => {
                 let key = frontend.key();
+                let map = slot_map(node_port, width(endpoints.len()));
                 for (slot, ep) in slot_assignment(endpoints).enumerate() {
                     f(
-                        Membership::Slots.set_name(node_port),
+                        map,
                         format!("{key} . {slot}"),
                         Some(format!("{} . {}", ep.ip(), ep.port())),
                     );
@@ -250,10 +285,12 @@ impl Element {
     }
 }
 
-/// The endpoint each slot sends to: round-robin, so with N endpoints each
-/// gets floor(16/N) or ceil(16/N) slots (worst skew 2:1, at N = 9..15).
+/// The endpoint each slot sends to: round-robin over [`width`] slots, so
+/// with N endpoints in W slots each gets floor(W/N) or ceil(W/N) (worst
+/// skew 2:1, e.g. N = 3 in 4 slots, N = 9..15 in 16; exact for 1, 2, 4, 8
+/// and 16).
 pub fn slot_assignment(endpoints: &[SocketAddr]) -> impl Iterator<Item = SocketAddr> + '_ {
-    (0..SLOTS).filter_map(|i| endpoints.get(i % endpoints.len().max(1)).copied())
+    (0..width(endpoints.len())).filter_map(|i| endpoints.get(i % endpoints.len().max(1)).copied())
 }
 
 /// The kind of address a frontend is, for picking its endpoint group.

@@ -7,8 +7,9 @@
 //!    fib local: proto . port vmap @nodeport-chains
 //!    @masq-frontends / @outside-masq-frontends / @masq-nodeports -> mark
 //!    goto slot-dnat:
-//!      dnat to addr . proto . port . (numgen mod 16) map @service-slots
-//!      fib local: dnat to proto . port . (numgen mod 16) map @nodeport-slots
+//!      dnat to addr . proto . port . (numgen mod W) map @service-slots-W
+//!      fib local: dnat to proto . port . (numgen mod W) map @nodeport-slots-W
+//!      (W = 1, 2, 4, 8, 16: a frontend uses the narrowest that fits)
 //!  nat postrouting (100): marked -> masquerade; hairpin -> masquerade
 //!  filter input/forward/output (-110), new connections:
 //!    @no-endpoints / @nodeport-no-endpoints -> reject
@@ -25,7 +26,7 @@ use std::fmt::Write;
 use std::net::IpAddr;
 
 use super::desired::DataplaneConfig;
-use super::fragment::{FamilyWords, Fragment, SLOTS};
+use super::fragment::{FamilyWords, Fragment, NODEPORT_SLOT_MAPS, SERVICE_SLOT_MAPS, WIDTHS};
 
 /// The table every proxyd rule lives in.
 pub const TABLE: &str = "proxyd";
@@ -55,16 +56,8 @@ fn declarations(words: FamilyWords) -> Vec<(&'static str, String)> {
     let at = words.addr_type;
     let ip_key = format!("{at} . inet_proto . inet_service");
     let port_key = "inet_proto . inet_service".to_owned();
-    vec![
+    let mut all = vec![
         ("canary", "type inet_service".to_owned()),
-        (
-            "service-slots",
-            format!("typeof {a} daddr . meta l4proto . th dport . numgen random mod {SLOTS} : {a} daddr . th dport"),
-        ),
-        (
-            "nodeport-slots",
-            format!("typeof meta l4proto . th dport . numgen random mod {SLOTS} : {a} daddr . th dport"),
-        ),
         ("service-chains", format!("type {ip_key} : verdict")),
         ("nodeport-chains", format!("type {port_key} : verdict")),
         ("masq-frontends", format!("type {ip_key}")),
@@ -75,11 +68,22 @@ fn declarations(words: FamilyWords) -> Vec<(&'static str, String)> {
         ("nodeport-no-endpoints", format!("type {port_key}")),
         ("nodeport-no-local-endpoints", format!("type {port_key}")),
         ("hairpin", format!("type {at} . {at}")),
-    ]
+    ];
+    for (i, w) in WIDTHS.iter().enumerate() {
+        all.push((
+            SERVICE_SLOT_MAPS[i],
+            format!("typeof {a} daddr . meta l4proto . th dport . numgen random mod {w} : {a} daddr . th dport"),
+        ));
+        all.push((
+            NODEPORT_SLOT_MAPS[i],
+            format!("typeof meta l4proto . th dport . numgen random mod {w} : {a} daddr . th dport"),
+        ));
+    }
+    all
 }
 
 fn is_map(set: &str) -> bool {
-    set.ends_with("-slots") || set.ends_with("-chains")
+    set.contains("-slots-") || set.ends_with("-chains")
 }
 
 /// The fixed chains and their rules.
@@ -114,14 +118,17 @@ fn static_chains(config: &DataplaneConfig) -> Vec<(&'static str, Option<String>,
         ));
     }
     services.push(format!("goto {SLOT_DNAT}"));
-    let slot_dnat = vec![
-        format!(
-            "meta l4proto {{ tcp, udp, sctp }} dnat {t} to {frontend} . numgen random mod {SLOTS} map @service-slots"
-        ),
-        format!(
-            "{local} meta l4proto {{ tcp, udp, sctp }} dnat {t} to meta l4proto . th dport . numgen random mod {SLOTS} map @nodeport-slots"
-        ),
-    ];
+    let mut slot_dnat = Vec::new();
+    for (i, w) in WIDTHS.iter().enumerate() {
+        slot_dnat.push(format!(
+            "meta l4proto {{ tcp, udp, sctp }} dnat {t} to {frontend} . numgen random mod {w} map @{}",
+            SERVICE_SLOT_MAPS[i]
+        ));
+        slot_dnat.push(format!(
+            "{local} meta l4proto {{ tcp, udp, sctp }} dnat {t} to meta l4proto . th dport . numgen random mod {w} map @{}",
+            NODEPORT_SLOT_MAPS[i]
+        ));
+    }
     let filter = vec![
         format!("ct state new {frontend} @no-endpoints reject"),
         format!("ct state new {frontend} @no-local-endpoints drop"),

@@ -50,6 +50,42 @@ fn config() -> DataplaneConfig {
     }
 }
 
+/// The value of a slot, whichever slot map (width) holds it.
+fn slot_of(k: &KernelModel, key: &str) -> Option<String> {
+    k.sets
+        .iter()
+        .filter(|(name, _)| name.contains("-slots-"))
+        .find_map(|(_, set)| set.get(key).cloned().flatten())
+}
+
+#[test]
+fn slots_are_as_fair_as_their_width_allows() {
+    use std::collections::HashMap;
+    use std::net::SocketAddr;
+
+    use super::fragment::{SLOTS, slot_assignment, width};
+    for n in 1..=SLOTS {
+        let eps: Vec<SocketAddr> = (0..n)
+            .map(|i| SocketAddr::from(([10, 0, 0, i as u8 + 1], 80)))
+            .collect();
+        let mut counts: HashMap<SocketAddr, usize> = HashMap::new();
+        for e in slot_assignment(&eps) {
+            *counts.entry(e).or_default() += 1;
+        }
+        assert_eq!(counts.values().sum::<usize>(), width(n), "n={n}");
+        assert!(
+            width(n) >= n && (n == 1 || width(n) < 2 * n),
+            "the narrowest width for n={n}"
+        );
+        assert_eq!(counts.len(), n, "every endpoint gets a slot (n={n})");
+        let (lo, hi) = (counts.values().min().unwrap(), counts.values().max().unwrap());
+        assert!(hi - lo <= 1 && *hi <= 2 * *lo, "n={n}: {lo}..{hi}, worst skew 2:1");
+        if width(n) == n {
+            assert_eq!(lo, hi, "exact for n={n}");
+        }
+    }
+}
+
 /// What a fresh proxy would write for the engine's current maps.
 fn fresh(engine: &Engine, config: &DataplaneConfig) -> KernelModel {
     let mut syncer = NftSyncer::new(config.clone(), KernelModel::default());
@@ -185,13 +221,18 @@ fn every_kind_renders_as_kube_proxy_would_behave() {
     every_kind(&mut engine);
     engine.update();
     let k = fresh(&engine, &config());
-    let slots = &k.sets["service-slots"];
+    let slots = |key: &str| slot_of(&k, key);
     let has = |set: &str, key: &str| k.sets[set].contains_key(key);
-    // Ready endpoints only; 16 slots round-robin.
-    assert_eq!(slots["10.96.0.10 . tcp . 80 . 0"].as_deref(), Some("10.1.0.1 . 8080"));
-    assert_eq!(slots["10.96.0.10 . tcp . 80 . 1"].as_deref(), Some("10.1.0.2 . 8080"));
+    // Ready endpoints only; two endpoints, two slots.
+    assert_eq!(slots("10.96.0.10 . tcp . 80 . 0").as_deref(), Some("10.1.0.1 . 8080"));
+    assert_eq!(slots("10.96.0.10 . tcp . 80 . 1").as_deref(), Some("10.1.0.2 . 8080"));
+    assert_eq!(slots("10.96.0.10 . tcp . 80 . 2"), None, "the width-2 map");
+    assert!(k.sets["service-slots-2"].contains_key("10.96.0.10 . tcp . 80 . 1"));
     assert!(
-        !slots.values().any(|v| v.as_deref() == Some("10.1.0.3 . 8080")),
+        !k.sets
+            .values()
+            .flat_map(|s| s.values())
+            .any(|v| v.as_deref() == Some("10.1.0.3 . 8080")),
         "not ready"
     );
     assert!(
@@ -205,7 +246,7 @@ fn every_kind_renders_as_kube_proxy_would_behave() {
         "Local, none here: drop"
     );
     // NodePort + external IP, Cluster policy: slots and always masquerade.
-    assert!(k.sets["nodeport-slots"].contains_key("tcp . 30080 . 15"));
+    assert!(k.sets["nodeport-slots-2"].contains_key("tcp . 30080 . 1"));
     assert!(has("masq-nodeports", "tcp . 30080"));
     assert!(has("masq-frontends", "192.0.2.10 . tcp . 80"));
     // LoadBalancer, externalTrafficPolicy Local, source ranges: chains.
@@ -248,7 +289,7 @@ fn every_kind_renders_as_kube_proxy_would_behave() {
             .contains("numgen random mod 17 map")
     );
     // Only terminating endpoints: they still serve.
-    assert_eq!(slots["10.96.0.70 . tcp . 80 . 0"].as_deref(), Some("10.1.7.1 . 8080"));
+    assert_eq!(slots("10.96.0.70 . tcp . 80 . 0").as_deref(), Some("10.1.7.1 . 8080"));
 }
 
 fn sync(syncer: &mut NftSyncer<KernelModel>, engine: &mut Engine) -> super::SyncReport {
@@ -291,18 +332,18 @@ fn one_changed_endpoint_among_1000_services_touches_only_that_service() {
     // Only svc-500's slot elements, with the slots that changed.
     let after = syncer.dataplane().clone();
     assert_eq!(after, fresh(&engine, &config()));
-    let changed: Vec<&String> = after.sets["service-slots"]
+    let changed: Vec<&String> = after.sets["service-slots-2"]
         .iter()
-        .filter(|(k, v)| before.sets["service-slots"].get(*k) != Some(v))
+        .filter(|(k, v)| before.sets["service-slots-2"].get(*k) != Some(v))
         .map(|(k, _)| k)
         .collect();
     assert_eq!(
         changed.len(),
-        8,
-        "every second slot moves to the new endpoint: {changed:?}"
+        1,
+        "the second slot moves to the new endpoint: {changed:?}"
     );
     assert!(changed.iter().all(|k| k.starts_with("10.96.2.1 . tcp . 80 .")));
-    // Canary, then 8 slots replaced: its size depends on the change only.
+    // Canary, then one slot replaced: its size depends on the change only.
     assert!(report.script_bytes < 1500, "{} bytes", report.script_bytes);
 }
 
@@ -385,8 +426,8 @@ fn node_ports_answer_only_on_the_nodeport_addresses() {
         .collect();
     assert_eq!(
         np_rules.len(),
-        3 + 3 * 2,
-        "services (2), slot-dnat (1), three filter chains (2 each)"
+        2 + 5 + 3 * 2,
+        "services (2), slot-dnat (one per width), three filter chains (2 each)"
     );
     for r in np_rules {
         assert!(r.contains("fib daddr type local ip daddr { 192.168.0.0/16 }"), "{r}");
@@ -514,12 +555,7 @@ fn a_shared_external_ip_goes_to_the_next_service_when_freed() {
     engine.update_slice(slice("b", "b-1", Protocol::Tcp, &[("10.1.0.2", false, true)]));
     let mut syncer = NftSyncer::new(config(), KernelModel::default());
     sync(&mut syncer, &mut engine);
-    let slot = |k: &KernelModel| {
-        k.sets["service-slots"]
-            .get("192.0.2.1 . tcp . 80 . 0")
-            .cloned()
-            .flatten()
-    };
+    let slot = |k: &KernelModel| slot_of(k, "192.0.2.1 . tcp . 80 . 0");
     assert_eq!(
         slot(syncer.dataplane()).as_deref(),
         Some("10.1.0.1 . 8080"),

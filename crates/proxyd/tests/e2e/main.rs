@@ -291,7 +291,7 @@ async fn restart_keeps_traffic_and_forgets_what_was_deleted_meanwhile() {
     c.start_proxyd();
     c.eventually("old is gone", || c.tcp("10.96.0.20", 80, 1) != [PODS[1]]);
     assert_eq!(c.tcp("10.96.0.10", 80, 10), vec![PODS[0]; 10], "web never stopped");
-    let maps = c.node.exec("nft", &["list", "map", "ip", "proxyd", "service-slots"]);
+    let maps = c.node.exec("nft", &["list", "table", "ip", "proxyd"]);
     assert!(!maps.contains("10.96.0.20"), "{maps}");
 }
 
