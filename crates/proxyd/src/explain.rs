@@ -10,36 +10,19 @@ use std::process::ExitCode;
 
 use endpoints_map::topology::{Categorized, TopologyDecision, TrafficPolicies, categorize};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use slice_model::{BaseEndpointInfo, Endpoint, IpFamily, ServiceName, ServicePortInfo};
+use slice_model::{BaseEndpointInfo, Endpoint, IpFamily, SERVICE_NAME_LABEL, ServiceName, ServicePortInfo};
 
 use crate::cli::ExplainArgs;
 use crate::dataplane::desired::{DataplaneConfig, ServiceTarget, plan_service};
 use crate::dataplane::fragment::{self, proto};
 use crate::engine::Engine;
-use crate::snapshot::{Snapshot, dataplane_config, node_name, selection};
-
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+use crate::snapshot::{Snapshot, one_shot};
 
 /// `proxyd explain` from the command line.
 pub fn main(args: ExplainArgs) -> ExitCode {
-    let result = (|| -> anyhow::Result<String> {
-        let node = node_name(&args.proxy)?;
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let snapshot = runtime.block_on(Snapshot::fetch(&args.source, &node, &selection(&args.proxy)))?;
-        let engine = snapshot.engine(&node, &args.proxy);
-        let config = dataplane_config(&args.proxy, snapshot.node_zone.clone());
-        explain(&snapshot, &engine, &config, &node, &args.service)
-    })();
-    match result {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("proxyd explain: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    one_shot("explain", &args.source, &args.proxy, |l| {
+        explain(&l.snapshot, &l.engine, &l.config, &l.node, &args.service)
+    })
 }
 
 /// Splits `ns/name[:port]`.

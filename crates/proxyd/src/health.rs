@@ -209,11 +209,6 @@ impl ServiceHealth {
             );
         }
     }
-
-    /// The ports listened on, by service.
-    pub fn ports(&self) -> BTreeMap<ServiceName, u16> {
-        self.listeners.iter().map(|(n, l)| (n.clone(), l.port)).collect()
-    }
 }
 
 impl Drop for ServiceHealth {

@@ -13,28 +13,13 @@ use crate::dataplane::desired::{EndpointGroup, GroupVerdict};
 use crate::dataplane::fragment::proto;
 use crate::dataplane::{DataplaneConfig, NftSyncer, Recording, ServiceTarget, SyncKind};
 use crate::engine::Engine;
-use crate::snapshot::{Snapshot, dataplane_config, node_name, selection};
+use crate::snapshot::one_shot;
 
 /// `proxyd render` from the command line.
 pub fn main(args: RenderArgs) -> ExitCode {
-    let result = (|| -> anyhow::Result<String> {
-        let node = node_name(&args.proxy)?;
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let snapshot = runtime.block_on(Snapshot::fetch(&args.source, &node, &selection(&args.proxy)))?;
-        let engine = snapshot.engine(&node, &args.proxy);
-        let config = dataplane_config(&args.proxy, snapshot.node_zone.clone());
-        render(&engine, &config, !args.nft_only)
-    })();
-    match result {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("proxyd render: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    one_shot("render", &args.source, &args.proxy, |l| {
+        render(&l.engine, &l.config, !args.nft_only)
+    })
 }
 
 /// The full nft ruleset, then (with `table`) the services table.

@@ -157,3 +157,48 @@ impl Snapshot {
         engine
     }
 }
+
+/// What a one-shot command (`render`, `explain`) works from.
+pub struct Loaded {
+    /// The node this view is for.
+    pub node: String,
+    /// The objects as read.
+    pub snapshot: Snapshot,
+    /// The engine holding them.
+    pub engine: Engine,
+    /// The dataplane settings.
+    pub config: DataplaneConfig,
+}
+
+/// Reads the cluster once, runs `body` on it and prints its text, or the
+/// error prefixed with `proxyd COMMAND:` (exit status 1).
+pub fn one_shot(
+    command: &str,
+    source: &SourceArgs,
+    proxy: &ProxyArgs,
+    body: impl FnOnce(&Loaded) -> anyhow::Result<String>,
+) -> std::process::ExitCode {
+    let result = (|| -> anyhow::Result<String> {
+        let node = node_name(proxy)?;
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let snapshot = runtime.block_on(Snapshot::fetch(source, &node, &selection(proxy)))?;
+        let engine = snapshot.engine(&node, proxy);
+        let config = dataplane_config(proxy, snapshot.node_zone.clone());
+        body(&Loaded {
+            node,
+            snapshot,
+            engine,
+            config,
+        })
+    })();
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("proxyd {command}: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -163,11 +163,6 @@ impl<D: Dataplane> NftSyncer<D> {
         self.view.is_none() || self.last_full.is_none_or(|t| t.elapsed() >= FULL_RESYNC_PERIOD)
     }
 
-    /// The fragment programmed for a service, if any (for `explain`).
-    pub fn programmed(&self, service: &ServiceName) -> Option<&Fragment> {
-        self.view.as_ref()?.fragments.get(service)
-    }
-
     /// Brings the table in line with the maps. `changed` are the services
     /// whose ports or endpoints changed since the last successful sync
     /// (ignored by a full sync, which writes everything).
