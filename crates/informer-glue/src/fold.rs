@@ -5,11 +5,16 @@
 //! the watch was down, or while a relist (after `410 Gone`) was under way:
 //! such an object is only "known before `Init`, absent at `InitDone`". The
 //! fold remembers what it has handed to the handler and turns that absence
-//! into a delete. It buffers a relist until `InitDone`, so a relist that
-//! fails part-way (a second `Init` before `InitDone`) neither loses nor
-//! invents anything.
+//! into a delete.
+//!
+//! A list streams through: each listed object is handed over as it arrives
+//! (it is the API server's current state, as a watch event would be), and
+//! only the fold keeps the listed keys, so memory does not hold a whole
+//! cluster's objects at once. Deletes wait for `InitDone`, because only a
+//! complete list proves an absence: a list that fails part-way (a second
+//! `Init` before `InitDone`) may have updated objects but deletes nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
@@ -69,7 +74,9 @@ type Slim<K> = Box<dyn Fn(&K) -> K + Send>;
 /// The fold; see the module docs.
 pub struct EventFold<K> {
     known: BTreeMap<Key, K>,
-    relist: Option<BTreeMap<Key, K>>,
+    /// The keys listed so far by the list under way (after `Init`, before
+    /// `InitDone`).
+    listed: Option<BTreeSet<Key>>,
     synced: bool,
     /// Objects the proxy does not handle; treated as absent.
     selected: Box<dyn Fn(&K) -> bool + Send>,
@@ -95,7 +102,7 @@ impl<K: ResourceExt + Clone> EventFold<K> {
     pub fn with_selection(selected: impl Fn(&K) -> bool + Send + 'static) -> Self {
         Self {
             known: BTreeMap::new(),
-            relist: None,
+            listed: None,
             synced: false,
             selected: Box::new(selected),
             slim: None,
@@ -160,49 +167,43 @@ impl<K: ResourceExt + Clone> EventFold<K> {
             }
             Event::Delete(obj) => {
                 let Some(key) = self.key(&obj) else { return };
-                if let Some(buffer) = &mut self.relist {
-                    buffer.remove(&key);
+                if let Some(listed) = &mut self.listed {
+                    listed.remove(&key);
                 }
                 self.delete(&key, handler);
             }
             Event::Init => {
-                if self.relist.replace(BTreeMap::new()).is_some() {
+                if self.listed.replace(BTreeSet::new()).is_some() {
                     self.stats.aborted_lists += 1;
-                    tracing::info!(kind = %std::any::type_name::<K>(), "list restarted before it completed; its partial result is discarded");
+                    tracing::info!(kind = %std::any::type_name::<K>(), "list restarted before it completed; deletes wait for a complete one");
                 }
             }
             Event::InitApply(obj) => {
                 let Some(key) = self.key(&obj) else { return };
                 let selected = (self.selected)(&obj);
-                match &mut self.relist {
-                    Some(buffer) if selected => {
-                        buffer.insert(key, obj);
+                // Without Init (not what kube-runtime does) this is an Apply.
+                if let Some(listed) = &mut self.listed {
+                    if selected {
+                        listed.insert(key.clone());
+                    } else {
+                        listed.remove(&key);
                     }
-                    Some(buffer) => {
-                        buffer.remove(&key);
-                    }
-                    // No Init: not what kube-runtime does; treat it as an Apply.
-                    None if selected => self.upsert(key, obj, handler),
-                    None => self.delete(&key, handler),
+                }
+                if selected {
+                    self.upsert(key, obj, handler);
+                } else {
+                    self.delete(&key, handler);
                 }
             }
             Event::InitDone => {
-                let Some(listed) = self.relist.take() else {
+                let Some(listed) = self.listed.take() else {
                     tracing::warn!(kind = %std::any::type_name::<K>(), "InitDone without Init; ignored");
                     return;
                 };
-                let gone: Vec<Key> = self
-                    .known
-                    .keys()
-                    .filter(|k| !listed.contains_key(*k))
-                    .cloned()
-                    .collect();
+                let gone: Vec<Key> = self.known.keys().filter(|k| !listed.contains(*k)).cloned().collect();
                 for key in gone {
                     self.stats.deletes_found_by_relist += 1;
                     self.delete(&key, handler);
-                }
-                for (key, obj) in listed {
-                    self.upsert(key, obj, handler);
                 }
                 self.stats.lists += 1;
                 if !self.synced {

@@ -1,6 +1,6 @@
 //! Unit and property tests of the event fold.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::watcher::Event;
@@ -88,11 +88,12 @@ fn to_event(e: &Ev) -> Event<Service> {
     }
 }
 
-/// The reference: what the handler must know after each event.
+/// The reference: what the handler must know after each event. A list's
+/// objects count at once; what it did not list goes at its `InitDone`.
 #[derive(Default)]
 struct Reference {
     view: BTreeMap<String, String>,
-    buffer: Option<BTreeMap<String, String>>,
+    listed: Option<BTreeSet<String>>,
     synced: bool,
 }
 
@@ -100,28 +101,38 @@ impl Reference {
     fn apply(&mut self, e: &Ev) {
         let put = |m: &mut BTreeMap<String, String>, i: u8, v: u8| {
             let o = obj(i, v);
-            if selected(&o) {
+            let selected = selected(&o);
+            if selected {
                 m.insert(key(&o), v.to_string());
             } else {
                 m.remove(&key(&o));
             }
+            selected
         };
         match *e {
-            Ev::Apply(i, v) => put(&mut self.view, i, v),
+            Ev::Apply(i, v) => {
+                put(&mut self.view, i, v);
+            }
             Ev::Delete(i, _) => {
                 self.view.remove(&format!("o{i}"));
-                if let Some(b) = &mut self.buffer {
-                    b.remove(&format!("o{i}"));
+                if let Some(l) = &mut self.listed {
+                    l.remove(&format!("o{i}"));
                 }
             }
-            Ev::Init => self.buffer = Some(BTreeMap::new()),
-            Ev::InitApply(i, v) => match &mut self.buffer {
-                Some(b) => put(b, i, v),
-                None => put(&mut self.view, i, v),
-            },
+            Ev::Init => self.listed = Some(BTreeSet::new()),
+            Ev::InitApply(i, v) => {
+                let selected = put(&mut self.view, i, v);
+                if let Some(l) = &mut self.listed {
+                    if selected {
+                        l.insert(format!("o{i}"));
+                    } else {
+                        l.remove(&format!("o{i}"));
+                    }
+                }
+            }
             Ev::InitDone => {
-                if let Some(b) = self.buffer.take() {
-                    self.view = b;
+                if let Some(l) = self.listed.take() {
+                    self.view.retain(|k, _| l.contains(k));
                     self.synced = true;
                 }
             }
@@ -180,34 +191,43 @@ fn delete_while_down_is_found_by_the_relist() {
     for e in [Event::Init, Event::InitApply(obj(2, 2)), Event::InitDone] {
         fold.apply(e, &mut rec);
     }
-    assert_eq!(rec.calls, ["add o1", "add o2", "delete o1", "update o2"]);
+    assert_eq!(rec.calls, ["add o1", "add o2", "update o2", "delete o1"]);
     assert_eq!(rec.synced, 1, "synced fires once");
     assert_eq!(fold.stats().deletes_found_by_relist, 1);
     assert_eq!(fold.stats().lists, 2);
 }
 
 #[test]
-fn aborted_relist_loses_and_invents_nothing() {
+fn aborted_relist_updates_but_deletes_nothing() {
     let mut fold = EventFold::new();
     let mut rec = Recorder::default();
-    for e in [Event::Init, Event::InitApply(obj(1, 1)), Event::InitDone] {
+    for e in [
+        Event::Init,
+        Event::InitApply(obj(1, 1)),
+        Event::InitApply(obj(2, 1)),
+        Event::InitDone,
+    ] {
         fold.apply(e, &mut rec);
     }
-    // A relist fails after one page that lacks o1 and has a new o3...
-    for e in [Event::Init, Event::InitApply(obj(3, 1))] {
+    // A relist fails after one page that has a newer o2 and a new o3 but
+    // lacks o1: what it listed is applied, o1 stays.
+    for e in [Event::Init, Event::InitApply(obj(2, 2)), Event::InitApply(obj(3, 1))] {
         fold.apply(e, &mut rec);
     }
-    assert_eq!(rec.calls, ["add o1"], "nothing happens before InitDone");
-    // ...and the next one completes.
-    for e in [Event::Init, Event::InitApply(obj(1, 1)), Event::InitDone] {
+    assert_eq!(rec.calls, ["add o1", "add o2", "update o2", "add o3"]);
+    // The next list completes without o3 (deleted meanwhile): o3 goes, o1
+    // and o2 are unchanged (same resourceVersions).
+    for e in [
+        Event::Init,
+        Event::InitApply(obj(1, 1)),
+        Event::InitApply(obj(2, 2)),
+        Event::InitDone,
+    ] {
         fold.apply(e, &mut rec);
     }
-    assert_eq!(
-        rec.calls,
-        ["add o1"],
-        "o1 unchanged (same resourceVersion), o3 never invented"
-    );
+    assert_eq!(rec.calls, ["add o1", "add o2", "update o2", "add o3", "delete o3"]);
     assert_eq!(fold.stats().aborted_lists, 1);
+    assert_eq!(fold.stats().deletes_found_by_relist, 1);
 }
 
 #[test]

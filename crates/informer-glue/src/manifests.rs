@@ -5,6 +5,11 @@
 //! A reload is handed to an [`EventFold`](crate::fold::EventFold) as a
 //! relist, so objects that vanished from the files become deletes and
 //! changed ones updates, exactly as after a watch's relist.
+//!
+//! A daemon reads the files once ([`Texts`]), checks every object, then
+//! converts them again one at a time as it hands them over
+//! ([`Texts::for_each`]): a broken file changes nothing, and memory never
+//! holds a cluster's worth of typed objects.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -72,14 +77,107 @@ pub struct Manifests {
 impl Manifests {
     /// The zone label (`topology.kubernetes.io/zone`) of node `name`.
     pub fn node_zone(&self, name: &str) -> Option<String> {
-        self.nodes
+        zone_of(&self.nodes, name)
+    }
+}
+
+fn zone_of(nodes: &[Node], name: &str) -> Option<String> {
+    nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(name))?
+        .metadata
+        .labels
+        .as_ref()?
+        .get("topology.kubernetes.io/zone")
+        .cloned()
+}
+
+/// What a checking pass over [`Texts`] found: counts, the (few) Nodes and
+/// the skipped documents, without keeping the Services and slices.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Services.
+    pub services: usize,
+    /// EndpointSlices.
+    pub slices: usize,
+    /// Nodes (for the proxy's own zone label).
+    pub nodes: Vec<Node>,
+    /// Documents of other kinds, skipped: `path: kind name`.
+    pub skipped: Vec<String>,
+}
+
+impl Summary {
+    /// The zone label (`topology.kubernetes.io/zone`) of node `name`.
+    pub fn node_zone(&self, name: &str) -> Option<String> {
+        zone_of(&self.nodes, name)
+    }
+}
+
+/// One object read from a manifest (boxed: the k8s-openapi types are
+/// hundreds of bytes each, and of very different sizes).
+#[derive(Clone, Debug)]
+pub enum Object {
+    /// A Service (namespace defaulted to `default`).
+    Service(Box<Service>),
+    /// An EndpointSlice (namespace defaulted to `default`).
+    Slice(Box<EndpointSlice>),
+    /// A Node.
+    Node(Box<Node>),
+    /// A document of another kind, skipped: `path: kind name`.
+    Skipped(String),
+}
+
+impl Manifests {
+    fn add(&mut self, object: Object) {
+        match object {
+            Object::Service(s) => self.services.push(*s),
+            Object::Slice(s) => self.slices.push(*s),
+            Object::Node(n) => self.nodes.push(*n),
+            Object::Skipped(s) => self.skipped.push(s),
+        }
+    }
+}
+
+/// The text of every manifest file under a path, read once, so that
+/// checking the objects and handing them over see the same bytes.
+#[derive(Clone, Debug, Default)]
+pub struct Texts {
+    files: Vec<(PathBuf, String)>,
+}
+
+impl Texts {
+    /// Reads the files under `path` (see [`files`]).
+    pub fn read(path: &Path) -> Result<Self, ManifestError> {
+        let files = files(path)?
+            .into_iter()
+            .map(|file| match std::fs::read_to_string(&file) {
+                Ok(text) => Ok((file, text)),
+                Err(source) => Err(ManifestError::Io { path: file, source }),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self { files })
+    }
+
+    /// Converts every object once and drops it: the whole set is valid, or
+    /// the first error says where it is not.
+    pub fn check(&self) -> Result<Summary, ManifestError> {
+        let mut summary = Summary::default();
+        self.for_each(|o| match o {
+            Object::Service(_) => summary.services += 1,
+            Object::Slice(_) => summary.slices += 1,
+            Object::Node(n) => summary.nodes.push(*n),
+            Object::Skipped(s) => summary.skipped.push(s),
+        })?;
+        Ok(summary)
+    }
+
+    /// Converts the objects one at a time, in file order, and hands each to
+    /// `f`; stops at the first error (after handing over what came before
+    /// it, so check with a first pass when that matters).
+    pub fn for_each(&self, mut f: impl FnMut(Object)) -> Result<(), ManifestError> {
+        self.files
             .iter()
-            .find(|n| n.metadata.name.as_deref() == Some(name))?
-            .metadata
-            .labels
-            .as_ref()?
-            .get("topology.kubernetes.io/zone")
-            .cloned()
+            .try_for_each(|(file, text)| parse_each(file, text, &mut f))
     }
 }
 
@@ -141,13 +239,7 @@ pub fn fingerprint(path: &Path) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 /// half-written file never makes objects disappear.
 pub fn load(path: &Path) -> Result<Manifests, ManifestError> {
     let mut out = Manifests::default();
-    for file in files(path)? {
-        let text = std::fs::read_to_string(&file).map_err(|source| ManifestError::Io {
-            path: file.clone(),
-            source,
-        })?;
-        parse_into(&file, &text, &mut out)?;
-    }
+    Texts::read(path)?.for_each(|o| out.add(o))?;
     Ok(out)
 }
 
@@ -176,6 +268,12 @@ fn is_json(file: &Path, text: &str) -> bool {
 /// files and text starting with `{` or `[`, else YAML (one or more
 /// documents).
 pub fn parse_into(file: &Path, text: &str, out: &mut Manifests) -> Result<(), ManifestError> {
+    parse_each(file, text, &mut |o| out.add(o))
+}
+
+/// Parses one file's text (as [`parse_into`]), handing each object to `f`
+/// as soon as it is converted.
+pub fn parse_each(file: &Path, text: &str, f: &mut impl FnMut(Object)) -> Result<(), ManifestError> {
     let syntax = |message: String| ManifestError::Syntax {
         path: file.to_owned(),
         message,
@@ -189,14 +287,14 @@ pub fn parse_into(file: &Path, text: &str, out: &mut Manifests) -> Result<(), Ma
             .enumerate()
         {
             let raw = raw.map_err(|e| syntax(e.to_string()))?;
-            add_document(file, i + 1, Doc::Json(raw), out)?;
+            add_document(file, i + 1, Doc::Json(raw), f)?;
         }
         return Ok(());
     }
     let docs: Vec<Value> =
         serde_saphyr::from_multiple_with_options(text, yaml_options()).map_err(|e| syntax(e.to_string()))?;
     for (i, doc) in docs.into_iter().enumerate() {
-        add_document(file, i + 1, Doc::Yaml(doc), out)?;
+        add_document(file, i + 1, Doc::Yaml(doc), f)?;
     }
     Ok(())
 }
@@ -278,7 +376,7 @@ fn default_namespace(meta: &mut ObjectMeta) {
     }
 }
 
-fn add_document(file: &Path, document: usize, doc: Doc<'_>, out: &mut Manifests) -> Result<(), ManifestError> {
+fn add_document(file: &Path, document: usize, doc: Doc<'_>, f: &mut impl FnMut(Object)) -> Result<(), ManifestError> {
     if doc.is_null() {
         return Ok(()); // an empty document, e.g. after a trailing `---`
     }
@@ -305,7 +403,7 @@ fn add_document(file: &Path, document: usize, doc: Doc<'_>, out: &mut Manifests)
     };
     if kind.ends_with("List") {
         for item in doc.items().map_err(fail)? {
-            add_document(file, document, item, out)?;
+            add_document(file, document, item, f)?;
         }
         return Ok(());
     }
@@ -313,16 +411,16 @@ fn add_document(file: &Path, document: usize, doc: Doc<'_>, out: &mut Manifests)
         "Service" => {
             let mut svc: Service = doc.typed().map_err(fail)?;
             default_namespace(&mut svc.metadata);
-            out.services.push(svc);
+            f(Object::Service(Box::new(svc)));
         }
         "EndpointSlice" => {
             let mut slice: EndpointSlice = doc.typed().map_err(fail)?;
             default_namespace(&mut slice.metadata);
-            out.slices.push(slice);
+            f(Object::Slice(Box::new(slice)));
         }
-        "Node" => out.nodes.push(doc.typed().map_err(fail)?),
+        "Node" => f(Object::Node(Box::new(doc.typed().map_err(fail)?))),
         "" => return Err(fail("no `kind`".into())),
-        other => out.skipped.push(format!("{}: {other} {name}", file.display())),
+        other => f(Object::Skipped(format!("{}: {other} {name}", file.display()))),
     }
     Ok(())
 }
@@ -386,6 +484,50 @@ metadata:
         assert_eq!(m.skipped, ["x.yaml: ConfigMap default/other"]);
         assert_eq!(m.node_zone("node-1").as_deref(), Some("zone-a"));
         assert_eq!(m.node_zone("node-2"), None);
+    }
+
+    #[test]
+    fn texts_are_checked_whole_then_streamed() {
+        let dir = std::env::temp_dir().join(format!("manifests-texts-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("a.yaml"), TEXT).unwrap();
+        std::fs::write(
+            dir.join("sub/b.json"),
+            r#"{"kind":"Service","metadata":{"name":"b","namespace":"n"},"spec":{"clusterIP":"10.0.0.2"}}"#,
+        )
+        .unwrap();
+        let texts = Texts::read(&dir).unwrap();
+        let summary = texts.check().unwrap();
+        assert_eq!((summary.services, summary.slices), (2, 1));
+        assert_eq!(summary.node_zone("node-1").as_deref(), Some("zone-a"));
+        assert_eq!(summary.skipped.len(), 1);
+        let mut seen = Vec::new();
+        texts
+            .for_each(|o| {
+                seen.push(match o {
+                    Object::Service(s) => format!("svc {}", s.metadata.name.unwrap_or_default()),
+                    Object::Slice(s) => format!("slice {}", s.metadata.name.unwrap_or_default()),
+                    Object::Node(n) => format!("node {}", n.metadata.name.unwrap_or_default()),
+                    Object::Skipped(s) => format!("skipped {s}"),
+                });
+            })
+            .unwrap();
+        assert_eq!(seen.len(), 5, "{seen:?}");
+        assert_eq!(seen[0], "svc web");
+        assert_eq!(seen[4], "svc b", "files in path order, documents in file order");
+
+        // A broken second file: the check fails and names it.
+        std::fs::write(
+            dir.join("sub/b.json"),
+            r#"{"kind":"Service","metadata":{"name":"b"},"spec":{"ports":7}}"#,
+        )
+        .unwrap();
+        let e = Texts::read(&dir).unwrap().check().unwrap_err().to_string();
+        assert!(
+            e.contains("b.json") && e.contains("Service default/b") && e.contains("spec.ports"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

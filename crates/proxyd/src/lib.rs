@@ -10,6 +10,7 @@
 //!  engine    the caches and maps every command drives
 //!  snapshot  one read of the cluster (manifests or API) into an engine
 //!  run       `proxyd run`: watches or --manifests ─► engine ─► sync loop
+//!  manifest_source  --manifests polled, checked, streamed in as relists
 //!            ─► NftSyncer (partial syncs) ─► nft
 //!  render    `proxyd render`: the ruleset and a services table
 //!  explain   `proxyd explain`: why each endpoint is or isn't used
@@ -26,6 +27,7 @@ pub mod explain;
 pub mod health;
 pub mod http;
 pub mod logging;
+pub mod manifest_source;
 pub mod metrics;
 pub mod proxier;
 pub mod render;

@@ -14,17 +14,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use informer_glue::fold::{EventFold, Fanout};
-use informer_glue::manifests;
 use informer_glue::rejections::Rejections;
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
-use informer_glue::selection::Selection;
 use informer_glue::tombstone::{slim_service, slim_slice};
 use informer_glue::{ServiceStore, SliceCacheHandler};
 use k8s_openapi::api::core::v1::Service;
@@ -39,6 +36,7 @@ use crate::dataplane::{Dataplane, DataplaneConfig, DataplaneError, DryRun, NftCo
 use crate::engine::Engine;
 use crate::health::{ProxierHealth, ServiceHealth};
 use crate::http::{Reply, serve};
+use crate::manifest_source;
 use crate::metrics::{Metrics, SyncObservation};
 use crate::proxier::{HealthChecks, Proxier};
 use crate::snapshot::{api_node_zone, client, dataplane_config, node_name, selection};
@@ -65,9 +63,6 @@ pub fn main(args: RunArgs) -> ExitCode {
         }
     }
 }
-
-/// How often `--manifests` files are checked for changes.
-const MANIFEST_POLL: Duration = Duration::from_secs(1);
 
 type Stop = watch::Receiver<bool>;
 
@@ -172,9 +167,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let (tasks, node_zone) = match &args.source.manifests {
         Some(path) => {
-            let zone = manifests::load(path).ok().and_then(|m| m.node_zone(&node));
-            let task = tokio::spawn(watch_manifests(
+            let first = manifest_source::Read::new(path);
+            let zone = first.summary().and_then(|s| s.node_zone(&node));
+            let task = tokio::spawn(manifest_source::watch_manifests(
                 path.clone(),
+                first,
                 selection.clone(),
                 slices,
                 store,
@@ -480,48 +477,6 @@ fn sync_all(
         changed
     });
     failure.map_or(Ok(()), Err)
-}
-
-/// Re-reads `--manifests` whenever its files change and hands each
-/// complete read to the handlers as a relist. A read that fails (a file
-/// half-written, a syntax error) is reported and changes nothing.
-async fn watch_manifests(
-    path: PathBuf,
-    selection: Selection,
-    mut slices: Fanout<SliceCacheHandler>,
-    mut store: ServiceStore,
-    mut stop: Stop,
-) {
-    let sel = selection.clone();
-    let mut slice_fold = EventFold::with_selection(move |s| sel.selects_slice(s)).slimmed(slim_slice);
-    let mut service_fold = EventFold::with_selection(move |s| selection.selects_service(s)).slimmed(slim_service);
-    let mut last = None;
-    loop {
-        let now = manifests::fingerprint(&path);
-        if last.as_ref() != Some(&now) {
-            match manifests::load(&path) {
-                Ok(m) => {
-                    for s in &m.skipped {
-                        tracing::debug!("manifests: skipped {s}");
-                    }
-                    tracing::info!(
-                        path = %path.display(),
-                        services = m.services.len(),
-                        endpoint_slices = m.slices.len(),
-                        "manifests read"
-                    );
-                    manifests::relist(&mut service_fold, m.services, &mut store);
-                    manifests::relist(&mut slice_fold, m.slices, &mut slices);
-                }
-                Err(e) => tracing::warn!("manifests: {e}; keeping what was read before"),
-            }
-            last = Some(now);
-        }
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
-            () = tokio::time::sleep(MANIFEST_POLL) => {}
-        }
-    }
 }
 
 async fn wait_for_signal() {

@@ -1,0 +1,128 @@
+//! `--manifests` as the source of Services and EndpointSlices: the files
+//! are polled, and each complete, valid read is handed to the handlers as
+//! a relist (vanished objects become deletes, changed ones updates).
+//!
+//! A read is checked whole before anything is handed over, so a broken or
+//! half-written file changes nothing; the objects are then converted again
+//! one at a time as they are handed over, so memory never holds a
+//! cluster's worth of typed objects (see [`informer_glue::manifests`]).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use informer_glue::fold::{EventFold, Fanout};
+use informer_glue::manifests::{self, ManifestError, Object, Summary, Texts};
+use informer_glue::selection::Selection;
+use informer_glue::tombstone::{slim_service, slim_slice};
+use informer_glue::{ServiceStore, SliceCacheHandler};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::watcher::Event;
+use tokio::sync::watch;
+
+/// How often the files are checked for changes.
+const POLL: Duration = Duration::from_secs(1);
+
+type Fingerprint = Vec<(PathBuf, u64, Option<SystemTime>)>;
+
+/// One read of the files: what they looked like, and their checked text.
+pub struct Read {
+    fingerprint: Fingerprint,
+    result: Result<(Texts, Summary), ManifestError>,
+}
+
+impl Read {
+    /// Reads and checks every file under `path`.
+    pub fn new(path: &Path) -> Self {
+        // Taken first: an edit during the read shows as a new fingerprint
+        // at the next poll.
+        let fingerprint = manifests::fingerprint(path);
+        let result = Texts::read(path).and_then(|texts| {
+            let summary = texts.check()?;
+            Ok((texts, summary))
+        });
+        Self { fingerprint, result }
+    }
+
+    /// What the check found, when the read is valid.
+    pub fn summary(&self) -> Option<&Summary> {
+        self.result.as_ref().ok().map(|(_, s)| s)
+    }
+}
+
+/// The handlers and their folds.
+struct Sink {
+    slices: Fanout<SliceCacheHandler>,
+    slice_fold: EventFold<EndpointSlice>,
+    store: ServiceStore,
+    service_fold: EventFold<Service>,
+}
+
+impl Sink {
+    fn hand_over(&mut self, texts: &Texts) -> Result<(), ManifestError> {
+        self.service_fold.apply(Event::Init, &mut self.store);
+        self.slice_fold.apply(Event::Init, &mut self.slices);
+        texts.for_each(|object| match object {
+            Object::Service(s) => self.service_fold.apply(Event::InitApply(*s), &mut self.store),
+            Object::Slice(s) => self.slice_fold.apply(Event::InitApply(*s), &mut self.slices),
+            Object::Node(_) | Object::Skipped(_) => {}
+        })?;
+        // A failure above leaves both lists open: the next read's `Init`
+        // abandons them, and nothing was deleted.
+        self.service_fold.apply(Event::InitDone, &mut self.store);
+        self.slice_fold.apply(Event::InitDone, &mut self.slices);
+        Ok(())
+    }
+
+    fn take(&mut self, path: &Path, read: Read) {
+        match read.result {
+            Ok((texts, summary)) => {
+                for s in &summary.skipped {
+                    tracing::debug!("manifests: skipped {s}");
+                }
+                tracing::info!(
+                    path = %path.display(),
+                    services = summary.services,
+                    endpoint_slices = summary.slices,
+                    "manifests read"
+                );
+                if let Err(e) = self.hand_over(&texts) {
+                    tracing::error!("manifests: {e} (after a successful check); the next change retries");
+                }
+            }
+            Err(e) => tracing::warn!("manifests: {e}; keeping what was read before"),
+        }
+    }
+}
+
+/// Hands `first` (read at startup) to the handlers, then re-reads the files
+/// under `path` whenever they change, until `stop` turns true.
+pub async fn watch_manifests(
+    path: PathBuf,
+    first: Read,
+    selection: Selection,
+    slices: Fanout<SliceCacheHandler>,
+    store: ServiceStore,
+    mut stop: watch::Receiver<bool>,
+) {
+    let sel = selection.clone();
+    let mut sink = Sink {
+        slices,
+        slice_fold: EventFold::with_selection(move |s| sel.selects_slice(s)).slimmed(slim_slice),
+        store,
+        service_fold: EventFold::with_selection(move |s| selection.selects_service(s)).slimmed(slim_service),
+    };
+    let mut last = first.fingerprint.clone();
+    sink.take(&path, first);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(POLL) => {}
+        }
+        if manifests::fingerprint(&path) != last {
+            let read = Read::new(&path);
+            last = read.fingerprint.clone();
+            sink.take(&path, read);
+        }
+    }
+}
