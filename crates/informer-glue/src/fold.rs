@@ -14,6 +14,7 @@
 //! complete list proves an absence: a list that fails part-way (a second
 //! `Init` before `InitDone`) may have updated objects but deletes nothing.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
@@ -68,20 +69,52 @@ pub struct FoldStats {
 
 type Key = (String, String);
 
-/// What the fold keeps of an object once handed over.
-type Slim<K> = Box<dyn Fn(&K) -> K + Send>;
+/// What the fold keeps of each object it has handed over: enough to give
+/// the handler a tombstone (or an update's old version) and to tell
+/// versions apart. [`Whole`] keeps everything; a proxy of a large cluster
+/// keeps a few strings per object instead (see [`crate::tombstone`]).
+pub trait Keep<K: Clone> {
+    /// The record kept per object.
+    type Kept;
+    /// The record of `obj`, just handed over.
+    fn keep(&self, obj: K) -> Self::Kept;
+    /// The recorded `metadata.resourceVersion`.
+    fn version<'a>(&self, kept: &'a Self::Kept) -> Option<&'a str>;
+    /// The object rebuilt from its record (and its namespace and name),
+    /// as the handler's tombstone or an update's old version.
+    fn object<'a>(&self, namespace: &str, name: &str, kept: &'a Self::Kept) -> Cow<'a, K>;
+}
+
+/// Keeps a whole copy of every object.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Whole;
+
+impl<K: ResourceExt + Clone> Keep<K> for Whole {
+    type Kept = K;
+
+    fn keep(&self, obj: K) -> K {
+        obj
+    }
+
+    fn version<'a>(&self, kept: &'a K) -> Option<&'a str> {
+        kept.meta().resource_version.as_deref()
+    }
+
+    fn object<'a>(&self, _: &str, _: &str, kept: &'a K) -> Cow<'a, K> {
+        Cow::Borrowed(kept)
+    }
+}
 
 /// The fold; see the module docs.
-pub struct EventFold<K> {
-    known: BTreeMap<Key, K>,
+pub struct EventFold<K: Clone, P: Keep<K> = Whole> {
+    known: BTreeMap<Key, P::Kept>,
     /// The keys listed so far by the list under way (after `Init`, before
     /// `InitDone`).
     listed: Option<BTreeSet<Key>>,
     synced: bool,
     /// Objects the proxy does not handle; treated as absent.
     selected: Box<dyn Fn(&K) -> bool + Send>,
-    /// What to keep of an object once handed over (see [`EventFold::slimmed`]).
-    slim: Option<Slim<K>>,
+    keep: P,
     stats: FoldStats,
 }
 
@@ -105,28 +138,26 @@ impl<K: ResourceExt + Clone> EventFold<K> {
             listed: None,
             synced: false,
             selected: Box::new(selected),
-            slim: None,
+            keep: Whole,
             stats: FoldStats::default(),
         }
     }
 
-    /// Keeps only `slim(obj)` of each object after handing it over: enough
-    /// for tombstones and for telling versions apart (name, namespace,
-    /// resourceVersion, and what the handler's delete needs). The `old`
-    /// object of an update and the tombstone of a delete are then slimmed.
-    /// Without it the fold holds a full copy of every object.
-    pub fn slimmed(mut self, slim: impl Fn(&K) -> K + Send + 'static) -> Self {
-        self.slim = Some(Box::new(slim));
-        self
-    }
-
-    fn keep(&self, obj: K) -> K {
-        match &self.slim {
-            Some(slim) => slim(&obj),
-            None => obj,
+    /// The same fold keeping only `keep`'s records of the objects it hands
+    /// over (see [`Keep`]). Call it before the first event.
+    pub fn keeping<Q: Keep<K>>(self, keep: Q) -> EventFold<K, Q> {
+        EventFold {
+            known: BTreeMap::new(),
+            listed: None,
+            synced: false,
+            selected: self.selected,
+            keep,
+            stats: FoldStats::default(),
         }
     }
+}
 
+impl<K: ResourceExt + Clone, P: Keep<K>> EventFold<K, P> {
     /// Whether the first complete list has been handed over.
     pub fn is_synced(&self) -> bool {
         self.synced
@@ -137,9 +168,14 @@ impl<K: ResourceExt + Clone> EventFold<K> {
         self.stats
     }
 
-    /// The objects the handler currently knows, by namespace and name.
-    pub fn known(&self) -> impl Iterator<Item = &K> {
-        self.known.values()
+    /// How many objects the handler currently knows.
+    pub fn len(&self) -> usize {
+        self.known.len()
+    }
+
+    /// Whether the handler knows no object.
+    pub fn is_empty(&self) -> bool {
+        self.known.is_empty()
     }
 
     fn key(&mut self, obj: &K) -> Option<Key> {
@@ -216,15 +252,15 @@ impl<K: ResourceExt + Clone> EventFold<K> {
 
     fn upsert(&mut self, key: Key, obj: K, handler: &mut impl EventHandler<K>) {
         match self.known.get(&key) {
-            Some(old) if same_version(old, &obj) => {}
+            Some(old) if same_version(self.keep.version(old), obj.meta().resource_version.as_deref()) => {}
             Some(old) => {
-                handler.on_update(old, &obj);
-                let kept = self.keep(obj);
+                handler.on_update(&self.keep.object(&key.0, &key.1, old), &obj);
+                let kept = self.keep.keep(obj);
                 self.known.insert(key, kept);
             }
             None => {
                 handler.on_add(&obj);
-                let kept = self.keep(obj);
+                let kept = self.keep.keep(obj);
                 self.known.insert(key, kept);
             }
         }
@@ -232,16 +268,13 @@ impl<K: ResourceExt + Clone> EventFold<K> {
 
     fn delete(&mut self, key: &Key, handler: &mut impl EventHandler<K>) {
         if let Some(old) = self.known.remove(key) {
-            handler.on_delete(&old);
+            handler.on_delete(&self.keep.object(&key.0, &key.1, &old));
         }
     }
 }
 
 /// A relist hands back every object; one whose resourceVersion has not
 /// moved has not changed.
-fn same_version<K: ResourceExt>(a: &K, b: &K) -> bool {
-    match (a.resource_version(), b.resource_version()) {
-        (Some(x), Some(y)) => !x.is_empty() && x == y,
-        _ => false,
-    }
+fn same_version(a: Option<&str>, b: Option<&str>) -> bool {
+    matches!((a, b), (Some(x), Some(y)) if !x.is_empty() && x == y)
 }

@@ -173,6 +173,47 @@ proptest! {
     }
 }
 
+/// Every call, with the name and resourceVersion of what it was given.
+#[derive(Default)]
+struct Log(Vec<String>);
+
+impl EventHandler<Service> for Log {
+    fn on_add(&mut self, obj: &Service) {
+        self.0.push(format!("add {}", version(obj)));
+    }
+    fn on_update(&mut self, old: &Service, new: &Service) {
+        self.0.push(format!("update {} -> {}", version(old), version(new)));
+    }
+    fn on_delete(&mut self, obj: &Service) {
+        self.0
+            .push(format!("delete {} ns={:?}", version(obj), obj.metadata.namespace));
+    }
+    fn on_synced(&mut self) {
+        self.0.push("synced".into());
+    }
+}
+
+fn version(s: &Service) -> String {
+    format!("{}@{}", key(s), s.metadata.resource_version.as_deref().unwrap_or("-"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+    #[test]
+    fn slim_records_make_the_same_calls_as_whole_copies(events in prop::collection::vec(ev(), 0..60)) {
+        let mut whole = EventFold::with_selection(selected);
+        let mut slim = EventFold::with_selection(selected).keeping(crate::tombstone::SlimServices);
+        let (mut a, mut b) = (Log::default(), Log::default());
+        for e in &events {
+            whole.apply(to_event(e), &mut a);
+            slim.apply(to_event(e), &mut b);
+        }
+        prop_assert_eq!(a.0, b.0);
+        prop_assert_eq!(whole.len(), slim.len());
+    }
+}
+
 #[test]
 fn delete_while_down_is_found_by_the_relist() {
     let mut fold = EventFold::new();

@@ -40,14 +40,14 @@ pub mod rejections;
 pub mod runner;
 pub mod selection;
 mod service;
-mod service_store;
+mod service_handler;
 pub mod tombstone;
 pub mod wire;
 
 pub use cache_handler::SliceCacheHandler;
 pub use convert::{slice_from_k8s, slice_name_of};
 pub use service::{DEFAULT_AFFINITY_TIMEOUT, ServiceError, ServiceWarning, service_from_k8s};
-pub use service_store::{ServiceStore, Services};
+pub use service_handler::ServiceHandler;
 
 #[cfg(test)]
 mod fold_tests;

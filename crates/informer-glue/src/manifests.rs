@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::fold::{EventFold, EventHandler};
+use crate::fold::{EventFold, EventHandler, Keep};
 
 /// Why a manifest could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -427,8 +427,11 @@ fn add_document(file: &Path, document: usize, doc: Doc<'_>, f: &mut impl FnMut(O
 
 /// Hands a complete set of objects to `fold` as a relist: new objects are
 /// added, changed ones updated, and ones no longer present deleted.
-pub fn relist<K>(fold: &mut EventFold<K>, objects: impl IntoIterator<Item = K>, handler: &mut impl EventHandler<K>)
-where
+pub fn relist<K, P: Keep<K>>(
+    fold: &mut EventFold<K, P>,
+    objects: impl IntoIterator<Item = K>,
+    handler: &mut impl EventHandler<K>,
+) where
     K: kube::Resource + Clone,
 {
     fold.apply(Event::Init, handler);

@@ -11,7 +11,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
-use crate::fold::{EventFold, EventHandler};
+use crate::fold::{EventFold, EventHandler, Keep};
 
 /// Counters of one watch, shared with whoever reports them (metrics).
 #[derive(Debug, Default)]
@@ -48,10 +48,10 @@ pub struct WatchSettings {
 ///
 /// Uses list-then-watch (not streaming lists), so every restart begins with
 /// a complete list that the fold can check deletes against.
-pub async fn run_watch<K, H>(
+pub async fn run_watch<K, P, H>(
     api: Api<K>,
     settings: WatchSettings,
-    mut fold: EventFold<K>,
+    mut fold: EventFold<K, P>,
     mut handler: H,
     metrics: Arc<WatchMetrics>,
     shutdown: impl Future<Output = ()>,
@@ -59,6 +59,7 @@ pub async fn run_watch<K, H>(
 where
     K: Resource + ResourceExt + Clone + DeserializeOwned + Debug + Send + 'static,
     K::DynamicType: Default,
+    P: Keep<K>,
     H: EventHandler<K>,
 {
     let kind = K::kind(&K::DynamicType::default()).into_owned();
@@ -101,7 +102,7 @@ where
                         .deletes_found_by_relist
                         .store(s.deletes_found_by_relist, Ordering::Relaxed);
                     if !was_synced && fold.is_synced() {
-                        tracing::info!(objects = fold.known().count(), "synced");
+                        tracing::info!(objects = fold.len(), "synced");
                     }
                 }
                 Some(Err(e)) => {

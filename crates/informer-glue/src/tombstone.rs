@@ -1,37 +1,88 @@
-//! What the event fold keeps of an object after handing it over (see
-//! [`EventFold::slimmed`](crate::fold::EventFold::slimmed)): enough to
-//! delete it later and to tell versions apart, nothing of its contents. A
-//! proxy of a large cluster would otherwise hold a second, full copy of
-//! every Service and EndpointSlice.
+//! What the event fold keeps of a Service or EndpointSlice after handing it
+//! over (see [`Keep`]): its resourceVersion, and for a slice its
+//! addressType, nothing of its contents. A proxy of a large cluster would
+//! otherwise hold a second copy of every object, and even an emptied
+//! k8s-openapi object costs its full struct size (most of a kilobyte for a
+//! Service).
+
+use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-fn meta(m: &ObjectMeta) -> ObjectMeta {
+use crate::fold::Keep;
+
+fn meta(namespace: &str, name: &str, version: Option<&str>) -> ObjectMeta {
     ObjectMeta {
-        name: m.name.clone(),
-        namespace: m.namespace.clone(),
-        resource_version: m.resource_version.clone(),
+        name: Some(name.to_owned()),
+        namespace: (!namespace.is_empty()).then(|| namespace.to_owned()),
+        resource_version: version.map(str::to_owned),
         ..ObjectMeta::default()
     }
 }
 
-/// A slice's name, namespace, resourceVersion and addressType (a delete
-/// needs the type: FQDN slices were never added).
-pub fn slim_slice(s: &EndpointSlice) -> EndpointSlice {
-    EndpointSlice {
-        metadata: meta(&s.metadata),
-        address_type: s.address_type.clone(),
-        ..EndpointSlice::default()
+fn version_of(meta: &ObjectMeta) -> Option<Box<str>> {
+    meta.resource_version.as_deref().map(Box::from)
+}
+
+/// Keeps a slice's resourceVersion and addressType (a delete needs the
+/// type: FQDN slices were never added). Tombstones carry namespace, name,
+/// resourceVersion and addressType.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SlimSlices;
+
+/// What [`SlimSlices`] keeps of a slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SliceRecord {
+    version: Option<Box<str>>,
+    address_type: Box<str>,
+}
+
+impl Keep<EndpointSlice> for SlimSlices {
+    type Kept = SliceRecord;
+
+    fn keep(&self, obj: EndpointSlice) -> SliceRecord {
+        SliceRecord {
+            version: version_of(&obj.metadata),
+            address_type: obj.address_type.into_boxed_str(),
+        }
+    }
+
+    fn version<'a>(&self, kept: &'a SliceRecord) -> Option<&'a str> {
+        kept.version.as_deref()
+    }
+
+    fn object<'a>(&self, namespace: &str, name: &str, kept: &'a SliceRecord) -> Cow<'a, EndpointSlice> {
+        Cow::Owned(EndpointSlice {
+            metadata: meta(namespace, name, kept.version.as_deref()),
+            address_type: kept.address_type.to_string(),
+            ..EndpointSlice::default()
+        })
     }
 }
 
-/// A service's name, namespace and resourceVersion.
-pub fn slim_service(s: &Service) -> Service {
-    Service {
-        metadata: meta(&s.metadata),
-        ..Service::default()
+/// Keeps a service's resourceVersion. Tombstones carry namespace, name and
+/// resourceVersion.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SlimServices;
+
+impl Keep<Service> for SlimServices {
+    type Kept = Option<Box<str>>;
+
+    fn keep(&self, obj: Service) -> Option<Box<str>> {
+        version_of(&obj.metadata)
+    }
+
+    fn version<'a>(&self, kept: &'a Option<Box<str>>) -> Option<&'a str> {
+        kept.as_deref()
+    }
+
+    fn object<'a>(&self, namespace: &str, name: &str, kept: &'a Option<Box<str>>) -> Cow<'a, Service> {
+        Cow::Owned(Service {
+            metadata: meta(namespace, name, kept.as_deref()),
+            ..Service::default()
+        })
     }
 }
 
@@ -44,16 +95,40 @@ mod tests {
 
     #[test]
     fn slim_slices_still_delete_by_name_and_keep_the_fqdn_rule() {
-        let s: EndpointSlice = serde_json::from_value(json!({
-            "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7",
-                         "labels": {"kubernetes.io/service-name": "web"}},
-            "addressType": "FQDN",
-            "endpoints": [{"addresses": ["x.example"]}],
-        }))
-        .unwrap();
-        let slim = slim_slice(&s);
-        assert!(slim.endpoints.as_ref().is_none_or(Vec::is_empty));
-        assert_eq!(slim.metadata.resource_version.as_deref(), Some("7"));
-        assert_eq!(slice_name_of(&slim).is_err(), slice_name_of(&s).is_err());
+        for address_type in ["FQDN", "IPv4"] {
+            let s: EndpointSlice = serde_json::from_value(json!({
+                "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7",
+                             "labels": {"kubernetes.io/service-name": "web"}},
+                "addressType": address_type,
+                "endpoints": [{"addresses": ["x.example"]}],
+            }))
+            .unwrap();
+            let kept = SlimSlices.keep(s.clone());
+            assert_eq!(SlimSlices.version(&kept), Some("7"));
+            let tomb = SlimSlices.object("ns", "a", &kept);
+            assert!(tomb.endpoints.as_ref().is_none_or(Vec::is_empty));
+            assert_eq!(tomb.metadata.resource_version.as_deref(), Some("7"));
+            assert_eq!(tomb.metadata.namespace.as_deref(), Some("ns"));
+            assert_eq!(tomb.address_type, address_type);
+            assert_eq!(
+                slice_name_of(&tomb).map_err(|e| e.to_string()),
+                slice_name_of(&s).map_err(|e| e.to_string())
+            );
+        }
+    }
+
+    #[test]
+    fn slim_services_keep_name_and_version() {
+        let s = Service {
+            metadata: meta("ns", "web", Some("12")),
+            spec: Some(Default::default()),
+            ..Service::default()
+        };
+        let kept = SlimServices.keep(s.clone());
+        let tomb = SlimServices.object("ns", "web", &kept);
+        assert_eq!(tomb.metadata, s.metadata);
+        assert!(tomb.spec.is_none());
+        let unversioned = SlimServices.keep(Service::default());
+        assert_eq!(SlimServices.version(&unversioned), None);
     }
 }

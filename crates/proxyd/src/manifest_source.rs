@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime};
 use informer_glue::fold::{EventFold, Fanout};
 use informer_glue::manifests::{self, ManifestError, Object, Summary, Texts};
 use informer_glue::selection::Selection;
-use informer_glue::tombstone::{slim_service, slim_slice};
-use informer_glue::{ServiceStore, SliceCacheHandler};
+use informer_glue::tombstone::{SlimServices, SlimSlices};
+use informer_glue::{ServiceHandler, SliceCacheHandler};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
@@ -53,9 +53,9 @@ impl Read {
 /// The handlers and their folds.
 struct Sink {
     slices: Fanout<SliceCacheHandler>,
-    slice_fold: EventFold<EndpointSlice>,
-    store: ServiceStore,
-    service_fold: EventFold<Service>,
+    slice_fold: EventFold<EndpointSlice, SlimSlices>,
+    store: ServiceHandler,
+    service_fold: EventFold<Service, SlimServices>,
 }
 
 impl Sink {
@@ -102,15 +102,15 @@ pub async fn watch_manifests(
     first: Read,
     selection: Selection,
     slices: Fanout<SliceCacheHandler>,
-    store: ServiceStore,
+    store: ServiceHandler,
     mut stop: watch::Receiver<bool>,
 ) {
     let sel = selection.clone();
     let mut sink = Sink {
         slices,
-        slice_fold: EventFold::with_selection(move |s| sel.selects_slice(s)).slimmed(slim_slice),
+        slice_fold: EventFold::with_selection(move |s| sel.selects_slice(s)).keeping(SlimSlices),
         store,
-        service_fold: EventFold::with_selection(move |s| selection.selects_service(s)).slimmed(slim_service),
+        service_fold: EventFold::with_selection(move |s| selection.selects_service(s)).keeping(SlimServices),
     };
     let mut last = first.fingerprint.clone();
     sink.take(&path, first);

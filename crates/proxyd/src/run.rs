@@ -1,7 +1,7 @@
 //! `proxyd run`: watch the cluster and keep the nftables table in step.
 //!
 //! ```text
-//!  API watches or --manifests ── ServiceStore ─────► ServiceChangeTracker ┐
+//!  API watches or --manifests ── ServiceHandler ───► ServiceChangeTracker ┐
 //!                             └─ SliceCacheHandler ─► EndpointSliceCache ─┤ sync_needed
 //!                                                                         ▼
 //!  SyncRunner: starts once both kinds are listed; at most one sync per
@@ -12,18 +12,17 @@
 //!  the rules stay in place.
 //! ```
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use informer_glue::fold::{EventFold, Fanout};
 use informer_glue::rejections::Rejections;
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
-use informer_glue::tombstone::{slim_service, slim_slice};
-use informer_glue::{ServiceStore, SliceCacheHandler};
+use informer_glue::tombstone::{SlimServices, SlimSlices};
+use informer_glue::{ServiceHandler, SliceCacheHandler};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -156,10 +155,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Every family's handler sees the same slices: count the first one's.
     let slices_rejected = slice_handlers.first().map(|h| h.rejected.clone()).unwrap_or_default();
     let slices = Fanout(slice_handlers);
-    let services: informer_glue::Services = Arc::new(Mutex::new(BTreeMap::new()));
-    let mut store = ServiceStore::new(services.clone());
+    let mut store = ServiceHandler::new(engines.iter().map(|e| e.service_changes.clone()).collect());
     store.changed = changes.clone();
-    store.trackers = engines.iter().map(|e| e.service_changes.clone()).collect();
     let services_synced = store.synced.clone();
     let services_rejected = store.rejected.clone();
     let slice_watch = Arc::new(WatchMetrics::default());
@@ -194,7 +191,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             let slice_task = tokio::spawn(run_watch(
                 Api::<EndpointSlice>::all(client.clone()),
                 settings.clone(),
-                EventFold::with_selection(move |s| sel.selects_slice(s)).slimmed(slim_slice),
+                EventFold::with_selection(move |s| sel.selects_slice(s)).keeping(SlimSlices),
                 slices,
                 slice_watch.clone(),
                 stopped(stop_rx.clone()),
@@ -203,7 +200,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             let service_task = tokio::spawn(run_watch(
                 Api::<Service>::all(client),
                 settings,
-                EventFold::with_selection(move |s| sel.selects_service(s)).slimmed(slim_service),
+                EventFold::with_selection(move |s| sel.selects_service(s)).keeping(SlimServices),
                 store,
                 service_watch.clone(),
                 stopped(stop_rx.clone()),
@@ -346,7 +343,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         runner
             .run(
                 |reason| {
-                    let result = sync_all(reason, &mut proxiers, &services, &health, &metrics, &hc_tx);
+                    let result = sync_all(reason, &mut proxiers, &health, &metrics, &hc_tx);
                     counters.publish(&metrics);
                     std::future::ready(result)
                 },
@@ -407,7 +404,6 @@ impl WatchCounters {
 fn sync_all(
     reason: SyncReason,
     proxiers: &mut [Proxier],
-    services: &informer_glue::Services,
     health: &ProxierHealth,
     metrics: &Metrics,
     health_checks: &watch::Sender<HealthChecks>,
@@ -418,7 +414,6 @@ fn sync_all(
         SyncKind::Changes
     };
     let mut failure = None;
-    let services_known = services.lock().map(|s| s.len()).unwrap_or(0);
     for p in proxiers.iter_mut() {
         let started = Instant::now();
         match p.sync(kind) {
@@ -433,7 +428,7 @@ fn sync_all(
                     family = %p.family,
                     first = reason == SyncReason::Initial,
                     reason = ?reason,
-                    services = services_known,
+                    service_ports = p.engine.services.len(),
                     service_ports_with_endpoints = p.engine.endpoints.len(),
                     changed_services = out.changed,
                     full = out.report.full,

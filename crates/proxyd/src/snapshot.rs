@@ -2,14 +2,11 @@
 //! the same handlers and selection as `proxyd run`: what `render` and
 //! `explain` work from.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
 use anyhow::Context;
 use informer_glue::fold::EventFold;
 use informer_glue::manifests::{self, relist};
 use informer_glue::selection::Selection;
-use informer_glue::{ServiceStore, SliceCacheHandler};
+use informer_glue::{ServiceHandler, SliceCacheHandler};
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -140,8 +137,7 @@ impl Snapshot {
         let mut engine = Engine::new(node, proxy.ip_family);
         let sel = selection(proxy);
         let mut slices = SliceCacheHandler::new(engine.slices.clone());
-        let mut store = ServiceStore::new(Arc::new(Mutex::new(BTreeMap::new())));
-        store.trackers = vec![engine.service_changes.clone()];
+        let mut store = ServiceHandler::new(vec![engine.service_changes.clone()]);
         let s = sel.clone();
         relist(
             &mut EventFold::with_selection(move |x| s.selects_service(x)),

@@ -1,28 +1,26 @@
-//! [`ServiceStore`]: Service events into a shared map of [`ServiceInfo`].
+//! [`ServiceHandler`]: Service events into each proxier's
+//! [`ServiceChangeTracker`].
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Service;
 use slice_cache::ServiceChangeTracker;
-use slice_model::{ServiceInfo, ServiceName};
+use slice_model::ServiceName;
 use tokio::sync::Notify;
 
 use crate::fold::EventHandler;
 use crate::rejections::Rejections;
 use crate::service_from_k8s;
 
-/// The services a proxy handles, by name.
-pub type Services = Arc<Mutex<BTreeMap<ServiceName, ServiceInfo>>>;
-
-/// Keeps [`Services`] up to date from Service events and wakes the sync
-/// loop on every change. Rejected services are logged and counted.
-pub struct ServiceStore {
-    services: Services,
-    /// Notified after every change, and once synced.
+/// Converts Service events and hands them to the change trackers (one per
+/// IP family), waking the sync loop when one of them changed. The trackers
+/// are the only copy of the services: this handler keeps none. Rejected
+/// services are logged and counted.
+pub struct ServiceHandler {
+    /// Notified after every change a tracker cares about, and once synced.
     pub changed: Arc<Notify>,
-    /// Set once the first complete list is in the store.
+    /// Set once the first complete list has been handed over.
     pub synced: Arc<AtomicBool>,
     /// Objects rejected (logged, counted by reason).
     pub rejected: Arc<Rejections>,
@@ -31,21 +29,26 @@ pub struct ServiceStore {
     pub trackers: Vec<Arc<Mutex<ServiceChangeTracker>>>,
 }
 
-impl ServiceStore {
-    /// A store writing into `services`.
-    pub fn new(services: Services) -> Self {
+impl ServiceHandler {
+    /// A handler feeding `trackers`.
+    pub fn new(trackers: Vec<Arc<Mutex<ServiceChangeTracker>>>) -> Self {
         Self {
-            services,
             changed: Arc::new(Notify::new()),
             synced: Arc::new(AtomicBool::new(false)),
             rejected: Arc::default(),
-            trackers: Vec::new(),
+            trackers,
         }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<ServiceName, ServiceInfo>) -> T) -> T {
-        let mut guard = self.services.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut guard)
+    /// Applies `f` to every tracker; wakes the sync loop if any changed.
+    fn each(&self, f: impl Fn(&mut ServiceChangeTracker) -> bool) {
+        let mut changed = false;
+        for t in &self.trackers {
+            changed |= f(&mut t.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        if changed {
+            self.changed.notify_one();
+        }
     }
 
     fn upsert(&mut self, svc: &Service) {
@@ -54,26 +57,14 @@ impl ServiceStore {
                 for w in &warnings {
                     tracing::warn!("{w}");
                 }
-                for t in &self.trackers {
-                    t.lock().unwrap_or_else(|e| e.into_inner()).update(&info);
-                }
-                let changed = self.with(|m| {
-                    if m.get(&info.name) == Some(&info) {
-                        return false;
-                    }
-                    m.insert(info.name.clone(), info);
-                    true
-                });
-                if changed {
-                    self.changed.notify_one();
-                }
+                self.each(|t| t.update(&info));
             }
             Err(e) => self.rejected.record(e.reason(), &e),
         }
     }
 }
 
-impl EventHandler<Service> for ServiceStore {
+impl EventHandler<Service> for ServiceHandler {
     fn on_add(&mut self, obj: &Service) {
         self.upsert(obj);
     }
@@ -87,12 +78,7 @@ impl EventHandler<Service> for ServiceStore {
             return;
         };
         let name = ServiceName::new(ns, name);
-        for t in &self.trackers {
-            t.lock().unwrap_or_else(|e| e.into_inner()).remove(&name);
-        }
-        if self.with(|m| m.remove(&name).is_some()) {
-            self.changed.notify_one();
-        }
+        self.each(|t| t.remove(&name));
     }
 
     fn on_synced(&mut self) {
@@ -117,32 +103,37 @@ mod tests {
     }
 
     #[test]
-    fn services_are_stored_updated_and_removed() {
-        let services: Services = Arc::default();
-        let mut s = ServiceStore::new(services.clone());
-        let changed = |s: &ServiceStore| s.changed.notified().now_or_never().is_some();
+    fn only_changes_a_tracker_cares_about_wake_the_sync_loop() {
+        let tracker = Arc::new(Mutex::new(ServiceChangeTracker::new(slice_model::IpFamily::V4)));
+        let mut s = ServiceHandler::new(vec![tracker.clone()]);
+        let changed = |s: &ServiceHandler| s.changed.notified().now_or_never().is_some();
         s.on_add(&svc("10.96.0.1"));
         assert!(changed(&s));
-        assert_eq!(services.lock().unwrap().len(), 1);
         s.on_update(&svc("10.96.0.1"), &svc("10.96.0.1"));
         assert!(!changed(&s), "same service, no wake-up");
         s.on_update(&svc("10.96.0.1"), &svc("10.96.0.2"));
         assert!(changed(&s));
-        let name = ServiceName::new("ns", "web");
-        assert_eq!(services.lock().unwrap()[&name].cluster_ips[0].to_string(), "10.96.0.2");
-        s.on_delete(&svc("10.96.0.2"));
-        assert!(changed(&s) && services.lock().unwrap().is_empty());
+        s.on_add(&svc("fd00::1"));
+        assert!(changed(&s), "the IPv4 service is gone from the IPv4 tracker");
+        s.on_update(&svc("fd00::1"), &svc("fd00::2"));
+        assert!(!changed(&s), "an IPv6-only change means nothing to the IPv4 tracker");
+        s.on_delete(&svc("fd00::2"));
+        assert!(!changed(&s));
+        assert!(
+            tracker.lock().unwrap().checkout().is_empty(),
+            "web's IPv4 ports came and went before any sync: nothing to do"
+        );
         let mut nameless = svc("10.96.0.3");
         nameless.metadata.name = None;
         s.on_add(&nameless);
         assert_eq!(s.rejected.total(), 1);
+        assert!(!changed(&s));
     }
 
     #[test]
     fn the_tracker_sees_every_change() {
         let tracker = Arc::new(Mutex::new(ServiceChangeTracker::new(slice_model::IpFamily::V4)));
-        let mut s = ServiceStore::new(Arc::default());
-        s.trackers = vec![tracker.clone()];
+        let mut s = ServiceHandler::new(vec![tracker.clone()]);
         s.on_add(&svc("10.96.0.1"));
         let changes = tracker.lock().unwrap().checkout();
         assert_eq!(changes.len(), 1);
