@@ -259,14 +259,23 @@ impl Element {
         }
     }
 
+    /// The set or map its entries go to.
+    pub fn set(&self) -> &'static str {
+        let node_port = self.frontend().is_node_port();
+        match self {
+            Self::Slots { endpoints, .. } => slot_map(node_port, width(endpoints.len())),
+            Self::Chain { .. } => Membership::Chains.set_name(node_port),
+            Self::Member { set, .. } => set.set_name(node_port),
+        }
+    }
+
     /// Calls `f(set, key, value)` for each nft element this stands for.
     pub fn for_each_entry(&self, mut f: impl FnMut(&'static str, String, Option<String>)) {
         let frontend = self.frontend();
-        let node_port = frontend.is_node_port();
         match self {
             Self::Slots { endpoints, .. } => {
                 let key = frontend.key();
-                let map = slot_map(node_port, width(endpoints.len()));
+                let map = self.set();
                 for (slot, ep) in slot_assignment(endpoints).enumerate() {
                     f(
                         map,
@@ -275,12 +284,8 @@ impl Element {
                     );
                 }
             }
-            Self::Chain { chain, .. } => f(
-                Membership::Chains.set_name(node_port),
-                frontend.key(),
-                Some(format!("goto {chain}")),
-            ),
-            Self::Member { set, .. } => f(set.set_name(node_port), frontend.key(), None),
+            Self::Chain { chain, .. } => f(self.set(), frontend.key(), Some(format!("goto {chain}"))),
+            Self::Member { .. } => f(self.set(), frontend.key(), None),
         }
     }
 }

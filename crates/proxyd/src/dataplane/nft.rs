@@ -26,7 +26,7 @@ use std::fmt::Write;
 use std::net::IpAddr;
 
 use super::desired::DataplaneConfig;
-use super::fragment::{FamilyWords, Fragment, NODEPORT_SLOT_MAPS, SERVICE_SLOT_MAPS, WIDTHS};
+use super::fragment::{Element, FamilyWords, Fragment, NODEPORT_SLOT_MAPS, SERVICE_SLOT_MAPS, WIDTHS};
 
 /// The table every proxyd rule lives in.
 pub const TABLE: &str = "proxyd";
@@ -168,20 +168,59 @@ fn static_chains(config: &DataplaneConfig) -> Vec<(&'static str, Option<String>,
     ]
 }
 
-/// Elements grouped by set, in the order they were added.
-#[derive(Default)]
-struct Grouped(BTreeMap<&'static str, String>);
+/// Writes `add element` / `delete element` commands, at most
+/// [`ELEMENTS_PER_COMMAND`] elements each: one command per element would
+/// double the text, one per set would make a line of megabytes (and an nft
+/// error message that points at it useless).
+struct ElementCommands<'o> {
+    out: &'o mut String,
+    open: Option<(&'static str, usize)>,
+    verb: &'static str,
+    table: &'o str,
+}
 
-impl Grouped {
-    fn push(&mut self, set: &'static str, key: &str, value: Option<&str>) {
-        let buf = self.0.entry(set).or_default();
-        if !buf.is_empty() {
-            buf.push_str(",\n");
+/// Elements per `add element` command.
+const ELEMENTS_PER_COMMAND: usize = 1000;
+
+impl<'o> ElementCommands<'o> {
+    fn new(out: &'o mut String, verb: &'static str, table: &'o str) -> Self {
+        Self {
+            out,
+            open: None,
+            verb,
+            table,
         }
-        let _ = match value {
-            Some(v) => write!(buf, "\t\t\t{key} : {v}"),
-            None => write!(buf, "\t\t\t{key}"),
-        };
+    }
+
+    fn push(&mut self, set: &'static str, key: &str, value: Option<&str>) {
+        match &mut self.open {
+            Some((open, n)) if *open == set && *n < ELEMENTS_PER_COMMAND => {
+                *n += 1;
+                self.out.push_str(", ");
+            }
+            _ => {
+                self.close();
+                self.open = Some((set, 1));
+                let _ = write!(self.out, "{} element {} {set} {{ ", self.verb, self.table);
+            }
+        }
+        self.out.push_str(key);
+        if let Some(v) = value {
+            self.out.push_str(" : ");
+            self.out.push_str(v);
+        }
+    }
+
+    fn close(&mut self) {
+        if self.open.take().is_some() {
+            self.out.push_str(" }\n");
+        }
+    }
+}
+
+impl Drop for ElementCommands<'_> {
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
@@ -191,38 +230,18 @@ fn hairpin_key(ip: IpAddr) -> String {
 
 /// The whole ruleset, replacing whatever the table held, as one
 /// transaction: there is no moment without rules.
+///
+/// Written into one buffer (a full sync of a large cluster is megabytes):
+/// the table block declares the sets and maps and holds the chains, and the
+/// elements follow, set by set. Rules go in while the maps are empty, which
+/// nft 1.0.6 needs (see [`SLOT_DNAT`]).
 pub fn render_full<'a>(
     config: &DataplaneConfig,
     fragments: impl IntoIterator<Item = &'a Fragment>,
     hairpin: impl IntoIterator<Item = IpAddr>,
 ) -> String {
     let words = FamilyWords::of(config.family);
-    let mut grouped = Grouped::default();
-    grouped.push("canary", "1", None);
-    let mut chains = String::new();
-    let mut sets = String::new();
-    for f in fragments {
-        for e in &f.elements {
-            e.for_each_entry(|set, key, value| grouped.push(set, &key, value.as_deref()));
-        }
-        for s in &f.affinity_sets {
-            let _ = writeln!(sets, "\tset {s} {{");
-            let _ = writeln!(sets, "\t\ttype {}", words.addr_type);
-            let _ = writeln!(sets, "\t\tflags dynamic,timeout");
-            let _ = writeln!(sets, "\t}}");
-        }
-        for c in &f.chains {
-            let _ = writeln!(chains, "\tchain {} {{", c.name);
-            for r in &c.rules {
-                let _ = writeln!(chains, "\t\t{r}");
-            }
-            let _ = writeln!(chains, "\t}}");
-        }
-    }
-    for ip in hairpin {
-        grouped.push("hairpin", &hairpin_key(ip), None);
-    }
-
+    let fragments: Vec<&Fragment> = fragments.into_iter().collect();
     let t = words.table;
     let mut out = String::new();
     // Creating the table first makes the delete valid whether or not it
@@ -232,15 +251,22 @@ pub fn render_full<'a>(
     let _ = writeln!(out, "table {t} {TABLE} {{");
     for (name, decl) in declarations(words) {
         let kind = if is_map(name) { "map" } else { "set" };
-        let _ = writeln!(out, "\t{kind} {name} {{");
-        let _ = writeln!(out, "\t\t{decl}");
-        if let Some(items) = grouped.0.get(name) {
-            let _ = writeln!(out, "\t\telements = {{\n{items}\n\t\t}}");
+        let _ = writeln!(out, "\t{kind} {name} {{\n\t\t{decl}\n\t}}");
+    }
+    for s in fragments.iter().flat_map(|f| &f.affinity_sets) {
+        let _ = writeln!(
+            out,
+            "\tset {s} {{\n\t\ttype {}\n\t\tflags dynamic,timeout\n\t}}",
+            words.addr_type
+        );
+    }
+    for c in fragments.iter().flat_map(|f| &f.chains) {
+        let _ = writeln!(out, "\tchain {} {{", c.name);
+        for r in &c.rules {
+            let _ = writeln!(out, "\t\t{r}");
         }
         let _ = writeln!(out, "\t}}");
     }
-    out.push_str(&sets);
-    out.push_str(&chains);
     for (name, hook, rules) in static_chains(config) {
         let _ = writeln!(out, "\tchain {name} {{");
         if let Some(h) = hook {
@@ -252,6 +278,23 @@ pub fn render_full<'a>(
         let _ = writeln!(out, "\t}}");
     }
     let _ = writeln!(out, "}}");
+
+    let table = format!("{t} {TABLE}");
+    let mut by_set: BTreeMap<&'static str, Vec<&Element>> = BTreeMap::new();
+    for e in fragments.iter().flat_map(|f| &f.elements) {
+        by_set.entry(e.set()).or_default().push(e);
+    }
+    let mut adds = ElementCommands::new(&mut out, "add", &table);
+    adds.push("canary", "1", None);
+    for elements in by_set.values() {
+        for e in elements {
+            e.for_each_entry(|set, key, value| adds.push(set, &key, value.as_deref()));
+        }
+    }
+    for ip in hairpin {
+        adds.push("hairpin", &hairpin_key(ip), None);
+    }
+    drop(adds);
     out
 }
 
@@ -391,8 +434,11 @@ pub fn render_partial(
         .or_default()
         .extend(hairpin_added.iter().map(|ip| hairpin_key(*ip)));
     for (verb, items) in [("delete", &deletes), ("add", &adds)] {
-        for (set, items) in items.iter().filter(|(_, i)| !i.is_empty()) {
-            let _ = writeln!(out, "{verb} element {t} {set} {{ {} }}", items.join(", "));
+        let mut commands = ElementCommands::new(&mut out, verb, &t);
+        for (set, items) in items {
+            for item in items {
+                commands.push(set, item, None);
+            }
         }
     }
     // 4. What is gone: flush every removed chain before deleting any (they
