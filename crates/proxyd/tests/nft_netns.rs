@@ -284,6 +284,25 @@ fn traffic_is_balanced_rejected_moved_and_sticky() {
         .apply("table ip proxyd { chain broken { this is not nft } }")
         .unwrap_err();
     assert!(matches!(err, DataplaneError::Rejected { .. }), "{err}");
+    // Streamed too, far beyond a pipe's buffer, with the error at the end:
+    // nft reads it all, rejects it, and says where.
+    let err = ns
+        .dataplane()
+        .apply_rendered(&mut |out| {
+            writeln!(
+                out,
+                "table ip proxyd-streamed {{\n\tset big {{\n\t\ttype inet_service\n\t\telements = {{"
+            )?;
+            for port in 1..=60_000 {
+                writeln!(out, "\t\t\t{port},")?;
+            }
+            writeln!(out, "\t\t\t1\n\t\t}}\n\t}}\n\tchain broken {{ this is not nft }}\n}}")
+        })
+        .unwrap_err();
+    match &err {
+        DataplaneError::Rejected { stderr, .. } => assert!(stderr.contains("this is not nft"), "{stderr}"),
+        other => panic!("{other}"),
+    }
     let answers = connect(&ns, "10.96.0.10", 20);
     assert_eq!(
         count(&answers, "10.1.0.2"),

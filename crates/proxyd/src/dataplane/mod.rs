@@ -48,10 +48,24 @@ pub enum DataplaneError {
     },
 }
 
+/// Writes a transaction's text piece by piece.
+pub type Render<'r> = &'r mut dyn FnMut(&mut dyn std::fmt::Write) -> std::fmt::Result;
+
 /// Applies nft scripts.
 pub trait Dataplane {
     /// Applies one script as one transaction: all of it or none.
     fn apply(&mut self, script: &str) -> Result<(), DataplaneError>;
+
+    /// Applies the script `render` writes, as one transaction, and returns
+    /// its size. By default the text is collected and [`Dataplane::apply`]
+    /// applies it; [`NftCommand`] streams it to nft instead, so a full sync
+    /// of a large cluster never holds its megabytes of text.
+    fn apply_rendered(&mut self, render: Render<'_>) -> Result<usize, DataplaneError> {
+        let mut script = String::new();
+        // Writing into a String cannot fail.
+        let _ = render(&mut script);
+        self.apply(&script).map(|()| script.len())
+    }
 }
 
 /// The real thing: `nft -f -`, optionally inside a named network namespace
@@ -62,8 +76,41 @@ pub struct NftCommand {
     pub netns: Option<String>,
 }
 
-impl Dataplane for NftCommand {
-    fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
+/// The text a render wrote to nft's standard input, counted; keeps the
+/// first I/O error (`fmt::Write` can only say that one happened).
+struct Feed<W> {
+    inner: W,
+    bytes: usize,
+    error: Option<std::io::Error>,
+}
+
+impl<W: Write> std::fmt::Write for Feed<W> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        match self.inner.write_all(s.as_bytes()) {
+            Ok(()) => {
+                self.bytes += s.len();
+                Ok(())
+            }
+            Err(e) => {
+                self.error.get_or_insert(e);
+                Err(std::fmt::Error)
+            }
+        }
+    }
+}
+
+impl NftCommand {
+    fn program(&self) -> String {
+        match &self.netns {
+            Some(ns) => format!("ip netns exec {ns} nft"),
+            None => "nft".to_owned(),
+        }
+    }
+
+    /// Runs `nft -f -` with what `feed` writes to its standard input (and
+    /// returns how much that was). nft reads all its input before it says
+    /// anything, so writing everything before reading its stderr is safe.
+    fn run(&self, feed: impl FnOnce(&mut dyn Write) -> std::io::Result<usize>) -> Result<usize, DataplaneError> {
         let mut cmd = match &self.netns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -76,12 +123,8 @@ impl Dataplane for NftCommand {
                 c
             }
         };
-        let program = match &self.netns {
-            Some(ns) => format!("ip netns exec {ns} nft"),
-            None => "nft".to_owned(),
-        };
         let spawn_err = |source| DataplaneError::Spawn {
-            program: program.clone(),
+            program: self.program(),
             source,
         };
         let mut child = cmd
@@ -90,18 +133,44 @@ impl Dataplane for NftCommand {
             .stderr(Stdio::piped())
             .spawn()
             .map_err(spawn_err)?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin.write_all(script.as_bytes()).map_err(spawn_err)?;
-        }
+        let fed = match child.stdin.take() {
+            Some(stdin) => {
+                let mut stdin = std::io::BufWriter::with_capacity(1 << 16, stdin);
+                feed(&mut stdin).and_then(|n| stdin.flush().map(|()| n))
+            }
+            None => Ok(0),
+        };
+        // stdin is closed here: nft sees the end of its input.
         let out = child.wait_with_output().map_err(spawn_err)?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(DataplaneError::Rejected {
+        if !out.status.success() {
+            return Err(DataplaneError::Rejected {
                 status: out.status.to_string(),
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            })
+            });
         }
+        fed.map_err(spawn_err)
+    }
+}
+
+impl Dataplane for NftCommand {
+    fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
+        self.run(|stdin| stdin.write_all(script.as_bytes()).map(|()| script.len()))
+            .map(drop)
+    }
+
+    fn apply_rendered(&mut self, render: Render<'_>) -> Result<usize, DataplaneError> {
+        self.run(|stdin| {
+            let mut feed = Feed {
+                inner: stdin,
+                bytes: 0,
+                error: None,
+            };
+            match (render(&mut feed), feed.error) {
+                (_, Some(e)) => Err(e),
+                (Ok(()), None) => Ok(feed.bytes),
+                (Err(_), None) => Err(std::io::Error::other("the ruleset could not be rendered")),
+            }
+        })
     }
 }
 
@@ -173,5 +242,9 @@ mod tests;
 impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
     fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
         (**self).apply(script)
+    }
+
+    fn apply_rendered(&mut self, render: Render<'_>) -> Result<usize, DataplaneError> {
+        (**self).apply_rendered(render)
     }
 }

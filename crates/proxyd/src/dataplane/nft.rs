@@ -231,8 +231,7 @@ fn hairpin_key(ip: IpAddr) -> String {
 /// The whole ruleset, replacing whatever the table held, as one
 /// transaction: there is no moment without rules.
 ///
-/// Written into one buffer (a full sync of a large cluster is megabytes),
-/// each set and map with its elements in its declaration. Measured with nft
+/// See [`write_full`]; this collects the text. Measured with nft
 /// 1.0.6: declaring the elements there, rather than adding them to empty
 /// sets after the block, makes the full load 30% faster and later
 /// single-element transactions about twice as fast (the kernel sizes the
@@ -242,24 +241,41 @@ pub fn render_full<'a>(
     fragments: impl IntoIterator<Item = &'a Fragment>,
     hairpin: impl IntoIterator<Item = IpAddr>,
 ) -> String {
+    let mut out = String::new();
+    let _ = write_full(&mut out, config, fragments, hairpin);
+    out
+}
+
+/// Writes the whole ruleset (see [`render_full`]) as it goes: a full sync
+/// of a large cluster is megabytes of text, which [`super::NftCommand`]
+/// streams to nft rather than holding. Each set and map has its elements
+/// in its declaration. Measured with nft 1.0.6: declaring them there,
+/// rather than adding them to empty sets after the block, makes the full
+/// load 30% faster and later single-element transactions about twice as
+/// fast (the kernel sizes the set for its initial elements).
+pub fn write_full<'a, W: Write + ?Sized>(
+    out: &mut W,
+    config: &DataplaneConfig,
+    fragments: impl IntoIterator<Item = &'a Fragment>,
+    hairpin: impl IntoIterator<Item = IpAddr>,
+) -> std::fmt::Result {
     let words = FamilyWords::of(config.family);
     let fragments: Vec<&Fragment> = fragments.into_iter().collect();
     let mut by_set: HashMap<&'static str, Vec<&Element>> = HashMap::new();
     for e in fragments.iter().flat_map(|f| &f.elements) {
         by_set.entry(e.set()).or_default().push(e);
     }
-    let mut hairpin = hairpin.into_iter().peekable();
+    let mut hairpin = hairpin.into_iter();
     let t = words.table;
-    let mut out = String::new();
     // Creating the table first makes the delete valid whether or not it
     // exists.
-    let _ = writeln!(out, "add table {t} {TABLE}");
-    let _ = writeln!(out, "delete table {t} {TABLE}");
-    let _ = writeln!(out, "table {t} {TABLE} {{");
+    writeln!(out, "add table {t} {TABLE}")?;
+    writeln!(out, "delete table {t} {TABLE}")?;
+    writeln!(out, "table {t} {TABLE} {{")?;
     for (name, decl) in declarations(words) {
         let kind = if is_map(name) { "map" } else { "set" };
-        let _ = writeln!(out, "\t{kind} {name} {{\n\t\t{decl}");
-        let mut items = ElementList::new(&mut out);
+        writeln!(out, "\t{kind} {name} {{\n\t\t{decl}")?;
+        let mut items = ElementList::new(out);
         match name {
             "canary" => items.push("1", None),
             "hairpin" => hairpin.by_ref().for_each(|ip| items.push(&hairpin_key(ip), None)),
@@ -268,69 +284,80 @@ pub fn render_full<'a>(
         for e in by_set.get(name).into_iter().flatten() {
             e.for_each_entry(|_, key, value| items.push(&key, value.as_deref()));
         }
-        drop(items);
-        let _ = writeln!(out, "\t}}");
+        items.finish()?;
+        writeln!(out, "\t}}")?;
     }
     for s in fragments.iter().flat_map(|f| &f.affinity_sets) {
-        let _ = writeln!(
+        writeln!(
             out,
             "\tset {s} {{\n\t\ttype {}\n\t\tflags dynamic,timeout\n\t}}",
             words.addr_type
-        );
+        )?;
     }
     for c in fragments.iter().flat_map(|f| &f.chains) {
-        let _ = writeln!(out, "\tchain {} {{", c.name);
+        writeln!(out, "\tchain {} {{", c.name)?;
         for r in &c.rules {
-            let _ = writeln!(out, "\t\t{r}");
+            writeln!(out, "\t\t{r}")?;
         }
-        let _ = writeln!(out, "\t}}");
+        writeln!(out, "\t}}")?;
     }
     for (name, hook, rules) in static_chains(config) {
-        let _ = writeln!(out, "\tchain {name} {{");
+        writeln!(out, "\tchain {name} {{")?;
         if let Some(h) = hook {
-            let _ = writeln!(out, "\t\t{h}");
+            writeln!(out, "\t\t{h}")?;
         }
         for r in rules {
-            let _ = writeln!(out, "\t\t{r}");
+            writeln!(out, "\t\t{r}")?;
         }
-        let _ = writeln!(out, "\t}}");
+        writeln!(out, "\t}}")?;
     }
-    let _ = writeln!(out, "}}");
-    out
+    writeln!(out, "}}")
 }
 
 /// The `elements = { … }` clause of a declaration, written as items come
 /// (nothing when none does).
-struct ElementList<'o> {
-    out: &'o mut String,
+struct ElementList<'o, W: ?Sized> {
+    out: &'o mut W,
     any: bool,
+    result: std::fmt::Result,
 }
 
-impl<'o> ElementList<'o> {
-    fn new(out: &'o mut String) -> Self {
-        Self { out, any: false }
+impl<'o, W: Write + ?Sized> ElementList<'o, W> {
+    fn new(out: &'o mut W) -> Self {
+        Self {
+            out,
+            any: false,
+            result: Ok(()),
+        }
     }
 
     fn push(&mut self, key: &str, value: Option<&str>) {
-        self.out.push_str(if self.any {
+        if self.result.is_err() {
+            return;
+        }
+        let start = if self.any {
             ",\n\t\t\t"
         } else {
             "\t\telements = {\n\t\t\t"
-        });
+        };
         self.any = true;
-        self.out.push_str(key);
-        if let Some(v) = value {
-            self.out.push_str(" : ");
-            self.out.push_str(v);
-        }
+        self.result = (|| {
+            self.out.write_str(start)?;
+            self.out.write_str(key)?;
+            if let Some(v) = value {
+                self.out.write_str(" : ")?;
+                self.out.write_str(v)?;
+            }
+            Ok(())
+        })();
     }
-}
 
-impl Drop for ElementList<'_> {
-    fn drop(&mut self) {
+    fn finish(self) -> std::fmt::Result {
+        self.result?;
         if self.any {
-            self.out.push_str("\n\t\t}\n");
+            self.out.write_str("\n\t\t}\n")?;
         }
+        Ok(())
     }
 }
 

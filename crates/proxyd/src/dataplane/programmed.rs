@@ -114,9 +114,10 @@ pub struct SyncReport {
     pub services_written: usize,
     /// Size of the nft transaction.
     pub script_bytes: usize,
-    /// Time to decide and render.
+    /// Time to decide what to write (and, in a partial sync, to render it).
     pub render: Duration,
-    /// Time `nft` took.
+    /// Time to apply: `nft` (and, in a full sync, rendering the text as
+    /// it streams to nft).
     pub apply: Duration,
 }
 
@@ -174,24 +175,12 @@ impl<D: Dataplane> NftSyncer<D> {
         kind: SyncKind,
     ) -> Result<SyncReport, DataplaneError> {
         let started = Instant::now();
-        let full = self.needs_full_sync();
-        let (script, written) = if full {
-            let view = self.build_full(services, endpoints);
-            let mut names: Vec<&ServiceName> = view.fragments.keys().collect();
-            names.sort_unstable();
-            let script = nft::render_full(
-                &self.config,
-                names.iter().filter_map(|n| view.fragments.get(*n)),
-                sorted(view.hairpin.keys().copied()),
-            );
-            let written = view.fragments.len();
-            self.view = Some(view);
-            (script, written)
-        } else {
-            self.render_partial(services, endpoints, changed, kind)
-        };
+        if self.needs_full_sync() {
+            return self.sync_full(services, endpoints, started);
+        }
+        let (script, written) = self.render_partial(services, endpoints, changed, kind);
         let render = started.elapsed();
-        if !full && written == 0 && kind == SyncKind::Changes {
+        if written == 0 && kind == SyncKind::Changes {
             // Nothing to write: don't spend an nft run on the canary alone.
             return Ok(SyncReport {
                 render,
@@ -200,16 +189,55 @@ impl<D: Dataplane> NftSyncer<D> {
         }
         let applied = Instant::now();
         let result = self.dataplane.apply(&script);
+        self.report(result.map(|()| script.len()), false, written, render, applied)
+    }
+
+    /// Replaces the table: the view is built first, then its text is
+    /// rendered as it is applied (see [`Dataplane::apply_rendered`]).
+    fn sync_full(
+        &mut self,
+        services: &ServicesMap,
+        endpoints: &EndpointsMap,
+        started: Instant,
+    ) -> Result<SyncReport, DataplaneError> {
+        let view = self.build_full(services, endpoints);
+        let mut names: Vec<&ServiceName> = view.fragments.keys().collect();
+        names.sort_unstable();
+        let hairpin = sorted(view.hairpin.keys().copied());
+        let render = started.elapsed();
+        let applied = Instant::now();
+        let config = &self.config;
+        let result = self.dataplane.apply_rendered(&mut |out| {
+            nft::write_full(
+                out,
+                config,
+                names.iter().filter_map(|n| view.fragments.get(*n)),
+                hairpin.iter().copied(),
+            )
+        });
+        let written = view.fragments.len();
+        self.view = Some(view);
+        self.report(result, true, written, render, applied)
+    }
+
+    fn report(
+        &mut self,
+        result: Result<usize, DataplaneError>,
+        full: bool,
+        written: usize,
+        render: Duration,
+        applied: Instant,
+    ) -> Result<SyncReport, DataplaneError> {
         let apply = applied.elapsed();
         match result {
-            Ok(()) => {
+            Ok(script_bytes) => {
                 if full {
                     self.last_full = Some(Instant::now());
                 }
                 Ok(SyncReport {
                     full,
                     services_written: written,
-                    script_bytes: script.len(),
+                    script_bytes,
                     render,
                     apply,
                 })
