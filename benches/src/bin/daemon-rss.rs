@@ -1,48 +1,57 @@
-//! The daemon's memory with many services: writes manifests of SERVICES
-//! services (default 10,000) with ENDPOINTS endpoints each (default 10),
-//! starts the real `proxyd run --manifests … --netns …` (the release binary
-//! next to this one) in a network namespace it makes, waits for the first
-//! sync, and prints VmRSS/VmHWM. Needs root, `ip` and `nft`.
+//! The daemon's memory with many services: SERVICES services (default
+//! 10,000) with ENDPOINTS endpoints each (default 10), fed to the real
+//! `proxyd run --netns …` (the release binary next to this one) in a network
+//! namespace it makes, either as manifests (`--manifests`, the default) or
+//! through the fake API server (`--api`: list and watch over HTTP, pages of
+//! 500, as a DaemonSet gets them). Waits for the first sync and prints
+//! VmRSS/VmHWM. Needs root, `ip` and `nft`.
 //!
 //!     cargo build --release -p proxyd -p proxyd-benches
-//!     ./target/release/daemon-rss [SERVICES] [ENDPOINTS]
+//!     ./target/release/daemon-rss [SERVICES] [ENDPOINTS] [--api]
 
-use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-fn manifests(services: u32, endpoints: u32) -> String {
-    let mut out = String::from("{\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [\n");
-    for i in 0..services {
+use serde_json::{Value, json};
+
+/// The cluster: a Service and one EndpointSlice per service; endpoints
+/// spread over 100 nodes.
+fn objects(services: u32, endpoints: u32) -> impl Iterator<Item = Value> {
+    (0..services).flat_map(move |i| {
+        let ns = format!("ns-{}", i % 50);
         let vip = format!("10.{}.{}.{}", 96 + i / 65536, (i / 256) % 256, i % 256);
-        let _ = writeln!(
-            out,
-            "{{\"apiVersion\":\"v1\",\"kind\":\"Service\",\"metadata\":{{\"name\":\"svc-{i}\",\"namespace\":\"ns-{}\"}},\"spec\":{{\"clusterIP\":\"{vip}\",\"ports\":[{{\"name\":\"http\",\"port\":80,\"targetPort\":8080}}]}}}},",
-            i % 50
-        );
-        let eps: Vec<String> = (0..endpoints)
+        let service = json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("svc-{i}"), "namespace": ns},
+            "spec": {"clusterIP": vip, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]},
+        });
+        let eps: Vec<Value> = (0..endpoints)
             .map(|k| {
                 let n = i * endpoints + k;
-                format!(
-                    "{{\"addresses\":[\"10.{}.{}.{}\"],\"nodeName\":\"node-{}\",\"conditions\":{{\"ready\":true}}}}",
-                    128 + n / 65536,
-                    (n / 256) % 256,
-                    n % 256,
-                    n % 100
-                )
+                json!({
+                    "addresses": [format!("10.{}.{}.{}", 128 + n / 65536, (n / 256) % 256, n % 256)],
+                    "nodeName": format!("node-{}", n % 100),
+                    "conditions": {"ready": true},
+                })
             })
             .collect();
-        let sep = if i + 1 == services { "" } else { "," };
-        let _ = writeln!(
-            out,
-            "{{\"apiVersion\":\"discovery.k8s.io/v1\",\"kind\":\"EndpointSlice\",\"metadata\":{{\"name\":\"svc-{i}-abcde\",\"namespace\":\"ns-{}\",\"labels\":{{\"kubernetes.io/service-name\":\"svc-{i}\"}}}},\"addressType\":\"IPv4\",\"ports\":[{{\"name\":\"http\",\"port\":8080,\"protocol\":\"TCP\"}}],\"endpoints\":[{}]}}{sep}",
-            i % 50,
-            eps.join(",")
-        );
-    }
-    out.push_str("]}\n");
-    out
+        let slice = json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": format!("svc-{i}-abcde"), "namespace": ns,
+                         "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
+            "addressType": "IPv4",
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+            "endpoints": eps,
+        });
+        [service, slice]
+    })
+}
+
+fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n"
+    )
 }
 
 fn status_field(pid: u32, field: &str) -> Option<u64> {
@@ -57,8 +66,13 @@ fn status_field(pid: u32, field: &str) -> Option<u64> {
 }
 
 fn main() -> ExitCode {
-    let arg = |n: usize, default: u32| std::env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or(default);
-    let (services, endpoints) = (arg(1, 10_000), arg(2, 10));
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let api = args.iter().any(|a| a == "--api");
+    let numbers: Vec<u32> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let (services, endpoints) = (
+        numbers.first().copied().unwrap_or(10_000),
+        numbers.get(1).copied().unwrap_or(10),
+    );
     let Some(proxyd) = std::env::current_exe()
         .ok()
         .and_then(|p| Some(p.parent()?.join("proxyd")))
@@ -69,9 +83,36 @@ fn main() -> ExitCode {
     let id = std::process::id();
     let dir = std::env::temp_dir().join(format!("proxyd-rss-{id}"));
     let ns = format!("proxyd-rss-{id}");
+    // The fake API server runs on this process's runtime while proxyd runs.
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("daemon-rss: no tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let result = (|| -> Result<(), String> {
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("cluster.json"), manifests(services, endpoints)).map_err(|e| e.to_string())?;
+        let mut source: Vec<String> = Vec::new();
+        let _server = if api {
+            let server = runtime
+                .block_on(fake_apiserver::FakeApiServer::start())
+                .map_err(|e| format!("fake API server: {e}"))?;
+            for obj in objects(services, endpoints) {
+                server.apply(obj).map_err(|e| format!("fake API server: {e:?}"))?;
+            }
+            let path = dir.join("kubeconfig");
+            std::fs::write(&path, kubeconfig(&server.url())).map_err(|e| e.to_string())?;
+            source.extend(["--kubeconfig".into(), path.display().to_string()]);
+            Some(server)
+        } else {
+            let list =
+                json!({"apiVersion": "v1", "kind": "List", "items": objects(services, endpoints).collect::<Vec<_>>()});
+            let path = dir.join("cluster.json");
+            std::fs::write(&path, list.to_string()).map_err(|e| e.to_string())?;
+            source.extend(["--manifests".into(), dir.display().to_string()]);
+            None
+        };
         let ok = Command::new("ip").args(["netns", "add", &ns]).status();
         if !ok.is_ok_and(|s| s.success()) {
             return Err("cannot create a network namespace (needs root and iproute2)".into());
@@ -80,8 +121,7 @@ fn main() -> ExitCode {
         let mut child = Command::new(&proxyd)
             .args(["run", "--hostname-override", "node-1", "--netns", &ns])
             .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
-            .arg("--manifests")
-            .arg(&dir)
+            .args(&source)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -92,7 +132,7 @@ fn main() -> ExitCode {
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains(" synced ") {
+                if line.contains(" synced ") && line.contains("took_us=") {
                     let _ = tx.send(line);
                 }
             }
@@ -107,8 +147,9 @@ fn main() -> ExitCode {
         let _ = child.wait();
         let synced = synced.ok_or("proxyd never synced")?;
         println!(
-            "{services} services x {endpoints} endpoints: first sync after {first_sync:.2?} (start, read, apply); \
+            "{services} services x {endpoints} endpoints from {}: first sync after {first_sync:.2?} (start, read, apply); \
              VmRSS {} MiB, VmHWM {} MiB",
+            if api { "the fake API server" } else { "manifests" },
             rss.unwrap_or(0) / 1024,
             hwm.unwrap_or(0) / 1024
         );
