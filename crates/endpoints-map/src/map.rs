@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use slice_cache::{EndpointSliceCache, PortEndpoints, ServiceChange, ServiceEndpoints};
-use slice_model::{BaseEndpointInfo, Protocol, ServiceName, ServicePortName};
+use slice_model::{BaseEndpointInfo, FastHash, Protocol, ServiceName, ServicePortName};
 
 use crate::stale::detect_stale;
 
@@ -55,8 +55,8 @@ pub struct UpdateResult {
 /// sorted (it costs O(n log n), like any full walk that must be ordered).
 #[derive(Clone, Debug, Default)]
 pub struct EndpointsMap {
-    services: HashMap<ServiceName, Arc<ServiceEndpoints>>,
-    local_ready: HashMap<ServiceName, usize>,
+    services: HashMap<ServiceName, Arc<ServiceEndpoints>, FastHash>,
+    local_ready: HashMap<ServiceName, usize, FastHash>,
     port_count: usize,
 }
 

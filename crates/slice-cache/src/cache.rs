@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use indexmap::IndexSet;
-use slice_model::{EndpointSlice, IpFamily, ServiceName, SliceContent, SliceName};
+use slice_model::{EndpointSlice, FastHash, IpFamily, ServiceName, SliceContent, SliceName};
 
 use crate::ServiceEndpoints;
 use crate::by_name::ByName;
@@ -78,11 +78,11 @@ pub struct ServiceChange {
 pub struct EndpointSliceCache {
     node_name: Box<str>,
     family: IpFamily,
-    trackers: HashMap<ServiceName, ServiceTracker>,
+    trackers: HashMap<ServiceName, ServiceTracker, FastHash>,
     /// The service each known slice is filed under.
-    owners: HashMap<SliceName, Arc<str>>,
+    owners: HashMap<SliceName, Arc<str>, FastHash>,
     /// Services with pending changes.
-    dirty: IndexSet<ServiceName>,
+    dirty: IndexSet<ServiceName, FastHash>,
 }
 
 impl EndpointSliceCache {
@@ -92,9 +92,9 @@ impl EndpointSliceCache {
         Self {
             node_name: node_name.into(),
             family,
-            trackers: HashMap::new(),
-            owners: HashMap::new(),
-            dirty: IndexSet::new(),
+            trackers: HashMap::default(),
+            owners: HashMap::default(),
+            dirty: IndexSet::default(),
         }
     }
 

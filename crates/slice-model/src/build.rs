@@ -163,7 +163,10 @@ pub struct SliceBuilder<'i> {
 impl<'i> SliceBuilder<'i> {
     /// Starts a slice, or rejects it for its metadata: `namespace`, `name`
     /// and `service_label` must be non-empty, `address_type` must not be
-    /// `FQDN`. Node names and zone sets are shared through `interner`.
+    /// `FQDN`. Names (of the slice, its namespace, service, ports and
+    /// nodes) and zone sets are shared through `interner`: every version of
+    /// a slice then holds the same copies, and the caches' lookups by name
+    /// compare pointers before bytes.
     pub fn new(
         interner: &'i mut Interner,
         namespace: Option<&str>,
@@ -171,12 +174,13 @@ impl<'i> SliceBuilder<'i> {
         service_label: Option<&str>,
         address_type: Option<&str>,
     ) -> Result<Self, SliceError> {
-        let name = slice_name(namespace, name)?;
+        let (namespace, name) = checked_name(namespace, name)?;
+        let name = SliceName::new(interner.str(namespace), interner.str(name));
         if address_type == Some("FQDN") {
             return Err(SliceError::Fqdn(name));
         }
         let service = match service_label {
-            Some(s) if !s.is_empty() => Arc::from(s),
+            Some(s) if !s.is_empty() => interner.str(s),
             _ => return Err(SliceError::MissingServiceName(name)),
         };
         Ok(Self {
@@ -228,12 +232,7 @@ impl<'i> SliceBuilder<'i> {
                 Err(_) => return self.warn(index, WarningKind::UnknownProtocol(p.to_owned())),
             },
         };
-        // Ports of one slice usually share names with other slices of the
-        // service; reuse an earlier port's allocation when one matches.
-        let name = match self.content.ports.iter().find(|p| &*p.name == name) {
-            Some(p) => p.name.clone(),
-            None => Arc::from(name),
-        };
+        let name = self.interner.str(name);
         self.content.ports.push(SlicePort {
             name,
             protocol,
@@ -304,8 +303,12 @@ pub fn deleted_slice_name(
 
 /// A slice's namespace and name, both required and not empty.
 pub fn slice_name(namespace: Option<&str>, name: Option<&str>) -> Result<SliceName, SliceError> {
+    checked_name(namespace, name).map(|(ns, n)| SliceName::new(ns, n))
+}
+
+fn checked_name<'a>(namespace: Option<&'a str>, name: Option<&'a str>) -> Result<(&'a str, &'a str), SliceError> {
     match (namespace, name) {
-        (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Ok(SliceName::new(ns, n)),
+        (Some(ns), Some(n)) if !ns.is_empty() && !n.is_empty() => Ok((ns, n)),
         (ns, n) => Err(SliceError::MissingName {
             namespace: ns.unwrap_or_default().to_owned(),
             name: n.unwrap_or_default().to_owned(),

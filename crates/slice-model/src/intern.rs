@@ -4,13 +4,17 @@ use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-/// A multiply-rotate hasher for the short strings interned here (node and
-/// zone names): several times cheaper than SipHash per lookup, which is
-/// what every endpoint of every slice pays. The names come from the API
-/// server, not from an attacker who could aim at collisions; and a flood of
-/// collisions would only slow interning, never make it wrong.
-#[derive(Default, Clone, Copy)]
-struct FastHasher(u64);
+/// A multiply-rotate hasher for the short strings the caches key on (node,
+/// zone, namespace and object names): several times cheaper than SipHash
+/// per lookup, which every endpoint of every slice pays. The names come
+/// from the API server, not from an attacker who could aim at collisions;
+/// and a flood of collisions would only slow lookups, never make them
+/// wrong.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct FastHasher(u64);
+
+/// Builds [`FastHasher`]s: the hasher of the caches' maps.
+pub type FastHash = BuildHasherDefault<FastHasher>;
 
 impl Hasher for FastHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -51,8 +55,8 @@ const MAX_SCANNED_ZONES: usize = 32;
 /// forgets what no slice uses any more.
 #[derive(Debug, Default)]
 pub struct Interner {
-    strings: HashSet<Arc<str>, BuildHasherDefault<FastHasher>>,
-    zone_sets: HashSet<Arc<[Arc<str>]>, BuildHasherDefault<FastHasher>>,
+    strings: HashSet<Arc<str>, FastHash>,
+    zone_sets: HashSet<Arc<[Arc<str>]>, FastHash>,
     /// Sets of one zone: the EndpointSlice controller gives each endpoint
     /// exactly one, and a cluster has a handful of zones, so a short scan
     /// beats hashing on the path almost always taken.

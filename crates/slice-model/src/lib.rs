@@ -34,7 +34,7 @@ pub use build::{
     TRIGGER_TIME_ANNOTATION, WarningKind, deleted_slice_name, parse_endpoint_ip, slice_name,
 };
 pub use endpoint::{BaseEndpointInfo, Endpoint, ZoneHints};
-pub use intern::Interner;
+pub use intern::{FastHash, FastHasher, Interner};
 pub use names::{NamespacedName, ServiceName, ServicePortName, SliceName};
 pub use protocol::{IpFamily, Protocol, UnknownIpFamily, UnknownProtocol};
 pub use service::{ServiceInfo, ServicePort, ServicePortInfo, ServiceType, TrafficPolicy};
