@@ -13,17 +13,12 @@ use crate::fold::EventHandler;
 use crate::rejections::Rejections;
 use crate::{slice_from_k8s, slice_name_of};
 
-/// How many slice updates between two prunes of the interner.
-const PRUNE_EVERY: u32 = 4096;
-
 /// Feeds a shared cache from slice events and wakes the sync loop when a
 /// change needs a sync. Rejected slices are logged (naming the slice and
 /// the reason) and counted, never dropped silently.
 pub struct SliceCacheHandler {
     cache: Arc<Mutex<EndpointSliceCache>>,
     interner: Interner,
-    /// Slices converted since the interner was last pruned.
-    since_prune: u32,
     /// Notified after every change that needs a sync, and once synced.
     pub sync_needed: Arc<Notify>,
     /// Set once the first complete list is in the cache.
@@ -38,7 +33,6 @@ impl SliceCacheHandler {
         Self {
             cache,
             interner: Interner::new(),
-            since_prune: 0,
             sync_needed: Arc::new(Notify::new()),
             synced: Arc::new(AtomicBool::new(false)),
             rejected: Arc::default(),
@@ -53,13 +47,9 @@ impl SliceCacheHandler {
     }
 
     fn upsert(&mut self, slice: &EndpointSlice) {
-        // Nodes come and go; forget names no slice uses any more, now and
-        // then, so the interner stays the size of the cluster.
-        self.since_prune += 1;
-        if self.since_prune >= PRUNE_EVERY {
-            self.interner.prune();
-            self.since_prune = 0;
-        }
+        // Nodes and slices come and go; forget names nothing uses any more
+        // once in a while, so the interner stays the size of the cluster.
+        self.interner.prune_if_grown();
         match slice_from_k8s(slice, &mut self.interner) {
             Ok((model, warnings)) => {
                 for w in &warnings {

@@ -271,7 +271,9 @@ impl<'i> SliceBuilder<'i> {
         // A canonical order makes reordering a slice no change, and hands the
         // merge runs that are already sorted. Among copies of one address
         // the stable sort keeps the slice's order (contract rule 11).
-        self.content.endpoints.sort_by_key(|e| e.addr);
+        if !self.content.endpoints.is_sorted_by_key(|e| e.addr) {
+            self.content.endpoints.sort_by_key(|e| e.addr);
+        }
         self.content
             .ports
             .sort_unstable_by(|a, b| (&a.name, a.protocol, a.port).cmp(&(&b.name, b.protocol, b.port)));

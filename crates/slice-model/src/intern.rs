@@ -62,7 +62,12 @@ pub struct Interner {
     /// beats hashing on the path almost always taken.
     single_zones: Vec<(Arc<str>, ZoneHints)>,
     scratch: Vec<Arc<str>>,
+    /// What [`Self::len`] was after the last prune.
+    pruned_len: usize,
 }
+
+/// [`Interner::prune_if_grown`] does nothing below this size.
+const PRUNE_FLOOR: usize = 4096;
 
 impl Interner {
     /// An empty interner.
@@ -117,10 +122,22 @@ impl Interner {
     }
 
     /// Forgets strings and sets that nothing outside the interner holds.
+    /// Costs a pass over everything held.
     pub fn prune(&mut self) {
         self.single_zones.retain(|(_, set)| set.share_count() > 1);
         self.zone_sets.retain(|s| Arc::strong_count(s) > 1);
         self.strings.retain(|s| Arc::strong_count(s) > 1);
+        self.pruned_len = self.len();
+    }
+
+    /// Prunes once the interner has doubled since the last prune (and holds
+    /// at least a few thousand entries): callable after every change at an
+    /// amortised constant cost, where pruning every time would cost a pass
+    /// over the whole cluster's names per call.
+    pub fn prune_if_grown(&mut self) {
+        if self.len() >= PRUNE_FLOOR.max(2 * self.pruned_len) {
+            self.prune();
+        }
     }
 
     /// How many distinct strings and zone sets are held.
@@ -151,6 +168,28 @@ mod tests {
         assert_eq!(i.zones(["a"]), i.zones(["a", "a"]));
         assert_eq!(z1, ZoneHints::new(["a", "b"]), "same as an unshared set");
         assert!(i.zones([]).is_empty());
+    }
+
+    #[test]
+    fn prune_if_grown_prunes_only_after_doubling() {
+        let mut i = Interner::new();
+        for n in 0..PRUNE_FLOOR - 1 {
+            drop(i.str(&format!("s{n}")));
+        }
+        i.prune_if_grown();
+        assert_eq!(i.len(), PRUNE_FLOOR - 1, "below the floor: kept");
+        let held = i.str("held");
+        i.prune_if_grown();
+        assert_eq!(i.len(), 1, "at the floor: pruned to what is held");
+        for n in 0..PRUNE_FLOOR - 2 {
+            drop(i.str(&format!("t{n}")));
+        }
+        i.prune_if_grown();
+        assert_eq!(i.len(), PRUNE_FLOOR - 1, "not doubled past the floor yet");
+        drop(i.str("one more"));
+        i.prune_if_grown();
+        assert_eq!(i.len(), 1);
+        assert_eq!(&*held, "held");
     }
 
     #[test]

@@ -200,7 +200,7 @@ impl<W: Write> Replayer<W> {
     pub fn sync(&mut self) -> Result<(), ReplayError> {
         let result = timed(&mut self.timing.sync_ns, || {
             let result = self.map.update(&mut self.cache);
-            self.interner.prune();
+            self.interner.prune_if_grown();
             result
         });
         self.timing.syncs += 1;
