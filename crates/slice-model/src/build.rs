@@ -175,12 +175,12 @@ impl<'i> SliceBuilder<'i> {
         address_type: Option<&str>,
     ) -> Result<Self, SliceError> {
         let (namespace, name) = checked_name(namespace, name)?;
-        let name = SliceName::new(interner.str(namespace), interner.str(name));
+        let name = SliceName::new(interner.name(namespace), interner.name(name));
         if address_type == Some("FQDN") {
             return Err(SliceError::Fqdn(name));
         }
         let service = match service_label {
-            Some(s) if !s.is_empty() => interner.str(s),
+            Some(s) if !s.is_empty() => interner.name(s),
             _ => return Err(SliceError::MissingServiceName(name)),
         };
         Ok(Self {
@@ -232,7 +232,7 @@ impl<'i> SliceBuilder<'i> {
                 Err(_) => return self.warn(index, WarningKind::UnknownProtocol(p.to_owned())),
             },
         };
-        let name = self.interner.str(name);
+        let name = self.interner.name(name);
         self.content.ports.push(SlicePort {
             name,
             protocol,

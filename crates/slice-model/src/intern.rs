@@ -41,6 +41,15 @@ impl Hasher for FastHasher {
 
 use crate::ZoneHints;
 
+fn shared(set: &mut HashSet<Arc<str>, FastHash>, s: &str) -> Arc<str> {
+    if let Some(shared) = set.get(s) {
+        return shared.clone();
+    }
+    let shared: Arc<str> = Arc::from(s);
+    set.insert(shared.clone());
+    shared
+}
+
 /// How many single-zone sets are found by scanning; past that (a cluster
 /// with very many zones) a set is built anew each time, still correct.
 const MAX_SCANNED_ZONES: usize = 32;
@@ -55,7 +64,11 @@ const MAX_SCANNED_ZONES: usize = 32;
 /// forgets what no slice uses any more.
 #[derive(Debug, Default)]
 pub struct Interner {
+    /// Node and zone names: a few hundred, looked up for every endpoint,
+    /// so kept apart from the many object names to stay cache-hot.
     strings: HashSet<Arc<str>, FastHash>,
+    /// Namespace, object and port names.
+    names: HashSet<Arc<str>, FastHash>,
     zone_sets: HashSet<Arc<[Arc<str>]>, FastHash>,
     /// Sets of one zone: the EndpointSlice controller gives each endpoint
     /// exactly one, and a cluster has a handful of zones, so a short scan
@@ -75,14 +88,14 @@ impl Interner {
         Self::default()
     }
 
-    /// The shared copy of `s`.
+    /// The shared copy of `s`, a node or zone name.
     pub fn str(&mut self, s: &str) -> Arc<str> {
-        if let Some(shared) = self.strings.get(s) {
-            return shared.clone();
-        }
-        let shared: Arc<str> = Arc::from(s);
-        self.strings.insert(shared.clone());
-        shared
+        shared(&mut self.strings, s)
+    }
+
+    /// The shared copy of `s`, a namespace, object or port name.
+    pub fn name(&mut self, s: &str) -> Arc<str> {
+        shared(&mut self.names, s)
     }
 
     /// The shared set of these zones (sorted, without duplicates).
@@ -127,6 +140,7 @@ impl Interner {
         self.single_zones.retain(|(_, set)| set.share_count() > 1);
         self.zone_sets.retain(|s| Arc::strong_count(s) > 1);
         self.strings.retain(|s| Arc::strong_count(s) > 1);
+        self.names.retain(|s| Arc::strong_count(s) > 1);
         self.pruned_len = self.len();
     }
 
@@ -142,7 +156,7 @@ impl Interner {
 
     /// How many distinct strings and zone sets are held.
     pub fn len(&self) -> usize {
-        self.strings.len() + self.zone_sets.len() + self.single_zones.len()
+        self.strings.len() + self.names.len() + self.zone_sets.len() + self.single_zones.len()
     }
 
     /// Whether nothing is held.
