@@ -2,7 +2,7 @@
 //! or many documents, `List` objects too), for `--manifests`: the proxy
 //! without an API server.
 //!
-//! A reload is handed to an [`EventFold`](crate::fold::EventFold) as a
+//! A reload is handed to an [`EventFold`] as a
 //! relist, so objects that vanished from the files become deletes and
 //! changed ones updates, exactly as after a watch's relist.
 //!
