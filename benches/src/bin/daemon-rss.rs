@@ -48,12 +48,6 @@ fn objects(services: u32, endpoints: u32) -> impl Iterator<Item = Value> {
     })
 }
 
-fn kubeconfig(url: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n"
-    )
-}
-
 fn status_field(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
@@ -102,7 +96,7 @@ fn main() -> ExitCode {
                 server.apply(obj).map_err(|e| format!("fake API server: {e:?}"))?;
             }
             let path = dir.join("kubeconfig");
-            std::fs::write(&path, kubeconfig(&server.url())).map_err(|e| e.to_string())?;
+            std::fs::write(&path, server.kubeconfig()).map_err(|e| e.to_string())?;
             source.extend(["--kubeconfig".into(), path.display().to_string()]);
             Some(server)
         } else {

@@ -146,6 +146,10 @@ impl<K: ResourceExt + Clone> EventFold<K> {
     /// The same fold keeping only `keep`'s records of the objects it hands
     /// over (see [`Keep`]). Call it before the first event.
     pub fn keeping<Q: Keep<K>>(self, keep: Q) -> EventFold<K, Q> {
+        debug_assert!(
+            self.known.is_empty() && self.listed.is_none(),
+            "keeping() after events would forget them"
+        );
         EventFold {
             known: BTreeMap::new(),
             listed: None,

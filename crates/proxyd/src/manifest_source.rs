@@ -34,9 +34,13 @@ pub struct Read {
 impl Read {
     /// Reads and checks every file under `path`.
     pub fn new(path: &Path) -> Self {
-        // Taken first: an edit during the read shows as a new fingerprint
-        // at the next poll.
-        let fingerprint = manifests::fingerprint(path);
+        Self::after(path, manifests::fingerprint(path))
+    }
+
+    /// Reads and checks the files, which looked like `fingerprint` just
+    /// before: taken first, an edit during the read shows as a new
+    /// fingerprint at the next poll.
+    fn after(path: &Path, fingerprint: Fingerprint) -> Self {
         let result = Texts::read(path).and_then(|texts| {
             let summary = texts.check()?;
             Ok((texts, summary))
@@ -119,10 +123,10 @@ pub async fn watch_manifests(
             _ = stop.wait_for(|s| *s) => return,
             () = tokio::time::sleep(POLL) => {}
         }
-        if manifests::fingerprint(&path) != last {
-            let read = Read::new(&path);
-            last = read.fingerprint.clone();
-            sink.take(&path, read);
+        let now = manifests::fingerprint(&path);
+        if now != last {
+            last = now.clone();
+            sink.take(&path, Read::after(&path, now));
         }
     }
 }

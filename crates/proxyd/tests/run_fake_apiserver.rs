@@ -69,14 +69,7 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("proxyd-run-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
-            server.url()
-        ),
-    )
-    .unwrap();
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
 
     let mut child = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_proxyd"))

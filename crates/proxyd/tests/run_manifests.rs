@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::KillOnDrop;
+use common::{KillOnDrop, free_port};
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -29,14 +29,6 @@ fn wait_for(path: &Path) -> String {
         assert!(start.elapsed() < WAIT, "{} never appeared", path.display());
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// GET over HTTP/1.0: (status, headers and body).

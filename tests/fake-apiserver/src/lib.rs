@@ -315,6 +315,15 @@ impl FakeApiServer {
         format!("http://{}", self.addr)
     }
 
+    /// A kubeconfig (YAML) pointing at this server, for starting `proxyd`
+    /// (or any client) as a separate process.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
+            self.url()
+        )
+    }
+
     /// A kube `Client` talking to this server over HTTP.
     pub fn client(&self) -> kube::Client {
         let uri = self.url().parse().expect("the server's own URL parses");

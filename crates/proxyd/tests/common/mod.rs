@@ -128,3 +128,12 @@ pub fn terminate(child: &mut KillOnDrop, signal: &str) -> std::process::ExitStat
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}

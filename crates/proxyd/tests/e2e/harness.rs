@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 /// The longest any wait may take.
 pub const WAIT: Duration = Duration::from_secs(30);
 
-pub use crate::common::{Netns, require, run};
+pub use crate::common::{Netns, free_port, require, run};
 
 /// Answers TCP and UDP on port 8080 (IPv4 and IPv6) with its name.
 const SERVER: &str = r#"
@@ -116,14 +116,6 @@ pub struct Cluster {
     pub env: Vec<(String, String)>,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Cluster {
     /// Builds the namespaces and starts the API server and the pods'
     /// servers (not proxyd).
@@ -199,14 +191,7 @@ impl Cluster {
     /// Starts proxyd for node `node-1` against the API server.
     pub fn start_proxyd(&mut self) {
         let kubeconfig = self.dir.join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\nusers:\n- name: fake\n  user: {{}}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\ncurrent-context: fake\n",
-                self.server.url()
-            ),
-        )
-        .unwrap();
+        std::fs::write(&kubeconfig, self.server.kubeconfig()).unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
         cmd.arg("run")
             .arg("--kubeconfig")
