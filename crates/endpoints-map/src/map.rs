@@ -74,6 +74,7 @@ impl EndpointsMap {
     /// Applies changes checked out of an [`EndpointSliceCache`].
     pub fn apply(&mut self, changes: Vec<ServiceChange>) -> UpdateResult {
         let mut result = UpdateResult::default();
+        let mut trigger_times_by_service = Vec::new();
         for change in changes {
             let ServiceChange {
                 service,
@@ -82,11 +83,7 @@ impl EndpointsMap {
                 trigger_times,
             } = change;
             if !trigger_times.is_empty() {
-                result
-                    .last_change_trigger_times
-                    .entry(service.clone())
-                    .or_default()
-                    .extend(trigger_times);
+                trigger_times_by_service.push((service.clone(), trigger_times));
             }
             if Arc::ptr_eq(&previous, &current) || previous == current {
                 continue;
@@ -113,6 +110,7 @@ impl EndpointsMap {
             result.changed_services.push(service);
         }
         result.changed_services.sort_unstable();
+        result.last_change_trigger_times = by_service(trigger_times_by_service);
         result
     }
 
@@ -172,8 +170,47 @@ impl EndpointsMap {
     }
 }
 
+/// Groups trigger times by service, keeping each service's in the order
+/// given. Checkouts come sorted by service, each service once, so this is
+/// a linear pass and a bulk build, where inserting one by one searched the
+/// tree per service.
+fn by_service(mut times: Vec<(ServiceName, Vec<SystemTime>)>) -> BTreeMap<ServiceName, Vec<SystemTime>> {
+    times.sort_by(|a, b| a.0.cmp(&b.0));
+    times.dedup_by(|later, earlier| {
+        let same = later.0 == earlier.0;
+        if same {
+            earlier.1.append(&mut later.1);
+        }
+        same
+    });
+    times.into_iter().collect()
+}
+
 /// Whether a protocol's stale conntrack entries are tracked (UDP only: TCP
 /// and SCTP connections to a gone endpoint fail and are retried).
 pub(crate) fn tracks_stale(protocol: Protocol) -> bool {
     protocol == Protocol::Udp
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn trigger_times_group_by_service_in_the_order_given() {
+        let t = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+        let svc = |n| ServiceName::new("ns", n);
+        let grouped = by_service(vec![
+            (svc("b"), vec![t(1)]),
+            (svc("a"), vec![t(2)]),
+            (svc("b"), vec![t(3), t(0)]),
+        ]);
+        let got: Vec<(String, Vec<SystemTime>)> = grouped.into_iter().map(|(s, v)| (s.to_string(), v)).collect();
+        assert_eq!(
+            got,
+            [("ns/a".to_string(), vec![t(2)]), ("ns/b".to_string(), vec![t(1), t(3), t(0)])]
+        );
+    }
 }

@@ -116,12 +116,13 @@ impl ServiceEndpoints {
         }
         for p in &mut ports {
             // Each slice's endpoints are sorted already (SliceBuilder), so a
-            // one-slice service needs no sort, and several slices are sorted
-            // runs that the stable sort merges.
-            if !p.endpoints.is_sorted_by(|a, b| a.addr <= b.addr) {
+            // one-slice service without copies of an address needs neither
+            // pass; several slices are sorted runs that the stable sort
+            // merges.
+            if !p.endpoints.is_sorted_by(|a, b| a.addr < b.addr) {
                 p.endpoints.sort_by_key(|e| e.addr);
+                dedup_prefer_local(&mut p.endpoints);
             }
-            dedup_prefer_local(&mut p.endpoints);
         }
         ports.retain(|p| !p.endpoints.is_empty());
         ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));

@@ -7,10 +7,10 @@
 //! names the slice and the field.
 
 use std::fmt;
-use std::net::IpAddr;
 use std::num::NonZeroU16;
 use std::sync::Arc;
 
+use crate::parse_endpoint_ip;
 use crate::trigger_time::parse_rfc3339;
 use crate::{Conditions, EndpointSlice, Interner, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort};
 
@@ -138,16 +138,6 @@ pub struct RawEndpoint<'a> {
     pub node_name: Option<&'a str>,
     /// `deprecatedTopology["kubernetes.io/hostname"]`.
     pub topology_hostname: Option<&'a str>,
-}
-
-/// Parses an endpoint address by the contract's rule 5: an IPv4 dotted quad
-/// without leading zeros, or an IPv6 address without a zone. The result's
-/// `Display` is the canonical text (RFC 5952; `::ffff:a.b.c.d` for mapped
-/// addresses, which stay IPv6).
-pub fn parse_endpoint_ip(s: &str) -> Option<IpAddr> {
-    // std rejects zones, leading zeros in IPv4 and surrounding spaces, as
-    // rule 5 asks.
-    s.parse().ok()
 }
 
 /// Builds one [`EndpointSlice`]; see the module docs.

@@ -16,22 +16,36 @@ pub struct FastHasher(u64);
 /// Builds [`FastHasher`]s: the hasher of the caches' maps.
 pub type FastHash = BuildHasherDefault<FastHasher>;
 
+impl FastHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
 impl Hasher for FastHasher {
     fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x517c_c1b7_2722_0a95;
         let mut chunks = bytes.chunks_exact(8);
         for c in &mut chunks {
             let mut word = [0u8; 8];
             word.copy_from_slice(c);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+            self.add(u64::from_le_bytes(word));
         }
-        for b in chunks.remainder() {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(*b)).wrapping_mul(K);
+        // The tail in one word, not a round per byte (most names are
+        // shorter than 16 bytes); its length in the top byte keeps "a"
+        // and "a\0" apart.
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            let mut word = [0u8; 8];
+            for (w, b) in word.iter_mut().zip(tail) {
+                *w = *b;
+            }
+            word[7] = tail.len() as u8;
+            self.add(u64::from_le_bytes(word));
         }
     }
 
     fn write_u8(&mut self, i: u8) {
-        self.0 = (self.0.rotate_left(5) ^ u64::from(i)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        self.add(u64::from(i));
     }
 
     fn finish(&self) -> u64 {
@@ -168,6 +182,16 @@ impl Interner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hasher_tells_apart_texts_that_differ_only_by_trailing_zeros() {
+        use std::hash::BuildHasher;
+        let hash = |s: &str| FastHash::default().hash_one(s);
+        let texts = ["", "a", "a\0", "a\0\0", "abcdefg", "abcdefg\0", "abcdefgh", "abcdefgh\0", "node-1", "node-10"];
+        let hashes: HashSet<u64> = texts.iter().map(|t| hash(t)).collect();
+        assert_eq!(hashes.len(), texts.len());
+        assert_eq!(hash("node-1"), hash("node-1"));
+    }
 
     #[test]
     fn equal_inputs_share_one_copy() {

@@ -9,6 +9,7 @@
 //!   endpoint   the Endpoint trait + BaseEndpointInfo, ZoneHints
 //!   slice      EndpointSlice { name, service, content: ports + endpoints, trigger time }
 //!   intern     Interner: one shared copy of node names and zone sets
+//!   addr       parse_endpoint_ip: rule 5's addresses
 //!   build      SliceBuilder: decoded fields -> EndpointSlice, applying the
 //!              replay contract's rules (canonical IPs, defaults, rejections)
 //!   service    ServiceInfo: what a proxier reads of a Service
@@ -20,6 +21,7 @@
 //!
 //! This crate has no feature flags.
 
+mod addr;
 mod build;
 mod endpoint;
 mod intern;
@@ -29,9 +31,10 @@ mod service;
 mod slice;
 mod trigger_time;
 
+pub use addr::parse_endpoint_ip;
 pub use build::{
     HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceWarning,
-    TRIGGER_TIME_ANNOTATION, WarningKind, deleted_slice_name, parse_endpoint_ip, slice_name,
+    TRIGGER_TIME_ANNOTATION, WarningKind, deleted_slice_name, slice_name,
 };
 pub use endpoint::{BaseEndpointInfo, Endpoint, ZoneHints};
 pub use intern::{FastHash, FastHasher, Interner};
