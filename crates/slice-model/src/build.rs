@@ -153,10 +153,8 @@ pub struct SliceBuilder<'i> {
 impl<'i> SliceBuilder<'i> {
     /// Starts a slice, or rejects it for its metadata: `namespace`, `name`
     /// and `service_label` must be non-empty, `address_type` must not be
-    /// `FQDN`. Names (of the slice, its namespace, service, ports and
-    /// nodes) and zone sets are shared through `interner`: every version of
-    /// a slice then holds the same copies, and the caches' lookups by name
-    /// compare pointers before bytes.
+    /// `FQDN`. The names that repeat across slices (namespaces, port
+    /// names, node names) and zone sets are shared through `interner`.
     pub fn new(
         interner: &'i mut Interner,
         namespace: Option<&str>,
@@ -165,12 +163,15 @@ impl<'i> SliceBuilder<'i> {
         address_type: Option<&str>,
     ) -> Result<Self, SliceError> {
         let (namespace, name) = checked_name(namespace, name)?;
-        let name = SliceName::new(interner.name(namespace), interner.name(name));
+        // Namespaces are few and shared; object names are many, and a
+        // lookup in a set of every slice and service name cost more (in
+        // cache misses) than the allocation it saved.
+        let name = SliceName::new(interner.str(namespace), Arc::<str>::from(name));
         if address_type == Some("FQDN") {
             return Err(SliceError::Fqdn(name));
         }
         let service = match service_label {
-            Some(s) if !s.is_empty() => interner.name(s),
+            Some(s) if !s.is_empty() => Arc::from(s),
             _ => return Err(SliceError::MissingServiceName(name)),
         };
         Ok(Self {
@@ -222,7 +223,7 @@ impl<'i> SliceBuilder<'i> {
                 Err(_) => return self.warn(index, WarningKind::UnknownProtocol(p.to_owned())),
             },
         };
-        let name = self.interner.name(name);
+        let name = self.interner.str(name);
         self.content.ports.push(SlicePort {
             name,
             protocol,

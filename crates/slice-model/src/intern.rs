@@ -55,20 +55,12 @@ impl Hasher for FastHasher {
 
 use crate::ZoneHints;
 
-fn shared(set: &mut HashSet<Arc<str>, FastHash>, s: &str) -> Arc<str> {
-    if let Some(shared) = set.get(s) {
-        return shared.clone();
-    }
-    let shared: Arc<str> = Arc::from(s);
-    set.insert(shared.clone());
-    shared
-}
-
 /// How many single-zone sets are found by scanning; past that (a cluster
 /// with very many zones) a set is built anew each time, still correct.
 const MAX_SCANNED_ZONES: usize = 32;
 
-/// Shares node names and zone-hint sets across slices.
+/// Shares the strings that repeat across slices (node, zone, namespace and
+/// port names) and zone-hint sets.
 ///
 /// A cluster has few nodes and zones but many endpoints; without sharing,
 /// every endpoint of every slice version would allocate its own copies.
@@ -76,13 +68,14 @@ const MAX_SCANNED_ZONES: usize = 32;
 /// decodes slices owns one interner and passes it to
 /// [`SliceBuilder`](crate::SliceBuilder); [`prune`](Self::prune) now and then
 /// forgets what no slice uses any more.
+///
+/// Object names (of slices and services) are not shared: there are as many
+/// as objects, and looking one up in a set that large missed the CPU caches
+/// at a cost above the allocation it saved.
 #[derive(Debug, Default)]
 pub struct Interner {
-    /// Node and zone names: a few hundred, looked up for every endpoint,
-    /// so kept apart from the many object names to stay cache-hot.
+    /// Looked up for every endpoint: a small set, so it stays cache-hot.
     strings: HashSet<Arc<str>, FastHash>,
-    /// Namespace, object and port names.
-    names: HashSet<Arc<str>, FastHash>,
     zone_sets: HashSet<Arc<[Arc<str>]>, FastHash>,
     /// Sets of one zone: the EndpointSlice controller gives each endpoint
     /// exactly one, and a cluster has a handful of zones, so a short scan
@@ -102,14 +95,14 @@ impl Interner {
         Self::default()
     }
 
-    /// The shared copy of `s`, a node or zone name.
+    /// The shared copy of `s`: a node, zone, namespace or port name.
     pub fn str(&mut self, s: &str) -> Arc<str> {
-        shared(&mut self.strings, s)
-    }
-
-    /// The shared copy of `s`, a namespace, object or port name.
-    pub fn name(&mut self, s: &str) -> Arc<str> {
-        shared(&mut self.names, s)
+        if let Some(shared) = self.strings.get(s) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(s);
+        self.strings.insert(shared.clone());
+        shared
     }
 
     /// The shared set of these zones (sorted, without duplicates).
@@ -154,7 +147,6 @@ impl Interner {
         self.single_zones.retain(|(_, set)| set.share_count() > 1);
         self.zone_sets.retain(|s| Arc::strong_count(s) > 1);
         self.strings.retain(|s| Arc::strong_count(s) > 1);
-        self.names.retain(|s| Arc::strong_count(s) > 1);
         self.pruned_len = self.len();
     }
 
@@ -170,7 +162,7 @@ impl Interner {
 
     /// How many distinct strings and zone sets are held.
     pub fn len(&self) -> usize {
-        self.strings.len() + self.names.len() + self.zone_sets.len() + self.single_zones.len()
+        self.strings.len() + self.zone_sets.len() + self.single_zones.len()
     }
 
     /// Whether nothing is held.
