@@ -210,7 +210,10 @@ mod tests {
         let got: Vec<(String, Vec<SystemTime>)> = grouped.into_iter().map(|(s, v)| (s.to_string(), v)).collect();
         assert_eq!(
             got,
-            [("ns/a".to_string(), vec![t(2)]), ("ns/b".to_string(), vec![t(1), t(3), t(0)])]
+            [
+                ("ns/a".to_string(), vec![t(2)]),
+                ("ns/b".to_string(), vec![t(1), t(3), t(0)])
+            ]
         );
     }
 }

@@ -10,9 +10,9 @@ use std::fmt;
 use std::num::NonZeroU16;
 use std::sync::Arc;
 
-use crate::parse_endpoint_ip;
 use crate::trigger_time::parse_rfc3339;
 use crate::{Conditions, EndpointSlice, Interner, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort};
+use crate::{ip_sort_key, parse_endpoint_ip};
 
 /// The label that names a slice's service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -262,8 +262,8 @@ impl<'i> SliceBuilder<'i> {
         // A canonical order makes reordering a slice no change, and hands the
         // merge runs that are already sorted. Among copies of one address
         // the stable sort keeps the slice's order (contract rule 11).
-        if !self.content.endpoints.is_sorted_by_key(|e| e.addr) {
-            self.content.endpoints.sort_by_key(|e| e.addr);
+        if !self.content.endpoints.is_sorted_by_key(|e| ip_sort_key(e.addr)) {
+            self.content.endpoints.sort_by_key(|e| ip_sort_key(e.addr));
         }
         self.content
             .ports

@@ -179,7 +179,18 @@ mod tests {
     fn hasher_tells_apart_texts_that_differ_only_by_trailing_zeros() {
         use std::hash::BuildHasher;
         let hash = |s: &str| FastHash::default().hash_one(s);
-        let texts = ["", "a", "a\0", "a\0\0", "abcdefg", "abcdefg\0", "abcdefgh", "abcdefgh\0", "node-1", "node-10"];
+        let texts = [
+            "",
+            "a",
+            "a\0",
+            "a\0\0",
+            "abcdefg",
+            "abcdefg\0",
+            "abcdefgh",
+            "abcdefgh\0",
+            "node-1",
+            "node-10",
+        ];
         let hashes: HashSet<u64> = texts.iter().map(|t| hash(t)).collect();
         assert_eq!(hashes.len(), texts.len());
         assert_eq!(hash("node-1"), hash("node-1"));

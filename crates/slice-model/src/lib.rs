@@ -31,7 +31,7 @@ mod service;
 mod slice;
 mod trigger_time;
 
-pub use addr::parse_endpoint_ip;
+pub use addr::{ip_sort_key, parse_endpoint_ip};
 pub use build::{
     HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceWarning,
     TRIGGER_TIME_ANNOTATION, WarningKind, deleted_slice_name, slice_name,
