@@ -149,7 +149,7 @@ fn sorted_by_addr(endpoints: &[SliceEndpoint]) -> Cow<'_, [SliceEndpoint]> {
 /// Each endpoint is converted and written once, in order. Appending the
 /// runs and sorting the result moved every endpoint several times: for the
 /// services of many slices that dominate a busy cluster's syncs, the sort
-/// was a third of all the time spent syncing.
+/// was about a third of the instructions spent syncing.
 fn merge_runs(runs: &[Run<'_>], node_name: &str) -> Vec<BaseEndpointInfo> {
     let mut out = Vec::with_capacity(runs.iter().map(|r| r.endpoints.len()).sum());
     let convert = |e: &SliceEndpoint, port: u16| BaseEndpointInfo {
