@@ -7,7 +7,9 @@ use std::collections::binary_heap::PeekMut;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use slice_model::{BaseEndpointInfo, Protocol, SliceContent, SliceEndpoint, ip_sort_key};
+use slice_model::{
+    BaseEndpointInfo, Protocol, SliceContent, SliceEndpoint, ip_sort_key, is_sorted_by_address, sort_by_address,
+};
 
 /// The endpoints of one service port (port name + protocol), sorted by
 /// address and port, one entry per address and port.
@@ -134,11 +136,11 @@ struct Run<'a> {
 /// Slices from [`SliceBuilder`](slice_model::SliceBuilder) are sorted
 /// already; only hand-built ones are copied.
 fn sorted_by_addr(endpoints: &[SliceEndpoint]) -> Cow<'_, [SliceEndpoint]> {
-    if endpoints.is_sorted_by_key(|e| ip_sort_key(e.addr)) {
+    if is_sorted_by_address(endpoints) {
         return Cow::Borrowed(endpoints);
     }
     let mut owned = endpoints.to_vec();
-    owned.sort_by_key(|e| ip_sort_key(e.addr));
+    sort_by_address(&mut owned);
     Cow::Owned(owned)
 }
 

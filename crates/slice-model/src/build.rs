@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::trigger_time::parse_rfc3339;
 use crate::{Conditions, EndpointSlice, Interner, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort};
-use crate::{ip_sort_key, parse_endpoint_ip};
+use crate::{parse_endpoint_ip, sort_by_address};
 
 /// The label that names a slice's service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -260,11 +260,8 @@ impl<'i> SliceBuilder<'i> {
             parsed
         });
         // A canonical order makes reordering a slice no change, and hands the
-        // merge runs that are already sorted. Among copies of one address
-        // the stable sort keeps the slice's order (contract rule 11).
-        if !self.content.endpoints.is_sorted_by_key(|e| ip_sort_key(e.addr)) {
-            self.content.endpoints.sort_by_key(|e| ip_sort_key(e.addr));
-        }
+        // merge runs that are already sorted.
+        sort_by_address(&mut self.content.endpoints);
         self.content
             .ports
             .sort_unstable_by(|a, b| (&a.name, a.protocol, a.port).cmp(&(&b.name, b.protocol, b.port)));

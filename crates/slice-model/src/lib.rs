@@ -8,7 +8,8 @@
 //!   protocol   Protocol (TCP/UDP/SCTP), IpFamily
 //!   endpoint   the Endpoint trait + BaseEndpointInfo, ZoneHints
 //!   slice      EndpointSlice { name, service, content: ports + endpoints, trigger time }
-//!   intern     Interner: one shared copy of node names and zone sets
+//!   intern     Interner: one shared copy of node, zone, namespace and port
+//!              names and of zone sets
 //!   addr       parse_endpoint_ip: rule 5's addresses
 //!   build      SliceBuilder: decoded fields -> EndpointSlice, applying the
 //!              replay contract's rules (canonical IPs, defaults, rejections)
@@ -41,5 +42,7 @@ pub use intern::{FastHash, FastHasher, Interner};
 pub use names::{NamespacedName, ServiceName, ServicePortName, SliceName};
 pub use protocol::{IpFamily, Protocol, UnknownIpFamily, UnknownProtocol};
 pub use service::{ServiceInfo, ServicePort, ServicePortInfo, ServiceType, TrafficPolicy};
-pub use slice::{Conditions, EndpointSlice, SliceContent, SliceEndpoint, SlicePort};
+pub use slice::{
+    Conditions, EndpointSlice, SliceContent, SliceEndpoint, SlicePort, is_sorted_by_address, sort_by_address,
+};
 pub use trigger_time::parse_rfc3339;

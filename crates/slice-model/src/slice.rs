@@ -97,6 +97,20 @@ pub struct SliceContent {
     pub endpoints: Vec<SliceEndpoint>,
 }
 
+/// Whether the endpoints are in address order (the order of
+/// [`ip_sort_key`](crate::ip_sort_key), which is `IpAddr`'s).
+pub fn is_sorted_by_address(endpoints: &[SliceEndpoint]) -> bool {
+    endpoints.is_sorted_by_key(|e| crate::ip_sort_key(e.addr))
+}
+
+/// Puts the endpoints in address order, copies of one address in the order
+/// they came (contract rule 11); endpoints already in order are only checked.
+pub fn sort_by_address(endpoints: &mut [SliceEndpoint]) {
+    if !is_sorted_by_address(endpoints) {
+        endpoints.sort_by_key(|e| crate::ip_sort_key(e.addr));
+    }
+}
+
 impl SliceContent {
     /// This content without the endpoints of other families: what a
     /// single-family proxier keeps.
@@ -242,6 +256,30 @@ mod tests {
                 terminating: false
             }
         );
+    }
+
+    #[test]
+    fn address_order_is_stable_among_copies() {
+        let ep = |a: &str, node: &str| SliceEndpoint::new(a.parse().unwrap()).on_node(node);
+        let mut v = vec![
+            ep("fd00::1", "a"),
+            ep("10.0.0.2", "b"),
+            ep("10.0.0.10", "c"),
+            ep("10.0.0.2", "d"),
+        ];
+        assert!(!is_sorted_by_address(&v));
+        sort_by_address(&mut v);
+        let got: Vec<(String, &str)> = v.iter().map(|e| (e.addr.to_string(), e.host().unwrap())).collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.0.2".to_string(), "b"),
+                ("10.0.0.2".to_string(), "d"),
+                ("10.0.0.10".to_string(), "c"),
+                ("fd00::1".to_string(), "a"),
+            ]
+        );
+        assert!(is_sorted_by_address(&v));
     }
 
     #[test]
