@@ -76,9 +76,9 @@ impl Workload {
         for i in first..last {
             let n = service.wrapping_mul(7919).wrapping_add(i).wrapping_add(generation);
             let addr = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (service << 12 | i) & 0x00ff_ffff));
-            let node = self.interner.str(&format!("node-{}", n % s.nodes));
+            let node = self.interner.node(&format!("node-{}", n % s.nodes));
             let mut ep = SliceEndpoint::new(addr).with_conditions(n % 17 != 0, true, false);
-            ep.node_name = Some(node);
+            ep.node = Some(node);
             ep.zone_hints = self.interner.zones([["zone-a", "zone-b", "zone-c"][(n % 3) as usize]]);
             out = out.with_endpoint(ep);
         }

@@ -58,8 +58,9 @@ fn endpoint() -> impl Strategy<Value = SliceEndpoint> {
                 serving,
                 terminating,
             );
-            e.node_name = NODES[n].map(Into::into);
-            e.topology_hostname = topo.then(|| NODE.into());
+            // Rule 2's fallback is resolved by the slice builder; here the
+            // topology hostname only stands in when there is no node name.
+            e.node = NODES[n].or(topo.then_some(NODE)).map(Into::into);
             e.zone_hints = ZoneHints::new([["za"], ["zb"], ["za"], ["zc"]][zones].into_iter().take(zones % 3));
             e
         })
@@ -127,8 +128,7 @@ impl Model {
                     if IpFamily::of(&e.addr) != self.family() {
                         continue;
                     }
-                    let host = e.node_name.as_deref().or(e.topology_hostname.as_deref());
-                    let local = host == Some(NODE);
+                    let local = e.node.as_deref() == Some(NODE);
                     let zones: Vec<String> = e.zone_hints.as_slice().iter().map(|z| z.to_string()).collect();
                     let c = e.conditions;
                     let value = (local, c.ready, c.serving, c.terminating, zones);

@@ -12,9 +12,9 @@ use crate::ServiceEndpoints;
 use crate::by_name::ByName;
 
 /// What a slice will be once pending changes are applied.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 enum Pending {
-    Update(Arc<SliceContent>),
+    Update(SliceContent),
     Remove,
 }
 
@@ -31,7 +31,9 @@ impl Pending {
 /// order, as contract rule 11 asks).
 #[derive(Debug, Default)]
 struct ServiceTracker {
-    applied: ByName<Arc<SliceContent>>,
+    /// Content in normal form ([`SliceContent::normalize`]), which the
+    /// merge relies on.
+    applied: ByName<SliceContent>,
     pending: ByName<Pending>,
     /// Trigger times of the pending changes.
     trigger_times: Vec<SystemTime>,
@@ -117,7 +119,8 @@ impl EndpointSliceCache {
             content,
             trigger_time,
         } = slice;
-        let content = Arc::new(content.only_family(self.family));
+        let mut content = content.only_family(self.family);
+        content.normalize();
         let mut changed = false;
         match self.owners.get(&name) {
             Some(old) if *old == service => {}
@@ -153,7 +156,7 @@ impl EndpointSliceCache {
 
     fn set_pending(&mut self, service: &ServiceName, slice: &Arc<str>, wanted: Pending) -> bool {
         let tracker = self.trackers.entry(service.clone()).or_default();
-        let applied = tracker.applied.get(slice).map(|c| &**c);
+        let applied = tracker.applied.get(slice);
         let has_pending = tracker.pending.contains_key(slice);
         if has_pending {
             if tracker.pending.get(slice).and_then(Pending::content) == wanted.content() {
@@ -218,10 +221,7 @@ impl EndpointSliceCache {
 
     /// The applied slices of a service, by slice name.
     pub fn applied_slices(&self, service: &ServiceName) -> impl Iterator<Item = (&str, &SliceContent)> {
-        self.trackers
-            .get(service)
-            .into_iter()
-            .flat_map(|t| t.applied.iter().map(|(n, c)| (n, &**c)))
+        self.trackers.get(service).into_iter().flat_map(|t| t.applied.iter())
     }
 
     /// Applies every pending change and returns one [`ServiceChange`] per
@@ -246,8 +246,8 @@ impl EndpointSliceCache {
                     }
                 }
             }
-            let current = Arc::new(ServiceEndpoints::merge(
-                tracker.applied.iter().map(|(_, c)| &**c),
+            let current = Arc::new(ServiceEndpoints::merge_normalized(
+                tracker.applied.iter().map(|(_, c)| c),
                 &self.node_name,
             ));
             let previous = std::mem::replace(&mut tracker.merged, current.clone());

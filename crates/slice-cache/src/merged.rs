@@ -7,9 +7,7 @@ use std::collections::binary_heap::PeekMut;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use slice_model::{
-    BaseEndpointInfo, Protocol, SliceContent, SliceEndpoint, ip_sort_key, is_sorted_by_address, sort_by_address,
-};
+use slice_model::{BaseEndpointInfo, Protocol, SliceContent, SliceEndpoint, ip_sort_key, is_sorted_by_address};
 
 /// The endpoints of one service port (port name + protocol), sorted by
 /// address and port, one entry per address and port.
@@ -81,15 +79,34 @@ impl ServiceEndpoints {
     /// Merges a service's slices, visited in the order given (by slice name,
     /// in the cache). One address and port appears once per service port:
     /// the first copy wins, except that a local copy beats a non-local one
-    /// (contract rule 11).
+    /// (contract rule 11). Slices not in [normal form](SliceContent::normalize)
+    /// are normalized on a copy first.
     pub fn merge<'a>(slices: impl IntoIterator<Item = &'a SliceContent>, node_name: &str) -> Self {
-        let slices: Vec<(&SliceContent, Cow<'_, [SliceEndpoint]>)> =
-            slices.into_iter().map(|s| (s, sorted_by_addr(&s.endpoints))).collect();
-        let mut buckets: Vec<Bucket<'_>> = Vec::new();
-        for (slice, endpoints) in &slices {
+        let slices: Vec<Cow<'a, SliceContent>> = slices
+            .into_iter()
+            .map(|s| {
+                if is_sorted_by_address(&s.endpoints) {
+                    Cow::Borrowed(s)
+                } else {
+                    let mut owned = s.clone();
+                    owned.normalize();
+                    Cow::Owned(owned)
+                }
+            })
+            .collect();
+        Self::merge_normalized(slices.iter().map(|s| &**s), node_name)
+    }
+
+    /// [`merge`](Self::merge) for slices known to be in normal form, as the
+    /// cache keeps them: it skips the check, a pass over every endpoint of
+    /// every slice of the service, most of them not in any CPU cache.
+    pub(crate) fn merge_normalized<'a>(slices: impl IntoIterator<Item = &'a SliceContent>, node_name: &str) -> Self {
+        let mut buckets: Vec<Bucket<'a>> = Vec::new();
+        for slice in slices {
+            debug_assert!(is_sorted_by_address(&slice.endpoints));
             for port in &slice.ports {
                 let run = Run {
-                    endpoints,
+                    endpoints: &slice.endpoints,
                     port: port.port.get(),
                 };
                 match buckets
@@ -130,18 +147,6 @@ struct Bucket<'a> {
 struct Run<'a> {
     endpoints: &'a [SliceEndpoint],
     port: u16,
-}
-
-/// The endpoints sorted by address, copies of one address in their order.
-/// Slices from [`SliceBuilder`](slice_model::SliceBuilder) are sorted
-/// already; only hand-built ones are copied.
-fn sorted_by_addr(endpoints: &[SliceEndpoint]) -> Cow<'_, [SliceEndpoint]> {
-    if is_sorted_by_address(endpoints) {
-        return Cow::Borrowed(endpoints);
-    }
-    let mut owned = endpoints.to_vec();
-    sort_by_address(&mut owned);
-    Cow::Owned(owned)
 }
 
 /// Merges sorted runs into one list sorted by address and port, keeping one
@@ -259,7 +264,8 @@ mod tests {
     fn runs_on_different_port_numbers_interleave_by_address_then_port() {
         let a = [ep("10.0.0.1", "a", true), ep("10.0.0.2", "a", true)];
         let b = [ep("10.0.0.1", "a", false)];
-        let c = sorted_by_addr(&[ep("fd00::1", "a", true), ep("10.0.0.2", "a", true)]).into_owned();
+        let mut c = vec![ep("fd00::1", "a", true), ep("10.0.0.2", "a", true)];
+        slice_model::sort_by_address(&mut c);
         assert_eq!(
             merged(&[(&a, 8080), (&b, 80), (&c, 80)]),
             [

@@ -230,21 +230,19 @@ fn other_family_endpoints_are_ignored() {
 }
 
 #[test]
-fn locality_uses_node_name_then_topology_hostname() {
+fn locality_is_the_endpoints_node_being_the_caches() {
+    // Which of nodeName and the topology hostname names the node (rule 2)
+    // is the slice builder's to decide; the cache compares the result.
     let mut c = mk_cache();
-    let mut topo = mk_ep("10.0.0.2");
-    topo.topology_hostname = Some(NODE.into());
-    let mut both = mk_ep("10.0.0.3").on_node("node-2");
-    both.topology_hostname = Some(NODE.into());
     c.update(
         mk_slice("a", "web", &[])
             .with_endpoint(mk_ep("10.0.0.1").on_node(NODE))
-            .with_endpoint(topo)
-            .with_endpoint(both),
+            .with_endpoint(mk_ep("10.0.0.2"))
+            .with_endpoint(mk_ep("10.0.0.3").on_node("node-2")),
     );
     let ch = c.checkout();
     let local: Vec<bool> = ch[0].current.ports()[0].endpoints.iter().map(|e| e.is_local).collect();
-    assert_eq!(local, [true, true, false]);
+    assert_eq!(local, [true, false, false]);
 
     let mut nobody = EndpointSliceCache::new("", IpFamily::V4);
     nobody.update(mk_slice("a", "web", &[]).with_endpoint(mk_ep("10.0.0.1").on_node("")));

@@ -10,9 +10,9 @@ use std::fmt;
 use std::num::NonZeroU16;
 use std::sync::Arc;
 
+use crate::parse_endpoint_ip;
 use crate::trigger_time::parse_rfc3339;
 use crate::{Conditions, EndpointSlice, Interner, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort};
-use crate::{parse_endpoint_ip, sort_by_address};
 
 /// The label that names a slice's service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -243,8 +243,10 @@ impl<'i> SliceBuilder<'i> {
         self.content.endpoints.push(SliceEndpoint {
             addr,
             conditions: Conditions::from_api(raw.ready, raw.serving, raw.terminating),
-            node_name: raw.node_name.map(|n| self.interner.str(n)),
-            topology_hostname: raw.topology_hostname.map(|n| self.interner.str(n)),
+            // Rule 2: `nodeName` when present, even empty; else the
+            // topology hostname. Resolved here, so a change to the
+            // fallback alone is no change.
+            node: raw.node_name.or(raw.topology_hostname).map(|n| self.interner.node(n)),
             zone_hints: self.interner.zones(zones),
         });
     }
@@ -261,11 +263,7 @@ impl<'i> SliceBuilder<'i> {
         });
         // A canonical order makes reordering a slice no change, and hands the
         // merge runs that are already sorted.
-        sort_by_address(&mut self.content.endpoints);
-        self.content
-            .ports
-            .sort_unstable_by(|a, b| (&a.name, a.protocol, a.port).cmp(&(&b.name, b.protocol, b.port)));
-        self.content.ports.dedup();
+        self.content.normalize();
         let slice = EndpointSlice {
             name: self.name,
             service: self.service,
@@ -451,6 +449,45 @@ mod tests {
         assert_eq!(e.zone_hints, crate::ZoneHints::new(["zone-a", "zone-b"]));
         assert!(s.trigger_time.is_some());
         assert_eq!(s.service_name().to_string(), "ns/web");
+    }
+
+    #[test]
+    fn the_node_is_node_name_when_present_even_empty_else_the_topology_hostname() {
+        let mut i = Interner::new();
+        let mut b = builder(&mut i);
+        let long = "gke-production-default-pool-1a2b3c4d-x9z8";
+        for (n, (node_name, topology_hostname)) in [
+            (Some("node-1"), None),
+            (None, Some("node-1")),
+            (Some("node-2"), Some("node-1")),
+            (Some(""), Some("node-1")),
+            (None, None),
+            (Some(long), None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let raw = RawEndpoint {
+                first_address: Some(["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"][n]),
+                node_name,
+                topology_hostname,
+                ..RawEndpoint::default()
+            };
+            b.endpoint(n, raw, []);
+        }
+        let (s, _) = b.finish(None);
+        let hosts: Vec<Option<&str>> = s.content.endpoints.iter().map(SliceEndpoint::host).collect();
+        assert_eq!(
+            hosts,
+            [
+                Some("node-1"),
+                Some("node-1"),
+                Some("node-2"),
+                Some(""),
+                None,
+                Some(long)
+            ]
+        );
     }
 
     #[test]

@@ -53,14 +53,15 @@ impl Hasher for FastHasher {
     }
 }
 
-use crate::ZoneHints;
+use crate::{NodeName, ZoneHints};
 
 /// How many single-zone sets are found by scanning; past that (a cluster
 /// with very many zones) a set is built anew each time, still correct.
 const MAX_SCANNED_ZONES: usize = 32;
 
-/// Shares the strings that repeat across slices (node, zone, namespace and
-/// port names) and zone-hint sets.
+/// Shares the strings that repeat across slices (zone, namespace and port
+/// names, node names too long to be held inline by [`NodeName`]) and
+/// zone-hint sets.
 ///
 /// A cluster has few nodes and zones but many endpoints; without sharing,
 /// every endpoint of every slice version would allocate its own copies.
@@ -95,7 +96,7 @@ impl Interner {
         Self::default()
     }
 
-    /// The shared copy of `s`: a node, zone, namespace or port name.
+    /// The shared copy of `s`: a zone, namespace, port or long node name.
     pub fn str(&mut self, s: &str) -> Arc<str> {
         if let Some(shared) = self.strings.get(s) {
             return shared.clone();
@@ -103,6 +104,12 @@ impl Interner {
         let shared: Arc<str> = Arc::from(s);
         self.strings.insert(shared.clone());
         shared
+    }
+
+    /// The name of an endpoint's node: inline when short (nearly always),
+    /// else a shared copy.
+    pub fn node(&mut self, name: &str) -> NodeName {
+        NodeName::inline(name).unwrap_or_else(|| NodeName::shared(self.str(name)))
     }
 
     /// The shared set of these zones (sorted, without duplicates).

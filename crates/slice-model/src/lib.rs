@@ -8,8 +8,9 @@
 //!   protocol   Protocol (TCP/UDP/SCTP), IpFamily
 //!   endpoint   the Endpoint trait + BaseEndpointInfo, ZoneHints
 //!   slice      EndpointSlice { name, service, content: ports + endpoints, trigger time }
-//!   intern     Interner: one shared copy of node, zone, namespace and port
-//!              names and of zone sets
+//!   node       NodeName: an endpoint's node, inline when short
+//!   intern     Interner: one shared copy of zone, namespace and port names,
+//!              long node names, and zone sets
 //!   addr       parse_endpoint_ip: rule 5's addresses
 //!   build      SliceBuilder: decoded fields -> EndpointSlice, applying the
 //!              replay contract's rules (canonical IPs, defaults, rejections)
@@ -27,6 +28,7 @@ mod build;
 mod endpoint;
 mod intern;
 mod names;
+mod node;
 mod protocol;
 mod service;
 mod slice;
@@ -40,6 +42,7 @@ pub use build::{
 pub use endpoint::{BaseEndpointInfo, Endpoint, ZoneHints};
 pub use intern::{FastHash, FastHasher, Interner};
 pub use names::{NamespacedName, ServiceName, ServicePortName, SliceName};
+pub use node::NodeName;
 pub use protocol::{IpFamily, Protocol, UnknownIpFamily, UnknownProtocol};
 pub use service::{ServiceInfo, ServicePort, ServicePortInfo, ServiceType, TrafficPolicy};
 pub use slice::{

@@ -5,7 +5,7 @@ use std::num::NonZeroU16;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::{IpFamily, Protocol, ServiceName, SliceName, ZoneHints};
+use crate::{IpFamily, NodeName, Protocol, ServiceName, SliceName, ZoneHints};
 
 /// An endpoint's conditions, with the API's defaults already applied.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -59,25 +59,22 @@ pub struct SliceEndpoint {
     pub addr: IpAddr,
     /// Conditions, defaults applied.
     pub conditions: Conditions,
-    /// `nodeName`, when present (even if empty).
-    pub node_name: Option<Arc<str>>,
-    /// `deprecatedTopology["kubernetes.io/hostname"]`, the fallback when
-    /// `nodeName` is absent (contract rule 2).
-    pub topology_hostname: Option<Arc<str>>,
+    /// The node it runs on: `nodeName` when present (even if empty), else
+    /// `deprecatedTopology["kubernetes.io/hostname"]` (contract rule 2).
+    pub node: Option<NodeName>,
     /// `hints.forZones[].name`.
     pub zone_hints: ZoneHints,
 }
 
 impl SliceEndpoint {
-    /// The node this endpoint runs on, as the seed decides it: `nodeName`
-    /// when present, else the topology hostname.
+    /// The node this endpoint runs on, if known.
     pub fn host(&self) -> Option<&str> {
-        self.node_name.as_deref().or(self.topology_hostname.as_deref())
+        self.node.as_deref()
     }
 
     /// Whether the endpoint runs on `node` (never when `node` is empty).
     pub fn is_on_node(&self, node: &str) -> bool {
-        !node.is_empty() && self.host() == Some(node)
+        !node.is_empty() && self.node.as_ref().is_some_and(|n| n.is(node))
     }
 
     /// The endpoint's IP family.
@@ -106,12 +103,61 @@ pub fn is_sorted_by_address(endpoints: &[SliceEndpoint]) -> bool {
 /// Puts the endpoints in address order, copies of one address in the order
 /// they came (contract rule 11); endpoints already in order are only checked.
 pub fn sort_by_address(endpoints: &mut [SliceEndpoint]) {
-    if !is_sorted_by_address(endpoints) {
-        endpoints.sort_by_key(|e| crate::ip_sort_key(e.addr));
+    if is_sorted_by_address(endpoints) {
+        return;
+    }
+    // Sort positions, then move each endpoint once: a stable sort of the
+    // records themselves moved each of them several times through a
+    // scratch copy. Ties on the address go to the earlier position, which
+    // keeps copies in order.
+    let mut from: Vec<usize> = (0..endpoints.len()).collect();
+    from.sort_unstable_by_key(|&i| (crate::ip_sort_key(endpoints[i].addr), i));
+    permute(endpoints, &mut from);
+}
+
+/// Ports by name, protocol and number.
+fn port_order(a: &SlicePort, b: &SlicePort) -> std::cmp::Ordering {
+    (&a.name, a.protocol, a.port).cmp(&(&b.name, b.protocol, b.port))
+}
+
+/// Rearranges `items` so that position `j` holds what was at `from[j]`,
+/// following each cycle of the permutation with swaps. `from` must be a
+/// permutation of the positions; it is used up (each entry is set to its
+/// own index once placed).
+fn permute<T>(items: &mut [T], from: &mut [usize]) {
+    for start in 0..from.len() {
+        let mut j = start;
+        loop {
+            let k = from[j];
+            from[j] = j;
+            if k == start || k == j {
+                break;
+            }
+            items.swap(j, k);
+            j = k;
+        }
     }
 }
 
 impl SliceContent {
+    /// Puts the content in the canonical form the cache compares and merges:
+    /// endpoints in address order (copies of one address in slice order),
+    /// ports sorted without exact duplicates. Content already in that form
+    /// (as [`SliceBuilder`](crate::SliceBuilder) leaves it) is only checked.
+    pub fn normalize(&mut self) {
+        sort_by_address(&mut self.endpoints);
+        if !self.ports.is_sorted_by(|a, b| port_order(a, b).is_le()) {
+            self.ports.sort_unstable_by(port_order);
+        }
+        self.ports.dedup();
+    }
+
+    /// Whether the content is in the form [`normalize`](Self::normalize)
+    /// leaves it.
+    pub fn is_normalized(&self) -> bool {
+        is_sorted_by_address(&self.endpoints) && self.ports.is_sorted_by(|a, b| port_order(a, b).is_lt())
+    }
+
     /// This content without the endpoints of other families: what a
     /// single-family proxier keeps.
     pub fn only_family(mut self, family: IpFamily) -> Self {
@@ -150,15 +196,14 @@ impl SliceEndpoint {
         Self {
             addr,
             conditions: Conditions::default(),
-            node_name: None,
-            topology_hostname: None,
+            node: None,
             zone_hints: ZoneHints::default(),
         }
     }
 
-    /// Sets `nodeName`.
+    /// Sets the node.
     pub fn on_node(mut self, node: &str) -> Self {
-        self.node_name = Some(node.into());
+        self.node = Some(node.into());
         self
     }
 
@@ -283,19 +328,74 @@ mod tests {
     }
 
     #[test]
-    fn host_prefers_node_name_even_when_empty() {
-        let mut e = SliceEndpoint {
-            addr: "10.0.0.1".parse().unwrap(),
-            conditions: Conditions::default(),
-            node_name: None,
-            topology_hostname: Some("n1".into()),
-            zone_hints: ZoneHints::default(),
-        };
-        assert!(e.is_on_node("n1"));
-        e.node_name = Some("".into());
+    fn normal_form_sorts_endpoints_and_ports_and_drops_duplicate_ports() {
+        let mut s = EndpointSlice::new("ns", "web-1", "web")
+            .with_port("http", Protocol::Tcp, 80)
+            .with_port("dns", Protocol::Udp, 53)
+            .with_port("http", Protocol::Tcp, 80)
+            .with_port("dns", Protocol::Tcp, 53)
+            .with_endpoint(SliceEndpoint::new("10.0.0.2".parse().unwrap()))
+            .with_endpoint(SliceEndpoint::new("10.0.0.1".parse().unwrap()));
+        assert!(!s.content.is_normalized());
+        s.content.normalize();
+        assert!(s.content.is_normalized());
+        let ports: Vec<(&str, Protocol)> = s.content.ports.iter().map(|p| (&*p.name, p.protocol)).collect();
+        assert_eq!(
+            ports,
+            [("dns", Protocol::Tcp), ("dns", Protocol::Udp), ("http", Protocol::Tcp)]
+        );
+        assert!(is_sorted_by_address(&s.content.endpoints));
+        let again = s.content.clone();
+        s.content.normalize();
+        assert_eq!(s.content, again, "normal form is a fixed point");
+    }
+
+    #[test]
+    fn permute_places_each_item_from_its_source() {
+        for from in [
+            vec![],
+            vec![0],
+            vec![1, 0],
+            vec![2, 0, 1],
+            vec![1, 2, 0, 3],
+            vec![3, 2, 1, 0],
+        ] {
+            let mut items: Vec<usize> = (0..from.len()).map(|i| i * 10).collect();
+            let want: Vec<usize> = from.iter().map(|&i| i * 10).collect();
+            permute(&mut items, &mut from.clone());
+            assert_eq!(items, want, "from {from:?}");
+        }
+    }
+
+    proptest::proptest! {
+        /// Sorting by address is a stable sort by the address key: copies
+        /// of one address keep their order.
+        #[test]
+        fn sort_by_address_is_a_stable_sort(addrs in proptest::collection::vec((0u8..6, proptest::bool::ANY), 0..40)) {
+            let endpoints: Vec<SliceEndpoint> = addrs
+                .iter()
+                .enumerate()
+                .map(|(i, &(a, v6))| {
+                    let addr: IpAddr = if v6 { format!("fd00::{a}") } else { format!("10.0.0.{a}") }.parse().unwrap();
+                    SliceEndpoint::new(addr).on_node(&i.to_string())
+                })
+                .collect();
+            let mut want = endpoints.clone();
+            want.sort_by_key(|e| crate::ip_sort_key(e.addr));
+            let mut got = endpoints;
+            sort_by_address(&mut got);
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn an_empty_node_or_none_is_never_local() {
+        let mut e = SliceEndpoint::new("10.0.0.1".parse().unwrap());
+        assert!(!e.is_on_node("n1") && e.host().is_none());
+        e = e.on_node("n1");
+        assert!(e.is_on_node("n1") && !e.is_on_node("n2"));
+        e = e.on_node("");
         assert!(!e.is_on_node("n1"));
-        assert!(!e.is_on_node(""));
-        e.node_name = Some("n2".into());
-        assert!(e.is_on_node("n2"));
+        assert!(!e.is_on_node(""), "an empty node name is nobody's");
     }
 }
