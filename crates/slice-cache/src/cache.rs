@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use indexmap::IndexSet;
 use slice_model::{EndpointSlice, FastHash, IpFamily, ServiceName, SliceContent, SliceName};
 
 use crate::ServiceEndpoints;
@@ -83,8 +82,13 @@ pub struct EndpointSliceCache {
     trackers: HashMap<ServiceName, ServiceTracker, FastHash>,
     /// The service each known slice is filed under.
     owners: HashMap<SliceName, Arc<str>, FastHash>,
-    /// Services with pending changes.
-    dirty: IndexSet<ServiceName, FastHash>,
+    /// Services that gained pending changes since the last checkout, in no
+    /// order; a service may be listed twice, or have nothing pending any
+    /// more (the checkout skips those). Adding to a list is a push, where a
+    /// set looked the name up: a cache miss on every update.
+    queued: Vec<ServiceName>,
+    /// How many services have pending changes.
+    pending_services: usize,
 }
 
 impl EndpointSliceCache {
@@ -96,7 +100,8 @@ impl EndpointSliceCache {
             family,
             trackers: HashMap::default(),
             owners: HashMap::default(),
-            dirty: IndexSet::default(),
+            queued: Vec::new(),
+            pending_services: 0,
         }
     }
 
@@ -126,7 +131,7 @@ impl EndpointSliceCache {
             Some(old) if *old == service => {}
             Some(old) => {
                 let old_service = ServiceName::new(name.namespace.clone(), old.clone());
-                changed |= self.set_pending(&old_service, &name.name, Pending::Remove);
+                changed |= self.set_pending(&old_service, &name.name, Pending::Remove, None);
                 self.owners.insert(name.clone(), service.clone());
             }
             None => {
@@ -134,14 +139,7 @@ impl EndpointSliceCache {
             }
         }
         let service = ServiceName::new(name.namespace.clone(), service);
-        let changed_here = self.set_pending(&service, &name.name, Pending::Update(content));
-        if changed_here
-            && let Some(t) = trigger_time
-            && let Some(tracker) = self.trackers.get_mut(&service)
-        {
-            tracker.trigger_times.push(t);
-        }
-        changed || changed_here
+        changed | self.set_pending(&service, &name.name, Pending::Update(content), trigger_time)
     }
 
     /// Records a deleted slice, found by name whatever service it was filed
@@ -151,11 +149,20 @@ impl EndpointSliceCache {
             return false;
         };
         let service = ServiceName::new(name.namespace.clone(), service);
-        self.set_pending(&service, &name.name, Pending::Remove)
+        self.set_pending(&service, &name.name, Pending::Remove, None)
     }
 
-    fn set_pending(&mut self, service: &ServiceName, slice: &Arc<str>, wanted: Pending) -> bool {
+    /// Makes `wanted` the pending state of `slice`, recording `trigger_time`
+    /// if that changed anything.
+    fn set_pending(
+        &mut self,
+        service: &ServiceName,
+        slice: &Arc<str>,
+        wanted: Pending,
+        trigger_time: Option<SystemTime>,
+    ) -> bool {
         let tracker = self.trackers.entry(service.clone()).or_default();
+        let was_pending = !tracker.pending.is_empty();
         let applied = tracker.applied.get(slice);
         let has_pending = tracker.pending.contains_key(slice);
         if has_pending {
@@ -180,26 +187,47 @@ impl EndpointSliceCache {
         } else {
             tracker.pending.insert(slice.clone(), wanted);
         }
-        if !tracker.pending.is_empty() {
-            self.dirty.insert(service.clone());
-        } else {
+        let now_pending = !tracker.pending.is_empty();
+        if !now_pending {
             tracker.trigger_times.clear();
-            self.dirty.swap_remove(service);
-            if tracker.applied.is_empty() {
-                self.trackers.remove(service);
+        }
+        tracker.trigger_times.extend(trigger_time);
+        let forget = !now_pending && tracker.applied.is_empty();
+        match (was_pending, now_pending) {
+            (false, true) => {
+                self.pending_services += 1;
+                self.queued.push(service.clone());
+                if self.queued.len() > 2 * self.pending_services + 64 {
+                    self.compact_queue();
+                }
             }
+            (true, false) => self.pending_services -= 1,
+            _ => {}
+        }
+        if forget {
+            self.trackers.remove(service);
         }
         true
     }
 
+    /// Lists each service with pending changes once: keeps the queue in
+    /// proportion to them when changes come and go between checkouts.
+    fn compact_queue(&mut self) {
+        self.queued.sort_unstable();
+        self.queued.dedup();
+        let trackers = &self.trackers;
+        self.queued
+            .retain(|s| trackers.get(s).is_some_and(|t| !t.pending.is_empty()));
+    }
+
     /// Whether any change is pending.
     pub fn has_pending(&self) -> bool {
-        !self.dirty.is_empty()
+        self.pending_services > 0
     }
 
     /// How many services have pending changes.
     pub fn pending_services(&self) -> usize {
-        self.dirty.len()
+        self.pending_services
     }
 
     /// How many services the cache tracks (with applied or pending slices).
@@ -227,15 +255,19 @@ impl EndpointSliceCache {
     /// Applies every pending change and returns one [`ServiceChange`] per
     /// service that had any, sorted by service name.
     pub fn checkout(&mut self) -> Vec<ServiceChange> {
-        // Take the set rather than drain it: draining clears its whole hash
-        // index, which after a big initial load costs O(cluster) per sync.
-        let mut services: Vec<ServiceName> = std::mem::take(&mut self.dirty).into_iter().collect();
+        let mut services = std::mem::take(&mut self.queued);
         services.sort_unstable();
+        services.dedup();
+        self.pending_services = 0;
         let mut changes = Vec::with_capacity(services.len());
         for service in services {
             let Some(tracker) = self.trackers.get_mut(&service) else {
                 continue;
             };
+            if tracker.pending.is_empty() {
+                // Its changes were undone before this checkout.
+                continue;
+            }
             for (slice, p) in tracker.pending.take() {
                 match p {
                     Pending::Update(c) => {
@@ -263,5 +295,42 @@ impl EndpointSliceCache {
             });
         }
         changes
+    }
+}
+
+#[cfg(test)]
+mod queue_tests {
+    use slice_model::{Protocol, SliceEndpoint};
+
+    use super::*;
+
+    fn slice(name: &str, addr: &str) -> EndpointSlice {
+        EndpointSlice::new("ns", name, "web")
+            .with_port("http", Protocol::Tcp, 80)
+            .with_endpoint(SliceEndpoint::new(addr.parse().unwrap()))
+    }
+
+    #[test]
+    fn changes_undone_before_a_checkout_leave_a_short_queue_and_nothing_to_check_out() {
+        let mut c = EndpointSliceCache::new("node-1", IpFamily::V4);
+        c.update(slice("a", "10.0.0.1"));
+        assert_eq!(c.checkout().len(), 1);
+        for _ in 0..1000 {
+            assert!(c.update(slice("a", "10.0.0.2")));
+            assert!(c.update(slice("a", "10.0.0.1")), "back to what is applied");
+        }
+        assert!(!c.has_pending() && c.pending_services() == 0);
+        assert!(c.queued.len() <= 2 + 64, "queue compacted: {}", c.queued.len());
+        assert!(c.checkout().is_empty());
+
+        assert!(c.update(slice("a", "10.0.0.2")));
+        assert!(c.update(slice("b", "10.0.0.3")));
+        assert!(c.update(slice("a", "10.0.0.1")));
+        assert!(c.update(slice("a", "10.0.0.2")), "queued twice");
+        assert_eq!(c.pending_services(), 1);
+        let changes = c.checkout();
+        assert_eq!(changes.len(), 1, "one change per service");
+        assert_eq!(changes[0].current.ports()[0].endpoints.len(), 2);
+        assert!(!c.has_pending());
     }
 }

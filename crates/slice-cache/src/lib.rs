@@ -23,7 +23,7 @@
 //! ports a proxier programs, pending until checked out.
 //!
 //! `endpoints-map` applies the changes to the proxier's endpoints map. This
-//! crate depends only on `slice-model` and `indexmap`; it has no features.
+//! crate depends only on `slice-model`; it has no features.
 
 mod by_name;
 mod cache;

@@ -101,50 +101,40 @@ impl ServiceEndpoints {
     /// cache keeps them: it skips the check, a pass over every endpoint of
     /// every slice of the service, most of them not in any CPU cache.
     pub(crate) fn merge_normalized<'a>(slices: impl IntoIterator<Item = &'a SliceContent>, node_name: &str) -> Self {
-        let mut buckets: Vec<Bucket<'a>> = Vec::new();
+        // Each port of each slice is a run; a stable sort groups the runs
+        // by service port (name, protocol), slices in order within each,
+        // and leaves the groups in the order the ports are listed in.
+        let mut runs: Vec<Run<'a>> = Vec::new();
         for slice in slices {
             debug_assert!(is_sorted_by_address(&slice.endpoints));
-            for port in &slice.ports {
-                let run = Run {
-                    endpoints: &slice.endpoints,
-                    port: port.port.get(),
-                };
-                match buckets
-                    .iter_mut()
-                    .find(|b| b.protocol == port.protocol && *b.name == port.name)
-                {
-                    Some(b) => b.runs.push(run),
-                    None => buckets.push(Bucket {
-                        name: &port.name,
-                        protocol: port.protocol,
-                        runs: vec![run],
-                    }),
-                }
-            }
+            runs.extend(slice.ports.iter().map(|p| Run {
+                name: &p.name,
+                protocol: p.protocol,
+                endpoints: &slice.endpoints,
+                port: p.port.get(),
+            }));
         }
-        let mut ports: Vec<PortEndpoints> = buckets
-            .iter()
-            .map(|b| PortEndpoints {
-                name: b.name.clone(),
-                protocol: b.protocol,
-                endpoints: merge_runs(&b.runs, node_name),
+        runs.sort_by(|a, b| (a.name, a.protocol).cmp(&(b.name, b.protocol)));
+        let ports = runs
+            .chunk_by(|a, b| a.name == b.name && a.protocol == b.protocol)
+            .filter_map(|bucket| {
+                let first = bucket.first()?;
+                let endpoints = merge_runs(bucket, node_name);
+                (!endpoints.is_empty()).then(|| PortEndpoints {
+                    name: first.name.clone(),
+                    protocol: first.protocol,
+                    endpoints,
+                })
             })
-            .filter(|p| !p.endpoints.is_empty())
             .collect();
-        ports.sort_by(|a, b| (&a.name, a.protocol).cmp(&(&b.name, b.protocol)));
         Self { ports }
     }
 }
 
-/// The slices' endpoints for one service port, in slice order.
-struct Bucket<'a> {
+/// One slice's endpoints (sorted by address) on one of its ports.
+struct Run<'a> {
     name: &'a Arc<str>,
     protocol: Protocol,
-    runs: Vec<Run<'a>>,
-}
-
-/// One slice's endpoints (sorted by address) on one port number.
-struct Run<'a> {
     endpoints: &'a [SliceEndpoint],
     port: u16,
 }
@@ -212,7 +202,16 @@ mod tests {
     }
 
     fn merged(runs: &[(&[SliceEndpoint], u16)]) -> Vec<(String, bool, bool)> {
-        let runs: Vec<Run<'_>> = runs.iter().map(|&(endpoints, port)| Run { endpoints, port }).collect();
+        let name: Arc<str> = "p".into();
+        let runs: Vec<Run<'_>> = runs
+            .iter()
+            .map(|&(endpoints, port)| Run {
+                name: &name,
+                protocol: Protocol::Tcp,
+                endpoints,
+                port,
+            })
+            .collect();
         merge_runs(&runs, "here")
             .iter()
             .map(|e| (e.addr.to_string(), e.is_local, e.ready))

@@ -106,14 +106,22 @@ pub fn sort_by_address(endpoints: &mut [SliceEndpoint]) {
     if is_sorted_by_address(endpoints) {
         return;
     }
-    // Sort positions, then move each endpoint once: a stable sort of the
-    // records themselves moved each of them several times through a
-    // scratch copy. Ties on the address go to the earlier position, which
-    // keeps copies in order.
+    // Short lists (most slices) sort in place without a scratch copy.
+    if endpoints.len() <= SORTED_IN_PLACE {
+        endpoints.sort_by_key(|e| crate::ip_sort_key(e.addr));
+        return;
+    }
+    // Longer ones: sort positions, then move each endpoint once. A stable
+    // sort of the records themselves moved each of them several times
+    // through a scratch copy. Ties on the address go to the earlier
+    // position, which keeps copies in order.
     let mut from: Vec<usize> = (0..endpoints.len()).collect();
     from.sort_unstable_by_key(|&i| (crate::ip_sort_key(endpoints[i].addr), i));
     permute(endpoints, &mut from);
 }
+
+/// Up to this length, std's stable sort works in place (an insertion sort).
+const SORTED_IN_PLACE: usize = 20;
 
 /// Ports by name, protocol and number.
 fn port_order(a: &SlicePort, b: &SlicePort) -> std::cmp::Ordering {
