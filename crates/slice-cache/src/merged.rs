@@ -79,8 +79,8 @@ impl ServiceEndpoints {
     /// Merges a service's slices, visited in the order given (by slice name,
     /// in the cache). One address and port appears once per service port:
     /// the first copy wins, except that a local copy beats a non-local one
-    /// (contract rule 11). Slices not in [normal form](SliceContent::normalize)
-    /// are normalized on a copy first.
+    /// (contract rule 11). Slices whose endpoints are not in address order
+    /// ([`SliceContent::normalize`]) are sorted on a copy first.
     pub fn merge<'a>(slices: impl IntoIterator<Item = &'a SliceContent>, node_name: &str) -> Self {
         let slices: Vec<Cow<'a, SliceContent>> = slices
             .into_iter()
@@ -97,9 +97,10 @@ impl ServiceEndpoints {
         Self::merge_normalized(slices.iter().map(|s| &**s), node_name)
     }
 
-    /// [`merge`](Self::merge) for slices known to be in normal form, as the
-    /// cache keeps them: it skips the check, a pass over every endpoint of
-    /// every slice of the service, most of them not in any CPU cache.
+    /// [`merge`](Self::merge) for slices whose endpoints are known to be in
+    /// address order, as the cache keeps them: it skips the check, a pass
+    /// over every endpoint of every slice of the service, most of them not
+    /// in any CPU cache.
     pub(crate) fn merge_normalized<'a>(slices: impl IntoIterator<Item = &'a SliceContent>, node_name: &str) -> Self {
         // Each port of each slice is a run; a stable sort groups the runs
         // by service port (name, protocol), slices in order within each,

@@ -154,7 +154,8 @@ impl<'i> SliceBuilder<'i> {
     /// Starts a slice, or rejects it for its metadata: `namespace`, `name`
     /// and `service_label` must be non-empty, `address_type` must not be
     /// `FQDN`. The names that repeat across slices (namespaces, port
-    /// names, node names) and zone sets are shared through `interner`.
+    /// names, node names too long to hold inline) and zone sets are shared
+    /// through `interner`.
     pub fn new(
         interner: &'i mut Interner,
         namespace: Option<&str>,

@@ -40,9 +40,9 @@ impl NodeName {
         Some(Self(Repr::Inline { len, bytes }))
     }
 
-    /// A long name from a shared copy.
+    /// A name held in a shared copy (the interner's, for long names).
     pub(crate) fn shared(name: Arc<str>) -> Self {
-        Self::inline(&name).unwrap_or(Self(Repr::Shared(name)))
+        Self(Repr::Shared(name))
     }
 
     /// The name's bytes.
@@ -105,7 +105,7 @@ impl Ord for NodeName {
 
 impl Hash for NodeName {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.as_str().hash(state);
+        self.as_bytes().hash(state);
     }
 }
 
@@ -138,7 +138,7 @@ mod tests {
         assert_eq!(
             NodeName::shared(Arc::from("node-1")),
             short,
-            "short text from a shared copy"
+            "equal by text, whichever way it is held"
         );
         for name in ["", "node-1", &edge, long, "nœud-ü"] {
             let n = NodeName::new(name);
