@@ -66,52 +66,57 @@ impl EndpointsMap {
         Self::default()
     }
 
-    /// Checks out the cache's pending changes and applies them.
+    /// Checks out the cache's pending changes and applies them, each as
+    /// soon as the cache has merged it.
     pub fn update(&mut self, cache: &mut EndpointSliceCache) -> UpdateResult {
-        self.apply(cache.checkout())
+        let mut update = Update::default();
+        cache.checkout_each(|change| self.apply_one(change, &mut update));
+        update.finish()
     }
 
     /// Applies changes checked out of an [`EndpointSliceCache`].
     pub fn apply(&mut self, changes: Vec<ServiceChange>) -> UpdateResult {
-        let mut result = UpdateResult::default();
-        let mut trigger_times_by_service = Vec::new();
+        let mut update = Update::default();
         for change in changes {
-            let ServiceChange {
-                service,
-                previous,
-                current,
-                trigger_times,
-            } = change;
-            if !trigger_times.is_empty() {
-                trigger_times_by_service.push((service.clone(), trigger_times));
-            }
-            if Arc::ptr_eq(&previous, &current) || previous == current {
-                continue;
-            }
-            detect_stale(&service, &previous, &current, &mut result);
-
-            let count = current.local_ready_ip_count();
-            let old_count = if count > 0 {
-                self.local_ready.insert(service.clone(), count)
-            } else {
-                self.local_ready.remove(&service)
-            };
-            if old_count.unwrap_or(0) != count {
-                result.local_ready_changes.push((service.clone(), count));
-            }
-
-            let old_ports = if current.is_empty() {
-                self.services.remove(&service)
-            } else {
-                self.services.insert(service.clone(), current.clone())
-            };
-            self.port_count -= old_ports.map_or(0, |p| p.ports().len());
-            self.port_count += current.ports().len();
-            result.changed_services.push(service);
+            self.apply_one(change, &mut update);
         }
-        result.changed_services.sort_unstable();
-        result.last_change_trigger_times = by_service(trigger_times_by_service);
-        result
+        update.finish()
+    }
+
+    fn apply_one(&mut self, change: ServiceChange, update: &mut Update) {
+        let ServiceChange {
+            service,
+            previous,
+            current,
+            trigger_times,
+        } = change;
+        let result = &mut update.result;
+        if !trigger_times.is_empty() {
+            update.trigger_times.push((service.clone(), trigger_times));
+        }
+        if Arc::ptr_eq(&previous, &current) || previous == current {
+            return;
+        }
+        detect_stale(&service, &previous, &current, result);
+
+        let count = current.local_ready_ip_count();
+        let old_count = if count > 0 {
+            self.local_ready.insert(service.clone(), count)
+        } else {
+            self.local_ready.remove(&service)
+        };
+        if old_count.unwrap_or(0) != count {
+            result.local_ready_changes.push((service.clone(), count));
+        }
+
+        let old_ports = if current.is_empty() {
+            self.services.remove(&service)
+        } else {
+            self.services.insert(service.clone(), current.clone())
+        };
+        self.port_count -= old_ports.map_or(0, |p| p.ports().len());
+        self.port_count += current.ports().len();
+        result.changed_services.push(service);
     }
 
     /// The endpoints of a service port, if it has any.
@@ -167,6 +172,21 @@ impl EndpointsMap {
     /// The service port name of a port of `service`.
     pub fn port_name(service: &ServiceName, port: &PortEndpoints) -> ServicePortName {
         ServicePortName::new(service.clone(), port.name.clone(), port.protocol)
+    }
+}
+
+/// An [`UpdateResult`] being gathered, one change at a time.
+#[derive(Default)]
+struct Update {
+    result: UpdateResult,
+    trigger_times: Vec<(ServiceName, Vec<SystemTime>)>,
+}
+
+impl Update {
+    fn finish(mut self) -> UpdateResult {
+        self.result.changed_services.sort_unstable();
+        self.result.last_change_trigger_times = by_service(self.trigger_times);
+        self.result
     }
 }
 

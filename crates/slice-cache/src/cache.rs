@@ -255,11 +255,23 @@ impl EndpointSliceCache {
     /// Applies every pending change and returns one [`ServiceChange`] per
     /// service that had any, sorted by service name.
     pub fn checkout(&mut self) -> Vec<ServiceChange> {
+        let mut changes = Vec::with_capacity(self.pending_services);
+        self.checkout_each(|change| changes.push(change));
+        changes
+    }
+
+    /// [`checkout`](Self::checkout), handing each service's change to
+    /// `apply` as soon as it is merged, in service name order.
+    ///
+    /// A caller that compares, counts and stores each change right away
+    /// reads the merge while it is still in the CPU caches; with the whole
+    /// checkout collected first, a busy sync's merges had left them by the
+    /// time they were read.
+    pub fn checkout_each(&mut self, mut apply: impl FnMut(ServiceChange)) {
         let mut services = std::mem::take(&mut self.queued);
         services.sort_unstable();
         services.dedup();
         self.pending_services = 0;
-        let mut changes = Vec::with_capacity(services.len());
         for service in services {
             let Some(tracker) = self.trackers.get_mut(&service) else {
                 continue;
@@ -287,14 +299,13 @@ impl EndpointSliceCache {
             if tracker.applied.is_empty() {
                 self.trackers.remove(&service);
             }
-            changes.push(ServiceChange {
+            apply(ServiceChange {
                 service,
                 previous,
                 current,
                 trigger_times,
             });
         }
-        changes
     }
 }
 
