@@ -79,7 +79,10 @@ impl Workload {
             let node = self.interner.node(&format!("node-{}", n % s.nodes));
             let mut ep = SliceEndpoint::new(addr).with_conditions(n % 17 != 0, true, false);
             ep.node = Some(node);
-            ep.zone_hints = self.interner.zones([["zone-a", "zone-b", "zone-c"][(n % 3) as usize]]);
+            ep.zone_hints = self
+                .interner
+                .zones([["zone-a", "zone-b", "zone-c"][(n % 3) as usize]])
+                .unwrap_or_default();
             out = out.with_endpoint(ep);
         }
         out

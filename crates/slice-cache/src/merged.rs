@@ -156,7 +156,7 @@ fn merge_runs(runs: &[Run<'_>], node_name: &str) -> Vec<BaseEndpointInfo> {
         ready: e.conditions.ready,
         serving: e.conditions.serving,
         terminating: e.conditions.terminating,
-        zone_hints: e.zone_hints.clone(),
+        zone_hints: e.zone_hints,
     };
     let push = |out: &mut Vec<BaseEndpointInfo>, e: &SliceEndpoint, port: u16| {
         let addr = SocketAddr::new(e.addr, port);

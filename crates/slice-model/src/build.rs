@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use crate::parse_endpoint_ip;
 use crate::trigger_time::parse_rfc3339;
-use crate::{Conditions, EndpointSlice, Interner, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort};
+use crate::{
+    Conditions, EndpointSlice, Interner, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort, ZoneHints,
+};
 
 /// The label that names a slice's service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -71,6 +73,9 @@ pub enum WarningKind {
     InvalidAddress(String),
     /// The trigger-time annotation is not an RFC 3339 time.
     InvalidTriggerTime(String),
+    /// `endpoints[i].hints.forZones` is a new set of zones, and the process
+    /// already keeps [`MAX_ZONE_SETS`](crate::MAX_ZONE_SETS).
+    TooManyZoneSets,
 }
 
 /// A skipped part of a slice, naming the slice and the field.
@@ -114,6 +119,11 @@ impl fmt::Display for SliceWarning {
                     "endpoint slice {s}: endpoints[{i}].addresses[0] {a:?} is not a valid IP address; endpoint ignored"
                 )
             }
+            WarningKind::TooManyZoneSets => write!(
+                f,
+                "endpoint slice {s}: endpoints[{i}].hints.forZones is one more set of zones than the {} kept; hints ignored",
+                crate::MAX_ZONE_SETS
+            ),
             WarningKind::InvalidTriggerTime(t) => write!(
                 f,
                 "endpoint slice {s}: annotation {TRIGGER_TIME_ANNOTATION} {t:?} is not an RFC 3339 time; ignored"
@@ -241,6 +251,10 @@ impl<'i> SliceBuilder<'i> {
         let Some(addr) = parse_endpoint_ip(text) else {
             return self.warn(index, WarningKind::InvalidAddress(text.to_owned()));
         };
+        let zone_hints = self.interner.zones(zones).unwrap_or_else(|| {
+            self.warn(index, WarningKind::TooManyZoneSets);
+            ZoneHints::default()
+        });
         self.content.endpoints.push(SliceEndpoint {
             addr,
             conditions: Conditions::from_api(raw.ready, raw.serving, raw.terminating),
@@ -248,7 +262,7 @@ impl<'i> SliceBuilder<'i> {
             // topology hostname. Resolved here, so a change to the
             // fallback alone is no change.
             node: raw.node_name.or(raw.topology_hostname).map(|n| self.interner.node(n)),
-            zone_hints: self.interner.zones(zones),
+            zone_hints,
         });
     }
 

@@ -1,64 +1,9 @@
 //! The [`Endpoint`] trait (what a proxier needs to know of one backend) and
 //! its base implementation, [`BaseEndpointInfo`].
 
+use crate::ZoneHints;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
-
-/// The zone hints of an endpoint (`hints.forZones[].name`), sorted and
-/// without duplicates. Cheap to clone: every port of an endpoint shares one.
-#[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct ZoneHints(Option<Arc<[Arc<str>]>>);
-
-impl ZoneHints {
-    /// Builds the set from zone names in any order, dropping duplicates.
-    /// (Decoders use [`Interner::zones`](crate::Interner::zones) instead, to
-    /// share one copy of each set.)
-    pub fn new<I, S>(zones: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<Arc<str>>,
-    {
-        let mut v: Vec<Arc<str>> = zones.into_iter().map(Into::into).collect();
-        if v.is_empty() {
-            return Self(None);
-        }
-        v.sort_unstable();
-        v.dedup();
-        Self(Some(v.into()))
-    }
-
-    /// Wraps a set that is already sorted and without duplicates.
-    pub(crate) fn from_shared(set: Arc<[Arc<str>]>) -> Self {
-        Self(if set.is_empty() { None } else { Some(set) })
-    }
-
-    /// How many holders share this set (0 for the empty set).
-    pub(crate) fn share_count(&self) -> usize {
-        self.0.as_ref().map_or(0, Arc::strong_count)
-    }
-
-    /// The zones, sorted.
-    pub fn as_slice(&self) -> &[Arc<str>] {
-        self.0.as_deref().unwrap_or(&[])
-    }
-
-    /// Whether the set names no zone.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_none()
-    }
-
-    /// Whether `zone` is one of the hints.
-    pub fn contains(&self, zone: &str) -> bool {
-        self.as_slice().iter().any(|z| &**z == zone)
-    }
-}
-
-impl fmt::Debug for ZoneHints {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_set().entries(self.as_slice()).finish()
-    }
-}
 
 /// What a proxier needs to know of one endpoint of one service port.
 ///
@@ -108,8 +53,9 @@ pub trait Endpoint {
 }
 
 /// The base [`Endpoint`] implementation: everything the cache knows of an
-/// endpoint, per service port.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+/// endpoint, per service port. Plain data: copying or dropping one touches
+/// nothing else.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct BaseEndpointInfo {
     /// Address and port.
     pub addr: SocketAddr,
@@ -209,13 +155,5 @@ mod tests {
         assert!(a.same_endpoint(&ep("10.0.0.1:80", false, false)));
         assert!(!a.same_endpoint(&ep("10.0.0.1:80", true, true)));
         assert!(!a.same_endpoint(&ep("10.0.0.1:81", false, true)));
-    }
-
-    #[test]
-    fn zone_hints_are_sorted_and_unique() {
-        let z = ZoneHints::new(["b", "a", "b"]);
-        assert_eq!(z.as_slice(), [Arc::from("a"), Arc::from("b")]);
-        assert!(z.contains("a") && !z.contains("c"));
-        assert!(ZoneHints::new(Vec::<String>::new()).is_empty());
     }
 }

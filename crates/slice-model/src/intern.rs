@@ -1,6 +1,6 @@
 //! [`Interner`]: one shared copy of the strings that repeat across slices.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -56,19 +56,18 @@ impl Hasher for FastHasher {
 use crate::{NodeName, ZoneHints};
 
 /// How many single-zone sets are found by scanning; past that (a cluster
-/// with very many zones) a set is built anew each time, still correct.
+/// with very many zones) they are looked up in the process-wide table.
 const MAX_SCANNED_ZONES: usize = 32;
 
 /// Shares the strings that repeat across slices (zone, namespace and port
-/// names, node names too long to be held inline by [`NodeName`]) and
+/// names, node names too long to be held inline by [`NodeName`]) and finds
 /// zone-hint sets.
 ///
 /// A cluster has few nodes and zones but many endpoints; without sharing,
 /// every endpoint of every slice version would allocate its own copies.
-/// Shared copies also make equality checks a pointer comparison. Whoever
-/// decodes slices owns one interner and passes it to
+/// Whoever decodes slices owns one interner and passes it to
 /// [`SliceBuilder`](crate::SliceBuilder); [`prune`](Self::prune) now and then
-/// forgets what no slice uses any more.
+/// forgets the strings no slice uses any more.
 ///
 /// Object names (of slices and services) are not shared: there are as many
 /// as objects, and looking one up in a set that large missed the CPU caches
@@ -77,11 +76,13 @@ const MAX_SCANNED_ZONES: usize = 32;
 pub struct Interner {
     /// Looked up for every endpoint: a small set, so it stays cache-hot.
     strings: HashSet<Arc<str>, FastHash>,
-    zone_sets: HashSet<Arc<[Arc<str>]>, FastHash>,
     /// Sets of one zone: the EndpointSlice controller gives each endpoint
     /// exactly one, and a cluster has a handful of zones, so a short scan
     /// beats hashing on the path almost always taken.
-    single_zones: Vec<(Arc<str>, ZoneHints)>,
+    single_zones: Vec<ZoneHints>,
+    /// Sets of several zones found so far, so that the process-wide table
+    /// (behind a lock) is asked once per set.
+    zone_sets: HashMap<Box<[Arc<str>]>, ZoneHints, FastHash>,
     scratch: Vec<Arc<str>>,
     /// What [`Self::len`] was after the last prune.
     pruned_len: usize,
@@ -112,22 +113,27 @@ impl Interner {
         NodeName::inline(name).unwrap_or_else(|| NodeName::shared(self.str(name)))
     }
 
-    /// The shared set of these zones (sorted, without duplicates).
-    pub fn zones<'z>(&mut self, zones: impl IntoIterator<Item = &'z str>) -> ZoneHints {
+    /// The set of these zones (in any order, duplicates dropped), or `None`
+    /// when the set is new and the process already keeps
+    /// [`MAX_ZONE_SETS`](crate::MAX_ZONE_SETS) (see [`ZoneHints`]).
+    pub fn zones<'z>(&mut self, zones: impl IntoIterator<Item = &'z str>) -> Option<ZoneHints> {
         let mut zones = zones.into_iter();
         let Some(first) = zones.next() else {
-            return ZoneHints::default();
+            return Some(ZoneHints::default());
         };
         let Some(second) = zones.next() else {
-            if let Some((_, set)) = self.single_zones.iter().find(|(z, _)| &**z == first) {
-                return set.clone();
+            let found = self
+                .single_zones
+                .iter()
+                .find(|set| set.as_slice().first().is_some_and(|z| &**z == first));
+            if let Some(set) = found {
+                return Some(*set);
             }
-            let zone = self.str(first);
-            let set = ZoneHints::from_shared(Arc::from([zone.clone()]));
+            let set = ZoneHints::of_sorted(vec![self.str(first)])?;
             if self.single_zones.len() < MAX_SCANNED_ZONES {
-                self.single_zones.push((zone, set.clone()));
+                self.single_zones.push(set);
             }
-            return set;
+            return Some(set);
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
@@ -135,30 +141,26 @@ impl Interner {
         scratch.sort_unstable();
         scratch.dedup();
         let set = match self.zone_sets.get(&scratch[..]) {
-            Some(set) => set.clone(),
-            None => {
-                let set: Arc<[Arc<str>]> = Arc::from(&scratch[..]);
-                self.zone_sets.insert(set.clone());
-                set
-            }
+            Some(set) => Some(*set),
+            None => ZoneHints::of_sorted(scratch.clone()).inspect(|set| {
+                self.zone_sets.insert(scratch.clone().into_boxed_slice(), *set);
+            }),
         };
         // Keep the capacity, not the strings: they must stay prunable.
         scratch.clear();
         self.scratch = scratch;
-        ZoneHints::from_shared(set)
+        set
     }
 
-    /// Forgets strings and sets that nothing outside the interner holds.
-    /// Costs a pass over everything held.
+    /// Forgets the strings that nothing outside the interner holds. Costs a
+    /// pass over everything held.
     pub fn prune(&mut self) {
-        self.single_zones.retain(|(_, set)| set.share_count() > 1);
-        self.zone_sets.retain(|s| Arc::strong_count(s) > 1);
         self.strings.retain(|s| Arc::strong_count(s) > 1);
         self.pruned_len = self.len();
     }
 
     /// Prunes once the interner has doubled since the last prune (and holds
-    /// at least a few thousand entries): callable after every change at an
+    /// at least a few thousand strings): callable after every change at an
     /// amortised constant cost, where pruning every time would cost a pass
     /// over the whole cluster's names per call.
     pub fn prune_if_grown(&mut self) {
@@ -167,12 +169,12 @@ impl Interner {
         }
     }
 
-    /// How many distinct strings and zone sets are held.
+    /// How many distinct strings are held.
     pub fn len(&self) -> usize {
-        self.strings.len() + self.zone_sets.len() + self.single_zones.len()
+        self.strings.len()
     }
 
-    /// Whether nothing is held.
+    /// Whether no string is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -212,10 +214,11 @@ mod tests {
         let z1 = i.zones(["b", "a", "a"]);
         let z2 = i.zones(["a", "b"]);
         assert_eq!(z1, z2);
-        assert_eq!(i.zones(["a"]), ZoneHints::new(["a"]));
+        assert_eq!(i.zones(["a"]), Some(ZoneHints::new(["a"])));
         assert_eq!(i.zones(["a"]), i.zones(["a", "a"]));
-        assert_eq!(z1, ZoneHints::new(["a", "b"]), "same as an unshared set");
-        assert!(i.zones([]).is_empty());
+        assert_eq!(z1, Some(ZoneHints::new(["a", "b"])), "one copy per set, however made");
+        assert_eq!(Interner::new().zones(["b", "a"]), z1, "across interners too");
+        assert!(i.zones([]).is_some_and(|z| z.is_empty()));
     }
 
     #[test]
@@ -244,15 +247,12 @@ mod tests {
     fn prune_forgets_what_nobody_holds() {
         let mut i = Interner::new();
         let kept = i.str("kept");
-        let zones = i.zones(["z", "y"]);
-        let one = i.zones(["x"]);
+        let zones = i.zones(["prune-test-z", "prune-test-y"]);
         drop(i.str("dropped"));
-        drop(i.zones(["w"]));
         i.prune();
-        assert_eq!(i.len(), 6, "kept, x, y, z, the set of y and z, the set of x");
-        drop(one);
+        assert_eq!(i.len(), 3, "kept, and the two zones of a set, which is never dropped");
         drop((kept, zones));
         i.prune();
-        assert!(i.is_empty());
+        assert_eq!(i.len(), 2);
     }
 }

@@ -6,11 +6,12 @@
 //! ```text
 //!   names      NamespacedName, ServicePortName
 //!   protocol   Protocol (TCP/UDP/SCTP), IpFamily
-//!   endpoint   the Endpoint trait + BaseEndpointInfo, ZoneHints
+//!   endpoint   the Endpoint trait + BaseEndpointInfo
+//!   zones      ZoneHints: one process-wide copy of each zone-hint set
 //!   slice      EndpointSlice { name, service, content: ports + endpoints, trigger time }
 //!   node       NodeName: an endpoint's node, inline when short
-//!   intern     Interner: one shared copy of zone, namespace and port names,
-//!              long node names, and zone sets
+//!   intern     Interner: one shared copy of zone, namespace and port names
+//!              and long node names
 //!   addr       parse_endpoint_ip: rule 5's addresses
 //!   build      SliceBuilder: decoded fields -> EndpointSlice, applying the
 //!              replay contract's rules (canonical IPs, defaults, rejections)
@@ -33,13 +34,14 @@ mod protocol;
 mod service;
 mod slice;
 mod trigger_time;
+mod zones;
 
 pub use addr::{ip_sort_key, parse_endpoint_ip};
 pub use build::{
     HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceWarning,
     TRIGGER_TIME_ANNOTATION, WarningKind, deleted_slice_name, slice_name,
 };
-pub use endpoint::{BaseEndpointInfo, Endpoint, ZoneHints};
+pub use endpoint::{BaseEndpointInfo, Endpoint};
 pub use intern::{FastHash, FastHasher, Interner};
 pub use names::{NamespacedName, ServiceName, ServicePortName, SliceName};
 pub use node::NodeName;
@@ -49,3 +51,4 @@ pub use slice::{
     Conditions, EndpointSlice, SliceContent, SliceEndpoint, SlicePort, is_sorted_by_address, sort_by_address,
 };
 pub use trigger_time::parse_rfc3339;
+pub use zones::{MAX_ZONE_SETS, ZoneHints};
