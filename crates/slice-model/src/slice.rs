@@ -130,14 +130,16 @@ pub fn sort_by_address(endpoints: &mut [SliceEndpoint]) {
 /// server accepts).
 fn ipv4_keys(endpoints: &[SliceEndpoint]) -> Option<Vec<u64>> {
     u32::try_from(endpoints.len()).ok()?;
-    endpoints
-        .iter()
-        .zip(0u32..)
-        .map(|(e, i)| match e.addr {
-            IpAddr::V4(a) => Some(u64::from(a.to_bits()) << 32 | u64::from(i)),
-            IpAddr::V6(_) => None,
-        })
-        .collect()
+    // Sized up front: collecting into an `Option` gives no size hint, and
+    // growing the vector step by step cost more than the sort.
+    let mut keys = Vec::with_capacity(endpoints.len());
+    for (e, i) in endpoints.iter().zip(0u32..) {
+        match e.addr {
+            IpAddr::V4(a) => keys.push(u64::from(a.to_bits()) << 32 | u64::from(i)),
+            IpAddr::V6(_) => return None,
+        }
+    }
+    Some(keys)
 }
 
 /// Ports by name, protocol and number.
