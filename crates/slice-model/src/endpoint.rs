@@ -1,9 +1,10 @@
 //! The [`Endpoint`] trait (what a proxier needs to know of one backend) and
 //! its base implementation, [`BaseEndpointInfo`].
 
-use crate::ZoneHints;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+
+use crate::ZoneHints;
 
 /// What a proxier needs to know of one endpoint of one service port.
 ///

@@ -157,6 +157,9 @@ mod tests {
         let set: HashSet<NodeName> = ["a", "b", "a", long, long].into_iter().map(NodeName::new).collect();
         assert_eq!(set.len(), 3);
         assert!(NodeName::new("a") < NodeName::new("b"));
+        for (a, b) in [("node-1", "node-10"), ("a", "a\0"), ("", "\0"), ("node-1", "node-2")] {
+            assert_ne!(NodeName::new(a), NodeName::new(b), "{a:?} and {b:?}");
+        }
         assert_eq!(std::mem::size_of::<Option<NodeName>>(), 32);
     }
 }
