@@ -200,3 +200,37 @@ fn trigger_times_are_reported_per_service() {
     let r = f.sync();
     assert!(r.last_change_trigger_times.is_empty());
 }
+
+#[test]
+fn applying_a_whole_checkout_matches_updating_service_by_service() {
+    // `update` applies each change as the cache merges it; `apply` takes a
+    // collected checkout. Both must leave the same map and report the same.
+    let mut streamed = Fixture::new();
+    let mut collected = Fixture::new();
+    let t = SystemTime::UNIX_EPOCH + Duration::from_secs(7);
+    let steps: Vec<Vec<EndpointSlice>> = vec![
+        vec![
+            mk_udp("a", "dns", vec![mk_ep("10.0.0.1").on_node(NODE), mk_ep("10.0.0.2")]),
+            mk_tcp("b", "web", vec![mk_ep("10.0.1.1")]).with_trigger_time(t),
+        ],
+        vec![
+            mk_udp("a", "dns", vec![mk_ep("10.0.0.2")]),
+            mk_tcp("c", "web", vec![mk_ep("10.0.1.2").on_node(NODE)]),
+        ],
+    ];
+    for step in steps {
+        for s in step {
+            streamed.put(s.clone());
+            collected.put(s);
+        }
+        let a = streamed.sync();
+        let b = collected.map.apply(collected.cache.checkout());
+        assert_eq!(a, b);
+        assert!(!a.changed_services.is_empty(), "each step changes something");
+        let view = |m: &EndpointsMap| format!("{:?} {:?}", m.iter().collect::<Vec<_>>(), m.local_ready_endpoints());
+        assert_eq!(view(&streamed.map), view(&collected.map));
+    }
+    streamed.del("a");
+    collected.del("a");
+    assert_eq!(streamed.sync(), collected.map.apply(collected.cache.checkout()));
+}
