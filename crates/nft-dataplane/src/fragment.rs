@@ -1,0 +1,447 @@
+//! The ruleset's shape: what one service contributes to the table.
+//!
+//! Most service ports need no chain of their own: their frontends are
+//! elements of shared maps, looked up by a handful of fixed rules (see
+//! [`crate::skeleton`]). A frontend with N endpoints (N up to
+//! [`MAX_SLOTS`]) jumps to the fixed chain for N, which picks slot
+//! `numgen random mod N` in the slot map for N: every endpoint gets exactly
+//! 1/N of the new connections, and adding or changing such a service costs
+//! a few map elements whatever the cluster's size. A port gets chains only
+//! when a fixed rule cannot express it:
+//!
+//! - more than [`MAX_SLOTS`] endpoints (`numgen random mod N` inline),
+//! - ClientIP affinity (a timed set and a chain per endpoint),
+//! - `externalTrafficPolicy: Local` (pods and the node itself use the
+//!   cluster endpoints; others only local ones, with their source kept),
+//! - load-balancer source ranges (a firewall chain).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use slice_model::Protocol;
+
+use crate::desired::{DataplaneConfig, EndpointGroup, GroupVerdict, ServiceTarget};
+pub use crate::element::Frontend;
+use crate::element::{Element, Key, Value, proto};
+use crate::names::{ChainId, MAX_SLOTS, SetId};
+use crate::rule::{Match, Rule, Selector, Statement};
+
+/// The set an element of a frontend lives in. Each exists twice: keyed by
+/// address, protocol and port (`Ip` frontends) and by protocol and port
+/// (node ports).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Membership {
+    /// Masquerade all traffic to the frontend.
+    Masquerade,
+    /// Masquerade traffic from outside the cluster CIDRs (cluster IPs).
+    MasqueradeFromOutside,
+    /// No endpoints: reject.
+    Reject,
+    /// No endpoints usable here: drop.
+    Drop,
+}
+
+impl Membership {
+    /// The set for frontends of this kind.
+    pub fn set(self, node_port: bool) -> SetId {
+        match (self, node_port) {
+            (Self::Masquerade, false) => SetId::MasqFrontends,
+            (Self::Masquerade, true) => SetId::MasqNodePorts,
+            // Node ports are never masqueraded by source (the masquerade
+            // decision for them is the policy's).
+            (Self::MasqueradeFromOutside, _) => SetId::OutsideMasqFrontends,
+            (Self::Reject, false) => SetId::NoEndpoints,
+            (Self::Reject, true) => SetId::NodePortNoEndpoints,
+            (Self::Drop, false) => SetId::NoLocalEndpoints,
+            (Self::Drop, true) => SetId::NodePortNoLocalEndpoints,
+        }
+    }
+}
+
+/// What one frontend of a service contributes to the shared sets and maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// Exact load balancing through the slot map for its endpoint count.
+    Slots {
+        /// The frontend.
+        frontend: Frontend,
+        /// Its endpoints (1..=[`MAX_SLOTS`]), sorted; slot i sends to the
+        /// i-th.
+        endpoints: Vec<SocketAddr>,
+    },
+    /// The frontend jumps to one of the port's chains.
+    Chain {
+        /// The frontend.
+        frontend: Frontend,
+        /// The chain.
+        chain: ChainId,
+    },
+    /// The frontend is a member of a plain set.
+    Member {
+        /// Which set.
+        set: Membership,
+        /// The frontend.
+        frontend: Frontend,
+    },
+}
+
+impl Entry {
+    /// The frontend the entry is keyed by.
+    pub fn frontend(&self) -> &Frontend {
+        match self {
+            Self::Slots { frontend, .. } | Self::Chain { frontend, .. } | Self::Member { frontend, .. } => frontend,
+        }
+    }
+
+    /// Calls `f(set, element)` for each nft element this stands for.
+    pub fn for_each_element(&self, mut f: impl FnMut(SetId, Element)) {
+        let frontend = *self.frontend();
+        let node_port = frontend.is_node_port();
+        let chains = if node_port {
+            SetId::NodePortChains
+        } else {
+            SetId::ServiceChains
+        };
+        match self {
+            Self::Slots { endpoints, .. } => {
+                let n = slot_count(endpoints.len());
+                f(
+                    chains,
+                    Element::map(Key::Frontend(frontend), Value::Goto(ChainId::slots(node_port, n))),
+                );
+                let map = if node_port {
+                    SetId::NodePortSlots(n)
+                } else {
+                    SetId::ServiceSlots(n)
+                };
+                for (slot, ep) in (0..n).zip(endpoints) {
+                    f(
+                        map.clone(),
+                        Element::map(Key::Slot(frontend, slot), Value::Endpoint(*ep)),
+                    );
+                }
+            }
+            Self::Chain { chain, .. } => f(
+                chains,
+                Element::map(Key::Frontend(frontend), Value::Goto(chain.clone())),
+            ),
+            Self::Member { set, .. } => f(set.set(node_port), Element::key(Key::Frontend(frontend))),
+        }
+    }
+}
+
+/// The slot count for `n` endpoints (1..=MAX_SLOTS).
+fn slot_count(n: usize) -> u8 {
+    u8::try_from(n).unwrap_or(MAX_SLOTS).clamp(1, MAX_SLOTS)
+}
+
+/// A chain owned by one service port.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainDef {
+    /// The chain.
+    pub id: ChainId,
+    /// Its rules, in order.
+    pub rules: Vec<Rule>,
+}
+
+/// Everything one service contributes to the table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fragment {
+    /// Elements of shared sets and maps, one per frontend.
+    pub entries: Vec<Entry>,
+    /// Chains of its own.
+    pub chains: Vec<ChainDef>,
+    /// ClientIP affinity sets of its own (one per endpoint: the clients
+    /// it served recently; each element times out on its own).
+    pub affinity_sets: Vec<SetId>,
+    /// Elements other services may also want (hairpin pairs of local
+    /// endpoints, cluster IPs): the programmed view counts their users.
+    pub shared: Vec<(SetId, Key)>,
+    /// The frontends it claimed.
+    pub frontends: Vec<Frontend>,
+    /// Frontends it wanted that another service holds.
+    pub blocked: Vec<Frontend>,
+}
+
+impl Fragment {
+    /// Contributes nothing and waits for nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+            && self.chains.is_empty()
+            && self.affinity_sets.is_empty()
+            && self.shared.is_empty()
+            && self.frontends.is_empty()
+            && self.blocked.is_empty()
+    }
+
+    /// Every element of its entries, keyed by set and key.
+    pub fn elements(&self) -> HashMap<(SetId, Key), Option<Value>> {
+        let mut all = HashMap::new();
+        for e in &self.entries {
+            e.for_each_element(|set, el| {
+                all.insert((set, el.key), el.value);
+            });
+        }
+        all
+    }
+}
+
+/// The kind of address a frontend is, for picking its endpoint group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FrontendKind {
+    Cluster,
+    External,
+    LoadBalancer,
+    NodePort,
+}
+
+/// Builds a service's fragment; `claim` decides whether the service may
+/// use a frontend (another service may already hold it).
+pub fn build(
+    targets: &[ServiceTarget],
+    config: &DataplaneConfig,
+    mut claim: impl FnMut(&Frontend) -> bool,
+) -> Fragment {
+    let mut out = Fragment::default();
+    for t in targets {
+        build_port(t, config, &mut claim, &mut out);
+    }
+    out.shared.sort_unstable();
+    out.shared.dedup();
+    out
+}
+
+fn frontends(t: &ServiceTarget) -> Vec<(FrontendKind, Frontend)> {
+    let protocol = t.protocol();
+    let ip = |addr| Frontend::Ip {
+        addr,
+        protocol,
+        port: t.port,
+    };
+    let mut all = vec![(FrontendKind::Cluster, ip(t.cluster_ip))];
+    if t.external.is_some() {
+        all.extend(t.external_ips.iter().map(|a| (FrontendKind::External, ip(*a))));
+        all.extend(t.load_balancer_ips.iter().map(|a| (FrontendKind::LoadBalancer, ip(*a))));
+        if let Some(port) = t.node_port {
+            all.push((FrontendKind::NodePort, Frontend::NodePort { protocol, port }));
+        }
+    }
+    all
+}
+
+/// The base of a port's chain names: `ns/name/proto/port`.
+pub fn chain_base(t: &ServiceTarget) -> String {
+    let svc = &t.name.service;
+    format!("{}/{}/{}/{}", svc.namespace, svc.name, proto(t.protocol()), t.port)
+}
+
+fn needs_chains(t: &ServiceTarget) -> bool {
+    let big = |g: &EndpointGroup| g.backends.len() > usize::from(MAX_SLOTS);
+    t.affinity.is_some()
+        || big(&t.internal)
+        || t.external.as_ref().is_some_and(|g| {
+            big(g) || t.external_local || (!t.source_ranges.is_empty() && !t.load_balancer_ips.is_empty())
+        })
+}
+
+/// An external-Local port with no endpoint on this node still serves pods
+/// and the node itself through the cluster endpoints: only traffic from
+/// outside the cluster is dropped, by its external chain.
+fn serves_inside_only(t: &ServiceTarget, group: &EndpointGroup) -> bool {
+    t.external_local && group.verdict() == GroupVerdict::Drop && t.internal.verdict() == GroupVerdict::Forward
+}
+
+fn build_port(
+    t: &ServiceTarget,
+    config: &DataplaneConfig,
+    claim: &mut impl FnMut(&Frontend) -> bool,
+    out: &mut Fragment,
+) {
+    let chains = needs_chains(t);
+    let base = chain_base(t);
+    let external = t.external.as_ref();
+    let mut used_internal = false;
+    let mut used_external = false;
+    let mut used_firewall = false;
+    for (kind, frontend) in frontends(t) {
+        if out.frontends.contains(&frontend) || !claim(&frontend) {
+            continue;
+        }
+        out.frontends.push(frontend);
+        if let Frontend::Ip { addr, .. } = frontend
+            && kind == FrontendKind::Cluster
+        {
+            out.shared.push((SetId::ClusterIps, Key::Addr(addr)));
+        }
+        let (group, internal) = match (kind, external) {
+            (FrontendKind::Cluster, _) => (&t.internal, true),
+            (_, Some(g)) => (g, false),
+            (_, None) => continue,
+        };
+        let verdict = match group.verdict() {
+            GroupVerdict::Drop if !internal && serves_inside_only(t, group) => GroupVerdict::Forward,
+            v => v,
+        };
+        match verdict {
+            GroupVerdict::Reject => out.entries.push(Entry::Member {
+                set: Membership::Reject,
+                frontend,
+            }),
+            GroupVerdict::Drop => out.entries.push(Entry::Member {
+                set: Membership::Drop,
+                frontend,
+            }),
+            GroupVerdict::Forward if chains => {
+                let firewall = kind == FrontendKind::LoadBalancer && !t.source_ranges.is_empty();
+                let chain = match (internal, firewall) {
+                    (true, _) => ChainId::Svc(base.clone()),
+                    (false, true) => ChainId::Fw(base.clone()),
+                    (false, false) => ChainId::Ext(base.clone()),
+                };
+                used_internal |= internal;
+                used_external |= !internal;
+                used_firewall |= firewall;
+                out.entries.push(Entry::Chain { frontend, chain });
+            }
+            GroupVerdict::Forward => {
+                let endpoints = group.backends.iter().map(|b| b.addr).collect();
+                out.entries.push(Entry::Slots { frontend, endpoints });
+                let masquerade = match kind {
+                    FrontendKind::Cluster if config.masquerade_all => Some(Membership::Masquerade),
+                    FrontendKind::Cluster if !config.family_cluster_cidrs().is_empty() => {
+                        Some(Membership::MasqueradeFromOutside)
+                    }
+                    FrontendKind::Cluster => None,
+                    // External traffic with Cluster policy may leave the
+                    // node: replies must come back through it.
+                    _ => Some(Membership::Masquerade),
+                };
+                if let Some(set) = masquerade {
+                    out.entries.push(Entry::Member { set, frontend });
+                }
+            }
+        }
+        if group.verdict() == GroupVerdict::Forward {
+            out.shared.extend(
+                group
+                    .backends
+                    .iter()
+                    .filter(|b| b.local)
+                    .map(|b| (SetId::Hairpin, Key::AddrPair(b.addr.ip(), b.addr.ip()))),
+            );
+        }
+    }
+    if !chains {
+        return;
+    }
+    let cidrs = config.family_cluster_cidrs();
+    let mark = || Statement::Jump(ChainId::MarkForMasquerade);
+    let svc = ChainId::Svc(base.clone());
+    // An external-Local port sends pods and the node itself to the
+    // internal chain, so it needs that chain even without a cluster-IP
+    // frontend of its own.
+    let short_circuit = used_external && t.external_local && t.internal.verdict() == GroupVerdict::Forward;
+    if used_internal || short_circuit {
+        let mut rules = Vec::new();
+        if config.masquerade_all {
+            rules.push(Rule::always(vec![mark()]));
+        } else if !cidrs.is_empty() {
+            rules.push(Rule::new(vec![Match::SourceNotIn(cidrs.clone())], vec![mark()]));
+        }
+        load_balance(t, &t.internal, &base, &mut rules, out);
+        out.chains.push(ChainDef { id: svc.clone(), rules });
+        if t.internal.verdict() == GroupVerdict::Forward {
+            out.shared.extend(
+                t.internal
+                    .backends
+                    .iter()
+                    .filter(|b| b.local)
+                    .map(|b| (SetId::Hairpin, Key::AddrPair(b.addr.ip(), b.addr.ip()))),
+            );
+        }
+    }
+    if let (true, Some(group)) = (used_external, external) {
+        let mut rules = Vec::new();
+        if t.external_local {
+            if short_circuit {
+                if !cidrs.is_empty() {
+                    rules.push(Rule::new(
+                        vec![Match::SourceIn(cidrs.clone())],
+                        vec![Statement::Goto(svc.clone())],
+                    ));
+                }
+                rules.push(Rule::new(vec![Match::LocalSource], vec![mark()]));
+                rules.push(Rule::new(vec![Match::LocalSource], vec![Statement::Goto(svc.clone())]));
+            }
+        } else {
+            rules.push(Rule::always(vec![mark()]));
+        }
+        load_balance(t, group, &base, &mut rules, out);
+        out.chains.push(ChainDef {
+            id: ChainId::Ext(base.clone()),
+            rules,
+        });
+    }
+    if used_firewall {
+        out.chains.push(ChainDef {
+            id: ChainId::Fw(base.clone()),
+            rules: vec![
+                Rule::new(
+                    vec![Match::SourceIn(t.source_ranges.clone())],
+                    vec![Statement::Goto(ChainId::Ext(base.clone()))],
+                ),
+                Rule::always(vec![Statement::Drop]),
+            ],
+        });
+    }
+}
+
+/// A name part for an endpoint: nft identifiers allow letters, digits and
+/// `/ - _ .`, so an IPv6 address's colons become underscores.
+fn endpoint_part(ep: SocketAddr) -> String {
+    format!("{}/{}", ep.ip().to_string().replace(':', "_"), ep.port())
+}
+
+fn load_balance(t: &ServiceTarget, group: &EndpointGroup, base: &str, rules: &mut Vec<Rule>, out: &mut Fragment) {
+    let eps: Vec<SocketAddr> = group.backends.iter().map(|b| b.addr).collect();
+    let protocol: Protocol = t.protocol();
+    if eps.is_empty() {
+        // Only an external-Local chain without local endpoints gets here
+        // (pods and the node were sent on above): the rest is dropped.
+        rules.push(Rule::always(vec![Statement::Drop]));
+        return;
+    }
+    let Some(timeout) = t.affinity else {
+        rules.push(Rule::always(vec![match &eps[..] {
+            [only] => Statement::Dnat(protocol, *only),
+            _ => Statement::DnatRandom(protocol, eps),
+        }]));
+        return;
+    };
+    // Affinity: a client seen recently goes back to its endpoint; a new
+    // one picks at random, and the endpoint's chain remembers it.
+    let mut picks = Vec::with_capacity(eps.len());
+    for ep in eps {
+        let part = format!("{base}/{}", endpoint_part(ep));
+        let (set, chain) = (SetId::Affinity(part.clone()), ChainId::Endpoint(part));
+        rules.push(Rule::new(
+            vec![Match::InSet(Selector::Saddr, set.clone())],
+            vec![Statement::Goto(chain.clone())],
+        ));
+        picks.push(chain.clone());
+        if !out.chains.iter().any(|c| c.id == chain) {
+            out.chains.push(ChainDef {
+                id: chain,
+                rules: vec![
+                    Rule::always(vec![Statement::RememberSource {
+                        set: set.clone(),
+                        timeout_secs: timeout.as_secs().max(1),
+                    }]),
+                    Rule::always(vec![Statement::Dnat(protocol, ep)]),
+                ],
+            });
+            out.affinity_sets.push(set);
+        }
+    }
+    rules.push(Rule::always(vec![Statement::RandomGoto(picks)]));
+}

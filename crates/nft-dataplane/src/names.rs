@@ -1,0 +1,295 @@
+//! The table, its sets and maps ([`SetId`]) and its chains ([`ChainId`]),
+//! named once: the renderer, the kernel model and the tracer all use these
+//! types, never literal names.
+
+use std::fmt;
+
+use slice_model::IpFamily;
+
+/// The table every proxyd rule lives in (`ip proxyd`, `ip6 proxyd`).
+pub const TABLE: &str = "proxyd";
+
+/// The largest endpoint count served by the shared slot maps; a frontend
+/// with more endpoints gets a chain of its own.
+pub const MAX_SLOTS: u8 = 16;
+
+/// The packet mark bit that asks for masquerading (kube-proxy's default,
+/// bit 14).
+pub const MASQUERADE_MARK: u32 = 0x4000;
+
+/// The words nft uses for a family.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyWords {
+    /// Table family and address match prefix: `ip` or `ip6`.
+    pub table: &'static str,
+    /// Address data type: `ipv4_addr` or `ipv6_addr`.
+    pub addr_type: &'static str,
+}
+
+impl FamilyWords {
+    /// The words for `family`.
+    pub fn of(family: IpFamily) -> Self {
+        match family {
+            IpFamily::V4 => Self {
+                table: "ip",
+                addr_type: "ipv4_addr",
+            },
+            IpFamily::V6 => Self {
+                table: "ip6",
+                addr_type: "ipv6_addr",
+            },
+        }
+    }
+}
+
+/// What a set holds, which decides how it is declared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetKind {
+    /// Plain set of keys.
+    Set,
+    /// Map from key to an endpoint (`addr . port`).
+    EndpointMap,
+    /// Map from key to a verdict.
+    VerdictMap,
+}
+
+/// A set or map of the table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SetId {
+    /// One constant element that every incremental transaction re-adds: if
+    /// the table was replaced from outside, the add fails and the next sync
+    /// is a full one.
+    Canary,
+    /// Every cluster IP of this family (traffic to one on a port that is
+    /// not a service port is rejected).
+    ClusterIps,
+    /// Frontend (address, protocol, port) -> goto the chain that handles it.
+    ServiceChains,
+    /// Node port (protocol, port) -> goto the chain that handles it.
+    NodePortChains,
+    /// Frontends whose traffic is always masqueraded.
+    MasqFrontends,
+    /// Frontends whose traffic is masqueraded unless it comes from the
+    /// cluster CIDRs.
+    OutsideMasqFrontends,
+    /// Node ports whose traffic is always masqueraded.
+    MasqNodePorts,
+    /// Frontends without endpoints: reject.
+    NoEndpoints,
+    /// Frontends without endpoints usable here: drop.
+    NoLocalEndpoints,
+    /// Node ports without endpoints: reject.
+    NodePortNoEndpoints,
+    /// Node ports without endpoints usable here: drop.
+    NodePortNoLocalEndpoints,
+    /// Local endpoint pairs (addr . addr): hairpin traffic is masqueraded.
+    Hairpin,
+    /// Frontends with N endpoints: (frontend . slot) -> endpoint.
+    ServiceSlots(u8),
+    /// Node ports with N endpoints: (protocol . port . slot) -> endpoint.
+    NodePortSlots(u8),
+    /// The clients one endpoint of a ClientIP-affinity port served
+    /// recently (`ns/name/proto/port/addr/port`).
+    Affinity(String),
+}
+
+impl SetId {
+    /// What the set holds.
+    pub fn kind(&self) -> SetKind {
+        match self {
+            Self::ServiceChains | Self::NodePortChains => SetKind::VerdictMap,
+            Self::ServiceSlots(_) | Self::NodePortSlots(_) => SetKind::EndpointMap,
+            _ => SetKind::Set,
+        }
+    }
+
+    /// nft's declaration body (type, flags).
+    pub fn declaration(&self, words: FamilyWords) -> String {
+        let (a, at) = (words.table, words.addr_type);
+        let frontend = format!("{at} . inet_proto . inet_service");
+        let node_port = "inet_proto . inet_service";
+        match self {
+            Self::Canary => "type inet_service".into(),
+            Self::ClusterIps => format!("type {at}"),
+            Self::ServiceChains => format!("type {frontend} : verdict"),
+            Self::NodePortChains => format!("type {node_port} : verdict"),
+            Self::MasqFrontends | Self::OutsideMasqFrontends | Self::NoEndpoints | Self::NoLocalEndpoints => {
+                format!("type {frontend}")
+            }
+            Self::MasqNodePorts | Self::NodePortNoEndpoints | Self::NodePortNoLocalEndpoints => {
+                format!("type {node_port}")
+            }
+            Self::Hairpin => format!("type {at} . {at}"),
+            Self::ServiceSlots(n) => {
+                format!("typeof {a} daddr . meta l4proto . th dport . numgen random mod {n} : {a} daddr . th dport")
+            }
+            Self::NodePortSlots(n) => {
+                format!("typeof meta l4proto . th dport . numgen random mod {n} : {a} daddr . th dport")
+            }
+            Self::Affinity(_) => format!("type {at}; flags dynamic,timeout"),
+        }
+    }
+
+    /// The sets of the fixed skeleton, in declaration order.
+    pub fn skeleton() -> Vec<Self> {
+        let mut all = vec![
+            Self::Canary,
+            Self::ClusterIps,
+            Self::ServiceChains,
+            Self::NodePortChains,
+            Self::MasqFrontends,
+            Self::OutsideMasqFrontends,
+            Self::MasqNodePorts,
+            Self::NoEndpoints,
+            Self::NoLocalEndpoints,
+            Self::NodePortNoEndpoints,
+            Self::NodePortNoLocalEndpoints,
+            Self::Hairpin,
+        ];
+        for n in 1..=MAX_SLOTS {
+            all.push(Self::ServiceSlots(n));
+            all.push(Self::NodePortSlots(n));
+        }
+        all
+    }
+}
+
+impl fmt::Display for SetId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Canary => f.write_str("canary"),
+            Self::ClusterIps => f.write_str("cluster-ips"),
+            Self::ServiceChains => f.write_str("service-chains"),
+            Self::NodePortChains => f.write_str("nodeport-chains"),
+            Self::MasqFrontends => f.write_str("masq-frontends"),
+            Self::OutsideMasqFrontends => f.write_str("outside-masq-frontends"),
+            Self::MasqNodePorts => f.write_str("masq-nodeports"),
+            Self::NoEndpoints => f.write_str("no-endpoints"),
+            Self::NoLocalEndpoints => f.write_str("no-local-endpoints"),
+            Self::NodePortNoEndpoints => f.write_str("nodeport-no-endpoints"),
+            Self::NodePortNoLocalEndpoints => f.write_str("nodeport-no-local-endpoints"),
+            Self::Hairpin => f.write_str("hairpin"),
+            Self::ServiceSlots(n) => write!(f, "service-slots-{n}"),
+            Self::NodePortSlots(n) => write!(f, "nodeport-slots-{n}"),
+            Self::Affinity(part) => write!(f, "aff-{part}"),
+        }
+    }
+}
+
+/// A netfilter hook a base chain is attached to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Hook {
+    /// Packets arriving from an interface, before routing.
+    Prerouting,
+    /// Packets for this host, after routing.
+    Input,
+    /// Packets routed through this host.
+    Forward,
+    /// Packets this host sends.
+    Output,
+    /// Packets leaving, after routing.
+    Postrouting,
+}
+
+/// How a base chain is attached: its type, hook and priority.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BaseChain {
+    /// `nat` or `filter`.
+    pub nat: bool,
+    /// The hook.
+    pub hook: Hook,
+    /// The priority (lower runs first).
+    pub priority: i32,
+}
+
+/// A chain of the table.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ChainId {
+    /// Sets the masquerade mark.
+    MarkForMasquerade,
+    /// Classifies traffic to frontends (nat).
+    Services,
+    /// Exact load balancing over a frontend's N endpoints in the slot maps.
+    ServiceSlots(u8),
+    /// The same for node ports.
+    NodePortSlots(u8),
+    /// Traffic to cluster IPs that no service port took.
+    ClusterIpsCheck,
+    /// Base chain: nat prerouting.
+    NatPrerouting,
+    /// Base chain: nat output.
+    NatOutput,
+    /// Base chain: nat postrouting (masquerade).
+    NatPostrouting,
+    /// Base chain: filter input (no endpoints).
+    FilterInput,
+    /// Base chain: filter forward (no endpoints, cluster-IP guards).
+    FilterForward,
+    /// Base chain: filter output, before DNAT (no endpoints).
+    FilterOutput,
+    /// Base chain: filter output, after DNAT (cluster-IP guards).
+    FilterOutputPostDnat,
+    /// A port's internal (cluster IP) chain; the text is `ns/name/proto/port`.
+    Svc(String),
+    /// A port's external chain.
+    Ext(String),
+    /// A port's load-balancer source-range firewall chain.
+    Fw(String),
+    /// One endpoint of an affinity port (`ns/name/proto/port/addr/port`).
+    Endpoint(String),
+}
+
+impl ChainId {
+    /// The hook, for base chains.
+    pub fn base(&self) -> Option<BaseChain> {
+        let (nat, hook, priority) = match self {
+            Self::NatPrerouting => (true, Hook::Prerouting, -100),
+            Self::NatOutput => (true, Hook::Output, -100),
+            Self::NatPostrouting => (true, Hook::Postrouting, 100),
+            Self::FilterInput => (false, Hook::Input, -110),
+            Self::FilterForward => (false, Hook::Forward, -110),
+            Self::FilterOutput => (false, Hook::Output, -110),
+            Self::FilterOutputPostDnat => (false, Hook::Output, -90),
+            _ => return None,
+        };
+        Some(BaseChain { nat, hook, priority })
+    }
+
+    /// Whether the chain belongs to one service port (rather than the
+    /// fixed skeleton).
+    pub fn is_service_chain(&self) -> bool {
+        matches!(self, Self::Svc(_) | Self::Ext(_) | Self::Fw(_) | Self::Endpoint(_))
+    }
+
+    /// The slot chain for a frontend kind and endpoint count.
+    pub fn slots(node_port: bool, n: u8) -> Self {
+        if node_port {
+            Self::NodePortSlots(n)
+        } else {
+            Self::ServiceSlots(n)
+        }
+    }
+}
+
+impl fmt::Display for ChainId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::MarkForMasquerade => f.write_str("mark-for-masquerade"),
+            Self::Services => f.write_str("services"),
+            Self::ServiceSlots(n) => write!(f, "slots-{n}"),
+            Self::NodePortSlots(n) => write!(f, "nodeport-slots-{n}"),
+            Self::ClusterIpsCheck => f.write_str("cluster-ips-check"),
+            Self::NatPrerouting => f.write_str("nat-prerouting"),
+            Self::NatOutput => f.write_str("nat-output"),
+            Self::NatPostrouting => f.write_str("nat-postrouting"),
+            Self::FilterInput => f.write_str("filter-input"),
+            Self::FilterForward => f.write_str("filter-forward"),
+            Self::FilterOutput => f.write_str("filter-output"),
+            Self::FilterOutputPostDnat => f.write_str("filter-output-post-dnat"),
+            Self::Svc(b) => write!(f, "svc-{b}"),
+            Self::Ext(b) => write!(f, "ext-{b}"),
+            Self::Fw(b) => write!(f, "fw-{b}"),
+            Self::Endpoint(b) => write!(f, "ep-{b}"),
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Rules as data: what a rule matches ([`Match`]) and what it does
+//! ([`Statement`]). Only the subset proxyd writes is modelled; the renderer
+//! turns it into nft syntax and the kernel model evaluates it.
+
+use std::fmt::{self, Write};
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
+use slice_model::Protocol;
+
+use crate::element::proto;
+use crate::names::{ChainId, FamilyWords, SetId};
+
+/// The part of a packet a set lookup is keyed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Selector {
+    /// `daddr . l4proto . dport`: a frontend.
+    Frontend,
+    /// `l4proto . dport`: a node port.
+    NodePort,
+    /// `daddr`.
+    Daddr,
+    /// `saddr`.
+    Saddr,
+    /// `saddr . daddr`.
+    SaddrDaddr,
+}
+
+/// A condition of a rule; a rule applies when all of them hold.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Match {
+    /// The packet starts a connection (`ct state new`).
+    NewConnection,
+    /// The connection was DNATed (`ct status dnat`).
+    Dnatted,
+    /// The packet carries these mark bits.
+    Marked(u32),
+    /// The protocol is TCP, UDP or SCTP (so it has ports).
+    HasPorts,
+    /// The destination is a local address (`fib daddr type local`), and in
+    /// one of these networks when any are given.
+    LocalDestination(Vec<IpNet>),
+    /// The source is a local address (`fib saddr type local`).
+    LocalSource,
+    /// The source is in one of the networks.
+    SourceIn(Vec<IpNet>),
+    /// The source is in none of the networks.
+    SourceNotIn(Vec<IpNet>),
+    /// The destination is in one of the networks.
+    DestinationIn(Vec<IpNet>),
+    /// The selected part of the packet is an element of the set.
+    InSet(Selector, SetId),
+}
+
+/// What a rule does, in order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Statement {
+    /// Evaluate a chain, then continue here.
+    Jump(ChainId),
+    /// Continue in a chain, not coming back.
+    Goto(ChainId),
+    /// Drop the packet.
+    Drop,
+    /// Refuse it (ICMP unreachable, TCP reset).
+    Reject,
+    /// Look the selected part up in a verdict map; no element: the rule
+    /// does not apply.
+    VerdictMap(Selector, SetId),
+    /// Sets these mark bits.
+    SetMark(u32),
+    /// Clears these mark bits.
+    ClearMark(u32),
+    /// Masquerade (source NAT to the outgoing address, random ports).
+    Masquerade,
+    /// DNAT to one endpoint.
+    Dnat(Protocol, SocketAddr),
+    /// DNAT to one of the endpoints, each equally likely.
+    DnatRandom(Protocol, Vec<SocketAddr>),
+    /// DNAT through the slot map of frontends with N endpoints (N = the
+    /// map's width): the key is the frontend and a random slot in 0..N.
+    DnatSlots {
+        /// Node ports (keyed without the address) or addresses.
+        node_port: bool,
+        /// N.
+        width: u8,
+    },
+    /// Continue in one of the chains, each equally likely.
+    RandomGoto(Vec<ChainId>),
+    /// Remember the source address in a timed set.
+    RememberSource {
+        /// The set.
+        set: SetId,
+        /// For how long, in seconds.
+        timeout_secs: u64,
+    },
+}
+
+/// One rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Rule {
+    /// Conditions, all of which must hold.
+    pub matches: Vec<Match>,
+    /// What it does.
+    pub statements: Vec<Statement>,
+}
+
+impl Rule {
+    /// A rule with these conditions and statements.
+    pub fn new(matches: Vec<Match>, statements: Vec<Statement>) -> Self {
+        Self { matches, statements }
+    }
+
+    /// An unconditional rule.
+    pub fn always(statements: Vec<Statement>) -> Self {
+        Self::new(Vec::new(), statements)
+    }
+
+    /// The sets and chains the rule refers to (they must exist).
+    pub fn references(&self) -> (Vec<SetId>, Vec<ChainId>) {
+        let mut sets = Vec::new();
+        let mut chains = Vec::new();
+        for m in &self.matches {
+            if let Match::InSet(_, s) = m {
+                sets.push(s.clone());
+            }
+        }
+        for s in &self.statements {
+            match s {
+                Statement::Jump(c) | Statement::Goto(c) => chains.push(c.clone()),
+                Statement::VerdictMap(_, set) | Statement::RememberSource { set, .. } => sets.push(set.clone()),
+                Statement::DnatSlots { node_port, width } => sets.push(if *node_port {
+                    SetId::NodePortSlots(*width)
+                } else {
+                    SetId::ServiceSlots(*width)
+                }),
+                Statement::RandomGoto(cs) => chains.extend(cs.iter().cloned()),
+                _ => {}
+            }
+        }
+        (sets, chains)
+    }
+
+    /// Writes the rule in nft syntax.
+    pub fn write(&self, out: &mut (impl Write + ?Sized), words: FamilyWords) -> fmt::Result {
+        let mut sep = Sep::default();
+        for m in &self.matches {
+            sep.next(out)?;
+            write_match(out, m, words)?;
+        }
+        for s in &self.statements {
+            sep.next(out)?;
+            write_statement(out, s, words)?;
+        }
+        Ok(())
+    }
+
+    /// The rule in nft syntax.
+    pub fn text(&self, words: FamilyWords) -> String {
+        let mut s = String::new();
+        let _ = self.write(&mut s, words);
+        s
+    }
+}
+
+#[derive(Default)]
+struct Sep(bool);
+
+impl Sep {
+    fn next(&mut self, out: &mut (impl Write + ?Sized)) -> fmt::Result {
+        if std::mem::replace(&mut self.0, true) {
+            out.write_char(' ')?;
+        }
+        Ok(())
+    }
+}
+
+fn selector(s: Selector, a: &str) -> String {
+    match s {
+        Selector::Frontend => format!("{a} daddr . meta l4proto . th dport"),
+        Selector::NodePort => "meta l4proto . th dport".into(),
+        Selector::Daddr => format!("{a} daddr"),
+        Selector::Saddr => format!("{a} saddr"),
+        Selector::SaddrDaddr => format!("{a} saddr . {a} daddr"),
+    }
+}
+
+/// `{ a/n, b/m }` with host bits cleared.
+pub(crate) fn net_set(nets: &[IpNet]) -> String {
+    let items: Vec<String> = nets.iter().map(|n| n.trunc().to_string()).collect();
+    format!("{{ {} }}", items.join(", "))
+}
+
+fn write_match(out: &mut (impl Write + ?Sized), m: &Match, w: FamilyWords) -> fmt::Result {
+    let a = w.table;
+    match m {
+        Match::NewConnection => out.write_str("ct state new"),
+        Match::Dnatted => out.write_str("ct status dnat"),
+        Match::Marked(bits) => write!(out, "meta mark & {bits:#x} == {bits:#x}"),
+        Match::HasPorts => out.write_str("meta l4proto { tcp, udp, sctp }"),
+        Match::LocalDestination(nets) if nets.is_empty() => out.write_str("fib daddr type local"),
+        Match::LocalDestination(nets) => write!(out, "fib daddr type local {a} daddr {}", net_set(nets)),
+        Match::LocalSource => out.write_str("fib saddr type local"),
+        Match::SourceIn(nets) => write!(out, "{a} saddr {}", net_set(nets)),
+        Match::SourceNotIn(nets) => write!(out, "{a} saddr != {}", net_set(nets)),
+        Match::DestinationIn(nets) => write!(out, "{a} daddr {}", net_set(nets)),
+        Match::InSet(s, set) => write!(out, "{} @{set}", selector(*s, a)),
+    }
+}
+
+fn write_statement(out: &mut (impl Write + ?Sized), s: &Statement, w: FamilyWords) -> fmt::Result {
+    let a = w.table;
+    match s {
+        Statement::Jump(c) => write!(out, "jump {c}"),
+        Statement::Goto(c) => write!(out, "goto {c}"),
+        Statement::Drop => out.write_str("drop"),
+        Statement::Reject => out.write_str("reject"),
+        Statement::VerdictMap(sel, set) => write!(out, "{} vmap @{set}", selector(*sel, a)),
+        Statement::SetMark(bits) => write!(out, "meta mark set meta mark | {bits:#x}"),
+        Statement::ClearMark(bits) => write!(out, "meta mark set meta mark & {:#x}", !bits),
+        Statement::Masquerade => out.write_str("masquerade fully-random"),
+        Statement::Dnat(p, ep) => write!(out, "meta l4proto {} dnat {a} to {ep}", proto(*p)),
+        Statement::DnatRandom(p, eps) => {
+            write!(
+                out,
+                "meta l4proto {} dnat {a} to numgen random mod {} map {{ ",
+                proto(*p),
+                eps.len()
+            )?;
+            for (i, ep) in eps.iter().enumerate() {
+                let sep = if i == 0 { "" } else { ", " };
+                write!(out, "{sep}{i} : {} . {}", ep.ip(), ep.port())?;
+            }
+            out.write_str(" }")
+        }
+        Statement::DnatSlots { node_port, width } => {
+            let (key, map) = if *node_port {
+                (selector(Selector::NodePort, a), SetId::NodePortSlots(*width))
+            } else {
+                (selector(Selector::Frontend, a), SetId::ServiceSlots(*width))
+            };
+            write!(out, "dnat {a} to {key} . numgen random mod {width} map @{map}")
+        }
+        Statement::RandomGoto(chains) => {
+            write!(out, "numgen random mod {} vmap {{ ", chains.len())?;
+            for (i, c) in chains.iter().enumerate() {
+                let sep = if i == 0 { "" } else { ", " };
+                write!(out, "{sep}{i} : goto {c}")?;
+            }
+            out.write_str(" }")
+        }
+        Statement::RememberSource { set, timeout_secs } => {
+            write!(out, "update @{set} {{ {a} saddr timeout {timeout_secs}s }}")
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The fixed part of the table: its sets and maps, and the chains that
+//! look frontends up in them.
+//!
+//! ```text
+//!  nat prerouting/output (-100) -> services:
+//!    @masq-frontends / @masq-nodeports / @outside-masq-frontends -> mark
+//!    daddr . proto . port vmap @service-chains
+//!        -> goto slots-N   (N endpoints: dnat via @service-slots-N, numgen mod N)
+//!        -> goto svc-/ext-/fw-…   (ports that need chains of their own)
+//!    fib local: proto . port vmap @nodeport-chains  (the same for node ports)
+//!  nat postrouting (100): marked -> masquerade; hairpin -> masquerade
+//!  filter input/forward/output (-110), new connections:
+//!    @no-endpoints / @nodeport-no-endpoints -> reject
+//!    @no-local-endpoints / @nodeport-no-local-endpoints -> drop
+//!  filter forward (-110) / output after DNAT (-90), new connections:
+//!    cluster-ips-check: daddr @cluster-ips -> reject (not a service port)
+//!                       daddr in --service-cidr -> drop (no such service)
+//! ```
+//!
+//! A new connection passes the same number of rules and lookups whatever
+//! the number of services: three masquerade lookups, one or two verdict
+//! maps, one slot map.
+
+use crate::desired::DataplaneConfig;
+use crate::names::{ChainId, FamilyWords, MASQUERADE_MARK, MAX_SLOTS, SetId};
+use crate::rule::{Match, Rule, Selector, Statement};
+
+/// The fixed chains and their rules, in declaration order.
+pub fn chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
+    let local = Match::LocalDestination(config.family_nodeport_addresses());
+    let in_set = |sel, set| Match::InSet(sel, set);
+    let mut services = vec![
+        Rule::new(
+            vec![in_set(Selector::Frontend, SetId::MasqFrontends)],
+            vec![Statement::Jump(ChainId::MarkForMasquerade)],
+        ),
+        Rule::new(
+            vec![local.clone(), in_set(Selector::NodePort, SetId::MasqNodePorts)],
+            vec![Statement::Jump(ChainId::MarkForMasquerade)],
+        ),
+    ];
+    let cidrs = config.family_cluster_cidrs();
+    if !cidrs.is_empty() {
+        services.push(Rule::new(
+            vec![
+                in_set(Selector::Frontend, SetId::OutsideMasqFrontends),
+                Match::SourceNotIn(cidrs),
+            ],
+            vec![Statement::Jump(ChainId::MarkForMasquerade)],
+        ));
+    }
+    services.push(Rule::always(vec![Statement::VerdictMap(
+        Selector::Frontend,
+        SetId::ServiceChains,
+    )]));
+    services.push(Rule::new(
+        vec![local.clone()],
+        vec![Statement::VerdictMap(Selector::NodePort, SetId::NodePortChains)],
+    ));
+
+    let filter = vec![
+        Rule::new(
+            vec![Match::NewConnection, in_set(Selector::Frontend, SetId::NoEndpoints)],
+            vec![Statement::Reject],
+        ),
+        Rule::new(
+            vec![
+                Match::NewConnection,
+                in_set(Selector::Frontend, SetId::NoLocalEndpoints),
+            ],
+            vec![Statement::Drop],
+        ),
+        Rule::new(
+            vec![
+                Match::NewConnection,
+                local.clone(),
+                in_set(Selector::NodePort, SetId::NodePortNoEndpoints),
+            ],
+            vec![Statement::Reject],
+        ),
+        Rule::new(
+            vec![
+                Match::NewConnection,
+                local,
+                in_set(Selector::NodePort, SetId::NodePortNoLocalEndpoints),
+            ],
+            vec![Statement::Drop],
+        ),
+    ];
+    let guard = Rule::new(
+        vec![Match::NewConnection],
+        vec![Statement::Jump(ChainId::ClusterIpsCheck)],
+    );
+    let mut cluster_ips_check = vec![Rule::new(
+        vec![Match::InSet(Selector::Daddr, SetId::ClusterIps)],
+        vec![Statement::Reject],
+    )];
+    let service_cidrs = config.family_service_cidrs();
+    if !service_cidrs.is_empty() {
+        cluster_ips_check.push(Rule::new(
+            vec![Match::DestinationIn(service_cidrs)],
+            vec![Statement::Drop],
+        ));
+    }
+    let mut forward = filter.clone();
+    forward.push(guard.clone());
+
+    let mut all = vec![
+        (
+            ChainId::MarkForMasquerade,
+            vec![Rule::always(vec![Statement::SetMark(MASQUERADE_MARK)])],
+        ),
+        (ChainId::Services, services),
+        (ChainId::ClusterIpsCheck, cluster_ips_check),
+        (
+            ChainId::NatPrerouting,
+            vec![Rule::always(vec![Statement::Jump(ChainId::Services)])],
+        ),
+        (
+            ChainId::NatOutput,
+            vec![Rule::always(vec![Statement::Jump(ChainId::Services)])],
+        ),
+        (
+            ChainId::NatPostrouting,
+            vec![
+                Rule::new(
+                    vec![Match::Marked(MASQUERADE_MARK)],
+                    vec![Statement::ClearMark(MASQUERADE_MARK), Statement::Masquerade],
+                ),
+                Rule::new(
+                    vec![Match::Dnatted, Match::InSet(Selector::SaddrDaddr, SetId::Hairpin)],
+                    vec![Statement::Masquerade],
+                ),
+            ],
+        ),
+        (ChainId::FilterInput, filter.clone()),
+        (ChainId::FilterForward, forward),
+        (ChainId::FilterOutput, filter),
+        (ChainId::FilterOutputPostDnat, vec![guard]),
+    ];
+    for n in 1..=MAX_SLOTS {
+        for node_port in [false, true] {
+            all.push((
+                ChainId::slots(node_port, n),
+                vec![Rule::new(
+                    vec![Match::HasPorts],
+                    vec![Statement::DnatSlots { node_port, width: n }],
+                )],
+            ));
+        }
+    }
+    all
+}
+
+/// Whether a fixed chain may be rewritten by a partial sync. nft 1.0.6
+/// cannot add a rule that names a slot map once the map holds elements
+/// ("conflicting protocols specified: tcp vs. th" when it reads the map's
+/// `typeof` back), so only a full sync writes the slot chains; the hourly
+/// full sync repairs them.
+pub fn reassertable(chain: &ChainId) -> bool {
+    !matches!(chain, ChainId::ServiceSlots(_) | ChainId::NodePortSlots(_))
+}
+
+/// The words of this config's family.
+pub fn words(config: &DataplaneConfig) -> FamilyWords {
+    FamilyWords::of(config.family)
+}

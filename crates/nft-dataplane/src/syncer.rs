@@ -1,0 +1,458 @@
+//! [`NftSyncer`]: keeps the kernel's table in step with the engine's maps,
+//! writing only what changed.
+//!
+//! It remembers what it programmed, per service ([`Fragment`]s, frontend
+//! owners, shared elements with their users). A sync rewrites only the
+//! services the engine reports as changed; the first sync, a sync after any
+//! failed apply, and one per [`FULL_RESYNC_PERIOD`] replace the whole
+//! table. On a failed apply the remembered view is dropped: nothing partial
+//! is trusted.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use endpoints_map::{EndpointsMap, ServicesMap};
+use slice_model::ServiceName;
+
+use crate::desired::{DataplaneConfig, plan_service};
+use crate::element::{Element, Frontend, Key};
+use crate::fragment::{self, Fragment};
+use crate::names::{ChainId, SetId};
+use crate::skeleton;
+use crate::transaction::{Op, Transaction};
+use crate::{Dataplane, DataplaneError};
+
+/// How often the whole table is rewritten even when nothing failed
+/// (kube-proxy's nftables mode uses the same hour): it repairs element-level
+/// tampering that the canary cannot see.
+pub const FULL_RESYNC_PERIOD: Duration = Duration::from_secs(3600);
+
+/// The element every incremental transaction adds first (a no-op when it
+/// is there): if the table was removed or replaced from outside, its set is
+/// gone, the add fails and the whole transaction with it, so the next sync
+/// is a full one. Only an add: any element delete makes the kernel wait for
+/// an RCU grace period at commit, which would triple the cost of a sync
+/// that only adds.
+fn canary() -> Element {
+    Element::key(Key::Port(1))
+}
+
+/// What the kernel holds, as far as proxyd knows.
+#[derive(Debug, Default)]
+struct Programmed {
+    fragments: HashMap<ServiceName, Fragment>,
+    /// Which service holds each frontend (first come, first served).
+    owners: HashMap<Frontend, ServiceName>,
+    /// Services that wanted a frontend another one held.
+    waiting: HashMap<Frontend, BTreeSet<ServiceName>>,
+    /// How many services want each shared element.
+    shared: HashMap<(SetId, Key), u32>,
+}
+
+impl Programmed {
+    /// Replaces one service's fragment; returns the one it had and the
+    /// services waiting for frontends it gave up.
+    fn replace(
+        &mut self,
+        name: &ServiceName,
+        build: impl FnOnce(&mut dyn FnMut(&Frontend) -> bool) -> Fragment,
+    ) -> (Option<Fragment>, Vec<ServiceName>) {
+        let old = self.fragments.remove(name);
+        if let Some(o) = &old {
+            for f in &o.frontends {
+                if self.owners.get(f) == Some(name) {
+                    self.owners.remove(f);
+                }
+            }
+            for f in &o.blocked {
+                if let Some(w) = self.waiting.get_mut(f) {
+                    w.remove(name);
+                    if w.is_empty() {
+                        self.waiting.remove(f);
+                    }
+                }
+            }
+            for item in &o.shared {
+                if let Some(n) = self.shared.get_mut(item) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.shared.remove(item);
+                    }
+                }
+            }
+        }
+        let mut blocked = Vec::new();
+        let owners = &mut self.owners;
+        let mut claim = |f: &Frontend| match owners.get(f) {
+            Some(other) if other != name => {
+                tracing::warn!(
+                    service = %name,
+                    "{f} is already used by service {other}; this service's use of it waits until it is free"
+                );
+                blocked.push(*f);
+                false
+            }
+            _ => {
+                owners.insert(*f, name.clone());
+                true
+            }
+        };
+        let mut new = build(&mut claim);
+        new.blocked = blocked;
+        for f in &new.blocked {
+            self.waiting.entry(*f).or_default().insert(name.clone());
+        }
+        for item in &new.shared {
+            *self.shared.entry(item.clone()).or_default() += 1;
+        }
+        let mut wake = Vec::new();
+        if let Some(o) = &old {
+            for f in o.frontends.iter().filter(|f| !self.owners.contains_key(f)) {
+                wake.extend(self.waiting.get(f).into_iter().flatten().cloned());
+            }
+        }
+        if !new.is_empty() {
+            self.fragments.insert(name.clone(), new);
+        }
+        (old, wake)
+    }
+}
+
+/// What one sync did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// The whole table was replaced.
+    pub full: bool,
+    /// Services whose rules were written (all of them in a full sync).
+    pub services_written: usize,
+    /// Size of the nft transaction's text (0 when the dataplane did not
+    /// render it).
+    pub script_bytes: usize,
+    /// Elements added or deleted.
+    pub elements: usize,
+    /// Time to decide what to write.
+    pub render: Duration,
+    /// Time to apply (rendering the text as it streams to nft, and nft).
+    pub apply: Duration,
+}
+
+/// Why a sync is happening.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncKind {
+    /// Something changed.
+    Changes,
+    /// The periodic sync: also re-assert the fixed skeleton.
+    Periodic,
+}
+
+/// Builds and applies the table for one IP family.
+pub struct NftSyncer<D> {
+    config: DataplaneConfig,
+    dataplane: D,
+    view: Option<Programmed>,
+    last_full: Option<Instant>,
+}
+
+impl<D: Dataplane> NftSyncer<D> {
+    /// A syncer whose first sync is a full one.
+    pub fn new(config: DataplaneConfig, dataplane: D) -> Self {
+        Self {
+            config,
+            dataplane,
+            view: None,
+            last_full: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DataplaneConfig {
+        &self.config
+    }
+
+    /// The dataplane (tests read a [`crate::Recording`] or a
+    /// [`crate::KernelModel`] through it).
+    pub fn dataplane(&mut self) -> &mut D {
+        &mut self.dataplane
+    }
+
+    /// Whether the next sync will replace the whole table.
+    pub fn needs_full_sync(&self) -> bool {
+        self.view.is_none() || self.last_full.is_none_or(|t| t.elapsed() >= FULL_RESYNC_PERIOD)
+    }
+
+    /// Brings the table in line with the maps. `changed` are the services
+    /// whose ports or endpoints changed since the last successful sync
+    /// (ignored by a full sync, which writes everything).
+    pub fn sync(
+        &mut self,
+        services: &ServicesMap,
+        endpoints: &EndpointsMap,
+        changed: &BTreeSet<ServiceName>,
+        kind: SyncKind,
+    ) -> Result<SyncReport, DataplaneError> {
+        let started = Instant::now();
+        let full = self.needs_full_sync();
+        let (tx, written) = if full {
+            let view = self.build_full(services, endpoints);
+            let tx = full_transaction(&self.config, &view);
+            let written = view.fragments.len();
+            self.view = Some(view);
+            (tx, written)
+        } else {
+            let (tx, written) = self.partial(services, endpoints, changed, kind);
+            if written == 0 && kind == SyncKind::Changes {
+                // Nothing to write: don't spend an nft run on the canary alone.
+                return Ok(SyncReport {
+                    render: started.elapsed(),
+                    ..SyncReport::default()
+                });
+            }
+            (tx, written)
+        };
+        let render = started.elapsed();
+        let applied = Instant::now();
+        match self.dataplane.apply(&tx) {
+            Ok(script_bytes) => {
+                if full {
+                    self.last_full = Some(Instant::now());
+                }
+                Ok(SyncReport {
+                    full,
+                    services_written: written,
+                    script_bytes,
+                    elements: tx.element_count(),
+                    render,
+                    apply: applied.elapsed(),
+                })
+            }
+            Err(e) => {
+                // The kernel kept its old state (one transaction), which
+                // no longer matches the view: forget it.
+                self.view = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn build_full(&self, services: &ServicesMap, endpoints: &EndpointsMap) -> Programmed {
+        let mut view = Programmed::default();
+        let mut names: Vec<&ServiceName> = services.iter().map(|p| &p.name.service).collect();
+        names.dedup();
+        for name in names {
+            let targets = plan_service(name, services, endpoints, &self.config);
+            view.replace(name, |claim| fragment::build(&targets, &self.config, claim));
+        }
+        view
+    }
+
+    fn partial(
+        &mut self,
+        services: &ServicesMap,
+        endpoints: &EndpointsMap,
+        changed: &BTreeSet<ServiceName>,
+        kind: SyncKind,
+    ) -> (Transaction, usize) {
+        let config = &self.config;
+        let mut tx = Transaction::new(config.family);
+        let Some(view) = self.view.as_mut() else {
+            return (tx, 0);
+        };
+        let shared_before = view.shared.clone();
+        // What the kernel holds for each service touched, before this sync.
+        let mut originals: HashMap<ServiceName, Option<Fragment>> = HashMap::new();
+        let mut queue: Vec<ServiceName> = changed.iter().rev().cloned().collect();
+        let cap = 4 * (changed.len() + view.waiting.len()) + 16;
+        let mut rounds = 0usize;
+        while let Some(name) = queue.pop() {
+            rounds += 1;
+            if rounds > cap {
+                // Each wake-up needs a frontend freed by an earlier round,
+                // so this cannot loop; if it ever does, say so.
+                debug_assert!(false, "frontend hand-over did not settle");
+                tracing::error!("frontend hand-over did not settle after {cap} rounds; the next full sync repairs it");
+                break;
+            }
+            let targets = plan_service(&name, services, endpoints, config);
+            let (old, wake) = view.replace(&name, |claim| fragment::build(&targets, config, claim));
+            originals.entry(name).or_insert(old);
+            queue.extend(wake);
+        }
+        let mut names: Vec<&ServiceName> = originals.keys().collect();
+        names.sort_unstable();
+        let none = Fragment::default();
+        let pairs: Vec<(&Fragment, &Fragment)> = names
+            .iter()
+            .map(|n| {
+                let old = originals.get(*n).and_then(Option::as_ref).unwrap_or(&none);
+                (old, view.fragments.get(*n).unwrap_or(&none))
+            })
+            .filter(|(o, n)| o != n)
+            .collect();
+
+        tx.push(Op::AddElements(SetId::Canary, vec![canary()]));
+        if kind == SyncKind::Periodic {
+            reassert_skeleton(config, &mut tx);
+        }
+        // 1. New sets and chains exist before anything refers to them.
+        for (old, new) in &pairs {
+            for s in new.affinity_sets.iter().filter(|s| !old.affinity_sets.contains(s)) {
+                tx.push(Op::AddSet(s.clone(), Vec::new()));
+            }
+            for c in new.chains.iter().filter(|c| !old.chains.iter().any(|o| o.id == c.id)) {
+                tx.push(Op::AddChain(c.id.clone()));
+            }
+        }
+        // 2. Chains that are new or changed are rewritten.
+        for (old, new) in &pairs {
+            for c in new.chains.iter().filter(|c| !old.chains.contains(c)) {
+                tx.push(Op::FlushChain(c.id.clone()));
+                for r in &c.rules {
+                    tx.push(Op::AddRule(c.id.clone(), r.clone()));
+                }
+            }
+        }
+        // 3. Elements: deletes first, so a key whose value changes is
+        // replaced.
+        let mut deletes: BTreeMap<SetId, Vec<Element>> = BTreeMap::new();
+        let mut adds: BTreeMap<SetId, Vec<Element>> = BTreeMap::new();
+        for (old, new) in &pairs {
+            let (before, after) = (old.elements(), new.elements());
+            for ((set, key), value) in &before {
+                if after.get(&(set.clone(), *key)) != Some(value) {
+                    deletes.entry(set.clone()).or_default().push(Element {
+                        key: *key,
+                        value: value.clone(),
+                    });
+                }
+            }
+            for ((set, key), value) in &after {
+                if before.get(&(set.clone(), *key)) != Some(value) {
+                    adds.entry(set.clone()).or_default().push(Element {
+                        key: *key,
+                        value: value.clone(),
+                    });
+                }
+            }
+        }
+        for ((set, key), _) in shared_before.iter().filter(|(k, _)| !view.shared.contains_key(k)) {
+            deletes.entry(set.clone()).or_default().push(Element::key(*key));
+        }
+        for ((set, key), _) in view.shared.iter().filter(|(k, _)| !shared_before.contains_key(k)) {
+            adds.entry(set.clone()).or_default().push(Element::key(*key));
+        }
+        for (set, mut elements) in deletes {
+            elements.sort_unstable();
+            tx.push(Op::DeleteElements(set, elements));
+        }
+        for (set, mut elements) in adds {
+            elements.sort_unstable();
+            tx.push(Op::AddElements(set, elements));
+        }
+        // 4. What is gone: flush every removed chain before deleting any
+        // (they may jump to each other), then the sets only they used.
+        let gone = |old: &Fragment, new: &Fragment| -> Vec<ChainId> {
+            old.chains
+                .iter()
+                .filter(|c| !new.chains.iter().any(|n| n.id == c.id))
+                .map(|c| c.id.clone())
+                .collect()
+        };
+        for (old, new) in &pairs {
+            for c in gone(old, new) {
+                tx.push(Op::FlushChain(c));
+            }
+        }
+        for (old, new) in &pairs {
+            for c in gone(old, new) {
+                tx.push(Op::DeleteChain(c));
+            }
+            for s in old.affinity_sets.iter().filter(|s| !new.affinity_sets.contains(s)) {
+                tx.push(Op::DeleteSet(s.clone()));
+            }
+        }
+        (tx, pairs.len())
+    }
+}
+
+/// Puts the skeleton back as it should be without touching any service's
+/// elements: declarations are re-added (a no-op when they exist) and the
+/// fixed chains are flushed and refilled.
+fn reassert_skeleton(config: &DataplaneConfig, tx: &mut Transaction) {
+    for set in SetId::skeleton() {
+        tx.push(Op::AddSet(set, Vec::new()));
+    }
+    let chains = skeleton::chains(config);
+    for (chain, _) in &chains {
+        tx.push(Op::AddChain(chain.clone()));
+    }
+    for (chain, rules) in chains.into_iter().filter(|(c, _)| skeleton::reassertable(c)) {
+        tx.push(Op::FlushChain(chain.clone()));
+        for r in rules {
+            tx.push(Op::AddRule(chain.clone(), r));
+        }
+    }
+}
+
+/// The whole ruleset, replacing whatever the table held, as one
+/// transaction: there is no moment without rules. Chains are declared
+/// first, then sets with their elements (which may name chains), then
+/// rules (which name both).
+fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction {
+    let family = config.family;
+    let mut tx = Transaction::new(family);
+    // Creating the table first makes the delete valid whether or not it
+    // exists.
+    tx.push(Op::AddTable(family));
+    tx.push(Op::DeleteTable(family));
+    tx.push(Op::AddTable(family));
+    let mut names: Vec<&ServiceName> = view.fragments.keys().collect();
+    names.sort_unstable();
+    let fragments: Vec<&Fragment> = names.iter().filter_map(|n| view.fragments.get(*n)).collect();
+    let fixed = skeleton::chains(config);
+    for (chain, _) in &fixed {
+        tx.push(Op::AddChain(chain.clone()));
+    }
+    for c in fragments.iter().flat_map(|f| &f.chains) {
+        tx.push(Op::AddChain(c.id.clone()));
+    }
+    let mut by_set: HashMap<SetId, Vec<Element>> = HashMap::new();
+    by_set.entry(SetId::Canary).or_default().push(canary());
+    let mut shared: Vec<&(SetId, Key)> = view.shared.keys().collect();
+    shared.sort_unstable();
+    for (set, key) in shared {
+        by_set.entry(set.clone()).or_default().push(Element::key(*key));
+    }
+    for e in fragments.iter().flat_map(|f| &f.entries) {
+        e.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
+    }
+    for set in SetId::skeleton() {
+        let elements = by_set.remove(&set).unwrap_or_default();
+        tx.push(Op::AddSet(set, elements));
+    }
+    for s in fragments.iter().flat_map(|f| &f.affinity_sets) {
+        tx.push(Op::AddSet(s.clone(), Vec::new()));
+    }
+    for (chain, rules) in fixed {
+        for r in rules {
+            tx.push(Op::AddRule(chain.clone(), r));
+        }
+    }
+    for c in fragments.iter().flat_map(|f| &f.chains) {
+        for r in &c.rules {
+            tx.push(Op::AddRule(c.id.clone(), r.clone()));
+        }
+    }
+    tx
+}
+
+/// Removes proxyd's tables of both families, whether or not they exist, in
+/// one transaction each (`proxyd cleanup`).
+pub fn cleanup_transactions() -> Vec<Transaction> {
+    [slice_model::IpFamily::V4, slice_model::IpFamily::V6]
+        .into_iter()
+        .map(|f| Transaction {
+            family: f,
+            ops: vec![Op::AddTable(f), Op::DeleteTable(f)],
+        })
+        .collect()
+}
