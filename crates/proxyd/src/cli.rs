@@ -102,6 +102,12 @@ pub struct ProxyArgs {
     #[arg(long, value_delimiter = ',', value_name = "CIDR")]
     pub nodeport_addresses: Vec<ipnet::IpNet>,
 
+    /// The service CIDR(s), comma-separated: traffic to an address in them
+    /// that is no service's cluster IP is dropped (kube-proxy reads them
+    /// from ServiceCIDR objects).
+    #[arg(long, value_delimiter = ',', value_name = "CIDR")]
+    pub service_cidr: Vec<ipnet::IpNet>,
+
     /// This node's topology.kubernetes.io/zone, for topology hints
     /// (default: the label of this node's Node object, when known).
     #[arg(long)]

@@ -1,4 +1,5 @@
-//! UDP conntrack cleanup after a sync, as kube-proxy does it.
+//! UDP conntrack cleanup after a sync, as kube-proxy does it; which
+//! entries are stale is decided by `nft_dataplane::conntrack`.
 //!
 //! UDP has no connection to end, so a conntrack entry keeps sending a
 //! client's datagrams where the rules sent its first one:
@@ -13,133 +14,17 @@
 //! The cleanup runs only after the rules that replace the entries are in
 //! place (a successful apply), never before.
 
-use std::collections::BTreeSet;
-use std::net::IpAddr;
 use std::process::Command;
 
 use endpoints_map::ServicesMap;
-use slice_model::{IpFamily, Protocol};
+pub use nft_dataplane::conntrack::Flow;
+use slice_model::IpFamily;
 
 use crate::engine::EngineUpdate;
 
-/// One set of UDP conntrack entries to delete.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Flow {
-    /// Entries to a frontend address and port.
-    ToFrontend {
-        /// Cluster, external or load-balancer IP.
-        addr: IpAddr,
-        /// Service port.
-        port: u16,
-    },
-    /// Entries to a node port (on any local address).
-    ToNodePort {
-        /// The node port.
-        port: u16,
-    },
-    /// Entries to a frontend that were DNATed to `endpoint`.
-    FrontendToEndpoint {
-        /// Cluster, external or load-balancer IP.
-        addr: IpAddr,
-        /// Service port.
-        port: u16,
-        /// The endpoint's address.
-        endpoint: IpAddr,
-    },
-    /// Entries to a node port that were DNATed to `endpoint`.
-    NodePortToEndpoint {
-        /// The node port.
-        port: u16,
-        /// The endpoint's address.
-        endpoint: IpAddr,
-    },
-    /// Entries to an address (a deleted service's cluster IP).
-    ToAddress {
-        /// The address.
-        addr: IpAddr,
-    },
-}
-
-impl Flow {
-    /// The `conntrack -D` filter arguments.
-    pub fn args(&self, family: IpFamily) -> Vec<String> {
-        let f = match family {
-            IpFamily::V4 => "ipv4",
-            IpFamily::V6 => "ipv6",
-        };
-        let mut a: Vec<String> = ["-D", "-f", f, "-p", "udp"].map(String::from).to_vec();
-        let mut push = |k: &str, v: String| {
-            a.push(k.to_owned());
-            a.push(v);
-        };
-        match *self {
-            Self::ToFrontend { addr, port } => {
-                push("--orig-dst", addr.to_string());
-                push("--orig-port-dst", port.to_string());
-            }
-            Self::ToNodePort { port } => push("--orig-port-dst", port.to_string()),
-            Self::FrontendToEndpoint { addr, port, endpoint } => {
-                push("--orig-dst", addr.to_string());
-                push("--orig-port-dst", port.to_string());
-                push("--dst-nat", endpoint.to_string());
-            }
-            Self::NodePortToEndpoint { port, endpoint } => {
-                push("--orig-port-dst", port.to_string());
-                push("--dst-nat", endpoint.to_string());
-            }
-            Self::ToAddress { addr } => push("--orig-dst", addr.to_string()),
-        }
-        a
-    }
-}
-
 /// The entries one sync's changes make stale.
 pub fn plan(update: &EngineUpdate, services: &ServicesMap) -> Vec<Flow> {
-    let mut flows = BTreeSet::new();
-    for name in &update.endpoints.stale_service_names {
-        let Some(p) = services.get(name).filter(|p| p.name.protocol == Protocol::Udp) else {
-            continue;
-        };
-        let port = p.port.get();
-        for addr in std::iter::once(&p.cluster_ip)
-            .chain(&p.external_ips)
-            .chain(&p.load_balancer_ips)
-        {
-            flows.insert(Flow::ToFrontend { addr: *addr, port });
-        }
-        if let Some(np) = p.node_port {
-            flows.insert(Flow::ToNodePort { port: np.get() });
-        }
-    }
-    for stale in &update.endpoints.stale_endpoints {
-        let Some(p) = services
-            .get(&stale.service_port)
-            .filter(|p| p.name.protocol == Protocol::Udp)
-        else {
-            continue; // a deleted service: its cluster IP is cleared below
-        };
-        let (port, endpoint) = (p.port.get(), stale.endpoint.ip());
-        for addr in std::iter::once(&p.cluster_ip)
-            .chain(&p.external_ips)
-            .chain(&p.load_balancer_ips)
-        {
-            flows.insert(Flow::FrontendToEndpoint {
-                addr: *addr,
-                port,
-                endpoint,
-            });
-        }
-        if let Some(np) = p.node_port {
-            flows.insert(Flow::NodePortToEndpoint {
-                port: np.get(),
-                endpoint,
-            });
-        }
-    }
-    for addr in &update.services.deleted_udp_cluster_ips {
-        flows.insert(Flow::ToAddress { addr: *addr });
-    }
-    flows.into_iter().collect()
+    nft_dataplane::conntrack::plan(&update.endpoints, &update.services, services)
 }
 
 /// Why a deletion failed.
@@ -239,7 +124,9 @@ impl Conntrack for RecordingConntrack {
 mod tests {
     use std::num::NonZeroU16;
 
-    use slice_model::{EndpointSlice, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint, SliceName};
+    use slice_model::{
+        EndpointSlice, Protocol, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint, SliceName,
+    };
 
     use super::*;
     use crate::engine::Engine;

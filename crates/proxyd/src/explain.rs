@@ -14,9 +14,11 @@ use slice_model::{BaseEndpointInfo, Endpoint, IpFamily, SERVICE_NAME_LABEL, Serv
 
 use crate::cli::ExplainArgs;
 use crate::dataplane::desired::{DataplaneConfig, ServiceTarget, plan_service};
-use crate::dataplane::fragment::{self, proto};
+use crate::dataplane::fragment;
 use crate::engine::Engine;
 use crate::snapshot::{Snapshot, one_shot};
+use nft_dataplane::element::proto;
+use nft_dataplane::names::FamilyWords;
 
 /// `proxyd explain` from the command line.
 pub fn main(args: ExplainArgs) -> ExitCode {
@@ -381,50 +383,38 @@ fn verdict(
 
 fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig) {
     let frag = fragment::build(std::slice::from_ref(t), config, |_| true);
-    let _ = writeln!(
-        out,
-        "  nftables (table {} proxyd):",
-        fragment::FamilyWords::of(config.family).table
-    );
-    for e in &frag.elements {
-        let mut first = true;
-        let mut slots: BTreeMap<String, usize> = BTreeMap::new();
-        e.for_each_entry(|set, key, value| {
-            if let fragment::Element::Slots { .. } = e {
-                *slots.entry(value.unwrap_or_default()).or_default() += 1;
-                if first {
-                    let base = key.rsplit_once(" . ").map_or(key.as_str(), |(b, _)| b).to_owned();
-                    let last = if let fragment::Element::Slots { endpoints, .. } = e {
-                        fragment::width(endpoints.len()) - 1
-                    } else {
-                        0
-                    };
-                    let _ = write!(out, "    {set}: {base} . 0..{last} ->");
-                    first = false;
-                }
-            } else {
-                let _ = writeln!(
-                    out,
-                    "    {set}: {key}{}",
-                    value.map(|v| format!(" : {v}")).unwrap_or_default()
-                );
-            }
-        });
-        if !slots.is_empty() {
-            let parts: Vec<String> = slots.iter().map(|(ep, n)| format!(" {ep} x{n}")).collect();
-            let _ = writeln!(out, "{}", parts.join(","));
+    let words = FamilyWords::of(config.family);
+    let _ = writeln!(out, "  nftables (table {} proxyd):", words.table);
+    for e in &frag.entries {
+        if let fragment::Entry::Slots { frontend, endpoints } = e {
+            let n = endpoints.len();
+            let eps: Vec<String> = endpoints.iter().map(ToString::to_string).collect();
+            let _ = writeln!(
+                out,
+                "    {frontend}: {n} slot(s), numgen random mod {n}, 1/{n} each -> {}",
+                eps.join(", ")
+            );
+            continue;
         }
+        e.for_each_element(|set, element| {
+            let _ = writeln!(out, "    {set}: {element}");
+        });
     }
     for c in &frag.chains {
-        let _ = writeln!(out, "    chain {}:", c.name);
+        let _ = writeln!(out, "    chain {}:", c.id);
         for r in &c.rules {
-            let _ = writeln!(out, "      {r}");
+            let _ = writeln!(out, "      {}", r.text(words));
         }
     }
-    for ip in &frag.hairpin {
-        let _ = writeln!(out, "    hairpin: {ip} . {ip} (masquerade an endpoint reaching itself)");
+    for (set, key) in &frag.shared {
+        let why = match set {
+            nft_dataplane::names::SetId::Hairpin => " (masquerade an endpoint reaching itself)",
+            nft_dataplane::names::SetId::ClusterIps => " (other ports of this address are rejected)",
+            _ => "",
+        };
+        let _ = writeln!(out, "    {set}: {key}{why}");
     }
-    if frag.elements.is_empty() {
+    if frag.entries.is_empty() {
         let _ = writeln!(out, "    nothing");
     }
 }

@@ -204,8 +204,8 @@ mod tests {
     struct Shared<T>(Arc<Mutex<T>>);
 
     impl Dataplane for Shared<Recording> {
-        fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
-            self.0.lock().unwrap().apply(script)
+        fn apply(&mut self, tx: &crate::dataplane::Transaction) -> Result<usize, DataplaneError> {
+            self.0.lock().unwrap().apply(tx)
         }
     }
 

@@ -10,10 +10,10 @@ use slice_model::{BaseEndpointInfo, ServicePortInfo};
 
 use crate::cli::RenderArgs;
 use crate::dataplane::desired::{EndpointGroup, GroupVerdict};
-use crate::dataplane::fragment::proto;
 use crate::dataplane::{DataplaneConfig, NftSyncer, Recording, ServiceTarget, SyncKind};
 use crate::engine::Engine;
 use crate::snapshot::one_shot;
+use nft_dataplane::element::proto;
 
 /// `proxyd render` from the command line.
 pub fn main(args: RenderArgs) -> ExitCode {
@@ -26,7 +26,7 @@ pub fn main(args: RenderArgs) -> ExitCode {
 pub fn render(engine: &Engine, config: &DataplaneConfig, table: bool) -> anyhow::Result<String> {
     let mut syncer = NftSyncer::new(config.clone(), Recording::default());
     syncer.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
-    let mut out = syncer.dataplane().applied.pop().unwrap_or_default();
+    let mut out = syncer.dataplane().applied.pop().map(|t| t.text()).unwrap_or_default();
     if table {
         out.push('\n');
         out.push_str(&services_table(engine, config));
@@ -47,7 +47,12 @@ fn group_text(group: Option<&EndpointGroup>) -> String {
                 .iter()
                 .map(|b| format!("{}{}", b.addr, if b.local { "*" } else { "" }))
                 .collect();
-            eps.join(" ")
+            // Every endpoint of a group gets the same share of new
+            // connections.
+            match eps.len() {
+                1 => eps.join(" "),
+                n => format!("{} (1/{n} each)", eps.join(" ")),
+            }
         }
     }
 }

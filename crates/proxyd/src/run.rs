@@ -92,15 +92,19 @@ pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
         }
     }
     let families = args.families();
-    for cidr in &args.proxy.cluster_cidr {
-        let f = match cidr {
-            ipnet::IpNet::V4(_) => IpFamily::V4,
-            ipnet::IpNet::V6(_) => IpFamily::V6,
-        };
-        if !families.contains(&f) {
-            problems.push(format!(
-                "--cluster-cidr {cidr} is {f}, but proxyd serves only {families:?}"
-            ));
+    let cidr_flags = [
+        ("--cluster-cidr", &args.proxy.cluster_cidr),
+        ("--service-cidr", &args.proxy.service_cidr),
+    ];
+    for (flag, cidrs) in cidr_flags {
+        for cidr in cidrs {
+            let f = match cidr {
+                ipnet::IpNet::V4(_) => IpFamily::V4,
+                ipnet::IpNet::V6(_) => IpFamily::V6,
+            };
+            if !families.contains(&f) {
+                problems.push(format!("{flag} {cidr} is {f}, but proxyd serves only {families:?}"));
+            }
         }
     }
     if args.dry_run && args.netns.is_some() {
@@ -500,9 +504,14 @@ async fn wait_for_signal() {
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
 /// entries are left to time out: deleting them would cut live connections.
 pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
-    let mut nft = NftCommand { netns: args.netns };
-    match nft.apply(&crate::dataplane::nft::render_cleanup()) {
-        Ok(()) => {
+    let nft = NftCommand { netns: args.netns };
+    // Both families in one nft run: one transaction.
+    let script: String = nft_dataplane::syncer::cleanup_transactions()
+        .iter()
+        .map(|t| t.text())
+        .collect();
+    match nft.apply_text(&script) {
+        Ok(_) => {
             tracing::info!("removed tables ip proxyd and ip6 proxyd");
             ExitCode::SUCCESS
         }

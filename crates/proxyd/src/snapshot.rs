@@ -58,6 +58,7 @@ pub fn dataplane_config(proxy: &ProxyArgs, source_zone: Option<String>) -> Datap
         cluster_cidrs: proxy.cluster_cidr.clone(),
         masquerade_all: proxy.masquerade_all,
         nodeport_addresses: proxy.nodeport_addresses.clone(),
+        service_cidrs: proxy.service_cidr.clone(),
     }
 }
 

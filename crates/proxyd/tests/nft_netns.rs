@@ -15,6 +15,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use nft_dataplane::element::{Element, Key};
+use nft_dataplane::names::{ChainId, SetId};
+use nft_dataplane::{Op, Transaction};
 use proxyd::cli::ProxyArgs;
 use proxyd::dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftCommand, NftSyncer, SyncKind};
 use proxyd::engine::Engine;
@@ -73,6 +76,7 @@ fn proxy_args() -> ProxyArgs {
         cluster_cidr: vec!["10.244.0.0/16".parse().unwrap()],
         masquerade_all: false,
         nodeport_addresses: Vec::new(),
+        service_cidr: Vec::new(),
         node_zone: None,
     }
 }
@@ -140,7 +144,11 @@ fn example_cluster_loads_and_partial_syncs_match_a_fresh_full_sync() {
         slots.iter().all(|e| !e.contains("10.244.2.13")),
         "not-ready endpoint unused"
     );
-    assert_eq!(table["set nodeport-slots-2"].len(), 2, "shop/api's node port");
+    assert_eq!(
+        table["set nodeport-slots-3"].len(),
+        3,
+        "shop/api's node port, three endpoints"
+    );
     assert!(table.contains_key("chain fw-shop/ingress/tcp/443"));
     assert!(table.contains_key("set aff-shop/cart/tcp/80/10.244.1.61/8080"));
     assert!(table["set hairpin"].iter().any(|e| e.contains("10.244.1.11")));
@@ -281,26 +289,18 @@ fn traffic_is_balanced_rejected_moved_and_sticky() {
     // A rejected transaction changes nothing.
     let err = ns
         .dataplane()
-        .apply("table ip proxyd { chain broken { this is not nft } }")
+        .apply_text("table ip proxyd { chain broken { this is not nft } }")
         .unwrap_err();
     assert!(matches!(err, DataplaneError::Rejected { .. }), "{err}");
     // Streamed too, far beyond a pipe's buffer, with the error at the end:
     // nft reads it all, rejects it, and says where.
-    let err = ns
-        .dataplane()
-        .apply_rendered(&mut |out| {
-            writeln!(
-                out,
-                "table ip proxyd-streamed {{\n\tset big {{\n\t\ttype inet_service\n\t\telements = {{"
-            )?;
-            for port in 1..=60_000 {
-                writeln!(out, "\t\t\t{port},")?;
-            }
-            writeln!(out, "\t\t\t1\n\t\t}}\n\t}}\n\tchain broken {{ this is not nft }}\n}}")
-        })
-        .unwrap_err();
+    let mut tx = Transaction::new(IpFamily::V4);
+    let many = (0..60_000u32).map(|i| Element::key(Key::Addr(std::net::Ipv4Addr::from(0x0a63_0000 + i).into())));
+    tx.push(Op::AddElements(SetId::ClusterIps, many.collect()));
+    tx.push(Op::DeleteChain(ChainId::Svc("no/such/tcp/1".into())));
+    let err = ns.dataplane().apply(&tx).unwrap_err();
     match &err {
-        DataplaneError::Rejected { stderr, .. } => assert!(stderr.contains("this is not nft"), "{stderr}"),
+        DataplaneError::Rejected { stderr, .. } => assert!(stderr.contains("svc-no/such/tcp/1"), "{stderr}"),
         other => panic!("{other}"),
     }
     let answers = connect(&ns, "10.96.0.10", 20);
@@ -521,4 +521,182 @@ fn the_table_survives_exit_is_restored_after_tampering_and_forgets_services_dele
     assert!(has_chain(&ns, "svc-shop/ingress/tcp/443"), "the others stay");
     assert!(common::terminate(&mut child, "TERM").success());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Serves TCP on port 8080 of each address given (answering with the
+/// address), or connects `n` times to `vip:port` and prints each answer.
+const BALANCE: &str = r#"
+import socket, sys, threading, time
+mode = sys.argv[1]
+if mode == "serve":
+    def serve(addr):
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((addr, 8080)); s.listen(256)
+        while True:
+            c, _ = s.accept(); c.sendall(addr.encode()); c.close()
+    for a in sys.argv[2:]:
+        threading.Thread(target=serve, args=(a,), daemon=True).start()
+    print("ready", flush=True)
+    time.sleep(600)
+else:
+    vip, port, n = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    for _ in range(n):
+        try:
+            c = socket.create_connection((vip, port), timeout=2)
+            print(c.recv(64).decode()); c.close()
+        except OSError as e:
+            print("error:", e.__class__.__name__)
+"#;
+
+/// Starts the servers inside `ns` and waits until they listen.
+fn serve(ns: &Netns, addrs: &[String]) -> KillOnDrop {
+    use std::io::BufRead;
+    let mut args = vec!["netns", "exec", &ns.0, "python3", "-c", BALANCE, "serve"];
+    args.extend(addrs.iter().map(String::as_str));
+    let mut child = Command::new("ip")
+        .args(&args)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let guard = KillOnDrop(child);
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    guard
+}
+
+/// Connects `n` times from inside `ns`; counts answers per endpoint.
+fn spread(ns: &Netns, vip: &str, port: u16, n: u32) -> BTreeMap<String, u32> {
+    let out = ns.exec(
+        "python3",
+        &["-c", BALANCE, "connect", vip, &port.to_string(), &n.to_string()],
+    );
+    let mut counts = BTreeMap::new();
+    for l in out.lines() {
+        *counts.entry(l.to_owned()).or_default() += 1;
+    }
+    counts
+}
+
+/// The chi-square statistic of `counts` against a uniform split over
+/// `expected`, and the critical value at p = 0.001 for its degrees of
+/// freedom.
+fn chi_square(counts: &BTreeMap<String, u32>, expected: &[String], n: u32) -> (f64, f64) {
+    // Critical values of the chi-square distribution at p = 0.001, by
+    // degrees of freedom (1..=6).
+    const CRITICAL: [f64; 6] = [10.828, 13.816, 16.266, 18.467, 20.515, 22.458];
+    let mean = f64::from(n) / expected.len() as f64;
+    let stat = expected
+        .iter()
+        .map(|e| {
+            let o = f64::from(counts.get(e).copied().unwrap_or(0));
+            (o - mean).powi(2) / mean
+        })
+        .sum();
+    (stat, CRITICAL[expected.len() - 2])
+}
+
+#[test]
+fn real_connections_split_evenly_over_any_number_of_endpoints() {
+    if !require() {
+        return;
+    }
+    let ns = Netns::new("balance");
+    let eps: Vec<String> = (1..=7).map(|i| format!("10.1.0.{i}")).collect();
+    for a in &eps {
+        ns.ip(&["addr", "add", &format!("{a}/32"), "dev", "lo"]);
+    }
+    // Service IPs are routed locally so that output NAT sees them.
+    ns.ip(&["route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
+    let _servers = serve(&ns, &eps);
+    let mut engine = Engine::new("node-1", IpFamily::V4);
+    let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), ns.dataplane());
+    const CONNECTIONS: u32 = 700;
+    for n in [3usize, 5, 6, 7] {
+        let refs: Vec<&str> = eps[..n].iter().map(String::as_str).collect();
+        engine.update_service(&service("web", "10.96.0.10"));
+        engine.update_slice(slice("ns", "web", "web-1", 8080, &refs));
+        sync(&mut syncer, &mut engine);
+        let counts = spread(&ns, "10.96.0.10", 80, CONNECTIONS);
+        let reached: u32 = eps[..n].iter().map(|e| counts.get(e).copied().unwrap_or(0)).sum();
+        assert_eq!(
+            reached, CONNECTIONS,
+            "N={n}: every connection reached an endpoint: {counts:?}"
+        );
+        let (stat, critical) = chi_square(&counts, &eps[..n], CONNECTIONS);
+        eprintln!("N={n}: {counts:?}, chi-square {stat:.2} (critical {critical} at p=0.001)");
+        assert!(
+            stat < critical,
+            "N={n}: {counts:?} is not a uniform split (chi-square {stat:.2} >= {critical})"
+        );
+    }
+}
+
+#[test]
+fn a_local_policy_node_port_splits_evenly_over_its_local_endpoints() {
+    if !require() {
+        return;
+    }
+    // The node (rules, three local endpoints) and an outside client on a
+    // veth pair.
+    let node = Netns::new("np-node");
+    let client = Netns::new("np-client");
+    let (a, b) = (
+        format!("v{}a", std::process::id() % 100_000),
+        format!("v{}b", std::process::id() % 100_000),
+    );
+    common::run(
+        "ip",
+        &[
+            "link", "add", &a, "netns", &node.0, "type", "veth", "peer", "name", &b, "netns", &client.0,
+        ],
+    );
+    node.ip(&["addr", "add", "192.168.50.1/24", "dev", &a]);
+    node.ip(&["link", "set", &a, "up"]);
+    client.ip(&["addr", "add", "192.168.50.2/24", "dev", &b]);
+    client.ip(&["link", "set", &b, "up"]);
+    let locals: Vec<String> = (1..=3).map(|i| format!("10.1.0.{i}")).collect();
+    for l in &locals {
+        node.ip(&["addr", "add", &format!("{l}/32"), "dev", "lo"]);
+    }
+    let _servers = serve(&node, &locals);
+
+    let mut engine = Engine::new("node-1", IpFamily::V4);
+    let mut svc = service("web", "10.96.0.10");
+    svc.service_type = slice_model::ServiceType::NodePort;
+    svc.ports[0].node_port = NonZeroU16::new(30080);
+    svc.external_traffic_policy = TrafficPolicy::Local;
+    engine.update_service(&svc);
+    // Three endpoints here, two on another node (unreachable from here: a
+    // connection sent there would fail).
+    let mut s = EndpointSlice::new("ns", "web-1", "web").with_port("p", Protocol::Tcp, 8080);
+    for (ip, node_name) in [
+        ("10.1.0.1", "node-1"),
+        ("10.1.0.2", "node-1"),
+        ("10.1.0.3", "node-1"),
+        ("10.2.0.1", "node-2"),
+        ("10.2.0.2", "node-2"),
+    ] {
+        s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).on_node(node_name));
+    }
+    engine.update_slice(s);
+    let mut config = DataplaneConfig::new(IpFamily::V4);
+    config.cluster_cidrs = vec!["10.244.0.0/16".parse().unwrap()];
+    let mut syncer = NftSyncer::new(config, node.dataplane());
+    assert!(sync(&mut syncer, &mut engine).full);
+
+    const CONNECTIONS: u32 = 600;
+    let counts = spread(&client, "192.168.50.1", 30080, CONNECTIONS);
+    let reached: u32 = locals.iter().map(|e| counts.get(e).copied().unwrap_or(0)).sum();
+    assert_eq!(
+        reached, CONNECTIONS,
+        "only local endpoints, every connection answered: {counts:?}"
+    );
+    let (stat, critical) = chi_square(&counts, &locals, CONNECTIONS);
+    eprintln!("node port, Local: {counts:?}, chi-square {stat:.2} (critical {critical} at p=0.001)");
+    assert!(
+        stat < critical,
+        "{counts:?} is not a uniform split (chi-square {stat:.2} >= {critical})"
+    );
 }

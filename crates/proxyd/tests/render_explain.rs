@@ -53,7 +53,10 @@ fn explain_gives_a_reason_for_every_endpoint() {
         "{out}"
     );
     assert!(
-        out.contains("service-slots-2: 10.96.0.10 . tcp . 80 . 0..1 -> 10.244.1.11 . 8080 x1, 10.244.2.12 . 8080 x1")
+        out.contains(
+            "10.96.0.10:80/tcp: 2 slot(s), numgen random mod 2, 1/2 each -> 10.244.1.11:8080, 10.244.2.12:8080"
+        ),
+        "{out}"
     );
 
     let (ok, out, _) = proxyd(&["explain", "shop/catalog"]);

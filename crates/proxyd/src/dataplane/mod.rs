@@ -1,72 +1,15 @@
-//! The dataplane: what each service port should do ([`desired`]), the
-//! ruleset's shape ([`fragment`]), nft text ([`nft`]), and the syncer that
-//! writes only what changed ([`programmed`]), applied in one `nft -f -`
-//! transaction behind the [`Dataplane`] trait (tests use [`Recording`];
-//! `--dry-run` uses [`DryRun`]).
-
-pub mod desired;
-pub mod fragment;
-pub mod nft;
-pub mod programmed;
+//! The process side of the dataplane: `nft -f -` ([`NftCommand`]) and
+//! `--dry-run` ([`DryRun`]). What to write, and the transactions that write
+//! it, come from the `nft-dataplane` crate, re-exported here.
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-pub use desired::{DataplaneConfig, ServiceTarget};
-pub use fragment::Fragment;
-pub use programmed::{NftSyncer, SyncKind, SyncReport};
-
-/// Why an apply failed.
-#[derive(Debug, thiserror::Error)]
-pub enum DataplaneError {
-    /// `nft` could not be started.
-    #[error("cannot run {program}: {source}")]
-    Spawn {
-        /// The program.
-        program: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// `nft` rejected the transaction; nothing of it was applied.
-    #[error("nft rejected the transaction (exit {status}): {stderr}")]
-    Rejected {
-        /// Exit status.
-        status: String,
-        /// What nft said.
-        stderr: String,
-    },
-    /// A dry run could not write its script.
-    #[error("cannot write {path}: {source}")]
-    Write {
-        /// Where.
-        path: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-/// Writes a transaction's text piece by piece.
-pub type Render<'r> = &'r mut dyn FnMut(&mut dyn std::fmt::Write) -> std::fmt::Result;
-
-/// Applies nft scripts.
-pub trait Dataplane {
-    /// Applies one script as one transaction: all of it or none.
-    fn apply(&mut self, script: &str) -> Result<(), DataplaneError>;
-
-    /// Applies the script `render` writes, as one transaction, and returns
-    /// its size. By default the text is collected and [`Dataplane::apply`]
-    /// applies it; [`NftCommand`] streams it to nft instead, so a full sync
-    /// of a large cluster never holds its megabytes of text.
-    fn apply_rendered(&mut self, render: Render<'_>) -> Result<usize, DataplaneError> {
-        let mut script = String::new();
-        // Writing into a String cannot fail.
-        let _ = render(&mut script);
-        self.apply(&script).map(|()| script.len())
-    }
-}
+pub use nft_dataplane::{
+    Dataplane, DataplaneConfig, DataplaneError, KernelModel, NftSyncer, Recording, ServiceTarget, SyncKind, SyncReport,
+    Transaction, desired, fragment,
+};
 
 /// The real thing: `nft -f -`, optionally inside a named network namespace
 /// (`ip netns exec NAME nft -f -`).
@@ -76,7 +19,7 @@ pub struct NftCommand {
     pub netns: Option<String>,
 }
 
-/// The text a render wrote to nft's standard input, counted; keeps the
+/// The text a transaction wrote to nft's standard input, counted; keeps the
 /// first I/O error (`fmt::Write` can only say that one happened).
 struct Feed<W> {
     inner: W,
@@ -150,76 +93,57 @@ impl NftCommand {
         }
         fed.map_err(spawn_err)
     }
+
+    /// Applies raw nft text as one transaction (for commands that are not
+    /// proxyd's own, e.g. in tests).
+    pub fn apply_text(&self, script: &str) -> Result<usize, DataplaneError> {
+        self.run(|stdin| stdin.write_all(script.as_bytes()).map(|()| script.len()))
+    }
 }
 
 impl Dataplane for NftCommand {
-    fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
-        self.run(|stdin| stdin.write_all(script.as_bytes()).map(|()| script.len()))
-            .map(drop)
-    }
-
-    fn apply_rendered(&mut self, render: Render<'_>) -> Result<usize, DataplaneError> {
+    /// Streams the transaction's text to nft as it is rendered: a full
+    /// sync of a large cluster never holds its megabytes of text.
+    fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
         self.run(|stdin| {
             let mut feed = Feed {
                 inner: stdin,
                 bytes: 0,
                 error: None,
             };
-            match (render(&mut feed), feed.error) {
+            match (tx.write(&mut feed), feed.error) {
                 (_, Some(e)) => Err(e),
                 (Ok(()), None) => Ok(feed.bytes),
-                (Err(_), None) => Err(std::io::Error::other("the ruleset could not be rendered")),
+                (Err(_), None) => Err(std::io::Error::other("the transaction could not be rendered")),
             }
         })
     }
 }
 
-/// A dataplane that records scripts, for tests; it can be told to fail.
-#[derive(Debug, Default)]
-pub struct Recording {
-    /// Scripts applied, in order.
-    pub applied: Vec<String>,
-    /// Fail the next this many applies.
-    pub fail_next: u32,
-}
-
-impl Dataplane for Recording {
-    fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
-        if self.fail_next > 0 {
-            self.fail_next -= 1;
-            return Err(DataplaneError::Rejected {
-                status: "injected".into(),
-                stderr: "injected failure".into(),
-            });
-        }
-        self.applied.push(script.to_owned());
-        Ok(())
-    }
-}
-
-/// `--dry-run`: writes each sync's script to standard output, or to
+/// `--dry-run`: writes each sync's transaction to standard output, or to
 /// numbered files (`sync-000001.nft`, …) in a directory, instead of
 /// applying it.
 #[derive(Debug, Default)]
 pub struct DryRun {
     /// The directory; `None` writes to standard output.
     pub dir: Option<PathBuf>,
-    /// Scripts written so far.
+    /// Transactions written so far.
     pub count: u64,
     /// Put before file names (`ipv6-` in dual-stack).
     pub prefix: String,
 }
 
 impl Dataplane for DryRun {
-    fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
+    fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
         self.count += 1;
+        let script = tx.text();
         match &self.dir {
             Some(dir) => {
                 let path = dir.join(format!("{}sync-{:06}.nft", self.prefix, self.count));
-                std::fs::write(&path, script).map_err(|source| DataplaneError::Write {
+                std::fs::write(&path, &script).map_err(|source| DataplaneError::Write {
                     path: path.display().to_string(),
                     source,
-                })
+                })?;
             }
             None => {
                 let mut out = std::io::stdout().lock();
@@ -228,23 +152,9 @@ impl Dataplane for DryRun {
                     .map_err(|source| DataplaneError::Write {
                         path: "standard output".into(),
                         source,
-                    })
+                    })?;
             }
         }
-    }
-}
-
-pub mod kernel_model;
-
-#[cfg(test)]
-mod tests;
-
-impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
-    fn apply(&mut self, script: &str) -> Result<(), DataplaneError> {
-        (**self).apply(script)
-    }
-
-    fn apply_rendered(&mut self, render: Render<'_>) -> Result<usize, DataplaneError> {
-        (**self).apply_rendered(render)
+        Ok(script.len())
     }
 }
