@@ -6,14 +6,15 @@
 //! Prints, for SERVICES services (default 10,000) of ENDPOINTS endpoints
 //! (default 2): the full sync (render, apply, transaction size), then
 //! partial syncs of one service whose endpoints changed and of one service
-//! added, each a few times.
+//! added, each a few times. With `NFT_SYNC_DUMP=FILE` it also writes the
+//! full sync's nft text to FILE (to time `nft -f FILE` on its own).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU16;
 use std::process::{Command, ExitCode};
 
-use proxyd::dataplane::{DataplaneConfig, NftCommand, NftSyncer, SyncKind, SyncReport};
+use proxyd::dataplane::{DataplaneConfig, NftCommand, NftSyncer, Recording, SyncKind, SyncReport};
 use proxyd::engine::Engine;
 use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint};
 
@@ -40,10 +41,14 @@ fn slice(i: u32, endpoints: u32, generation: u32) -> EndpointSlice {
 }
 
 fn print(what: &str, r: &SyncReport) {
-    println!(
-        "{what}: {} sync, {} services written, {} bytes, render {:.2?}, apply {:.2?}, total {:.2?}",
+    use std::io::Write;
+    // A closed stdout (e.g. piped into `head`) ends the output, not the run.
+    let _ = writeln!(
+        std::io::stdout(),
+        "{what}: {} sync, {} services written, {} elements, {} bytes, render {:.2?}, apply {:.2?}, total {:.2?}",
         if r.full { "full" } else { "partial" },
         r.services_written,
+        r.elements,
         r.script_bytes,
         r.render,
         r.apply,
@@ -68,6 +73,15 @@ fn main() -> ExitCode {
         for i in 0..services {
             engine.update_service(&service(i));
             engine.update_slice(slice(i, endpoints, 0));
+        }
+        if let Some(path) = std::env::var_os("NFT_SYNC_DUMP") {
+            // The full transaction's text, for timing nft on its own.
+            let mut rec = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), Recording::default());
+            engine.update();
+            rec.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
+                .map_err(|e| e.to_string())?;
+            let text: String = rec.dataplane().applied.iter().map(|t| t.text()).collect();
+            std::fs::write(&path, text).map_err(|e| e.to_string())?;
         }
         let dp = NftCommand {
             netns: Some(ns.clone()),

@@ -31,10 +31,10 @@ use crate::rule::{Match, Rule, Selector, Statement};
 /// (node ports).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Membership {
-    /// Masquerade all traffic to the frontend.
+    /// Masquerade all traffic to the frontend (external addresses and
+    /// node ports with Cluster policy; cluster IPs are masqueraded by the
+    /// skeleton, keyed by address).
     Masquerade,
-    /// Masquerade traffic from outside the cluster CIDRs (cluster IPs).
-    MasqueradeFromOutside,
     /// No endpoints: reject.
     Reject,
     /// No endpoints usable here: drop.
@@ -47,9 +47,6 @@ impl Membership {
         match (self, node_port) {
             (Self::Masquerade, false) => SetId::MasqFrontends,
             (Self::Masquerade, true) => SetId::MasqNodePorts,
-            // Node ports are never masqueraded by source (the masquerade
-            // decision for them is the policy's).
-            (Self::MasqueradeFromOutside, _) => SetId::OutsideMasqFrontends,
             (Self::Reject, false) => SetId::NoEndpoints,
             (Self::Reject, true) => SetId::NodePortNoEndpoints,
             (Self::Drop, false) => SetId::NoLocalEndpoints,
@@ -306,16 +303,9 @@ fn build_port(
             GroupVerdict::Forward => {
                 let endpoints = group.backends.iter().map(|b| b.addr).collect();
                 out.entries.push(Entry::Slots { frontend, endpoints });
-                let masquerade = match kind {
-                    FrontendKind::Cluster if config.masquerade_all => Some(Membership::Masquerade),
-                    FrontendKind::Cluster if !config.family_cluster_cidrs().is_empty() => {
-                        Some(Membership::MasqueradeFromOutside)
-                    }
-                    FrontendKind::Cluster => None,
-                    // External traffic with Cluster policy may leave the
-                    // node: replies must come back through it.
-                    _ => Some(Membership::Masquerade),
-                };
+                // External traffic with Cluster policy may leave the node:
+                // replies must come back through it.
+                let masquerade = (kind != FrontendKind::Cluster).then_some(Membership::Masquerade);
                 if let Some(set) = masquerade {
                     out.entries.push(Entry::Member { set, frontend });
                 }

@@ -55,11 +55,7 @@ fn fits(family: IpFamily, set: &SetId, e: &Element) -> bool {
         (SetId::ClusterIps, Key::Addr(a)) => addr_ok(*a),
         (SetId::Hairpin, Key::AddrPair(a, b)) => addr_ok(*a) && addr_ok(*b),
         (
-            SetId::ServiceChains
-            | SetId::MasqFrontends
-            | SetId::OutsideMasqFrontends
-            | SetId::NoEndpoints
-            | SetId::NoLocalEndpoints,
+            SetId::ServiceChains | SetId::MasqFrontends | SetId::NoEndpoints | SetId::NoLocalEndpoints,
             Key::Frontend(f),
         ) => ip_frontend(f),
         (

@@ -60,8 +60,9 @@ pub enum SetId {
     /// the table was replaced from outside, the add fails and the next sync
     /// is a full one.
     Canary,
-    /// Every cluster IP of this family (traffic to one on a port that is
-    /// not a service port is rejected).
+    /// Every cluster IP of this family: traffic to one from outside the
+    /// cluster CIDRs is masqueraded, and on a port that is not a service
+    /// port it is rejected.
     ClusterIps,
     /// Frontend (address, protocol, port) -> goto the chain that handles it.
     ServiceChains,
@@ -69,9 +70,6 @@ pub enum SetId {
     NodePortChains,
     /// Frontends whose traffic is always masqueraded.
     MasqFrontends,
-    /// Frontends whose traffic is masqueraded unless it comes from the
-    /// cluster CIDRs.
-    OutsideMasqFrontends,
     /// Node ports whose traffic is always masqueraded.
     MasqNodePorts,
     /// Frontends without endpoints: reject.
@@ -113,7 +111,7 @@ impl SetId {
             Self::ClusterIps => format!("type {at}"),
             Self::ServiceChains => format!("type {frontend} : verdict"),
             Self::NodePortChains => format!("type {node_port} : verdict"),
-            Self::MasqFrontends | Self::OutsideMasqFrontends | Self::NoEndpoints | Self::NoLocalEndpoints => {
+            Self::MasqFrontends | Self::NoEndpoints | Self::NoLocalEndpoints => {
                 format!("type {frontend}")
             }
             Self::MasqNodePorts | Self::NodePortNoEndpoints | Self::NodePortNoLocalEndpoints => {
@@ -138,7 +136,6 @@ impl SetId {
             Self::ServiceChains,
             Self::NodePortChains,
             Self::MasqFrontends,
-            Self::OutsideMasqFrontends,
             Self::MasqNodePorts,
             Self::NoEndpoints,
             Self::NoLocalEndpoints,
@@ -162,7 +159,6 @@ impl fmt::Display for SetId {
             Self::ServiceChains => f.write_str("service-chains"),
             Self::NodePortChains => f.write_str("nodeport-chains"),
             Self::MasqFrontends => f.write_str("masq-frontends"),
-            Self::OutsideMasqFrontends => f.write_str("outside-masq-frontends"),
             Self::MasqNodePorts => f.write_str("masq-nodeports"),
             Self::NoEndpoints => f.write_str("no-endpoints"),
             Self::NoLocalEndpoints => f.write_str("no-local-endpoints"),

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  nat prerouting/output (-100) -> services:
-//!    @masq-frontends / @masq-nodeports / @outside-masq-frontends -> mark
+//!    @masq-frontends / @masq-nodeports -> mark
+//!    daddr @cluster-ips, saddr outside --cluster-cidr (or all) -> mark
 //!    daddr . proto . port vmap @service-chains
 //!        -> goto slots-N   (N endpoints: dnat via @service-slots-N, numgen mod N)
 //!        -> goto svc-/ext-/fw-…   (ports that need chains of their own)
@@ -19,7 +20,7 @@
 //!
 //! A new connection passes the same number of rules and lookups whatever
 //! the number of services: three masquerade lookups, one or two verdict
-//! maps, one slot map.
+//! maps, one slot map (and the guards' lookups in the filter chains).
 
 use crate::desired::DataplaneConfig;
 use crate::names::{ChainId, FamilyWords, MASQUERADE_MARK, MAX_SLOTS, SetId};
@@ -39,13 +40,18 @@ pub fn chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
             vec![Statement::Jump(ChainId::MarkForMasquerade)],
         ),
     ];
+    // Traffic to cluster IPs, by address: every port of a cluster IP is
+    // masqueraded the same way, so one element per address serves them all.
     let cidrs = config.family_cluster_cidrs();
-    if !cidrs.is_empty() {
+    let to_cluster_ip = Match::InSet(Selector::Daddr, SetId::ClusterIps);
+    if config.masquerade_all {
         services.push(Rule::new(
-            vec![
-                in_set(Selector::Frontend, SetId::OutsideMasqFrontends),
-                Match::SourceNotIn(cidrs),
-            ],
+            vec![to_cluster_ip],
+            vec![Statement::Jump(ChainId::MarkForMasquerade)],
+        ));
+    } else if !cidrs.is_empty() {
+        services.push(Rule::new(
+            vec![to_cluster_ip, Match::SourceNotIn(cidrs)],
             vec![Statement::Jump(ChainId::MarkForMasquerade)],
         ));
     }

@@ -47,6 +47,10 @@ struct Programmed {
     waiting: HashMap<Frontend, BTreeSet<ServiceName>>,
     /// How many services want each shared element.
     shared: HashMap<(SetId, Key), u32>,
+    /// Shared elements that appeared (+1) or disappeared (-1) since the
+    /// last [`Programmed::take_shared_changes`]: copying `shared` to diff it
+    /// would cost a pass over every cluster IP per sync.
+    shared_changes: HashMap<(SetId, Key), i8>,
 }
 
 impl Programmed {
@@ -77,6 +81,7 @@ impl Programmed {
                     *n -= 1;
                     if *n == 0 {
                         self.shared.remove(item);
+                        *self.shared_changes.entry(item.clone()).or_default() -= 1;
                     }
                 }
             }
@@ -103,7 +108,11 @@ impl Programmed {
             self.waiting.entry(*f).or_default().insert(name.clone());
         }
         for item in &new.shared {
-            *self.shared.entry(item.clone()).or_default() += 1;
+            let n = self.shared.entry(item.clone()).or_default();
+            if *n == 0 {
+                *self.shared_changes.entry(item.clone()).or_default() += 1;
+            }
+            *n += 1;
         }
         let mut wake = Vec::new();
         if let Some(o) = &old {
@@ -115,6 +124,19 @@ impl Programmed {
             self.fragments.insert(name.clone(), new);
         }
         (old, wake)
+    }
+
+    /// The shared elements to add and to delete since the last call.
+    fn take_shared_changes(&mut self) -> (Vec<(SetId, Key)>, Vec<(SetId, Key)>) {
+        let (mut added, mut removed) = (Vec::new(), Vec::new());
+        for (item, delta) in self.shared_changes.drain() {
+            match delta {
+                1.. => added.push(item),
+                ..0 => removed.push(item),
+                0 => {}
+            }
+        }
+        (added, removed)
     }
 }
 
@@ -242,6 +264,9 @@ impl<D: Dataplane> NftSyncer<D> {
             let targets = plan_service(name, services, endpoints, &self.config);
             view.replace(name, |claim| fragment::build(&targets, &self.config, claim));
         }
+        // The full transaction writes every shared element; a fresh map
+        // also drops the large allocation the build's changes grew.
+        view.shared_changes = HashMap::new();
         view
     }
 
@@ -257,7 +282,6 @@ impl<D: Dataplane> NftSyncer<D> {
         let Some(view) = self.view.as_mut() else {
             return (tx, 0);
         };
-        let shared_before = view.shared.clone();
         // What the kernel holds for each service touched, before this sync.
         let mut originals: HashMap<ServiceName, Option<Fragment>> = HashMap::new();
         let mut queue: Vec<ServiceName> = changed.iter().rev().cloned().collect();
@@ -277,6 +301,7 @@ impl<D: Dataplane> NftSyncer<D> {
             originals.entry(name).or_insert(old);
             queue.extend(wake);
         }
+        let (came, went) = view.take_shared_changes();
         let mut names: Vec<&ServiceName> = originals.keys().collect();
         names.sort_unstable();
         let none = Fragment::default();
@@ -334,11 +359,11 @@ impl<D: Dataplane> NftSyncer<D> {
                 }
             }
         }
-        for ((set, key), _) in shared_before.iter().filter(|(k, _)| !view.shared.contains_key(k)) {
-            deletes.entry(set.clone()).or_default().push(Element::key(*key));
+        for (set, key) in went {
+            deletes.entry(set).or_default().push(Element::key(key));
         }
-        for ((set, key), _) in view.shared.iter().filter(|(k, _)| !shared_before.contains_key(k)) {
-            adds.entry(set.clone()).or_default().push(Element::key(*key));
+        for (set, key) in came {
+            adds.entry(set).or_default().push(Element::key(key));
         }
         for (set, mut elements) in deletes {
             elements.sort_unstable();
