@@ -46,12 +46,15 @@ struct Programmed {
     /// Services that wanted a frontend another one held.
     waiting: HashMap<Frontend, BTreeSet<ServiceName>>,
     /// How many services want each shared element.
-    shared: HashMap<(SetId, Key), u32>,
+    shared: HashMap<SharedElement, u32>,
     /// Shared elements that appeared (+1) or disappeared (-1) since the
     /// last [`Programmed::take_shared_changes`]: copying `shared` to diff it
     /// would cost a pass over every cluster IP per sync.
-    shared_changes: HashMap<(SetId, Key), i8>,
+    shared_changes: HashMap<SharedElement, i8>,
 }
+
+/// An element several services may want (a hairpin pair, a cluster IP).
+type SharedElement = (SetId, Key);
 
 impl Programmed {
     /// Replaces one service's fragment; returns the one it had and the
@@ -127,7 +130,7 @@ impl Programmed {
     }
 
     /// The shared elements to add and to delete since the last call.
-    fn take_shared_changes(&mut self) -> (Vec<(SetId, Key)>, Vec<(SetId, Key)>) {
+    fn take_shared_changes(&mut self) -> (Vec<SharedElement>, Vec<SharedElement>) {
         let (mut added, mut removed) = (Vec::new(), Vec::new());
         for (item, delta) in self.shared_changes.drain() {
             match delta {
@@ -442,7 +445,7 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     }
     let mut by_set: HashMap<SetId, Vec<Element>> = HashMap::new();
     by_set.entry(SetId::Canary).or_default().push(canary());
-    let mut shared: Vec<&(SetId, Key)> = view.shared.keys().collect();
+    let mut shared: Vec<&SharedElement> = view.shared.keys().collect();
     shared.sort_unstable();
     for (set, key) in shared {
         by_set.entry(set.clone()).or_default().push(Element::key(*key));
