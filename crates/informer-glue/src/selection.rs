@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use crate::multus::{MANAGED_BY_LABEL, MULTUS_SLICE_CONTROLLER, SERVICE_NETWORK_ANNOTATION, service_network};
+
 /// The label that hands a service to a non-default proxy.
 pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
 
@@ -20,14 +22,31 @@ pub struct Selection {
     /// proxy name. `Some(name)`: only objects labelled with this name (the
     /// multus-proxy mode).
     pub proxy_name: Option<String>,
+    /// Multus mode: services must also name their network
+    /// ([`crate::multus::SERVICE_NETWORK_ANNOTATION`]) and slices must come
+    /// from the multus EndpointSlice controller.
+    pub multus: bool,
 }
 
 impl Selection {
-    /// The label selector for list and watch requests.
+    /// The label selector for Service list and watch requests.
     pub fn label_selector(&self) -> String {
         match &self.proxy_name {
             None => format!("!{SERVICE_PROXY_NAME_LABEL},!{HEADLESS_LABEL}"),
             Some(name) => format!("{SERVICE_PROXY_NAME_LABEL}={name},!{HEADLESS_LABEL}"),
+        }
+    }
+
+    /// The label selector for EndpointSlice list and watch requests: in
+    /// multus mode only the multus controller's slices (the default
+    /// controller copies the service's labels onto slices of primary
+    /// addresses).
+    pub fn slice_label_selector(&self) -> String {
+        let base = self.label_selector();
+        if self.multus {
+            format!("{base},{MANAGED_BY_LABEL}={MULTUS_SLICE_CONTROLLER}")
+        } else {
+            base
         }
     }
 
@@ -45,15 +64,47 @@ impl Selection {
     }
 
     /// Whether the proxy handles this service: selected by label and not
-    /// headless (`clusterIP: None` cannot be selected by label).
+    /// headless (`clusterIP: None` cannot be selected by label); in multus
+    /// mode it must also name a network (a labelled service without one is
+    /// skipped with a warning).
     pub fn selects_service(&self, svc: &Service) -> bool {
         let headless = svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None");
-        !headless && self.selects_labels(svc.metadata.labels.as_ref())
+        if headless || !self.selects_labels(svc.metadata.labels.as_ref()) {
+            return false;
+        }
+        if !self.multus {
+            return true;
+        }
+        let name = || {
+            format!(
+                "{}/{}",
+                svc.metadata.namespace.as_deref().unwrap_or("default"),
+                svc.metadata.name.as_deref().unwrap_or_default()
+            )
+        };
+        match service_network(svc) {
+            Ok(Some(_)) => true,
+            Ok(None) => {
+                tracing::warn!(
+                    service = %name(),
+                    "labelled for this proxy but has no {SERVICE_NETWORK_ANNOTATION} annotation; skipped"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!(service = %name(), "{SERVICE_NETWORK_ANNOTATION}: {e}; skipped");
+                false
+            }
+        }
     }
 
-    /// Whether the proxy handles this slice.
+    /// Whether the proxy handles this slice (in multus mode: only the
+    /// multus controller's).
     pub fn selects_slice(&self, slice: &EndpointSlice) -> bool {
-        self.selects_labels(slice.metadata.labels.as_ref())
+        let labels = slice.metadata.labels.as_ref();
+        let from_multus =
+            || labels.and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(MULTUS_SLICE_CONTROLLER);
+        self.selects_labels(labels) && (!self.multus || from_multus())
     }
 }
 
@@ -82,6 +133,7 @@ mod tests {
     fn named_proxy_takes_only_its_own() {
         let s = Selection {
             proxy_name: Some("multus-proxy".into()),
+            multus: false,
         };
         assert_eq!(
             s.label_selector(),
@@ -101,5 +153,45 @@ mod tests {
         assert!(Selection::default().selects_service(&svc));
         svc.spec.as_mut().unwrap().cluster_ip = Some("None".into());
         assert!(!Selection::default().selects_service(&svc));
+    }
+
+    #[test]
+    fn multus_takes_annotated_services_and_the_multus_controllers_slices() {
+        let s = Selection {
+            proxy_name: Some("multus-proxy".into()),
+            multus: true,
+        };
+        assert_eq!(
+            s.slice_label_selector(),
+            "service.kubernetes.io/service-proxy-name=multus-proxy,!service.kubernetes.io/headless,\
+             endpointslice.kubernetes.io/managed-by=multus-endpointslice-controller.npwg.k8s.io"
+        );
+        let mut svc = Service {
+            spec: Some(Default::default()),
+            ..Service::default()
+        };
+        svc.metadata.labels = Some(labels(&[(SERVICE_PROXY_NAME_LABEL, "multus-proxy")]));
+        assert!(!s.selects_service(&svc), "no network annotation");
+        svc.metadata.annotations = Some(labels(&[(SERVICE_NETWORK_ANNOTATION, "macvlan1")]));
+        assert!(s.selects_service(&svc));
+        svc.metadata.annotations = Some(labels(&[(SERVICE_NETWORK_ANNOTATION, "a/b/c")]));
+        assert!(!s.selects_service(&svc), "a malformed network name");
+
+        let mut slice = EndpointSlice::default();
+        slice.metadata.labels = Some(labels(&[(SERVICE_PROXY_NAME_LABEL, "multus-proxy")]));
+        assert!(
+            !s.selects_slice(&slice),
+            "the default controller's copy of the service's labels"
+        );
+        slice.metadata.labels = Some(labels(&[
+            (SERVICE_PROXY_NAME_LABEL, "multus-proxy"),
+            (MANAGED_BY_LABEL, "endpointslice-controller.k8s.io"),
+        ]));
+        assert!(!s.selects_slice(&slice));
+        slice.metadata.labels = Some(labels(&[
+            (SERVICE_PROXY_NAME_LABEL, "multus-proxy"),
+            (MANAGED_BY_LABEL, MULTUS_SLICE_CONTROLLER),
+        ]));
+        assert!(s.selects_slice(&slice));
     }
 }

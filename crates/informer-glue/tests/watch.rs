@@ -355,6 +355,7 @@ async fn selection_by_proxy_name_and_headless() {
     let default = Selection::default();
     let multus = Selection {
         proxy_name: Some("multus-proxy".into()),
+        multus: false,
     };
     let (d, m) = (Recorder::default(), Recorder::default());
     let sel = default.clone();

@@ -12,11 +12,26 @@ use endpoints_map::{EndpointsMap, ServicesMap};
 use ipnet::IpNet;
 use slice_model::{Endpoint, IpFamily, Protocol, ServiceName, ServicePortInfo, ServicePortName};
 
+/// Where a table lives and which traffic it sees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// The node's own namespace (kube-proxy's place): traffic from pods,
+    /// the node and outside; cluster, external and load-balancer IPs and
+    /// node ports.
+    #[default]
+    Node,
+    /// One pod's namespace (multus mode): only what the pod itself sends,
+    /// to cluster IPs, with its source kept (no masquerading).
+    Pod,
+}
+
 /// How this node treats traffic: fixed for the life of the process.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DataplaneConfig {
     /// The family of this table.
     pub family: IpFamily,
+    /// Node or pod.
+    pub scope: Scope,
     /// The node's `topology.kubernetes.io/zone`, for zone hints.
     pub node_zone: Option<String>,
     /// The pod network(s) (`--cluster-cidr`): traffic to a cluster IP from
@@ -38,6 +53,7 @@ impl DataplaneConfig {
     pub fn new(family: IpFamily) -> Self {
         Self {
             family,
+            scope: Scope::Node,
             node_zone: None,
             cluster_cidrs: Vec::new(),
             masquerade_all: false,
@@ -48,6 +64,22 @@ impl DataplaneConfig {
 }
 
 impl DataplaneConfig {
+    /// The table of a pod's namespace in multus mode.
+    pub fn pod(family: IpFamily) -> Self {
+        Self {
+            scope: Scope::Pod,
+            ..Self::new(family)
+        }
+    }
+
+    /// The table's name: `proxyd`, or `proxyd-multus` in a pod.
+    pub fn table(&self) -> &'static str {
+        match self.scope {
+            Scope::Node => crate::names::TABLE,
+            Scope::Pod => crate::names::POD_TABLE,
+        }
+    }
+
     fn of_family(&self, nets: &[IpNet]) -> Vec<IpNet> {
         nets.iter()
             .filter(|n| {
@@ -205,7 +237,15 @@ pub fn plan_service(
         .service(service)
         .unwrap_or(&[])
         .iter()
-        .map(|port| ServiceTarget::plan(port, endpoints.get(&port.name).unwrap_or(&[]), config))
+        .map(|port| {
+            let mut t = ServiceTarget::plan(port, endpoints.get(&port.name).unwrap_or(&[]), config);
+            if config.scope == Scope::Pod {
+                // A pod reaches a service only through its cluster IP.
+                t.external = None;
+                t.external_local = false;
+            }
+            t
+        })
         .collect()
 }
 

@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 
 use slice_model::Protocol;
 
-use crate::desired::{DataplaneConfig, EndpointGroup, GroupVerdict, ServiceTarget};
+use crate::desired::{DataplaneConfig, EndpointGroup, GroupVerdict, Scope, ServiceTarget};
 pub use crate::element::Frontend;
 use crate::element::{Element, Key, Value, proto};
 use crate::names::{ChainId, MAX_SLOTS, SetId};
@@ -311,7 +311,7 @@ fn build_port(
                 }
             }
         }
-        if group.verdict() == GroupVerdict::Forward {
+        if group.verdict() == GroupVerdict::Forward && config.scope == Scope::Node {
             out.shared.extend(
                 group
                     .backends
@@ -340,7 +340,7 @@ fn build_port(
         }
         load_balance(t, &t.internal, &base, &mut rules, out);
         out.chains.push(ChainDef { id: svc.clone(), rules });
-        if t.internal.verdict() == GroupVerdict::Forward {
+        if t.internal.verdict() == GroupVerdict::Forward && config.scope == Scope::Node {
             out.shared.extend(
                 t.internal
                     .backends

@@ -6,8 +6,11 @@ use std::fmt;
 
 use slice_model::IpFamily;
 
-/// The table every proxyd rule lives in (`ip proxyd`, `ip6 proxyd`).
+/// The table every proxyd rule of a node lives in (`ip proxyd`, `ip6 proxyd`).
 pub const TABLE: &str = "proxyd";
+
+/// The table in each pod's namespace in multus mode.
+pub const POD_TABLE: &str = "proxyd-multus";
 
 /// The largest endpoint count served by the shared slot maps; a frontend
 /// with more endpoints gets a chain of its own.
@@ -128,8 +131,19 @@ impl SetId {
         }
     }
 
-    /// The sets of the fixed skeleton, in declaration order.
-    pub fn skeleton() -> Vec<Self> {
+    /// The sets of the fixed skeleton of a scope, in declaration order.
+    pub fn skeleton(scope: crate::desired::Scope) -> Vec<Self> {
+        if scope == crate::desired::Scope::Pod {
+            let mut all = vec![
+                Self::Canary,
+                Self::ClusterIps,
+                Self::ServiceChains,
+                Self::NoEndpoints,
+                Self::NoLocalEndpoints,
+            ];
+            all.extend((1..=MAX_SLOTS).map(Self::ServiceSlots));
+            return all;
+        }
         let mut all = vec![
             Self::Canary,
             Self::ClusterIps,

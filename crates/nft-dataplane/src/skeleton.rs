@@ -22,12 +22,80 @@
 //! the number of services: three masquerade lookups, one or two verdict
 //! maps, one slot map (and the guards' lookups in the filter chains).
 
-use crate::desired::DataplaneConfig;
+use crate::desired::{DataplaneConfig, Scope};
 use crate::names::{ChainId, FamilyWords, MASQUERADE_MARK, MAX_SLOTS, SetId};
 use crate::rule::{Match, Rule, Selector, Statement};
 
 /// The fixed chains and their rules, in declaration order.
 pub fn chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
+    match config.scope {
+        Scope::Node => node_chains(config),
+        Scope::Pod => pod_chains(),
+    }
+}
+
+/// A pod's table (multus mode): what the pod sends to a cluster IP is
+/// DNATed on output, with its source kept; no node ports, no external
+/// addresses, no masquerading.
+///
+/// ```text
+///  nat output (-100) -> services: daddr . proto . port vmap @service-chains
+///  filter output (-110), new: @no-endpoints -> reject, @no-local-endpoints -> drop
+///  filter output (-90), new: daddr @cluster-ips -> reject (not a service port)
+/// ```
+fn pod_chains() -> Vec<(ChainId, Vec<Rule>)> {
+    let new_to = |set| vec![Match::NewConnection, Match::InSet(Selector::Frontend, set)];
+    let mut all = vec![
+        (
+            ChainId::Services,
+            vec![Rule::always(vec![Statement::VerdictMap(
+                Selector::Frontend,
+                SetId::ServiceChains,
+            )])],
+        ),
+        (
+            ChainId::ClusterIpsCheck,
+            vec![Rule::new(
+                vec![Match::InSet(Selector::Daddr, SetId::ClusterIps)],
+                vec![Statement::Reject],
+            )],
+        ),
+        (
+            ChainId::NatOutput,
+            vec![Rule::always(vec![Statement::Jump(ChainId::Services)])],
+        ),
+        (
+            ChainId::FilterOutput,
+            vec![
+                Rule::new(new_to(SetId::NoEndpoints), vec![Statement::Reject]),
+                Rule::new(new_to(SetId::NoLocalEndpoints), vec![Statement::Drop]),
+            ],
+        ),
+        (
+            ChainId::FilterOutputPostDnat,
+            vec![Rule::new(
+                vec![Match::NewConnection],
+                vec![Statement::Jump(ChainId::ClusterIpsCheck)],
+            )],
+        ),
+    ];
+    for n in 1..=MAX_SLOTS {
+        all.push((
+            ChainId::ServiceSlots(n),
+            vec![Rule::new(
+                vec![Match::HasPorts],
+                vec![Statement::DnatSlots {
+                    node_port: false,
+                    width: n,
+                }],
+            )],
+        ));
+    }
+    all
+}
+
+/// The node's table.
+fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
     let local = Match::LocalDestination(config.family_nodeport_addresses());
     let in_set = |sel, set| Match::InSet(sel, set);
     let mut services = vec![

@@ -170,12 +170,16 @@ pub enum SyncKind {
     Periodic,
 }
 
+/// Which services a table serves (a pod's: those on its networks).
+pub type ServiceFilter = Box<dyn Fn(&ServiceName) -> bool + Send + Sync>;
+
 /// Builds and applies the table for one IP family.
 pub struct NftSyncer<D> {
     config: DataplaneConfig,
     dataplane: D,
     view: Option<Programmed>,
     last_full: Option<Instant>,
+    filter: Option<ServiceFilter>,
 }
 
 impl<D: Dataplane> NftSyncer<D> {
@@ -186,7 +190,19 @@ impl<D: Dataplane> NftSyncer<D> {
             dataplane,
             view: None,
             last_full: None,
+            filter: None,
         }
+    }
+
+    /// Serves only the services `filter` selects; the next sync is a full
+    /// one (the selection may have changed anything).
+    pub fn set_filter(&mut self, filter: ServiceFilter) {
+        self.filter = Some(filter);
+        self.view = None;
+    }
+
+    fn serves(&self, name: &ServiceName) -> bool {
+        self.filter.as_ref().is_none_or(|f| f(name))
     }
 
     /// The configuration.
@@ -263,7 +279,7 @@ impl<D: Dataplane> NftSyncer<D> {
         let mut view = Programmed::default();
         let mut names: Vec<&ServiceName> = services.iter().map(|p| &p.name.service).collect();
         names.dedup();
-        for name in names {
+        for name in names.into_iter().filter(|n| self.serves(n)) {
             let targets = plan_service(name, services, endpoints, &self.config);
             view.replace(name, |claim| fragment::build(&targets, &self.config, claim));
         }
@@ -281,7 +297,8 @@ impl<D: Dataplane> NftSyncer<D> {
         kind: SyncKind,
     ) -> (Transaction, usize) {
         let config = &self.config;
-        let mut tx = Transaction::new(config.family);
+        let filter = &self.filter;
+        let mut tx = Transaction::for_table(config.family, config.table());
         let Some(view) = self.view.as_mut() else {
             return (tx, 0);
         };
@@ -299,7 +316,11 @@ impl<D: Dataplane> NftSyncer<D> {
                 tracing::error!("frontend hand-over did not settle after {cap} rounds; the next full sync repairs it");
                 break;
             }
-            let targets = plan_service(&name, services, endpoints, config);
+            let targets = if filter.as_ref().is_none_or(|f| f(&name)) {
+                plan_service(&name, services, endpoints, config)
+            } else {
+                Vec::new()
+            };
             let (old, wake) = view.replace(&name, |claim| fragment::build(&targets, config, claim));
             originals.entry(name).or_insert(old);
             queue.extend(wake);
@@ -406,7 +427,7 @@ impl<D: Dataplane> NftSyncer<D> {
 /// elements: declarations are re-added (a no-op when they exist) and the
 /// fixed chains are flushed and refilled.
 fn reassert_skeleton(config: &DataplaneConfig, tx: &mut Transaction) {
-    for set in SetId::skeleton() {
+    for set in SetId::skeleton(config.scope) {
         tx.push(Op::AddSet(set, Vec::new()));
     }
     let chains = skeleton::chains(config);
@@ -427,7 +448,7 @@ fn reassert_skeleton(config: &DataplaneConfig, tx: &mut Transaction) {
 /// rules (which name both).
 fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction {
     let family = config.family;
-    let mut tx = Transaction::new(family);
+    let mut tx = Transaction::for_table(family, config.table());
     // Creating the table first makes the delete valid whether or not it
     // exists.
     tx.push(Op::AddTable(family));
@@ -453,7 +474,7 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     for e in fragments.iter().flat_map(|f| &f.entries) {
         e.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
     }
-    for set in SetId::skeleton() {
+    for set in SetId::skeleton(config.scope) {
         let elements = by_set.remove(&set).unwrap_or_default();
         tx.push(Op::AddSet(set, elements));
     }
@@ -473,13 +494,14 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     tx
 }
 
-/// Removes proxyd's tables of both families, whether or not they exist, in
+/// Removes the table `table` of both families, whether or not they exist,
 /// one transaction each (`proxyd cleanup`).
-pub fn cleanup_transactions() -> Vec<Transaction> {
+pub fn cleanup_transactions(table: &'static str) -> Vec<Transaction> {
     [slice_model::IpFamily::V4, slice_model::IpFamily::V6]
         .into_iter()
         .map(|f| Transaction {
             family: f,
+            table,
             ops: vec![Op::AddTable(f), Op::DeleteTable(f)],
         })
         .collect()

@@ -42,6 +42,8 @@ pub enum Op {
 pub struct Transaction {
     /// The family of the table the operations address.
     pub family: IpFamily,
+    /// The table's name.
+    pub table: &'static str,
     /// The operations, in order.
     pub ops: Vec<Op>,
 }
@@ -52,10 +54,16 @@ pub struct Transaction {
 const ELEMENTS_PER_COMMAND: usize = 1000;
 
 impl Transaction {
-    /// An empty transaction on `family`'s table.
+    /// An empty transaction on `family`'s node table ([`TABLE`]).
     pub fn new(family: IpFamily) -> Self {
+        Self::for_table(family, TABLE)
+    }
+
+    /// An empty transaction on `family`'s table `table`.
+    pub fn for_table(family: IpFamily, table: &'static str) -> Self {
         Self {
             family,
+            table,
             ops: Vec::new(),
         }
     }
@@ -99,6 +107,7 @@ impl Transaction {
     pub fn write(&self, out: &mut (impl Write + ?Sized)) -> fmt::Result {
         let words = FamilyWords::of(self.family);
         let t = words.table;
+        let name = self.table;
         let mut in_block = false;
         let mut previous: Option<&Op> = None;
         for op in &self.ops {
@@ -109,11 +118,11 @@ impl Transaction {
             }
             match op {
                 Op::AddTable(f) if matches!(previous, Some(Op::DeleteTable(g)) if g == f) => {
-                    writeln!(out, "table {} {TABLE} {{", FamilyWords::of(*f).table)?;
+                    writeln!(out, "table {} {name} {{", FamilyWords::of(*f).table)?;
                     in_block = true;
                 }
-                Op::AddTable(f) => writeln!(out, "add table {} {TABLE}", FamilyWords::of(*f).table)?,
-                Op::DeleteTable(f) => writeln!(out, "delete table {} {TABLE}", FamilyWords::of(*f).table)?,
+                Op::AddTable(f) => writeln!(out, "add table {} {name}", FamilyWords::of(*f).table)?,
+                Op::DeleteTable(f) => writeln!(out, "delete table {} {name}", FamilyWords::of(*f).table)?,
                 Op::AddSet(set, elements) if in_block => {
                     write_set_block(out, words, set, elements)?;
                 }
@@ -123,10 +132,10 @@ impl Transaction {
                     } else {
                         "map"
                     };
-                    writeln!(out, "add {kind} {t} {TABLE} {set} {{ {}; }}", set.declaration(words))?;
-                    write_elements(out, t, "add", set, elements)?;
+                    writeln!(out, "add {kind} {t} {name} {set} {{ {}; }}", set.declaration(words))?;
+                    write_elements(out, t, name, "add", set, elements)?;
                 }
-                Op::DeleteSet(set) => writeln!(out, "delete set {t} {TABLE} {set}")?,
+                Op::DeleteSet(set) => writeln!(out, "delete set {t} {name} {set}")?,
                 Op::AddChain(chain) if in_block => {
                     write!(out, "\tchain {chain} {{")?;
                     if let Some(h) = hook_text(chain) {
@@ -135,18 +144,18 @@ impl Transaction {
                     out.write_str(" }\n")?;
                 }
                 Op::AddChain(chain) => match hook_text(chain) {
-                    Some(h) => writeln!(out, "add chain {t} {TABLE} {chain} {{ {h} }}")?,
-                    None => writeln!(out, "add chain {t} {TABLE} {chain}")?,
+                    Some(h) => writeln!(out, "add chain {t} {name} {chain} {{ {h} }}")?,
+                    None => writeln!(out, "add chain {t} {name} {chain}")?,
                 },
-                Op::FlushChain(chain) => writeln!(out, "flush chain {t} {TABLE} {chain}")?,
-                Op::DeleteChain(chain) => writeln!(out, "delete chain {t} {TABLE} {chain}")?,
+                Op::FlushChain(chain) => writeln!(out, "flush chain {t} {name} {chain}")?,
+                Op::DeleteChain(chain) => writeln!(out, "delete chain {t} {name} {chain}")?,
                 Op::AddRule(chain, rule) => {
-                    write!(out, "add rule {t} {TABLE} {chain} ")?;
+                    write!(out, "add rule {t} {name} {chain} ")?;
                     rule.write(out, words)?;
                     out.write_char('\n')?;
                 }
-                Op::AddElements(set, elements) => write_elements(out, t, "add", set, elements)?,
-                Op::DeleteElements(set, elements) => write_elements(out, t, "delete", set, elements)?,
+                Op::AddElements(set, elements) => write_elements(out, t, name, "add", set, elements)?,
+                Op::DeleteElements(set, elements) => write_elements(out, t, name, "delete", set, elements)?,
             }
             previous = Some(op);
         }
@@ -211,12 +220,13 @@ fn write_set_block(
 fn write_elements(
     out: &mut (impl Write + ?Sized),
     t: &str,
+    table: &str,
     verb: &str,
     set: &SetId,
     elements: &[Element],
 ) -> fmt::Result {
     for chunk in elements.chunks(ELEMENTS_PER_COMMAND) {
-        write!(out, "{verb} element {t} {TABLE} {set} {{ ")?;
+        write!(out, "{verb} element {t} {table} {set} {{ ")?;
         for (i, e) in chunk.iter().enumerate() {
             if i > 0 {
                 out.write_str(", ")?;

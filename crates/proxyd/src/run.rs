@@ -192,9 +192,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 relist_every: Some(args.config_sync_period),
             };
             let sel = selection.clone();
+            let slice_settings = WatchSettings {
+                label_selector: selection.slice_label_selector(),
+                ..settings.clone()
+            };
             let slice_task = tokio::spawn(run_watch(
                 Api::<EndpointSlice>::all(client.clone()),
-                settings.clone(),
+                slice_settings,
                 EventFold::with_selection(move |s| sel.selects_slice(s)).keeping(SlimSlices),
                 slices,
                 slice_watch.clone(),
@@ -506,7 +510,7 @@ async fn wait_for_signal() {
 pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
     let nft = NftCommand { netns: args.netns };
     // Both families in one nft run: one transaction.
-    let script: String = nft_dataplane::syncer::cleanup_transactions()
+    let script: String = nft_dataplane::syncer::cleanup_transactions(nft_dataplane::names::TABLE)
         .iter()
         .map(|t| t.text())
         .collect();

@@ -46,6 +46,7 @@ pub fn node_name(proxy: &ProxyArgs) -> anyhow::Result<String> {
 pub fn selection(proxy: &ProxyArgs) -> Selection {
     Selection {
         proxy_name: proxy.service_proxy_name.clone(),
+        multus: false,
     }
 }
 
@@ -54,6 +55,7 @@ pub fn selection(proxy: &ProxyArgs) -> Selection {
 pub fn dataplane_config(proxy: &ProxyArgs, source_zone: Option<String>) -> DataplaneConfig {
     DataplaneConfig {
         family: proxy.ip_family,
+        scope: nft_dataplane::desired::Scope::Node,
         node_zone: proxy.node_zone.clone().or(source_zone),
         cluster_cidrs: proxy.cluster_cidr.clone(),
         masquerade_all: proxy.masquerade_all,
@@ -115,13 +117,14 @@ impl Snapshot {
         }
         let client = client(source).await?;
         let params = ListParams::default().labels(&selection.label_selector());
+        let slice_params = ListParams::default().labels(&selection.slice_label_selector());
         let services = Api::<Service>::all(client.clone())
             .list(&params)
             .await
             .context("cannot list services")?
             .items;
         let slices = Api::<EndpointSlice>::all(client.clone())
-            .list(&params)
+            .list(&slice_params)
             .await
             .context("cannot list endpoint slices")?
             .items;

@@ -8,6 +8,7 @@
 //! endpoints 10.180.0.0/16.
 
 mod flows;
+mod pod;
 mod support;
 mod sync;
 
