@@ -84,7 +84,7 @@ fn main() -> ExitCode {
             std::fs::write(&path, text).map_err(|e| e.to_string())?;
         }
         let dp = NftCommand {
-            netns: Some(ns.clone()),
+            netns: proxyd::netns::Netns::Named(ns.clone()),
         };
         let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), dp);
         let mut sync = |engine: &mut Engine| {

@@ -33,6 +33,24 @@ pub trait EventHandler<K> {
     fn on_synced(&mut self);
 }
 
+impl<K, H: EventHandler<K> + ?Sized> EventHandler<K> for Box<H> {
+    fn on_add(&mut self, obj: &K) {
+        (**self).on_add(obj);
+    }
+
+    fn on_update(&mut self, old: &K, new: &K) {
+        (**self).on_update(old, new);
+    }
+
+    fn on_delete(&mut self, obj: &K) {
+        (**self).on_delete(obj);
+    }
+
+    fn on_synced(&mut self) {
+        (**self).on_synced();
+    }
+}
+
 /// Hands every call to each of several handlers (one per IP family).
 pub struct Fanout<H>(pub Vec<H>);
 

@@ -1,4 +1,4 @@
-//! Services, EndpointSlices and Nodes from manifest files (YAML or JSON, one
+//! Services, EndpointSlices, Nodes and Pods (for multus mode) from manifest files (YAML or JSON, one
 //! or many documents, `List` objects too), for `--manifests`: the proxy
 //! without an API server.
 //!
@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
@@ -70,6 +70,8 @@ pub struct Manifests {
     pub slices: Vec<EndpointSlice>,
     /// Nodes (for the proxy's own zone label).
     pub nodes: Vec<Node>,
+    /// Pods (namespace defaulted to `default`; multus mode).
+    pub pods: Vec<Pod>,
     /// Documents of other kinds, skipped: `path: kind name`.
     pub skipped: Vec<String>,
 }
@@ -102,6 +104,8 @@ pub struct Summary {
     pub slices: usize,
     /// Nodes (for the proxy's own zone label).
     pub nodes: Vec<Node>,
+    /// Pods.
+    pub pods: usize,
     /// Documents of other kinds, skipped: `path: kind name`.
     pub skipped: Vec<String>,
 }
@@ -123,6 +127,8 @@ pub enum Object {
     Slice(Box<EndpointSlice>),
     /// A Node.
     Node(Box<Node>),
+    /// A Pod (namespace defaulted to `default`).
+    Pod(Box<Pod>),
     /// A document of another kind, skipped: `path: kind name`.
     Skipped(String),
 }
@@ -133,6 +139,7 @@ impl Manifests {
             Object::Service(s) => self.services.push(*s),
             Object::Slice(s) => self.slices.push(*s),
             Object::Node(n) => self.nodes.push(*n),
+            Object::Pod(p) => self.pods.push(*p),
             Object::Skipped(s) => self.skipped.push(s),
         }
     }
@@ -166,6 +173,7 @@ impl Texts {
             Object::Service(_) => summary.services += 1,
             Object::Slice(_) => summary.slices += 1,
             Object::Node(n) => summary.nodes.push(*n),
+            Object::Pod(_) => summary.pods += 1,
             Object::Skipped(s) => summary.skipped.push(s),
         })?;
         Ok(summary)
@@ -419,6 +427,11 @@ fn add_document(file: &Path, document: usize, doc: Doc<'_>, f: &mut impl FnMut(O
             f(Object::Slice(Box::new(slice)));
         }
         "Node" => f(Object::Node(Box::new(doc.typed().map_err(fail)?))),
+        "Pod" => {
+            let mut pod: Pod = doc.typed().map_err(fail)?;
+            default_namespace(&mut pod.metadata);
+            f(Object::Pod(Box::new(pod)));
+        }
         "" => return Err(fail("no `kind`".into())),
         other => f(Object::Skipped(format!("{}: {other} {name}", file.display()))),
     }
@@ -511,6 +524,7 @@ metadata:
                     Object::Service(s) => format!("svc {}", s.metadata.name.unwrap_or_default()),
                     Object::Slice(s) => format!("slice {}", s.metadata.name.unwrap_or_default()),
                     Object::Node(n) => format!("node {}", n.metadata.name.unwrap_or_default()),
+                    Object::Pod(p) => format!("pod {}", p.metadata.name.unwrap_or_default()),
                     Object::Skipped(s) => format!("skipped {s}"),
                 });
             })

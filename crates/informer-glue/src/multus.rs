@@ -10,11 +10,18 @@
 //! `k8s.v1.cni.cncf.io/network-status` annotation, which lists the
 //! interfaces and addresses CNI gave it on each network.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use serde::Deserialize;
+use slice_model::ServiceName;
+use tokio::sync::Notify;
+
+use crate::fold::EventHandler;
 
 /// The annotation naming a service's network.
 pub const SERVICE_NETWORK_ANNOTATION: &str = "k8s.v1.cni.cncf.io/service-network";
@@ -213,6 +220,163 @@ pub fn service_network(svc: &Service) -> Result<Option<NetworkName>, NetworkName
         .transpose()
 }
 
+/// Locks, reading through poisoning: the stores are plain maps that a
+/// panicking holder cannot leave half-updated in a way that matters here.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Which network each selected service is on.
+#[derive(Debug, Default)]
+pub struct ServiceNetworks {
+    /// Service -> network.
+    pub by_service: BTreeMap<ServiceName, NetworkName>,
+    /// Bumped on every change.
+    pub version: u64,
+}
+
+/// Records each service's network, then hands the service on to `inner`
+/// (the handler that feeds the engine).
+pub struct NetworkRecorder<H> {
+    /// The handler that feeds the engine.
+    pub inner: H,
+    /// The shared record.
+    pub networks: Arc<Mutex<ServiceNetworks>>,
+}
+
+impl<H> NetworkRecorder<H> {
+    fn record(&self, svc: &Service) {
+        let (Some(ns), Some(name)) = (svc.metadata.namespace.as_deref(), svc.metadata.name.as_deref()) else {
+            return;
+        };
+        let key = ServiceName::new(ns, name);
+        let mut n = lock(&self.networks);
+        let changed = match service_network(svc) {
+            Ok(Some(net)) => n.by_service.insert(key, net.clone()).as_ref() != Some(&net),
+            _ => n.by_service.remove(&key).is_some(),
+        };
+        if changed {
+            n.version += 1;
+        }
+    }
+}
+
+impl<H: EventHandler<Service>> EventHandler<Service> for NetworkRecorder<H> {
+    fn on_add(&mut self, obj: &Service) {
+        self.record(obj);
+        self.inner.on_add(obj);
+    }
+
+    fn on_update(&mut self, old: &Service, new: &Service) {
+        self.record(new);
+        self.inner.on_update(old, new);
+    }
+
+    fn on_delete(&mut self, obj: &Service) {
+        if let (Some(ns), Some(name)) = (obj.metadata.namespace.as_deref(), obj.metadata.name.as_deref()) {
+            let mut n = lock(&self.networks);
+            if n.by_service.remove(&ServiceName::new(ns, name)).is_some() {
+                n.version += 1;
+            }
+        }
+        self.inner.on_delete(obj);
+    }
+
+    fn on_synced(&mut self) {
+        self.inner.on_synced();
+    }
+}
+
+/// The pods on this node, and which changed since the proxier last looked.
+#[derive(Debug, Default)]
+pub struct PodStore {
+    /// `namespace/name` -> pod.
+    pub pods: BTreeMap<String, PodInfo>,
+    /// Pods added, changed or deleted since [`PodStore::take_dirty`].
+    dirty: BTreeSet<String>,
+}
+
+impl PodStore {
+    /// The pods that changed since the last call.
+    pub fn take_dirty(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Puts a pod in (or takes it out, for `None`); returns whether that
+    /// changed anything.
+    pub fn set(&mut self, key: String, pod: Option<PodInfo>) -> bool {
+        let changed = match pod {
+            Some(p) => self.pods.insert(key.clone(), p.clone()).as_ref() != Some(&p),
+            None => self.pods.remove(&key).is_some(),
+        };
+        if changed {
+            self.dirty.insert(key);
+        }
+        changed
+    }
+}
+
+/// Keeps the [`PodStore`] of one node: pods scheduled elsewhere are
+/// ignored (the watch asks for this node's pods only; manifests may hold
+/// any).
+pub struct PodHandler {
+    /// The store.
+    pub store: Arc<Mutex<PodStore>>,
+    /// This node.
+    pub node: String,
+    /// Notified after every change, and once synced.
+    pub changed: Arc<Notify>,
+    /// Set once the first complete list has been handed over.
+    pub synced: Arc<AtomicBool>,
+}
+
+impl PodHandler {
+    /// A handler for `node`'s pods.
+    pub fn new(node: &str) -> Self {
+        Self {
+            store: Arc::default(),
+            node: node.to_owned(),
+            changed: Arc::new(Notify::new()),
+            synced: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn upsert(&mut self, pod: &Pod) {
+        let (info, warnings) = pod_from_k8s(pod);
+        for w in &warnings {
+            tracing::warn!("{w}");
+        }
+        let key = info.key();
+        let here = info.node.as_deref() == Some(self.node.as_str());
+        if lock(&self.store).set(key, here.then_some(info)) {
+            self.changed.notify_one();
+        }
+    }
+}
+
+impl EventHandler<Pod> for PodHandler {
+    fn on_add(&mut self, obj: &Pod) {
+        self.upsert(obj);
+    }
+
+    fn on_update(&mut self, _old: &Pod, new: &Pod) {
+        self.upsert(new);
+    }
+
+    fn on_delete(&mut self, obj: &Pod) {
+        let ns = obj.metadata.namespace.as_deref().unwrap_or("default");
+        let key = format!("{ns}/{}", obj.metadata.name.as_deref().unwrap_or_default());
+        if lock(&self.store).set(key, None) {
+            self.changed.notify_one();
+        }
+    }
+
+    fn on_synced(&mut self) {
+        self.synced.store(true, Ordering::Release);
+        self.changed.notify_one();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -346,5 +510,28 @@ mod tests {
                 prop_assert!(!a.network.name.is_empty() && !a.network.namespace.is_empty());
             }
         }
+    }
+
+    #[test]
+    fn the_pod_handler_keeps_this_nodes_pods_and_marks_changes() {
+        let mut h = PodHandler::new("node-1");
+        let p = pod(
+            Some(r#"[{"name":"net","interface":"net1","ips":["192.168.10.5"]}]"#),
+            "Running",
+            false,
+        );
+        h.on_add(&p);
+        let dirty = lock(&h.store).take_dirty();
+        assert_eq!(dirty.into_iter().collect::<Vec<_>>(), ["pods/client"]);
+        h.on_update(&p, &p);
+        assert!(lock(&h.store).take_dirty().is_empty(), "no change, nothing to do");
+        let mut moved = p.clone();
+        moved.spec.as_mut().unwrap().node_name = Some("node-2".into());
+        h.on_update(&p, &moved);
+        assert!(lock(&h.store).pods.is_empty(), "scheduled elsewhere: not ours");
+        assert_eq!(lock(&h.store).take_dirty().len(), 1);
+        h.on_add(&p);
+        h.on_delete(&p);
+        assert!(lock(&h.store).pods.is_empty());
     }
 }

@@ -14,8 +14,6 @@
 //! The cleanup runs only after the rules that replace the entries are in
 //! place (a successful apply), never before.
 
-use std::process::Command;
-
 use endpoints_map::ServicesMap;
 pub use nft_dataplane::conntrack::Flow;
 use slice_model::IpFamily;
@@ -44,12 +42,12 @@ pub trait Conntrack {
     fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>);
 }
 
-/// The `conntrack` tool (conntrack-tools), optionally in a named network
+/// The `conntrack` tool (conntrack-tools), optionally in another network
 /// namespace.
 #[derive(Clone, Debug, Default)]
 pub struct ConntrackTool {
-    /// The network namespace, if not the current one.
-    pub netns: Option<String>,
+    /// The network namespace.
+    pub netns: crate::netns::Netns,
 }
 
 /// Reads "N flow entries have been deleted" from conntrack's output.
@@ -67,14 +65,7 @@ impl Conntrack for ConntrackTool {
         let mut errors = Vec::new();
         for flow in flows {
             let args = flow.args(family);
-            let mut cmd = match &self.netns {
-                Some(ns) => {
-                    let mut c = Command::new("ip");
-                    c.args(["netns", "exec", ns, "conntrack"]);
-                    c
-                }
-                None => Command::new("conntrack"),
-            };
+            let mut cmd = self.netns.command("conntrack");
             let fail = |message: String| ConntrackError {
                 args: args.join(" "),
                 message,

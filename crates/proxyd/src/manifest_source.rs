@@ -10,12 +10,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use informer_glue::fold::{EventFold, Fanout};
+use informer_glue::SliceCacheHandler;
+use informer_glue::fold::{EventFold, EventHandler, Fanout};
 use informer_glue::manifests::{self, ManifestError, Object, Summary, Texts};
+use informer_glue::multus::PodHandler;
 use informer_glue::selection::Selection;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
-use informer_glue::{ServiceHandler, SliceCacheHandler};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
 use tokio::sync::watch;
@@ -54,27 +55,44 @@ impl Read {
     }
 }
 
+/// The handler of Services (the engine's, or in multus mode one that also
+/// records each service's network).
+pub type ServiceSink = Box<dyn EventHandler<Service> + Send>;
+
 /// The handlers and their folds.
 struct Sink {
     slices: Fanout<SliceCacheHandler>,
     slice_fold: EventFold<EndpointSlice, SlimSlices>,
-    store: ServiceHandler,
+    store: ServiceSink,
     service_fold: EventFold<Service, SlimServices>,
+    /// Multus mode: this node's pods.
+    pods: Option<(PodHandler, EventFold<Pod>)>,
 }
 
 impl Sink {
     fn hand_over(&mut self, texts: &Texts) -> Result<(), ManifestError> {
         self.service_fold.apply(Event::Init, &mut self.store);
         self.slice_fold.apply(Event::Init, &mut self.slices);
+        if let Some((handler, fold)) = &mut self.pods {
+            fold.apply(Event::Init, handler);
+        }
         texts.for_each(|object| match object {
             Object::Service(s) => self.service_fold.apply(Event::InitApply(*s), &mut self.store),
             Object::Slice(s) => self.slice_fold.apply(Event::InitApply(*s), &mut self.slices),
+            Object::Pod(p) => {
+                if let Some((handler, fold)) = &mut self.pods {
+                    fold.apply(Event::InitApply(*p), handler);
+                }
+            }
             Object::Node(_) | Object::Skipped(_) => {}
         })?;
-        // A failure above leaves both lists open: the next read's `Init`
+        // A failure above leaves the lists open: the next read's `Init`
         // abandons them, and nothing was deleted.
         self.service_fold.apply(Event::InitDone, &mut self.store);
         self.slice_fold.apply(Event::InitDone, &mut self.slices);
+        if let Some((handler, fold)) = &mut self.pods {
+            fold.apply(Event::InitDone, handler);
+        }
         Ok(())
     }
 
@@ -88,6 +106,7 @@ impl Sink {
                     path = %path.display(),
                     services = summary.services,
                     endpoint_slices = summary.slices,
+                    pods = summary.pods,
                     "manifests read"
                 );
                 if let Err(e) = self.hand_over(&texts) {
@@ -106,7 +125,8 @@ pub async fn watch_manifests(
     first: Read,
     selection: Selection,
     slices: Fanout<SliceCacheHandler>,
-    store: ServiceHandler,
+    store: ServiceSink,
+    pods: Option<PodHandler>,
     mut stop: watch::Receiver<bool>,
 ) {
     let sel = selection.clone();
@@ -115,6 +135,7 @@ pub async fn watch_manifests(
         slice_fold: EventFold::with_selection(move |s| sel.selects_slice(s)).keeping(SlimSlices),
         store,
         service_fold: EventFold::with_selection(move |s| selection.selects_service(s)).keeping(SlimServices),
+        pods: pods.map(|h| (h, EventFold::new())),
     };
     let mut last = first.fingerprint.clone();
     sink.take(&path, first);

@@ -31,7 +31,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::cli::RunArgs;
 use crate::conntrack::{Conntrack, ConntrackTool, NoConntrack};
-use crate::dataplane::{Dataplane, DataplaneConfig, DataplaneError, DryRun, NftCommand, SyncKind};
+use crate::dataplane::{Dataplane, DataplaneConfig, DataplaneError, DryRun, Netns, NftCommand, SyncKind};
 use crate::engine::Engine;
 use crate::health::{ProxierHealth, ServiceHealth};
 use crate::http::{Reply, serve};
@@ -175,7 +175,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 first,
                 selection.clone(),
                 slices,
-                store,
+                Box::new(store),
+                None,
                 stop_rx.clone(),
             ));
             (vec![tokio::spawn(async move { drop(task.await) })], zone)
@@ -297,14 +298,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 })
             } else {
                 Box::new(NftCommand {
-                    netns: args.netns.clone(),
+                    netns: Netns::from_flag(args.netns.clone()),
                 })
             };
             let conntrack: Box<dyn Conntrack + Send> = if args.dry_run || args.no_conntrack {
                 Box::new(NoConntrack)
             } else {
                 Box::new(ConntrackTool {
-                    netns: args.netns.clone(),
+                    netns: Netns::from_flag(args.netns.clone()),
                 })
             };
             Proxier::new(engine, config, dataplane, conntrack)
@@ -508,7 +509,9 @@ async fn wait_for_signal() {
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
 /// entries are left to time out: deleting them would cut live connections.
 pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
-    let nft = NftCommand { netns: args.netns };
+    let nft = NftCommand {
+        netns: Netns::from_flag(args.netns),
+    };
     // Both families in one nft run: one transaction.
     let script: String = nft_dataplane::syncer::cleanup_transactions(nft_dataplane::names::TABLE)
         .iter()

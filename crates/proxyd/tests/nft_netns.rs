@@ -38,7 +38,7 @@ impl Netns {
 
     fn dataplane(&self) -> NftCommand {
         NftCommand {
-            netns: Some(self.0.clone()),
+            netns: proxyd::netns::Netns::Named(self.0.clone()),
         }
     }
 
@@ -365,7 +365,7 @@ fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
         DataplaneConfig::new(IpFamily::V4),
         Box::new(ns.dataplane()),
         Box::new(ConntrackTool {
-            netns: Some(ns.0.clone()),
+            netns: proxyd::netns::Netns::Named(ns.0.clone()),
         }),
     );
     p.engine.update_service(&dns);

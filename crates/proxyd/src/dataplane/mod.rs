@@ -4,19 +4,19 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
+pub use crate::netns::Netns;
 pub use nft_dataplane::{
     Dataplane, DataplaneConfig, DataplaneError, KernelModel, NftSyncer, Recording, ServiceTarget, SyncKind, SyncReport,
     Transaction, desired, fragment,
 };
 
-/// The real thing: `nft -f -`, optionally inside a named network namespace
-/// (`ip netns exec NAME nft -f -`).
+/// The real thing: `nft -f -`, optionally inside another network namespace.
 #[derive(Debug, Clone, Default)]
 pub struct NftCommand {
-    /// The network namespace, if not the current one.
-    pub netns: Option<String>,
+    /// The network namespace.
+    pub netns: Netns,
 }
 
 /// The text a transaction wrote to nft's standard input, counted; keeps the
@@ -44,28 +44,15 @@ impl<W: Write> std::fmt::Write for Feed<W> {
 
 impl NftCommand {
     fn program(&self) -> String {
-        match &self.netns {
-            Some(ns) => format!("ip netns exec {ns} nft"),
-            None => "nft".to_owned(),
-        }
+        self.netns.describe("nft")
     }
 
     /// Runs `nft -f -` with what `feed` writes to its standard input (and
     /// returns how much that was). nft reads all its input before it says
     /// anything, so writing everything before reading its stderr is safe.
     fn run(&self, feed: impl FnOnce(&mut dyn Write) -> std::io::Result<usize>) -> Result<usize, DataplaneError> {
-        let mut cmd = match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "nft", "-f", "-"]);
-                c
-            }
-            None => {
-                let mut c = Command::new("nft");
-                c.args(["-f", "-"]);
-                c
-            }
-        };
+        let mut cmd = self.netns.command("nft");
+        cmd.args(["-f", "-"]);
         let spawn_err = |source| DataplaneError::Spawn {
             program: self.program(),
             source,
