@@ -29,6 +29,7 @@ pub mod http;
 pub mod logging;
 pub mod manifest_source;
 pub mod metrics;
+pub mod multus;
 pub mod netns;
 pub mod proxier;
 pub mod render;

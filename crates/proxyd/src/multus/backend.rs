@@ -1,0 +1,96 @@
+//! The backends that change pods' namespaces: the real commands, and
+//! `--dry-run`.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use nft_dataplane::Dataplane;
+use nft_dataplane::conntrack::Flow;
+use nft_dataplane::names::POD_TABLE;
+use slice_model::IpFamily;
+
+use super::plan::Route;
+use super::proxier::PodBackend;
+use super::routes::{self, RouteChange};
+use crate::conntrack::{Conntrack, ConntrackError, ConntrackTool};
+use crate::dataplane::{DryRun, NftCommand};
+use crate::netns::Netns;
+
+/// `nft`, `ip` and `conntrack` inside each pod's namespace.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Commands {
+    /// Skip conntrack cleanup (`--no-conntrack`).
+    pub no_conntrack: bool,
+}
+
+impl PodBackend for Commands {
+    fn dataplane(&mut self, _pod: &str, netns: &Netns) -> Box<dyn Dataplane + Send> {
+        Box::new(NftCommand { netns: netns.clone() })
+    }
+
+    fn routes(
+        &mut self,
+        _pod: &str,
+        netns: &Netns,
+        family: IpFamily,
+        want: &BTreeSet<Route>,
+    ) -> Result<RouteChange, String> {
+        routes::reconcile(netns, family, want)
+    }
+
+    fn conntrack(&mut self, _pod: &str, netns: &Netns, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
+        if self.no_conntrack {
+            return (0, Vec::new());
+        }
+        ConntrackTool { netns: netns.clone() }.delete(family, flows)
+    }
+
+    fn remove_table(&mut self, _pod: &str, netns: &Netns, family: IpFamily) -> Result<(), String> {
+        let tx = nft_dataplane::Transaction {
+            family,
+            table: POD_TABLE,
+            ops: vec![
+                nft_dataplane::Op::AddTable(family),
+                nft_dataplane::Op::DeleteTable(family),
+            ],
+        };
+        NftCommand { netns: netns.clone() }
+            .apply_text(&tx.text())
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// `--dry-run`: each pod's transactions written as `NS_NAME-sync-N.nft` to
+/// the directory (or standard output); routes and conntrack untouched.
+#[derive(Clone, Debug, Default)]
+pub struct DryRunPods {
+    /// Where the scripts go; `None`: standard output.
+    pub dir: Option<PathBuf>,
+}
+
+impl PodBackend for DryRunPods {
+    fn dataplane(&mut self, pod: &str, _netns: &Netns) -> Box<dyn Dataplane + Send> {
+        Box::new(DryRun {
+            dir: self.dir.clone(),
+            count: 0,
+            prefix: format!("{}-", pod.replace('/', "_")),
+        })
+    }
+
+    fn routes(&mut self, pod: &str, _: &Netns, _: IpFamily, want: &BTreeSet<Route>) -> Result<RouteChange, String> {
+        for r in want {
+            tracing::info!(pod = %pod, "dry run: route {r}");
+        }
+        Ok(RouteChange::default())
+    }
+
+    fn conntrack(&mut self, _: &str, _: &Netns, _: IpFamily, _: &[Flow]) -> (u64, Vec<ConntrackError>) {
+        (0, Vec::new())
+    }
+
+    fn remove_table(&mut self, pod: &str, _: &Netns, _: IpFamily) -> Result<(), String> {
+        tracing::info!(pod = %pod, "dry run: table {POD_TABLE} removed");
+        Ok(())
+    }
+}

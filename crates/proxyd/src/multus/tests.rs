@@ -1,0 +1,457 @@
+//! The multus proxier against models: each pod's table is a
+//! `KernelModel`, its routes a set; packets are traced from the pod.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU16;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use informer_glue::multus::{Attachment, NetworkName, PodInfo, PodStore, ServiceNetworks};
+use nft_dataplane::conntrack::Flow;
+use nft_dataplane::tracer::{Host, Origin, Packet};
+use nft_dataplane::{Dataplane, DataplaneError, KernelModel, SyncKind, Transaction};
+use proptest::prelude::*;
+use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint, SliceName};
+
+use super::plan::Route;
+use super::proxier::{MultusProxier, PodBackend};
+use super::resolver::{PodNetnsResolver, ResolveError};
+use super::routes::RouteChange;
+use crate::conntrack::ConntrackError;
+use crate::engine::Engine;
+use crate::netns::Netns;
+
+/// Every pod's namespace, as models.
+#[derive(Default)]
+struct World {
+    kernels: BTreeMap<String, KernelModel>,
+    routes: BTreeMap<String, BTreeSet<Route>>,
+    transactions: BTreeMap<String, usize>,
+    conntrack: BTreeMap<String, Vec<Flow>>,
+}
+
+type Shared = Arc<Mutex<World>>;
+
+struct PodKernel {
+    pod: String,
+    world: Shared,
+}
+
+impl Dataplane for PodKernel {
+    fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
+        let mut w = self.world.lock().unwrap();
+        *w.transactions.entry(self.pod.clone()).or_default() += 1;
+        w.kernels
+            .entry(self.pod.clone())
+            .or_default()
+            .apply_transaction(tx)
+            .map(|()| 0)
+    }
+}
+
+struct Fake(Shared);
+
+impl PodBackend for Fake {
+    fn dataplane(&mut self, pod: &str, _: &Netns) -> Box<dyn Dataplane + Send> {
+        Box::new(PodKernel {
+            pod: pod.to_owned(),
+            world: self.0.clone(),
+        })
+    }
+
+    fn routes(&mut self, pod: &str, _: &Netns, _: IpFamily, want: &BTreeSet<Route>) -> Result<RouteChange, String> {
+        let mut w = self.0.lock().unwrap();
+        let have = w.routes.entry(pod.to_owned()).or_default();
+        let change = RouteChange {
+            added: want.difference(have).count(),
+            removed: have.difference(want).count(),
+        };
+        *have = want.clone();
+        Ok(change)
+    }
+
+    fn conntrack(&mut self, pod: &str, _: &Netns, _: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
+        let mut w = self.0.lock().unwrap();
+        w.conntrack.entry(pod.to_owned()).or_default().extend_from_slice(flows);
+        (flows.len() as u64, Vec::new())
+    }
+
+    fn remove_table(&mut self, pod: &str, _: &Netns, _: IpFamily) -> Result<(), String> {
+        self.0.lock().unwrap().kernels.remove(pod);
+        Ok(())
+    }
+}
+
+/// Every pod has a namespace, except those named `gone-*`.
+struct Resolver;
+
+impl PodNetnsResolver for Resolver {
+    fn resolve(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
+        if pod.name.starts_with("gone") {
+            return Err(ResolveError::Gone("no such namespace".into()));
+        }
+        Ok(PathBuf::from(format!("/fake/{}_{}", pod.namespace, pod.name)))
+    }
+}
+
+struct Setup {
+    proxier: MultusProxier,
+    pods: Arc<Mutex<PodStore>>,
+    networks: Arc<Mutex<ServiceNetworks>>,
+    world: Shared,
+}
+
+fn setup() -> Setup {
+    let pods: Arc<Mutex<PodStore>> = Arc::default();
+    let networks: Arc<Mutex<ServiceNetworks>> = Arc::default();
+    let world: Shared = Arc::default();
+    let proxier = MultusProxier::new(
+        Engine::new("node-1", IpFamily::V4),
+        IpFamily::V4,
+        pods.clone(),
+        networks.clone(),
+        Box::new(Resolver),
+        Box::new(Fake(world.clone())),
+    );
+    Setup {
+        proxier,
+        pods,
+        networks,
+        world,
+    }
+}
+
+fn net(name: &str) -> NetworkName {
+    NetworkName::parse(name, "default").unwrap()
+}
+
+/// A running pod on `nets` (network, interface, address).
+fn pod(name: &str, nets: &[(&str, &str, &str)]) -> PodInfo {
+    PodInfo {
+        namespace: "default".into(),
+        name: name.into(),
+        node: Some("node-1".into()),
+        running: true,
+        host_network: false,
+        attachments: nets
+            .iter()
+            .map(|(n, i, ip)| Attachment {
+                network: net(n),
+                interface: (*i).into(),
+                ips: vec![ip.parse().unwrap()],
+            })
+            .collect(),
+    }
+}
+
+impl Setup {
+    fn pod(&self, p: PodInfo) {
+        self.pods.lock().unwrap().set(p.key(), Some(p));
+    }
+
+    fn remove_pod(&self, name: &str) {
+        self.pods.lock().unwrap().set(format!("default/{name}"), None);
+    }
+
+    fn service(&mut self, name: &str, ip: &str, network: &str) {
+        let mut s = ServiceInfo::new(ServiceName::new("default", name));
+        s.cluster_ips = vec![ip.parse().unwrap()];
+        s.ports = vec![ServicePort {
+            name: "p".into(),
+            protocol: Protocol::Udp,
+            port: NonZeroU16::new(53).unwrap(),
+            node_port: None,
+        }];
+        self.proxier.engine.update_service(&s);
+        let mut n = self.networks.lock().unwrap();
+        n.by_service.insert(ServiceName::new("default", name), net(network));
+        n.version += 1;
+    }
+
+    fn remove_service(&mut self, name: &str) {
+        self.proxier.engine.remove_service(&ServiceName::new("default", name));
+        let mut n = self.networks.lock().unwrap();
+        n.by_service.remove(&ServiceName::new("default", name));
+        n.version += 1;
+    }
+
+    fn endpoints(&mut self, service: &str, ips: &[&str]) {
+        let mut s = EndpointSlice::new("default", &format!("{service}-1"), service).with_port("p", Protocol::Udp, 5353);
+        for ip in ips {
+            s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).on_node("node-2"));
+        }
+        self.proxier.engine.update_slice(s);
+    }
+
+    fn transactions(&self) -> BTreeMap<String, usize> {
+        self.world.lock().unwrap().transactions.clone()
+    }
+
+    /// Where a datagram the pod sends from `src` to `dst:53` goes.
+    fn trace(&self, pod: &str, src: &str, dst: &str) -> String {
+        let w = self.world.lock().unwrap();
+        let Some(k) = w.kernels.get(&format!("default/{pod}")) else {
+            return "no table".into();
+        };
+        let host = Host {
+            local_addrs: vec![src.parse().unwrap()],
+        };
+        k.trace(
+            &host,
+            Packet {
+                src: src.parse().unwrap(),
+                dst: dst.parse().unwrap(),
+                protocol: Protocol::Udp,
+                port: 53,
+                origin: Origin::Local,
+            },
+        )
+        .summary()
+    }
+}
+
+fn two_networks() -> Setup {
+    let mut s = setup();
+    s.service("dns-blue", "10.96.0.10", "blue");
+    s.endpoints("dns-blue", &["192.168.10.11", "192.168.10.12"]);
+    s.service("dns-red", "10.96.0.20", "red");
+    s.endpoints("dns-red", &["192.168.20.11"]);
+    for i in 1..=3 {
+        s.pod(pod(
+            &format!("blue-{i}"),
+            &[("blue", "net1", &format!("192.168.10.{}", 100 + i))],
+        ));
+    }
+    for i in 1..=2 {
+        s.pod(pod(
+            &format!("red-{i}"),
+            &[("red", "net1", &format!("192.168.20.{}", 100 + i))],
+        ));
+    }
+    s.pod(pod("plain", &[]));
+    s
+}
+
+#[test]
+fn each_pod_gets_the_services_of_its_networks_and_routes_through_them() {
+    let mut s = two_networks();
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert_eq!(out.programmed_pods, 5, "{out:?}");
+    assert!(out.failures.is_empty());
+    assert_eq!(
+        s.trace("blue-1", "192.168.10.101", "10.96.0.10"),
+        "192.168.10.11:5353, 192.168.10.12:5353",
+        "the pod's own address is kept"
+    );
+    assert_eq!(
+        s.trace("blue-1", "192.168.10.101", "10.96.0.20"),
+        "10.96.0.20:53",
+        "another network's service: untouched"
+    );
+    assert_eq!(s.trace("red-2", "192.168.20.102", "10.96.0.20"), "192.168.20.11:5353");
+    assert_eq!(
+        s.trace("plain", "10.244.1.9", "10.96.0.10"),
+        "no table",
+        "not attached: untouched"
+    );
+    let w = s.world.lock().unwrap();
+    let routes: Vec<String> = w.routes["default/blue-2"].iter().map(ToString::to_string).collect();
+    assert_eq!(routes, ["10.96.0.10 dev net1 src 192.168.10.102"]);
+}
+
+#[test]
+fn one_endpoint_change_rewrites_only_the_pods_on_that_network() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    let before = s.transactions();
+    s.world.lock().unwrap().conntrack.clear();
+    s.endpoints("dns-red", &["192.168.20.12"]);
+    let out = s.proxier.sync(SyncKind::Changes);
+    let after = s.transactions();
+    let written: Vec<&String> = after
+        .keys()
+        .filter(|k| after[*k] != before.get(*k).copied().unwrap_or(0))
+        .collect();
+    assert_eq!(written, ["default/red-1", "default/red-2"], "{out:?}");
+    assert_eq!(out.transactions, 2);
+    let w = s.world.lock().unwrap();
+    assert!(
+        w.conntrack.keys().all(|k| k.starts_with("default/red-")),
+        "stale UDP entries are deleted in the red pods only: {:?}",
+        w.conntrack
+    );
+    drop(w);
+    assert_eq!(s.trace("red-1", "192.168.20.101", "10.96.0.20"), "192.168.20.12:5353");
+}
+
+#[test]
+fn a_pod_event_touches_that_pod_only() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    let before = s.transactions();
+    // blue-3 is attached to red as well now.
+    s.pod(pod(
+        "blue-3",
+        &[("blue", "net1", "192.168.10.103"), ("red", "net2", "192.168.20.103")],
+    ));
+    s.proxier.sync(SyncKind::Changes);
+    let after = s.transactions();
+    let written: Vec<&String> = after
+        .keys()
+        .filter(|k| after[*k] != before.get(*k).copied().unwrap_or(0))
+        .collect();
+    assert_eq!(written, ["default/blue-3"]);
+    assert_eq!(s.trace("blue-3", "192.168.20.103", "10.96.0.20"), "192.168.20.11:5353");
+    let w = s.world.lock().unwrap();
+    let routes: Vec<String> = w.routes["default/blue-3"].iter().map(ToString::to_string).collect();
+    assert_eq!(
+        routes,
+        [
+            "10.96.0.10 dev net1 src 192.168.10.103",
+            "10.96.0.20 dev net2 src 192.168.20.103"
+        ]
+    );
+}
+
+#[test]
+fn a_pod_without_a_namespace_is_reported_once_and_never_blocks_the_others() {
+    let mut s = two_networks();
+    s.pod(pod("gone-1", &[("blue", "net1", "192.168.10.199")]));
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert_eq!(out.failures.len(), 1, "{out:?}");
+    assert_eq!(out.programmed_pods, 5);
+    s.endpoints("dns-blue", &["192.168.10.13"]);
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert!(out.failures.is_empty(), "not retried until the pod changes: {out:?}");
+    assert_eq!(s.trace("blue-2", "192.168.10.102", "10.96.0.10"), "192.168.10.13:5353");
+}
+
+#[test]
+fn deleted_pods_and_services_leave_nothing_behind() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    s.remove_pod("blue-1");
+    s.remove_service("dns-red");
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert_eq!(out.programmed_pods, 2, "blue-2 and blue-3 remain: {out:?}");
+    let w = s.world.lock().unwrap();
+    assert!(
+        !w.kernels.contains_key("default/blue-1"),
+        "the deleted pod's table is removed"
+    );
+    assert!(!w.kernels.contains_key("default/red-1"), "no service left on red");
+    assert!(w.routes["default/red-1"].is_empty(), "and its routes");
+    assert!(
+        w.conntrack
+            .values()
+            .flatten()
+            .any(|f| matches!(f, Flow::ToAddress { addr } if addr.to_string() == "10.96.0.20")),
+        "entries to the deleted UDP service are cleared"
+    );
+}
+
+// --- from scratch ----------------------------------------------------------
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// Pod i's attachments become those picked by the mask (blue, red), or
+    /// it stops running.
+    Pod(usize, u8, bool),
+    DeletePod(usize),
+    /// Service j is on network n.
+    Service(usize, usize),
+    DeleteService(usize),
+    Endpoints(usize, u8),
+    Periodic,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (0..4usize, 0..4u8, any::<bool>()).prop_map(|(i, m, r)| Step::Pod(i, m, r)),
+        1 => (0..4usize).prop_map(Step::DeletePod),
+        2 => (0..3usize, 0..2usize).prop_map(|(j, n)| Step::Service(j, n)),
+        1 => (0..3usize).prop_map(Step::DeleteService),
+        3 => (0..3usize, any::<u8>()).prop_map(|(j, m)| Step::Endpoints(j, m)),
+        1 => Just(Step::Periodic),
+    ]
+}
+
+fn apply(s: &mut Setup, step: &Step) {
+    let nets = ["blue", "red"];
+    match *step {
+        Step::Pod(i, mask, running) => {
+            let atts: Vec<(&str, String, String)> = (0..2)
+                .filter(|b| mask & (1 << b) != 0)
+                .map(|b| {
+                    (
+                        nets[b],
+                        format!("net{}", b + 1),
+                        format!("192.168.{}.{}", 10 * (b + 1), 100 + i),
+                    )
+                })
+                .collect();
+            let atts: Vec<(&str, &str, &str)> = atts.iter().map(|(n, i, a)| (*n, i.as_str(), a.as_str())).collect();
+            let mut p = pod(&format!("p{i}"), &atts);
+            p.running = running;
+            s.pod(p);
+        }
+        Step::DeletePod(i) => s.remove_pod(&format!("p{i}")),
+        Step::Service(j, n) => s.service(&format!("s{j}"), &format!("10.96.0.{}", j + 1), nets[n]),
+        Step::DeleteService(j) => s.remove_service(&format!("s{j}")),
+        Step::Endpoints(j, mask) => {
+            let ips: Vec<String> = (0..4u8)
+                .filter(|b| mask & (1 << b) != 0)
+                .map(|b| format!("192.168.99.{}", 10 * j as u8 + b + 1))
+                .collect();
+            let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+            s.endpoints(&format!("s{j}"), &ips);
+        }
+        Step::Periodic => {}
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Pod, service and slice events synced one at a time leave every pod
+    /// with the same table and routes as a proxier that saw only the end
+    /// state.
+    #[test]
+    fn incremental_syncs_equal_a_from_scratch_plan(steps in proptest::collection::vec(step(), 1..30)) {
+        let mut live = setup();
+        let mut history = Vec::new();
+        for st in &steps {
+            apply(&mut live, st);
+            history.push(st.clone());
+            let kind = if matches!(st, Step::Periodic) { SyncKind::Periodic } else { SyncKind::Changes };
+            let out = live.proxier.sync(kind);
+            prop_assert!(out.failures.is_empty(), "{:?}", out);
+
+            let mut scratch = setup();
+            for h in &history {
+                apply(&mut scratch, h);
+            }
+            scratch.proxier.sync(SyncKind::Changes);
+            let (a, b) = (live.world.lock().unwrap(), scratch.world.lock().unwrap());
+            prop_assert_eq!(&a.kernels, &b.kernels);
+            let nonempty = |r: &BTreeMap<String, BTreeSet<Route>>| -> BTreeMap<String, BTreeSet<Route>> {
+                r.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.clone(), v.clone())).collect()
+            };
+            prop_assert_eq!(nonempty(&a.routes), nonempty(&b.routes));
+            prop_assert_eq!(live.proxier.programmed(), scratch.proxier.programmed());
+        }
+    }
+}
+
+#[test]
+fn removing_a_slice_is_seen_too() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    s.proxier.engine.remove_slice(&SliceName::new("default", "dns-blue-1"));
+    s.proxier.sync(SyncKind::Changes);
+    assert_eq!(
+        s.trace("blue-1", "192.168.10.101", "10.96.0.10"),
+        "REJECT",
+        "no endpoints: refused"
+    );
+}
