@@ -34,6 +34,8 @@ pub struct WatchMetrics {
 pub struct WatchSettings {
     /// Label selector for list and watch requests.
     pub label_selector: String,
+    /// Field selector (`spec.nodeName=NODE` for this node's pods), if any.
+    pub field_selector: Option<String>,
     /// Objects per list page.
     pub page_size: u32,
     /// Relist everything this often even when the watch is healthy
@@ -65,9 +67,12 @@ where
     let kind = K::kind(&K::DynamicType::default()).into_owned();
     let span = tracing::info_span!("watch", kind = %kind, selector = %settings.label_selector);
     async move {
-        let config = watcher::Config::default()
+        let mut config = watcher::Config::default()
             .labels(&settings.label_selector)
             .page_size(settings.page_size);
+        if let Some(fields) = &settings.field_selector {
+            config = config.fields(fields);
+        }
         let start = || Box::pin(watcher(api.clone(), config.clone()).default_backoff());
         let mut stream = start();
         futures::pin_mut!(shutdown);

@@ -159,6 +159,7 @@ where
     let (stop, stopped) = oneshot::channel::<()>();
     let metrics = Arc::new(WatchMetrics::default());
     let settings = WatchSettings {
+        field_selector: None,
         label_selector: selector,
         page_size,
         relist_every,

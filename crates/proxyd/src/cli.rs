@@ -51,6 +51,11 @@ pub struct CleanupArgs {
     /// Clean up inside this named network namespace.
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
+
+    /// Multus mode: the network namespace of pod NS/NAME is the file
+    /// DIR/NS_NAME (what `ip netns add NS_NAME` creates under /run/netns).
+    #[arg(long, value_name = "DIR")]
+    pub pod_netns_dir: Option<PathBuf>,
 }
 
 /// Where Services and EndpointSlices come from.
@@ -78,10 +83,18 @@ pub struct ProxyArgs {
     pub hostname_override: Option<String>,
 
     /// Handle only Services and EndpointSlices labelled
-    /// service.kubernetes.io/service-proxy-name=NAME (the multus-proxy
-    /// mode); without it, skip every object that carries that label.
+    /// service.kubernetes.io/service-proxy-name=NAME; without it, skip
+    /// every object that carries that label. With --multus the default is
+    /// multus-proxy.
     #[arg(long)]
     pub service_proxy_name: Option<String>,
+
+    /// Multus mode: serve Services on secondary networks (annotated
+    /// k8s.v1.cni.cncf.io/service-network, with EndpointSlices from the
+    /// multus EndpointSlice controller) inside the network namespace of
+    /// each pod on this node attached to their network.
+    #[arg(long)]
+    pub multus: bool,
 
     /// The IP family to serve: ipv4 or ipv6.
     #[arg(long, default_value = "ipv4")]
@@ -189,6 +202,11 @@ pub struct RunArgs {
     /// network namespace (`ip netns exec NAME nft`).
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
+
+    /// Multus mode: the network namespace of pod NS/NAME is the file
+    /// DIR/NS_NAME (what `ip netns add NS_NAME` creates under /run/netns).
+    #[arg(long, value_name = "DIR")]
+    pub pod_netns_dir: Option<PathBuf>,
 
     /// The families to serve, e.g. `ipv4,ipv6` for dual-stack: one engine
     /// and one table per family, sharing the watches (default: --ip-family).

@@ -209,6 +209,22 @@ impl Metrics {
         });
     }
 
+    /// Records one multus sync of `family`: pods programmed (gauge), pods
+    /// that failed and runtime errors (counters, kept here).
+    pub fn observe_multus(&self, family: IpFamily, programmed: usize, failures: usize, runtime_errors: usize) {
+        let fam = format!("ip_family=\"{}\"", family_label(family));
+        self.with(|m| {
+            m.gauges
+                .insert(("proxyd_multus_programmed_pods", fam.clone()), programmed as f64);
+            *m.counters
+                .entry(("proxyd_multus_pod_sync_failures_total", fam.clone()))
+                .or_default() += failures as f64;
+            *m.counters
+                .entry(("proxyd_multus_runtime_errors_total", fam))
+                .or_default() += runtime_errors as f64;
+        });
+    }
+
     /// Sets a counter that another component keeps (watch restarts,
     /// relists, rejected objects), with its labels (`resource="…"`).
     pub fn set_counter(&self, name: &'static str, labels: String, value: u64) {
@@ -285,6 +301,11 @@ fn help(name: &str) -> &'static str {
         "proxyd_watch_restarts_total" => "Watch errors, each followed by a restart with backoff",
         "proxyd_relists_total" => "Complete lists after the first one (after 410 Gone or a broken watch)",
         "proxyd_rejected_objects_total" => "Objects skipped as unusable (see the warnings in the log)",
+        "proxyd_multus_programmed_pods" => "Pods on this node whose namespace holds proxyd's table (multus mode)",
+        "proxyd_multus_pod_sync_failures_total" => "Pod namespaces that could not be brought up to date (multus mode)",
+        "proxyd_multus_runtime_errors_total" => {
+            "Failed lookups of a pod's namespace in the container runtime (multus mode)"
+        }
         _ => "proxyd metric",
     }
 }

@@ -14,16 +14,17 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use informer_glue::fold::{EventFold, Fanout};
+use informer_glue::multus::{NetworkRecorder, PodHandler, ServiceNetworks};
 use informer_glue::rejections::Rejections;
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::{ServiceHandler, SliceCacheHandler};
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use slice_model::IpFamily;
@@ -35,8 +36,10 @@ use crate::dataplane::{Dataplane, DataplaneConfig, DataplaneError, DryRun, Netns
 use crate::engine::Engine;
 use crate::health::{ProxierHealth, ServiceHealth};
 use crate::http::{Reply, serve};
-use crate::manifest_source;
+use crate::manifest_source::{self, ServiceSink};
 use crate::metrics::{Metrics, SyncObservation};
+use crate::multus::backend::{Commands, DryRunPods};
+use crate::multus::{MultusProxier, NetnsDir, PodBackend};
 use crate::proxier::{HealthChecks, Proxier};
 use crate::snapshot::{api_node_zone, client, dataplane_config, node_name, selection};
 use crate::sync_runner::{SyncReason, SyncRunner, SyncTiming};
@@ -107,6 +110,14 @@ pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
             }
         }
     }
+    match (args.proxy.multus, &args.pod_netns_dir) {
+        (true, None) => problems.push("--multus needs --pod-netns-dir DIR to find each pod's network namespace".into()),
+        (false, Some(_)) => problems.push("--pod-netns-dir is for --multus".into()),
+        _ => {}
+    }
+    if args.proxy.multus && args.netns.is_some() {
+        problems.push("--netns has no effect with --multus (each pod's namespace is used)".into());
+    }
     if args.dry_run && args.netns.is_some() {
         problems.push("--netns has no effect with --dry-run".into());
     }
@@ -165,6 +176,25 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let services_rejected = store.rejected.clone();
     let slice_watch = Arc::new(WatchMetrics::default());
     let service_watch = Arc::new(WatchMetrics::default());
+    let pod_watch = Arc::new(WatchMetrics::default());
+    // Multus mode: each service's network is recorded on its way to the
+    // engine, and this node's pods are kept.
+    let networks: Arc<Mutex<ServiceNetworks>> = Arc::default();
+    let service_sink: ServiceSink = if args.proxy.multus {
+        Box::new(NetworkRecorder {
+            inner: store,
+            networks: networks.clone(),
+        })
+    } else {
+        Box::new(store)
+    };
+    let pod_handler = args.proxy.multus.then(|| {
+        let mut h = PodHandler::new(&node);
+        h.changed = changes.clone();
+        h
+    });
+    let pods_synced = pod_handler.as_ref().map(|h| h.synced.clone());
+    let pod_store = pod_handler.as_ref().map(|h| h.store.clone());
 
     let (tasks, node_zone) = match &args.source.manifests {
         Some(path) => {
@@ -175,8 +205,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 first,
                 selection.clone(),
                 slices,
-                Box::new(store),
-                None,
+                service_sink,
+                pod_handler,
                 stop_rx.clone(),
             ));
             (vec![tokio::spawn(async move { drop(task.await) })], zone)
@@ -189,6 +219,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             };
             let settings = WatchSettings {
                 label_selector: selection.label_selector(),
+                field_selector: None,
                 page_size: args.list_page_size,
                 relist_every: Some(args.config_sync_period),
             };
@@ -207,15 +238,35 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             ));
             let sel = selection.clone();
             let service_task = tokio::spawn(run_watch(
-                Api::<Service>::all(client),
-                settings,
+                Api::<Service>::all(client.clone()),
+                settings.clone(),
                 EventFold::with_selection(move |s| sel.selects_service(s)).keeping(SlimServices),
-                store,
+                service_sink,
                 service_watch.clone(),
                 stopped(stop_rx.clone()),
             ));
+            // Multus mode: this node's pods only; the cluster's are never
+            // cached.
+            let pod_task = pod_handler.map(|handler| {
+                let pod_settings = WatchSettings {
+                    label_selector: String::new(),
+                    field_selector: Some(format!("spec.nodeName={node}")),
+                    ..settings
+                };
+                tokio::spawn(run_watch(
+                    Api::<Pod>::all(client),
+                    pod_settings,
+                    EventFold::new(),
+                    handler,
+                    pod_watch.clone(),
+                    stopped(stop_rx.clone()),
+                ))
+            });
             let both = tokio::spawn(async move {
                 let _ = tokio::join!(slice_task, service_task);
+                if let Some(t) = pod_task {
+                    let _ = t.await;
+                }
             });
             (vec![both], zone)
         }
@@ -278,7 +329,114 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }));
 
-    let mut proxiers: Vec<Proxier> = engines
+    let mut proxiers = if let (Some(pods), Some(dir)) = (&pod_store, &args.pod_netns_dir) {
+        Proxiers::Multus(
+            engines
+                .into_iter()
+                .map(|engine| {
+                    let family = engine.slices.lock().map(|c| c.family()).unwrap_or(IpFamily::V4);
+                    let backend: Box<dyn PodBackend> = if args.dry_run {
+                        Box::new(DryRunPods {
+                            dir: args.dry_run_dir.clone(),
+                        })
+                    } else {
+                        Box::new(Commands {
+                            no_conntrack: args.no_conntrack,
+                        })
+                    };
+                    MultusProxier::new(
+                        engine,
+                        family,
+                        pods.clone(),
+                        networks.clone(),
+                        Box::new(NetnsDir { dir: dir.clone() }),
+                        backend,
+                    )
+                })
+                .collect(),
+        )
+    } else {
+        Proxiers::Node(node_proxiers(&args, engines, &families, node_zone))
+    };
+    if let Some(dir) = &args.dry_run_dir {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
+    }
+
+    let signals = tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down");
+        let _ = stop_tx.send(true);
+    });
+
+    // Never sync before every kind is listed: a half-known cluster would
+    // look like deleted services.
+    tracing::info!("waiting for the initial lists");
+    let mut stop = stop_rx.clone();
+    let ready = loop {
+        let slices_done = slices_synced.iter().all(|s| s.load(Ordering::Acquire));
+        let pods_done = pods_synced.as_ref().is_none_or(|p| p.load(Ordering::Acquire));
+        if slices_done && pods_done && services_synced.load(Ordering::Acquire) {
+            break true;
+        }
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break false,
+            () = sync_needed.notified() => {}
+        }
+    };
+
+    if ready {
+        let timing = SyncTiming {
+            min_interval: args.min_sync_period,
+            max_interval: args.sync_period,
+            ..SyncTiming::default()
+        };
+        let runner = SyncRunner::new(timing, sync_needed.clone());
+        let counters = WatchCounters {
+            slice_watch,
+            service_watch,
+            pod_watch,
+            slices_rejected,
+            services_rejected,
+        };
+        runner
+            .run(
+                |reason| {
+                    let result = match &mut proxiers {
+                        Proxiers::Node(p) => sync_all(reason, p, &health, &metrics, &hc_tx),
+                        Proxiers::Multus(p) => sync_multus(reason, p, &health, &metrics),
+                    };
+                    counters.publish(&metrics);
+                    std::future::ready(result)
+                },
+                stopped(stop_rx.clone()),
+            )
+            .await;
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    for s in servers {
+        s.abort();
+    }
+    signals.abort();
+    tracing::info!("stopped; the rules stay in place");
+    Ok(())
+}
+
+/// The proxiers of a run: the node's tables, or (multus) pods' tables.
+enum Proxiers {
+    Node(Vec<Proxier>),
+    Multus(Vec<MultusProxier>),
+}
+
+/// One proxier per family, programming this node's namespace (or --netns).
+fn node_proxiers(
+    args: &RunArgs,
+    engines: Vec<Engine>,
+    families: &[IpFamily],
+    node_zone: Option<String>,
+) -> Vec<Proxier> {
+    engines
         .into_iter()
         .map(|engine| {
             let family = engine.slices.lock().map(|c| c.family()).unwrap_or(IpFamily::V4);
@@ -310,78 +468,25 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             };
             Proxier::new(engine, config, dataplane, conntrack)
         })
-        .collect();
-    if let Some(dir) = &args.dry_run_dir {
-        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
-    }
-
-    let signals = tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("shutting down");
-        let _ = stop_tx.send(true);
-    });
-
-    // Never sync before both kinds are listed: a half-known cluster would
-    // look like deleted services.
-    tracing::info!("waiting for the initial lists of services and endpoint slices");
-    let mut stop = stop_rx.clone();
-    let ready = loop {
-        let slices_done = slices_synced.iter().all(|s| s.load(Ordering::Acquire));
-        if slices_done && services_synced.load(Ordering::Acquire) {
-            break true;
-        }
-        tokio::select! {
-            _ = stop.wait_for(|s| *s) => break false,
-            () = sync_needed.notified() => {}
-        }
-    };
-
-    if ready {
-        let timing = SyncTiming {
-            min_interval: args.min_sync_period,
-            max_interval: args.sync_period,
-            ..SyncTiming::default()
-        };
-        let runner = SyncRunner::new(timing, sync_needed.clone());
-        let counters = WatchCounters {
-            slice_watch,
-            service_watch,
-            slices_rejected,
-            services_rejected,
-        };
-        runner
-            .run(
-                |reason| {
-                    let result = sync_all(reason, &mut proxiers, &health, &metrics, &hc_tx);
-                    counters.publish(&metrics);
-                    std::future::ready(result)
-                },
-                stopped(stop_rx.clone()),
-            )
-            .await;
-    }
-    for t in tasks {
-        let _ = t.await;
-    }
-    for s in servers {
-        s.abort();
-    }
-    signals.abort();
-    tracing::info!("stopped; the rules stay in place");
-    Ok(())
+        .collect()
 }
 
 /// Counters kept by the watches and handlers, published as metrics.
 struct WatchCounters {
     slice_watch: Arc<WatchMetrics>,
     service_watch: Arc<WatchMetrics>,
+    pod_watch: Arc<WatchMetrics>,
     slices_rejected: Arc<Rejections>,
     services_rejected: Arc<Rejections>,
 }
 
 impl WatchCounters {
     fn publish(&self, metrics: &Metrics) {
-        for (resource, w) in [("endpointslices", &self.slice_watch), ("services", &self.service_watch)] {
+        for (resource, w) in [
+            ("endpointslices", &self.slice_watch),
+            ("services", &self.service_watch),
+            ("pods", &self.pod_watch),
+        ] {
             let label = format!("resource=\"{resource}\"");
             metrics.set_counter(
                 "proxyd_watch_restarts_total",
@@ -481,6 +586,41 @@ fn sync_all(
         changed
     });
     failure.map_or(Ok(()), Err)
+}
+
+/// One multus sync of every family. A pod that fails is logged and
+/// counted; it never fails the sync of the others (nor health).
+fn sync_multus(
+    reason: SyncReason,
+    proxiers: &mut [MultusProxier],
+    health: &ProxierHealth,
+    metrics: &Metrics,
+) -> Result<(), DataplaneError> {
+    let kind = if reason == SyncReason::Periodic {
+        SyncKind::Periodic
+    } else {
+        SyncKind::Changes
+    };
+    for p in proxiers.iter_mut() {
+        let started = Instant::now();
+        let out = p.sync(kind);
+        let now = SystemTime::now();
+        health.updated(p.family, now);
+        metrics.observe_multus(p.family, out.programmed_pods, out.failures.len(), out.runtime_errors);
+        tracing::info!(
+            family = %p.family,
+            reason = ?reason,
+            changed_services = out.changed_services,
+            programmed_pods = out.programmed_pods,
+            pods_written = out.transactions,
+            route_changes = out.route_changes,
+            conntrack_deleted = out.conntrack_deleted,
+            failed_pods = out.failures.len(),
+            took_us = started.elapsed().as_micros() as u64,
+            "synced"
+        );
+    }
+    Ok(())
 }
 
 async fn wait_for_signal() {

@@ -42,11 +42,18 @@ pub fn node_name(proxy: &ProxyArgs) -> anyhow::Result<String> {
     Ok(host.trim().to_lowercase())
 }
 
+/// The proxy name multus mode serves by default.
+pub const MULTUS_PROXY_NAME: &str = "multus-proxy";
+
 /// The objects this proxy handles, as `proxy` selects them.
 pub fn selection(proxy: &ProxyArgs) -> Selection {
+    let proxy_name = match (&proxy.service_proxy_name, proxy.multus) {
+        (None, true) => Some(MULTUS_PROXY_NAME.to_owned()),
+        (name, _) => name.clone(),
+    };
     Selection {
-        proxy_name: proxy.service_proxy_name.clone(),
-        multus: false,
+        proxy_name,
+        multus: proxy.multus,
     }
 }
 

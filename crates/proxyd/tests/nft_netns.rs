@@ -72,6 +72,7 @@ fn proxy_args() -> ProxyArgs {
     ProxyArgs {
         hostname_override: Some("node-1".into()),
         service_proxy_name: None,
+        multus: false,
         ip_family: IpFamily::V4,
         cluster_cidr: vec!["10.244.0.0/16".parse().unwrap()],
         masquerade_all: false,

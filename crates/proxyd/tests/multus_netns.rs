@@ -1,0 +1,402 @@
+//! Multus mode end to end, as root: pods are network namespaces with a
+//! primary `eth0` (its default route leads nowhere) and a secondary `net1`
+//! on a bridge; the real `proxyd run --multus --manifests DIR
+//! --pod-netns-dir /run/netns` programs each attached pod's namespace.
+//!
+//! ```text
+//!   pod client 192.168.77.2 ─┐
+//!   pod server1 192.168.77.11 ┤ net1 ── bridge (namespace "lan")
+//!   pod server2 192.168.77.12 ┘
+//!   pod other (no net1)          eth0 of each pod: 10.88.0.x, default via a gateway that does not exist
+//! ```
+
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{KillOnDrop, Netns, require, run, terminate};
+
+/// Answers TCP and UDP on port 8080 with `NAME PEER-ADDRESS`.
+const SERVER: &str = r#"
+import socket, sys, threading
+name = sys.argv[1]
+def tcp():
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 8080)); s.listen(128)
+    while True:
+        c, peer = s.accept()
+        try: c.sendall(f"{name} {peer[0]}".encode())
+        finally: c.close()
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("0.0.0.0", 8080))
+    while True:
+        _, peer = s.recvfrom(64)
+        s.sendto(f"{name} {peer[0]}".encode(), peer)
+threading.Thread(target=udp, daemon=True).start()
+print("ready", flush=True)
+tcp()
+"#;
+
+/// N requests; one line per answer, or `error: …`.
+const CLIENT: &str = r#"
+import socket, sys
+proto, host, port, n, src_port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+for _ in range(n):
+    try:
+        if proto == "tcp":
+            c = socket.socket(); c.settimeout(2)
+            c.connect((host, port)); print(c.recv(64).decode()); c.close()
+        else:
+            c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.settimeout(1)
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if src_port: c.bind(("", src_port))
+            c.sendto(b"q", (host, port)); print(c.recv(64).decode()); c.close()
+    except OSError as e:
+        print("error:", e.__class__.__name__)
+"#;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Lab {
+    /// Kubernetes namespace of the pods; their netns files are `NS_NAME`.
+    ns: String,
+    pods: BTreeMap<&'static str, Netns>,
+    _lan: Netns,
+    manifests: PathBuf,
+    servers: Vec<KillOnDrop>,
+    proxyd: Option<KillOnDrop>,
+    log: PathBuf,
+}
+
+fn veth_names(tag: &str) -> (String, String) {
+    let id = std::process::id() % 100_000;
+    (format!("{tag}{id}a"), format!("{tag}{id}b"))
+}
+
+impl Lab {
+    fn new() -> Self {
+        let ns = format!("mt{}", std::process::id());
+        let lan = Netns::named(format!("{ns}-lan"));
+        lan.ip(&["link", "add", "br0", "type", "bridge"]);
+        lan.ip(&["link", "set", "br0", "up"]);
+        let mut pods = BTreeMap::new();
+        let pod_defs: [(&str, Option<&str>, &str); 4] = [
+            ("client", Some("192.168.77.2"), "10.88.0.2"),
+            ("server1", Some("192.168.77.11"), "10.88.0.11"),
+            ("server2", Some("192.168.77.12"), "10.88.0.12"),
+            ("other", None, "10.88.0.9"),
+        ];
+        for (i, (name, net1, eth0)) in pod_defs.into_iter().enumerate() {
+            let p = Netns::named(format!("{ns}_{name}"));
+            // eth0: the primary network, whose default route leads nowhere.
+            let (a, b) = veth_names(&format!("e{i}"));
+            run(
+                "ip",
+                &[
+                    "link", "add", &a, "netns", &p.0, "type", "veth", "peer", "name", &b, "netns", &lan.0,
+                ],
+            );
+            p.ip(&["link", "set", &a, "name", "eth0"]);
+            p.ip(&["addr", "add", &format!("{eth0}/24"), "dev", "eth0"]);
+            p.ip(&["link", "set", "eth0", "up"]);
+            p.ip(&["route", "add", "default", "via", "10.88.0.1"]);
+            lan.ip(&["link", "set", &b, "up"]);
+            if let Some(addr) = net1 {
+                let (a, b) = veth_names(&format!("n{i}"));
+                run(
+                    "ip",
+                    &[
+                        "link", "add", &a, "netns", &p.0, "type", "veth", "peer", "name", &b, "netns", &lan.0,
+                    ],
+                );
+                p.ip(&["link", "set", &a, "name", "net1"]);
+                p.ip(&["addr", "add", &format!("{addr}/24"), "dev", "net1"]);
+                p.ip(&["link", "set", "net1", "up"]);
+                lan.ip(&["link", "set", &b, "master", "br0"]);
+                lan.ip(&["link", "set", &b, "up"]);
+            }
+            pods.insert(name, p);
+        }
+        let manifests = std::env::temp_dir().join(format!("{ns}-manifests"));
+        let _ = std::fs::remove_dir_all(&manifests);
+        std::fs::create_dir_all(&manifests).unwrap();
+        let mut lab = Self {
+            log: std::env::temp_dir().join(format!("{ns}-proxyd.log")),
+            ns,
+            pods,
+            _lan: lan,
+            manifests,
+            servers: Vec::new(),
+            proxyd: None,
+        };
+        for s in ["server1", "server2"] {
+            lab.start_server(s);
+        }
+        lab
+    }
+
+    fn start_server(&mut self, pod: &str) {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.pods[pod].0, "python3", "-c", SERVER, pod])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let guard = KillOnDrop(child);
+        let mut line = String::new();
+        std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        self.servers.push(guard);
+    }
+
+    /// Writes the cluster: the service on network `macvlan1`, the multus
+    /// controller's slice with `ready` per server, the default controller's
+    /// slice (primary addresses: never to be used), and the pods.
+    fn write(&self, servers: &[(&str, bool)], with_client: bool) {
+        let ns = &self.ns;
+        let mut eps = String::new();
+        for (name, ready) in servers {
+            let ip = if *name == "server1" {
+                "192.168.77.11"
+            } else {
+                "192.168.77.12"
+            };
+            eps.push_str(&format!(
+                "- addresses: [{ip}]\n  nodeName: node-2\n  conditions: {{ready: {ready}}}\n"
+            ));
+        }
+        let eps = if eps.is_empty() {
+            " []\n".to_owned()
+        } else {
+            format!("\n{eps}")
+        };
+        let pod = |name: &str, status: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\n  annotations:\n    \
+                 k8s.v1.cni.cncf.io/network-status: '{status}'\nspec: {{nodeName: node-1}}\nstatus: {{phase: Running}}\n"
+            )
+        };
+        let attached = |ip: &str| {
+            format!(
+                r#"[{{"name":"cbr0","interface":"eth0","ips":["10.88.0.2"],"default":true}},{{"name":"{ns}/macvlan1","interface":"net1","ips":["{ip}"]}}]"#
+            )
+        };
+        let mut pods = vec![
+            pod("server1", &attached("192.168.77.11")),
+            pod("server2", &attached("192.168.77.12")),
+            pod(
+                "other",
+                r#"[{"name":"cbr0","interface":"eth0","ips":["10.88.0.9"],"default":true}]"#,
+            ),
+        ];
+        if with_client {
+            pods.push(pod("client", &attached("192.168.77.2")));
+        }
+        let text = format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: {ns}\n  labels: \
+             {{service.kubernetes.io/service-proxy-name: multus-proxy}}\n  annotations: \
+             {{k8s.v1.cni.cncf.io/service-network: macvlan1}}\nspec:\n  clusterIP: 10.96.77.10\n  ports:\n  \
+             - {{name: http, port: 80, protocol: TCP}}\n  - {{name: dns, port: 53, protocol: UDP}}\n---\n\
+             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-multus\n  namespace: {ns}\n  \
+             labels: {{kubernetes.io/service-name: web, service.kubernetes.io/service-proxy-name: multus-proxy, \
+             endpointslice.kubernetes.io/managed-by: multus-endpointslice-controller.npwg.k8s.io}}\naddressType: IPv4\n\
+             ports: [{{name: http, port: 8080, protocol: TCP}}, {{name: dns, port: 8080, protocol: UDP}}]\nendpoints:{eps}---\n\
+             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-default\n  namespace: {ns}\n  \
+             labels: {{kubernetes.io/service-name: web, service.kubernetes.io/service-proxy-name: multus-proxy, \
+             endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io}}\naddressType: IPv4\n\
+             ports: [{{name: http, port: 8080, protocol: TCP}}, {{name: dns, port: 8080, protocol: UDP}}]\nendpoints:\n\
+             - addresses: [10.88.0.11]\n  nodeName: node-2\n---\n{}",
+            pods.join("---\n")
+        );
+        // Written whole, then renamed: proxyd never reads half a file.
+        let tmp = self.manifests.join(".cluster.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.manifests.join("cluster.yaml")).unwrap();
+    }
+
+    fn start_proxyd(&mut self) {
+        let log = std::fs::File::create(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args([
+                "run",
+                "--multus",
+                "--hostname-override",
+                "node-1",
+                "--pod-netns-dir",
+                "/run/netns",
+            ])
+            .arg("--manifests")
+            .arg(&self.manifests)
+            .args([
+                "--min-sync-period",
+                "0",
+                "--healthz-bind-address",
+                "",
+                "--metrics-bind-address",
+                "",
+            ])
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.proxyd = Some(KillOnDrop(child));
+    }
+
+    fn requests(&self, proto: &str, port: u16, n: u32, src_port: u16) -> Vec<String> {
+        let out = self.pods["client"].exec(
+            "python3",
+            &[
+                "-c",
+                CLIENT,
+                proto,
+                "10.96.77.10",
+                &port.to_string(),
+                &n.to_string(),
+                &src_port.to_string(),
+            ],
+        );
+        out.lines().map(str::to_owned).collect()
+    }
+
+    fn eventually(&self, what: &str, mut check: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !check() {
+            if start.elapsed() > WAIT {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                panic!("timed out waiting for: {what}\n--- proxyd log ---\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn routes(&self, pod: &str) -> Vec<String> {
+        let out = self.pods[pod].exec("ip", &["route", "show", "proto", "201"]);
+        out.lines().map(|l| l.trim().to_owned()).collect()
+    }
+
+    fn has_table(&self, pod: &str) -> bool {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.pods[pod].0,
+                "nft",
+                "list",
+                "table",
+                "ip",
+                "proxyd-multus",
+            ])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.manifests);
+    }
+}
+
+fn names(answers: &[String]) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for a in answers {
+        *m.entry(a.split(' ').next().unwrap_or_default().to_owned()).or_default() += 1;
+    }
+    m
+}
+
+fn host_has_multus_table() -> bool {
+    Command::new("nft")
+        .args(["list", "table", "ip", "proxyd-multus"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn a_pod_reaches_services_on_its_secondary_network() {
+    if !require() {
+        return;
+    }
+    let mut lab = Lab::new();
+    lab.write(&[("server1", true), ("server2", true)], true);
+    lab.start_proxyd();
+    lab.eventually("the client's table", || lab.has_table("client"));
+
+    // Through net1, with the client's net1 address, to both servers; the
+    // default controller's slice (10.88.0.11, the primary network) never.
+    let answers = lab.requests("tcp", 80, 40, 0);
+    let by = names(&answers);
+    assert_eq!(
+        by.get("server1").copied().unwrap_or(0) + by.get("server2").copied().unwrap_or(0),
+        40,
+        "{answers:?}"
+    );
+    assert!(by.contains_key("server1") && by.contains_key("server2"), "{by:?}");
+    assert!(
+        answers.iter().all(|a| a.ends_with(" 192.168.77.2")),
+        "the server sees net1's address: {answers:?}"
+    );
+    assert_eq!(
+        lab.routes("client"),
+        ["10.96.77.10 dev net1 scope link src 192.168.77.2"]
+    );
+
+    // A pod without the network, and the host, are untouched.
+    assert!(!lab.has_table("other"));
+    assert!(lab.routes("other").is_empty());
+    assert!(!host_has_multus_table(), "the host's namespace is not programmed");
+
+    // UDP, and a stale conntrack entry replaced when its endpoint goes.
+    let udp = lab.requests("udp", 53, 1, 40053);
+    assert_eq!(udp.len(), 1);
+    let first = udp[0].split(' ').next().unwrap().to_owned();
+    let other = if first == "server1" { "server2" } else { "server1" };
+    lab.write(&[(other, true)], true);
+    lab.eventually(
+        "the next datagram from the same port reaches the remaining server",
+        || {
+            lab.requests("udp", 53, 1, 40053)
+                .first()
+                .is_some_and(|a| a.starts_with(other))
+        },
+    );
+
+    // Not-ready endpoints drop out; no endpoints: refused.
+    lab.write(&[("server1", true), ("server2", false)], true);
+    lab.eventually("only server1", || {
+        names(&lab.requests("tcp", 80, 10, 0)).get("server1") == Some(&10)
+    });
+    lab.write(&[], true);
+    lab.eventually("refused without endpoints", || {
+        lab.requests("tcp", 80, 1, 0) == ["error: ConnectionRefusedError"]
+    });
+
+    // A restart finds its own routes: none doubled.
+    lab.write(&[("server1", true), ("server2", true)], true);
+    lab.eventually("served again", || {
+        names(&lab.requests("tcp", 80, 4, 0)).values().sum::<usize>() == 4
+    });
+    let mut old = lab.proxyd.take().unwrap();
+    terminate(&mut old, "TERM");
+    assert!(lab.has_table("client"), "the rules stay when proxyd stops");
+    assert_eq!(lab.requests("tcp", 80, 4, 0).len(), 4);
+    lab.start_proxyd();
+    lab.eventually("the restarted proxyd synced", || {
+        std::fs::read_to_string(&lab.log).unwrap_or_default().contains("synced")
+    });
+    assert_eq!(lab.routes("client").len(), 1, "{:?}", lab.routes("client"));
+    assert_eq!(names(&lab.requests("tcp", 80, 6, 0)).values().sum::<usize>(), 6);
+
+    // The pod is deleted while its namespace still exists: its table and
+    // routes go.
+    lab.write(&[("server1", true), ("server2", true)], false);
+    lab.eventually("the deleted pod's table removed", || !lab.has_table("client"));
+    assert!(lab.routes("client").is_empty());
+    assert!(lab.has_table("server1"), "other pods keep theirs");
+}
