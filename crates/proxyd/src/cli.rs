@@ -34,7 +34,7 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Run the proxy: watch Services and EndpointSlices (from the API
     /// server or manifest files) and keep the nftables table in step.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the nftables ruleset proxyd would apply for a set of manifests,
     /// and a table of services and the endpoints they use.
     Render(RenderArgs),
@@ -53,9 +53,22 @@ pub struct CleanupArgs {
     pub netns: Option<String>,
 
     /// Multus mode: the network namespace of pod NS/NAME is the file
-    /// DIR/NS_NAME (what `ip netns add NS_NAME` creates under /run/netns).
+    /// DIR/NS_NAME (what `ip netns add NS_NAME` creates under /run/netns),
+    /// instead of asking the container runtime.
     #[arg(long, value_name = "DIR")]
     pub pod_netns_dir: Option<PathBuf>,
+
+    /// Multus mode: the CRI v1 runtime that knows each pod's network
+    /// namespace (default: containerd's socket, else CRI-O's, whichever
+    /// exists).
+    #[arg(long, value_name = "unix:///PATH")]
+    pub container_runtime_endpoint: Option<String>,
+
+    /// Multus mode: where the host's root is mounted, when proxyd runs in a
+    /// container (the runtime's socket and the namespace paths it names are
+    /// read under it, e.g. /host/proc/PID/ns/net).
+    #[arg(long, value_name = "DIR")]
+    pub host_prefix: Option<PathBuf>,
 }
 
 /// Where Services and EndpointSlices come from.
@@ -204,9 +217,22 @@ pub struct RunArgs {
     pub netns: Option<String>,
 
     /// Multus mode: the network namespace of pod NS/NAME is the file
-    /// DIR/NS_NAME (what `ip netns add NS_NAME` creates under /run/netns).
+    /// DIR/NS_NAME (what `ip netns add NS_NAME` creates under /run/netns),
+    /// instead of asking the container runtime.
     #[arg(long, value_name = "DIR")]
     pub pod_netns_dir: Option<PathBuf>,
+
+    /// Multus mode: the CRI v1 runtime that knows each pod's network
+    /// namespace (default: containerd's socket, else CRI-O's, whichever
+    /// exists).
+    #[arg(long, value_name = "unix:///PATH")]
+    pub container_runtime_endpoint: Option<String>,
+
+    /// Multus mode: where the host's root is mounted, when proxyd runs in a
+    /// container (the runtime's socket and the namespace paths it names are
+    /// read under it, e.g. /host/proc/PID/ns/net).
+    #[arg(long, value_name = "DIR")]
+    pub host_prefix: Option<PathBuf>,
 
     /// The families to serve, e.g. `ipv4,ipv6` for dual-stack: one engine
     /// and one table per family, sharing the watches (default: --ip-family).

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
     proxyd::logging::init(&cli.log);
     match cli.command {
         Command::Replay(args) => proxyd::replay::main(args),
-        Command::Run(args) => proxyd::run::main(args),
+        Command::Run(args) => proxyd::run::main(*args),
         Command::Render(args) => proxyd::render::main(args),
         Command::Explain(args) => proxyd::explain::main(args),
         Command::Cleanup(args) => proxyd::run::cleanup(args),

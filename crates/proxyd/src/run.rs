@@ -39,7 +39,8 @@ use crate::http::{Reply, serve};
 use crate::manifest_source::{self, ServiceSink};
 use crate::metrics::{Metrics, SyncObservation};
 use crate::multus::backend::{Commands, DryRunPods};
-use crate::multus::{MultusProxier, NetnsDir, PodBackend};
+use crate::multus::cri::CriResolver;
+use crate::multus::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use crate::proxier::{HealthChecks, Proxier};
 use crate::snapshot::{api_node_zone, client, dataplane_config, node_name, selection};
 use crate::sync_runner::{SyncReason, SyncRunner, SyncTiming};
@@ -110,10 +111,27 @@ pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
             }
         }
     }
-    match (args.proxy.multus, &args.pod_netns_dir) {
-        (true, None) => problems.push("--multus needs --pod-netns-dir DIR to find each pod's network namespace".into()),
-        (false, Some(_)) => problems.push("--pod-netns-dir is for --multus".into()),
-        _ => {}
+    let multus_only = [
+        ("--pod-netns-dir", args.pod_netns_dir.is_some()),
+        (
+            "--container-runtime-endpoint",
+            args.container_runtime_endpoint.is_some(),
+        ),
+        ("--host-prefix", args.host_prefix.is_some()),
+    ];
+    for (flag, given) in multus_only {
+        if given && !args.proxy.multus {
+            problems.push(format!("{flag} is for --multus"));
+        }
+    }
+    if args.pod_netns_dir.is_some() && args.container_runtime_endpoint.is_some() {
+        problems
+            .push("--pod-netns-dir and --container-runtime-endpoint both say where namespaces are: give one".into());
+    }
+    if let Some(e) = &args.container_runtime_endpoint
+        && let Err(why) = crate::multus::cri::socket_path(e)
+    {
+        problems.push(format!("--container-runtime-endpoint: {why}"));
     }
     if args.proxy.multus && args.netns.is_some() {
         problems.push("--netns has no effect with --multus (each pod's namespace is used)".into());
@@ -329,7 +347,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }));
 
-    let mut proxiers = if let (Some(pods), Some(dir)) = (&pod_store, &args.pod_netns_dir) {
+    let mut proxiers = if let Some(pods) = &pod_store {
         Proxiers::Multus(
             engines
                 .into_iter()
@@ -344,14 +362,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                             no_conntrack: args.no_conntrack,
                         })
                     };
-                    MultusProxier::new(
-                        engine,
-                        family,
-                        pods.clone(),
-                        networks.clone(),
-                        Box::new(NetnsDir { dir: dir.clone() }),
-                        backend,
-                    )
+                    MultusProxier::new(engine, family, pods.clone(), networks.clone(), resolver(&args), backend)
                 })
                 .collect(),
         )
@@ -402,7 +413,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .run(
                 |reason| {
                     let result = match &mut proxiers {
-                        Proxiers::Node(p) => sync_all(reason, p, &health, &metrics, &hc_tx),
+                        Proxiers::Node(p) => sync_all(reason, p, &health, &metrics, &hc_tx).map_err(|e| e.to_string()),
                         Proxiers::Multus(p) => sync_multus(reason, p, &health, &metrics),
                     };
                     counters.publish(&metrics);
@@ -421,6 +432,24 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     signals.abort();
     tracing::info!("stopped; the rules stay in place");
     Ok(())
+}
+
+/// How multus mode finds pods' namespaces: a directory, or the runtime.
+fn resolver(args: &RunArgs) -> Box<dyn PodNetnsResolver> {
+    if let Some(dir) = &args.pod_netns_dir {
+        return Box::new(NetnsDir { dir: dir.clone() });
+    }
+    let prefix = args.host_prefix.clone().unwrap_or_default();
+    let endpoint = args
+        .container_runtime_endpoint
+        .clone()
+        .unwrap_or_else(|| crate::multus::cri::default_endpoint(&prefix));
+    tracing::info!(endpoint = %endpoint, "pod namespaces from the container runtime");
+    match CriResolver::new(&endpoint, &prefix) {
+        Ok(r) => Box::new(r),
+        // `validate` checked a given endpoint; the defaults are well formed.
+        Err(why) => unreachable!("{why}"),
+    }
 }
 
 /// The proxiers of a run: the node's tables, or (multus) pods' tables.
@@ -595,12 +624,13 @@ fn sync_multus(
     proxiers: &mut [MultusProxier],
     health: &ProxierHealth,
     metrics: &Metrics,
-) -> Result<(), DataplaneError> {
+) -> Result<(), String> {
     let kind = if reason == SyncReason::Periodic {
         SyncKind::Periodic
     } else {
         SyncKind::Changes
     };
+    let mut runtime_down = None;
     for p in proxiers.iter_mut() {
         let started = Instant::now();
         let out = p.sync(kind);
@@ -619,8 +649,18 @@ fn sync_multus(
             took_us = started.elapsed().as_micros() as u64,
             "synced"
         );
+        if out.runtime_errors > 0 {
+            runtime_down = Some(out.runtime_errors);
+        }
     }
-    Ok(())
+    // Pods the runtime could not be asked about are retried with the
+    // runner's backoff, not only at the next periodic sync.
+    match runtime_down {
+        Some(n) => Err(format!(
+            "the container runtime could not be asked about {n} pod(s); retrying"
+        )),
+        None => Ok(()),
+    }
 }
 
 async fn wait_for_signal() {
@@ -680,7 +720,7 @@ mod tests {
         let mut all = vec!["proxyd", "run"];
         all.extend_from_slice(args);
         match Cli::parse_from(all).command {
-            Command::Run(a) => a,
+            Command::Run(a) => *a,
             _ => unreachable!("parsed `run`"),
         }
     }

@@ -121,7 +121,7 @@ fn check(file: &str) -> proxyd::cli::RunArgs {
     assert_eq!(c["livenessProbe"]["httpGet"]["port"], port);
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], port);
     let _ = std::fs::remove_dir_all(&config_dir);
-    args
+    *args
 }
 
 #[test]

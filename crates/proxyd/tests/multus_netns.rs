@@ -222,16 +222,15 @@ impl Lab {
     }
 
     fn start_proxyd(&mut self) {
+        self.start_proxyd_with(&["--pod-netns-dir", "/run/netns"]);
+    }
+
+    /// Starts proxyd with these flags saying where namespaces are.
+    fn start_proxyd_with(&mut self, resolver: &[&str]) {
         let log = std::fs::File::create(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
-            .args([
-                "run",
-                "--multus",
-                "--hostname-override",
-                "node-1",
-                "--pod-netns-dir",
-                "/run/netns",
-            ])
+            .args(["run", "--multus", "--hostname-override", "node-1"])
+            .args(resolver)
             .arg("--manifests")
             .arg(&self.manifests)
             .args([
@@ -399,4 +398,50 @@ fn a_pod_reaches_services_on_its_secondary_network() {
     lab.eventually("the deleted pod's table removed", || !lab.has_table("client"));
     assert!(lab.routes("client").is_empty());
     assert!(lab.has_table("server1"), "other pods keep theirs");
+}
+
+#[test]
+fn pods_are_found_through_the_container_runtime_once_it_answers() {
+    if !require() {
+        return;
+    }
+    let mut lab = Lab::new();
+    lab.write(&[("server1", true), ("server2", true)], true);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let _enter = rt.enter();
+    let socket = std::env::temp_dir().join(format!("{}-cri.sock", lab.ns));
+    let mut cri = fake_cri::FakeCri::new(&socket);
+    let endpoint = cri.endpoint();
+    // The runtime is down when proxyd starts: it keeps running and retries.
+    lab.start_proxyd_with(&["--container-runtime-endpoint", &endpoint]);
+    lab.eventually("a retry after the runtime failed", || {
+        std::fs::read_to_string(&lab.log)
+            .unwrap_or_default()
+            .contains("could not be asked")
+    });
+    assert!(!lab.has_table("client"));
+    assert!(
+        lab.proxyd.as_mut().unwrap().try_wait().unwrap().is_none(),
+        "still running"
+    );
+    // It answers: sandboxes name the pods' namespaces (as containerd does).
+    for (i, pod) in ["client", "server1", "server2", "other"].into_iter().enumerate() {
+        let netns = PathBuf::from(format!("/run/netns/{}", lab.pods[pod].0));
+        cri.put(fake_cri::Sandbox::containerd(
+            &format!("sb-{i}"),
+            &lab.ns,
+            pod,
+            1,
+            &netns,
+        ));
+    }
+    cri.start().unwrap();
+    lab.eventually("programmed once the runtime answers", || lab.has_table("client"));
+    let answers = lab.requests("tcp", 80, 10, 0);
+    assert_eq!(names(&answers).values().sum::<usize>(), 10, "{answers:?}");
+    assert!(answers.iter().all(|a| a.ends_with(" 192.168.77.2")), "{answers:?}");
 }

@@ -15,6 +15,7 @@
 //! ```
 
 pub mod backend;
+pub mod cri;
 pub mod plan;
 pub mod proxier;
 pub mod resolver;

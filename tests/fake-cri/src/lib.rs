@@ -1,0 +1,390 @@
+//! A CRI v1 runtime service for tests: a real gRPC server on a unix
+//! socket, as containerd and CRI-O serve it, holding pod sandboxes whose
+//! verbose status names their network namespace.
+//!
+//! Only what a pod-namespace resolver asks is served (`Version`,
+//! `ListPodSandbox`, `PodSandboxStatus`); every other call answers
+//! `UNIMPLEMENTED`. Faults: sandboxes come and go ([`FakeCri::put`],
+//! [`FakeCri::remove`]), their info can be malformed ([`Sandbox::info`]),
+//! and the runtime can be stopped and started again on the same socket
+//! ([`FakeCri::stop`], [`FakeCri::start`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_cri::v1;
+use k8s_cri::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use tokio::net::UnixListener;
+use tokio::sync::oneshot;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+/// One pod sandbox.
+#[derive(Clone, Debug)]
+pub struct Sandbox {
+    /// Sandbox id.
+    pub id: String,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+    /// Creation time (nanoseconds): the newest ready one is the pod's.
+    pub created_at: i64,
+    /// Ready (else not ready).
+    pub ready: bool,
+    /// The verbose `info` JSON of its status.
+    pub info: String,
+}
+
+impl Sandbox {
+    /// A ready sandbox whose info names `netns` the way containerd does.
+    pub fn containerd(id: &str, namespace: &str, name: &str, created_at: i64, netns: &Path) -> Self {
+        let info = serde_json::json!({
+            "pid": 1,
+            "runtimeSpec": {"linux": {"namespaces": [
+                {"type": "pid"},
+                {"type": "network", "path": netns.display().to_string()},
+            ]}},
+        });
+        Self {
+            id: id.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            created_at,
+            ready: true,
+            info: info.to_string(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    sandboxes: Vec<Sandbox>,
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[derive(Clone)]
+struct Service(Arc<Mutex<State>>);
+
+/// The fake runtime.
+pub struct FakeCri {
+    socket: PathBuf,
+    state: Arc<Mutex<State>>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl FakeCri {
+    /// A runtime that will serve on `socket` once started.
+    pub fn new(socket: &Path) -> Self {
+        Self {
+            socket: socket.to_owned(),
+            state: Arc::default(),
+            stop: None,
+        }
+    }
+
+    /// The endpoint clients use: `unix:///path`.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// Starts serving (on the current tokio runtime).
+    pub fn start(&mut self) -> std::io::Result<()> {
+        let _ = std::fs::remove_file(&self.socket);
+        let listener = UnixListener::bind(&self.socket)?;
+        let (tx, rx) = oneshot::channel();
+        self.stop = Some(tx);
+        let service = RuntimeServiceServer::new(Service(self.state.clone()));
+        tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Ok(())
+    }
+
+    /// Stops serving; the socket is removed (as when the runtime is down).
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// Adds or replaces (by id) a sandbox.
+    pub fn put(&self, sandbox: Sandbox) {
+        let mut s = lock(&self.state);
+        s.sandboxes.retain(|x| x.id != sandbox.id);
+        s.sandboxes.push(sandbox);
+    }
+
+    /// Removes a sandbox.
+    pub fn remove(&self, id: &str) {
+        lock(&self.state).sandboxes.retain(|x| x.id != id);
+    }
+}
+
+impl Drop for FakeCri {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+type EventStream = Pin<Box<dyn tokio_stream::Stream<Item = Result<v1::ContainerEventResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RuntimeService for Service {
+    type GetContainerEventsStream = EventStream;
+
+    async fn version(&self, _: Request<v1::VersionRequest>) -> Result<Response<v1::VersionResponse>, Status> {
+        Ok(Response::new(v1::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "fake-cri".into(),
+            runtime_version: "0.1.0".into(),
+            runtime_api_version: "v1".into(),
+        }))
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        request: Request<v1::ListPodSandboxRequest>,
+    ) -> Result<Response<v1::ListPodSandboxResponse>, Status> {
+        let filter = request.into_inner().filter.unwrap_or_default();
+        let want_ready = filter
+            .state
+            .map(|s| s.state == v1::PodSandboxState::SandboxReady as i32);
+        let labels = |s: &Sandbox| {
+            HashMap::from([
+                ("io.kubernetes.pod.namespace".to_owned(), s.namespace.clone()),
+                ("io.kubernetes.pod.name".to_owned(), s.name.clone()),
+            ])
+        };
+        let items = lock(&self.0)
+            .sandboxes
+            .iter()
+            .filter(|s| want_ready.is_none_or(|r| r == s.ready))
+            .filter(|s| filter.id.is_empty() || filter.id == s.id)
+            .filter(|s| {
+                let l = labels(s);
+                filter.label_selector.iter().all(|(k, v)| l.get(k) == Some(v))
+            })
+            .map(|s| v1::PodSandbox {
+                id: s.id.clone(),
+                metadata: Some(v1::PodSandboxMetadata {
+                    name: s.name.clone(),
+                    uid: format!("uid-{}", s.id),
+                    namespace: s.namespace.clone(),
+                    attempt: 0,
+                }),
+                state: if s.ready {
+                    v1::PodSandboxState::SandboxReady as i32
+                } else {
+                    v1::PodSandboxState::SandboxNotready as i32
+                },
+                created_at: s.created_at,
+                labels: labels(s),
+                annotations: HashMap::new(),
+                runtime_handler: String::new(),
+            })
+            .collect();
+        Ok(Response::new(v1::ListPodSandboxResponse { items }))
+    }
+
+    async fn pod_sandbox_status(
+        &self,
+        request: Request<v1::PodSandboxStatusRequest>,
+    ) -> Result<Response<v1::PodSandboxStatusResponse>, Status> {
+        let req = request.into_inner();
+        let state = lock(&self.0);
+        let Some(s) = state.sandboxes.iter().find(|s| s.id == req.pod_sandbox_id) else {
+            return Err(Status::not_found(format!("sandbox {} not found", req.pod_sandbox_id)));
+        };
+        let info = if req.verbose {
+            HashMap::from([("info".to_owned(), s.info.clone())])
+        } else {
+            HashMap::new()
+        };
+        Ok(Response::new(v1::PodSandboxStatusResponse {
+            status: Some(v1::PodSandboxStatus {
+                id: s.id.clone(),
+                created_at: s.created_at,
+                ..Default::default()
+            }),
+            info,
+            ..Default::default()
+        }))
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        _: Request<v1::RunPodSandboxRequest>,
+    ) -> Result<Response<v1::RunPodSandboxResponse>, Status> {
+        Err(Status::unimplemented("run_pod_sandbox: not part of the fake runtime"))
+    }
+    async fn stop_pod_sandbox(
+        &self,
+        _: Request<v1::StopPodSandboxRequest>,
+    ) -> Result<Response<v1::StopPodSandboxResponse>, Status> {
+        Err(Status::unimplemented("stop_pod_sandbox: not part of the fake runtime"))
+    }
+    async fn remove_pod_sandbox(
+        &self,
+        _: Request<v1::RemovePodSandboxRequest>,
+    ) -> Result<Response<v1::RemovePodSandboxResponse>, Status> {
+        Err(Status::unimplemented(
+            "remove_pod_sandbox: not part of the fake runtime",
+        ))
+    }
+    async fn create_container(
+        &self,
+        _: Request<v1::CreateContainerRequest>,
+    ) -> Result<Response<v1::CreateContainerResponse>, Status> {
+        Err(Status::unimplemented("create_container: not part of the fake runtime"))
+    }
+    async fn start_container(
+        &self,
+        _: Request<v1::StartContainerRequest>,
+    ) -> Result<Response<v1::StartContainerResponse>, Status> {
+        Err(Status::unimplemented("start_container: not part of the fake runtime"))
+    }
+    async fn stop_container(
+        &self,
+        _: Request<v1::StopContainerRequest>,
+    ) -> Result<Response<v1::StopContainerResponse>, Status> {
+        Err(Status::unimplemented("stop_container: not part of the fake runtime"))
+    }
+    async fn remove_container(
+        &self,
+        _: Request<v1::RemoveContainerRequest>,
+    ) -> Result<Response<v1::RemoveContainerResponse>, Status> {
+        Err(Status::unimplemented("remove_container: not part of the fake runtime"))
+    }
+    async fn list_containers(
+        &self,
+        _: Request<v1::ListContainersRequest>,
+    ) -> Result<Response<v1::ListContainersResponse>, Status> {
+        Err(Status::unimplemented("list_containers: not part of the fake runtime"))
+    }
+    async fn container_status(
+        &self,
+        _: Request<v1::ContainerStatusRequest>,
+    ) -> Result<Response<v1::ContainerStatusResponse>, Status> {
+        Err(Status::unimplemented("container_status: not part of the fake runtime"))
+    }
+    async fn update_container_resources(
+        &self,
+        _: Request<v1::UpdateContainerResourcesRequest>,
+    ) -> Result<Response<v1::UpdateContainerResourcesResponse>, Status> {
+        Err(Status::unimplemented(
+            "update_container_resources: not part of the fake runtime",
+        ))
+    }
+    async fn reopen_container_log(
+        &self,
+        _: Request<v1::ReopenContainerLogRequest>,
+    ) -> Result<Response<v1::ReopenContainerLogResponse>, Status> {
+        Err(Status::unimplemented(
+            "reopen_container_log: not part of the fake runtime",
+        ))
+    }
+    async fn exec_sync(&self, _: Request<v1::ExecSyncRequest>) -> Result<Response<v1::ExecSyncResponse>, Status> {
+        Err(Status::unimplemented("exec_sync: not part of the fake runtime"))
+    }
+    async fn exec(&self, _: Request<v1::ExecRequest>) -> Result<Response<v1::ExecResponse>, Status> {
+        Err(Status::unimplemented("exec: not part of the fake runtime"))
+    }
+    async fn attach(&self, _: Request<v1::AttachRequest>) -> Result<Response<v1::AttachResponse>, Status> {
+        Err(Status::unimplemented("attach: not part of the fake runtime"))
+    }
+    async fn port_forward(
+        &self,
+        _: Request<v1::PortForwardRequest>,
+    ) -> Result<Response<v1::PortForwardResponse>, Status> {
+        Err(Status::unimplemented("port_forward: not part of the fake runtime"))
+    }
+    async fn container_stats(
+        &self,
+        _: Request<v1::ContainerStatsRequest>,
+    ) -> Result<Response<v1::ContainerStatsResponse>, Status> {
+        Err(Status::unimplemented("container_stats: not part of the fake runtime"))
+    }
+    async fn list_container_stats(
+        &self,
+        _: Request<v1::ListContainerStatsRequest>,
+    ) -> Result<Response<v1::ListContainerStatsResponse>, Status> {
+        Err(Status::unimplemented(
+            "list_container_stats: not part of the fake runtime",
+        ))
+    }
+    async fn pod_sandbox_stats(
+        &self,
+        _: Request<v1::PodSandboxStatsRequest>,
+    ) -> Result<Response<v1::PodSandboxStatsResponse>, Status> {
+        Err(Status::unimplemented("pod_sandbox_stats: not part of the fake runtime"))
+    }
+    async fn list_pod_sandbox_stats(
+        &self,
+        _: Request<v1::ListPodSandboxStatsRequest>,
+    ) -> Result<Response<v1::ListPodSandboxStatsResponse>, Status> {
+        Err(Status::unimplemented(
+            "list_pod_sandbox_stats: not part of the fake runtime",
+        ))
+    }
+    async fn update_runtime_config(
+        &self,
+        _: Request<v1::UpdateRuntimeConfigRequest>,
+    ) -> Result<Response<v1::UpdateRuntimeConfigResponse>, Status> {
+        Err(Status::unimplemented(
+            "update_runtime_config: not part of the fake runtime",
+        ))
+    }
+    async fn status(&self, _: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
+        Err(Status::unimplemented("status: not part of the fake runtime"))
+    }
+    async fn checkpoint_container(
+        &self,
+        _: Request<v1::CheckpointContainerRequest>,
+    ) -> Result<Response<v1::CheckpointContainerResponse>, Status> {
+        Err(Status::unimplemented(
+            "checkpoint_container: not part of the fake runtime",
+        ))
+    }
+    async fn get_container_events(
+        &self,
+        _: Request<v1::GetEventsRequest>,
+    ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
+        Err(Status::unimplemented(
+            "get_container_events: not part of the fake runtime",
+        ))
+    }
+    async fn list_metric_descriptors(
+        &self,
+        _: Request<v1::ListMetricDescriptorsRequest>,
+    ) -> Result<Response<v1::ListMetricDescriptorsResponse>, Status> {
+        Err(Status::unimplemented(
+            "list_metric_descriptors: not part of the fake runtime",
+        ))
+    }
+    async fn list_pod_sandbox_metrics(
+        &self,
+        _: Request<v1::ListPodSandboxMetricsRequest>,
+    ) -> Result<Response<v1::ListPodSandboxMetricsResponse>, Status> {
+        Err(Status::unimplemented(
+            "list_pod_sandbox_metrics: not part of the fake runtime",
+        ))
+    }
+    async fn runtime_config(
+        &self,
+        _: Request<v1::RuntimeConfigRequest>,
+    ) -> Result<Response<v1::RuntimeConfigResponse>, Status> {
+        Err(Status::unimplemented("runtime_config: not part of the fake runtime"))
+    }
+}
