@@ -567,3 +567,58 @@ async fn soak_with_random_faults() {
     );
     assert!(stats.faults >= 2, "error faults were served ({})", stats.faults);
 }
+
+fn pod(name: &str, node: &str, ip: &str) -> Value {
+    json!({
+        "kind": "Pod", "apiVersion": "v1",
+        "metadata": {"name": name, "namespace": "apps", "annotations": {
+            "k8s.v1.cni.cncf.io/network-status":
+                format!(r#"[{{"name":"blue","interface":"net1","ips":["{ip}"]}}]"#)}},
+        "spec": {"nodeName": node},
+        "status": {"phase": "Running"},
+    })
+}
+
+/// Multus mode watches this node's pods only (a field selector the server
+/// applies), through drops and a pod moving away.
+#[tokio::test]
+async fn only_this_nodes_pods_are_watched() {
+    use informer_glue::multus::PodHandler;
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(pod("a", "node-1", "192.168.10.1")).unwrap();
+    server.apply(pod("b", "node-2", "192.168.10.2")).unwrap();
+    let handler = PodHandler::new("node-1");
+    let store = handler.store.clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let settings = WatchSettings {
+        label_selector: String::new(),
+        field_selector: Some("spec.nodeName=node-1".into()),
+        page_size: 100,
+        relist_every: None,
+    };
+    let metrics = Arc::new(WatchMetrics::default());
+    let task = tokio::spawn(run_watch(
+        Api::<k8s_openapi::api::core::v1::Pod>::all(server.client()),
+        settings,
+        EventFold::new(),
+        handler,
+        metrics,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    let names = || store.lock().unwrap().pods.keys().cloned().collect::<Vec<_>>();
+    wait_for("node-1's pod", || names() == ["apps/a"]).await;
+    server.apply(pod("c", "node-1", "192.168.10.3")).unwrap();
+    server.drop_watches();
+    wait_for("a new pod, after a dropped watch", || names() == ["apps/a", "apps/c"]).await;
+    // Moved (a new pod of that name elsewhere): it leaves the selection.
+    server.apply(pod("a", "node-2", "192.168.10.1")).unwrap();
+    wait_for("the pod that left", || names() == ["apps/c"]).await;
+    assert_eq!(
+        store.lock().unwrap().pods["apps/c"].attachments[0].ips[0].to_string(),
+        "192.168.10.3"
+    );
+    let _ = stop.send(());
+    let _ = task.await;
+}

@@ -10,7 +10,7 @@
 //!  GET  <collection>?labelSelector=&limit=&continue=                  list (consistent pages)
 //!  GET  <collection>?watch=true&resourceVersion=&allowWatchBookmarks=&timeoutSeconds=
 //!  GET  <object>;  POST <collection>;  PUT, DELETE <object>
-//!    <collection> = /api/v1[/namespaces/NS]/services
+//!    <collection> = /api/v1[/namespaces/NS]/services | /api/v1[/namespaces/NS]/pods
 //!                 | /apis/discovery.k8s.io/v1[/namespaces/NS]/endpointslices
 //! ```
 //!
@@ -53,6 +53,8 @@ pub enum Kind {
     Service,
     /// `discovery.k8s.io/v1` EndpointSlice.
     EndpointSlice,
+    /// `v1` Pod (multus mode watches this node's, by field selector).
+    Pod,
 }
 
 impl Kind {
@@ -61,13 +63,14 @@ impl Kind {
         match self {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
+            Kind::Pod => "Pod",
         }
     }
 
     /// `apiVersion`.
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Service => "v1",
+            Kind::Service | Kind::Pod => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
         }
     }
@@ -76,6 +79,7 @@ impl Kind {
         match self {
             Kind::Service => "services",
             Kind::EndpointSlice => "endpointslices",
+            Kind::Pod => "pods",
         }
     }
 
@@ -83,6 +87,7 @@ impl Kind {
         match s {
             "Service" => Some(Kind::Service),
             "EndpointSlice" => Some(Kind::EndpointSlice),
+            "Pod" => Some(Kind::Pod),
             _ => None,
         }
     }
@@ -435,15 +440,16 @@ struct Route {
 
 fn route(path: &str) -> Option<Route> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (kind, rest) = match parts.as_slice() {
-        ["api", "v1", rest @ ..] => (Kind::Service, rest),
-        ["apis", "discovery.k8s.io", "v1", rest @ ..] => (Kind::EndpointSlice, rest),
+    let (kinds, rest): (&[Kind], _) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => (&[Kind::Service, Kind::Pod], rest),
+        ["apis", "discovery.k8s.io", "v1", rest @ ..] => (&[Kind::EndpointSlice], rest),
         _ => return None,
     };
     let (namespace, rest) = match rest {
         ["namespaces", ns, rest @ ..] => (Some(ns.to_string()), rest),
         rest => (None, rest),
     };
+    let kind = *kinds.iter().find(|k| rest.first() == Some(&k.plural()))?;
     match rest {
         [plural] if *plural == kind.plural() => Some(Route {
             kind,
@@ -471,7 +477,8 @@ fn discovery(path: &str) -> Option<Value> {
             "name": "discovery.k8s.io",
             "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
             "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}]}),
-        "/api/v1" => json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [resource(Kind::Service)]}),
+        "/api/v1" => json!({"kind": "APIResourceList", "groupVersion": "v1",
+            "resources": [resource(Kind::Service), resource(Kind::Pod)]}),
         "/apis/discovery.k8s.io" => json!({"kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io",
             "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
             "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}),
@@ -538,7 +545,9 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         );
     };
     let q = query(&req);
-    let selector = match Selector::parse(q.get("labelSelector").map_or("", String::as_str)) {
+    let selector = match Selector::parse(q.get("labelSelector").map_or("", String::as_str))
+        .and_then(|s| s.with_fields(q.get("fieldSelector").map_or("", String::as_str)))
+    {
         Ok(s) => s,
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", &e),
     };
