@@ -69,6 +69,9 @@ pub struct MultusSync {
     pub runtime_errors: usize,
 }
 
+/// How many pods' tables are written at once.
+const WRITERS: usize = 8;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -156,14 +159,71 @@ impl MultusProxier {
         if let Some(st) = self.state.remove(key) {
             // The namespace may be gone with the pod: then there is
             // nothing to remove.
+            // Routes first: once the table is gone, so are they.
             let cleared = self
                 .backend
-                .remove_table(key, &st.netns, self.family)
-                .and_then(|()| self.backend.routes(key, &st.netns, self.family, &BTreeSet::new()));
+                .routes(key, &st.netns, self.family, &BTreeSet::new())
+                .and_then(|_| self.backend.remove_table(key, &st.netns, self.family));
             if let Err(e) = cleared {
                 tracing::debug!(pod = %key, "nothing removed from its namespace: {e}");
             }
         }
+    }
+
+    /// Writes the tables of the pods that need it (`Some(touched)`), a few
+    /// at a time; `Ok(true)`: a transaction was applied.
+    fn write_tables(
+        &mut self,
+        planned: &[(String, PodPlan, Option<BTreeSet<ServiceName>>)],
+        kind: SyncKind,
+    ) -> Vec<Option<Result<bool, String>>> {
+        let (services, endpoints) = (&self.engine.services, &self.engine.endpoints);
+        let mut jobs: Vec<(usize, &mut PodState, &BTreeSet<ServiceName>)> = Vec::new();
+        let wanted: BTreeMap<&String, (usize, &BTreeSet<ServiceName>)> = planned
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (k, _, t))| t.as_ref().map(|t| (k, (i, t))))
+            .collect();
+        for (key, st) in self.state.iter_mut() {
+            if let Some((i, touched)) = wanted.get(key) {
+                jobs.push((*i, st, touched));
+            }
+        }
+        let mut results: Vec<Option<Result<bool, String>>> = vec![None; planned.len()];
+        let per_worker = jobs.len().div_ceil(WRITERS).max(1);
+        let done: Vec<(usize, Result<bool, String>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = jobs
+                .chunks_mut(per_worker)
+                .map(|chunk| {
+                    scope.spawn(move || {
+                        chunk
+                            .iter_mut()
+                            .map(|(i, st, touched)| {
+                                let r = st
+                                    .syncer
+                                    .sync(services, endpoints, touched, kind)
+                                    .map(|r| r.full || r.services_written > 0 || r.script_bytes > 0)
+                                    .map_err(|e| e.to_string());
+                                (*i, r)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        tracing::error!("a table writer panicked; its pods are written at the next sync");
+                        Vec::new()
+                    })
+                })
+                .collect()
+        });
+        for (i, r) in done {
+            results[i] = Some(r);
+        }
+        results
     }
 
     /// Brings every target pod's namespace in line with the maps.
@@ -189,6 +249,9 @@ impl MultusProxier {
         self.gone.retain(|k| pods.contains_key(k) && !dirty.contains(k));
         let stale_flows = crate::conntrack::plan(&update, &self.engine.services);
 
+        // First each pod's plan, namespace and filter; then the tables;
+        // then routes and conntrack.
+        let mut planned: Vec<(String, PodPlan, Option<BTreeSet<ServiceName>>)> = Vec::new();
         for (key, pod) in &pods {
             let plan = match plan_pod(pod, &networks, &self.engine.services, self.family) {
                 Ok(p) => p,
@@ -245,29 +308,34 @@ impl MultusProxier {
             }
             let touched: BTreeSet<ServiceName> = update.changed.intersection(&plan.services).cloned().collect();
             let write = kind == SyncKind::Periodic || !touched.is_empty() || st.syncer.needs_full_sync();
-            if write {
-                match st
-                    .syncer
-                    .sync(&self.engine.services, &self.engine.endpoints, &touched, kind)
-                {
-                    Ok(r) if r.full || r.services_written > 0 || r.script_bytes > 0 => out.transactions += 1,
-                    Ok(_) => {}
-                    Err(e) => {
-                        let missing = matches!(&st.netns, Netns::Path(p) if !p.exists());
-                        tracing::warn!(pod = %key, "table not written: {e}");
-                        out.failures.push((key.clone(), e.to_string()));
-                        if missing {
-                            // Its namespace went away: forget it until the
-                            // pod changes, without a retry loop.
-                            self.state.remove(key);
-                            self.gone.insert(key.clone());
-                        }
-                        continue;
+            planned.push((key.clone(), plan, write.then_some(touched)));
+        }
+
+        // Each pod's table is its own nft transaction, mostly waiting on
+        // the kernel: written by a few threads at once.
+        let written = self.write_tables(&planned, kind);
+        for ((key, plan, _), result) in planned.into_iter().zip(written) {
+            let Some(st) = self.state.get_mut(&key) else {
+                continue;
+            };
+            match result {
+                Some(Ok(true)) => out.transactions += 1,
+                Some(Ok(false)) | None => {}
+                Some(Err(e)) => {
+                    let missing = matches!(&st.netns, Netns::Path(p) if !p.exists());
+                    tracing::warn!(pod = %key, "table not written: {e}");
+                    out.failures.push((key.clone(), e));
+                    if missing {
+                        // Its namespace went away: forget it until the
+                        // pod changes, without a retry loop.
+                        self.state.remove(&key);
+                        self.gone.insert(key);
                     }
+                    continue;
                 }
             }
             if st.plan.routes != plan.routes || !st.routes_in_place || kind == SyncKind::Periodic {
-                match self.backend.routes(key, &st.netns, self.family, &plan.routes) {
+                match self.backend.routes(&key, &st.netns, self.family, &plan.routes) {
                     Ok(change) => {
                         st.routes_in_place = true;
                         if change != RouteChange::default() {
@@ -285,7 +353,7 @@ impl MultusProxier {
             let routes: BTreeSet<Route> = plan.routes.union(&st.plan.routes).cloned().collect();
             let netns = st.netns.clone();
             st.plan = plan;
-            self.clear_stale(key, &netns, &routes, &stale_flows, &mut out);
+            self.clear_stale(&key, &netns, &routes, &stale_flows, &mut out);
         }
         out.programmed_pods = self.state.len();
         out
