@@ -52,6 +52,11 @@ pub struct CleanupArgs {
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
 
+    /// Remove multus mode's table and routes from every pod namespace found
+    /// (in --pod-netns-dir, else through the container runtime).
+    #[arg(long)]
+    pub multus: bool,
+
     /// Multus mode: the network namespace of pod NS/NAME is the file
     /// DIR/NS_NAME (what `ip netns add NS_NAME` creates under /run/netns),
     /// instead of asking the container runtime.

@@ -689,6 +689,9 @@ async fn wait_for_signal() {
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
 /// entries are left to time out: deleting them would cut live connections.
 pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
+    if args.multus {
+        return cleanup_multus(&args);
+    }
     let nft = NftCommand {
         netns: Netns::from_flag(args.netns),
     };
@@ -707,6 +710,78 @@ pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `proxyd cleanup --multus`: multus mode's table and routes out of every
+/// pod namespace found; says what it removed and where nothing was.
+fn cleanup_multus(args: &crate::cli::CleanupArgs) -> ExitCode {
+    let namespaces = match multus_namespaces(args) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::error!("cleanup --multus: cannot list pod namespaces: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut failed = false;
+    for path in namespaces {
+        let netns = Netns::Path(path.clone());
+        let tables = netns
+            .command("nft")
+            .args(["list", "tables"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        let mut removed = Vec::new();
+        for family in [IpFamily::V4, IpFamily::V6] {
+            let words = nft_dataplane::names::FamilyWords::of(family);
+            let name = format!("table {} {}", words.table, nft_dataplane::names::POD_TABLE);
+            if tables.lines().any(|l| l.trim() == name) {
+                let tx = nft_dataplane::Transaction {
+                    family,
+                    table: nft_dataplane::names::POD_TABLE,
+                    ops: vec![nft_dataplane::Op::DeleteTable(family)],
+                };
+                match (NftCommand { netns: netns.clone() }).apply_text(&tx.text()) {
+                    Ok(_) => removed.push(name),
+                    Err(e) => {
+                        tracing::error!(netns = %path.display(), "{name} not removed: {e}");
+                        failed = true;
+                    }
+                }
+            }
+            match crate::multus::routes::reconcile(&netns, family, &Default::default()) {
+                Ok(change) if change.removed > 0 => removed.push(format!("{} {family} route(s)", change.removed)),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(netns = %path.display(), "routes: {e}"),
+            }
+        }
+        if removed.is_empty() {
+            tracing::info!(netns = %path.display(), "nothing of proxyd's there");
+        } else {
+            tracing::info!(netns = %path.display(), "removed {}", removed.join(", "));
+        }
+    }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// The pod namespaces `cleanup --multus` visits.
+fn multus_namespaces(args: &crate::cli::CleanupArgs) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    if let Some(dir) = &args.pod_netns_dir {
+        let mut all: Vec<_> = std::fs::read_dir(dir)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .collect();
+        all.sort();
+        return Ok(all);
+    }
+    let prefix = args.host_prefix.clone().unwrap_or_default();
+    let endpoint = args
+        .container_runtime_endpoint
+        .clone()
+        .unwrap_or_else(|| crate::multus::cri::default_endpoint(&prefix));
+    let mut cri = CriResolver::new(&endpoint, &prefix).map_err(anyhow::Error::msg)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(cri.all_namespaces()).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]

@@ -31,6 +31,12 @@ fn strings(v: &Value) -> Vec<String> {
 }
 
 fn check(file: &str) -> proxyd::cli::RunArgs {
+    check_with(file, &[], &["NET_ADMIN"])
+}
+
+/// As [`check`], with the resources beyond services, slices and nodes the
+/// mode reads, and the capabilities it needs.
+fn check_with(file: &str, extra: &[(&str, &str, &[&str])], caps: &[&str]) -> proxyd::cli::RunArgs {
     let docs = deploy(file);
     // RBAC: read-only, exactly these resources.
     let role = of_kind(&docs, "ClusterRole")[0];
@@ -54,6 +60,12 @@ fn check(file: &str) -> proxyd::cli::RunArgs {
     ]
     .into_iter()
     .map(|((g, r), v)| ((g.to_owned(), r.to_owned()), v.into_iter().map(String::from).collect()))
+    .chain(extra.iter().map(|(g, r, v)| {
+        (
+            ((*g).to_owned(), (*r).to_owned()),
+            v.iter().map(|x| (*x).to_owned()).collect(),
+        )
+    }))
     .collect();
     assert_eq!(granted, want, "{file}: exactly what proxyd reads");
 
@@ -75,7 +87,7 @@ fn check(file: &str) -> proxyd::cli::RunArgs {
     // Least privilege for the container.
     let c = &pod["containers"][0];
     let sc = &c["securityContext"];
-    assert_eq!(strings(&sc["capabilities"]["add"]), ["NET_ADMIN"], "{file}");
+    assert_eq!(strings(&sc["capabilities"]["add"]), caps, "{file}");
     assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"]);
     assert_eq!(sc["readOnlyRootFilesystem"], true);
     assert_eq!(sc["allowPrivilegeEscalation"], false);
@@ -132,9 +144,34 @@ fn the_daemonset_is_least_privilege_and_its_flags_are_valid() {
 }
 
 #[test]
-fn the_multus_daemonset_selects_its_own_services() {
-    let args = check("proxyd-multus.yaml");
+fn the_multus_daemonset_selects_its_own_services_and_reaches_pods_namespaces() {
+    let args = check_with(
+        "proxyd-multus.yaml",
+        &[("", "pods", &["list", "watch"])],
+        &["NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"],
+    );
+    assert!(args.proxy.multus);
     assert_eq!(args.proxy.service_proxy_name.as_deref(), Some("multus-proxy"));
+    let docs = deploy("proxyd-multus.yaml");
+    let pod = &of_kind(&docs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["hostPID"], true, "/proc/PID/ns/net of the host's pids");
+    let mounts: Vec<String> = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap().to_owned())
+        .collect();
+    let endpoint_dirs = proxyd::multus::cri::DEFAULT_ENDPOINTS.map(|e| {
+        proxyd::multus::cri::socket_path(e)
+            .unwrap()
+            .parent()
+            .unwrap()
+            .display()
+            .to_string()
+    });
+    for dir in endpoint_dirs.iter().map(String::as_str).chain(["/var/run/netns"]) {
+        assert!(mounts.iter().any(|m| m == dir), "{dir} mounted: {mounts:?}");
+    }
 }
 
 #[test]

@@ -399,6 +399,36 @@ fn a_pod_reaches_services_on_its_secondary_network() {
         !lab.has_table("client") && lab.routes("client").is_empty()
     });
     assert!(lab.has_table("server1"), "other pods keep theirs");
+
+    // cleanup --multus: every namespace it is shown loses table and routes
+    // (a directory of links to this test's namespaces only: other tests'
+    // run at the same time).
+    let mut old = lab.proxyd.take().unwrap();
+    terminate(&mut old, "TERM");
+    let links = std::env::temp_dir().join(format!("{}-links", lab.ns));
+    let _ = std::fs::remove_dir_all(&links);
+    std::fs::create_dir_all(&links).unwrap();
+    for p in lab.pods.values() {
+        std::os::unix::fs::symlink(format!("/run/netns/{}", p.0), links.join(&p.0)).unwrap();
+    }
+    assert!(!lab.routes("server1").is_empty() || lab.has_table("server1"));
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["cleanup", "--multus", "--pod-netns-dir"])
+        .arg(&links)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("removed table ip proxyd-multus"), "{said}");
+    assert!(
+        said.contains("nothing of proxyd's there"),
+        "the pod without the network: {said}"
+    );
+    for pod in ["server1", "server2", "other", "client"] {
+        assert!(!lab.has_table(pod), "{pod}'s table");
+        assert!(lab.routes(pod).is_empty(), "{pod}'s routes");
+    }
+    let _ = std::fs::remove_dir_all(&links);
 }
 
 #[test]

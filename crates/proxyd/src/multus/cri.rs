@@ -122,6 +122,43 @@ impl CriResolver {
         Ok(RuntimeServiceClient::new(channel))
     }
 
+    /// The network namespace of every ready sandbox (for `cleanup
+    /// --multus`); sandboxes whose info names none are skipped.
+    pub async fn all_namespaces(&mut self) -> Result<Vec<PathBuf>, String> {
+        let mut client = self.connect().await?;
+        let filter = PodSandboxFilter {
+            state: Some(PodSandboxStateValue {
+                state: PodSandboxState::SandboxReady as i32,
+            }),
+            ..Default::default()
+        };
+        let items = client
+            .list_pod_sandbox(ListPodSandboxRequest { filter: Some(filter) })
+            .await
+            .map_err(|s| format!("ListPodSandbox: {}", s.message()))?
+            .into_inner()
+            .items;
+        let mut out = Vec::new();
+        for sb in items {
+            let status = client
+                .pod_sandbox_status(PodSandboxStatusRequest {
+                    pod_sandbox_id: sb.id.clone(),
+                    verbose: true,
+                })
+                .await;
+            if let Ok(path) = status
+                .map_err(|s| s.to_string())
+                .and_then(|r| netns_from_info(&r.into_inner().info))
+            {
+                let seen = under(&self.host_prefix, &path);
+                if seen.exists() {
+                    out.push(seen);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Looks the pod's namespace up.
     pub async fn resolve_async(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
         let mut client = match self.client.clone() {
