@@ -23,7 +23,21 @@ use nft_dataplane::names::FamilyWords;
 /// `proxyd explain` from the command line.
 pub fn main(args: ExplainArgs) -> ExitCode {
     one_shot("explain", &args.source, &args.proxy, |l| {
-        explain(&l.snapshot, &l.engine, &l.config, &l.node, &args.service)
+        let mut text = explain(&l.snapshot, &l.engine, &l.config, &l.node, &args.service)?;
+        if args.proxy.multus {
+            let (service, _) = parse_query(&args.service)?;
+            let (pods, networks) = l
+                .snapshot
+                .multus_view(&l.node, &crate::snapshot::selection(&args.proxy));
+            text.push_str(&crate::multus::view::explain_pods(
+                &service,
+                &l.engine.services,
+                l.config.family,
+                &pods,
+                &networks,
+            ));
+        }
+        Ok(text)
     })
 }
 

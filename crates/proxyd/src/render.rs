@@ -18,6 +18,13 @@ use nft_dataplane::element::proto;
 /// `proxyd render` from the command line.
 pub fn main(args: RenderArgs) -> ExitCode {
     one_shot("render", &args.source, &args.proxy, |l| {
+        if args.proxy.multus {
+            let (pods, networks) = l
+                .snapshot
+                .multus_view(&l.node, &crate::snapshot::selection(&args.proxy));
+            let e = &l.engine;
+            return crate::multus::view::render_pods(&e.services, &e.endpoints, l.config.family, &pods, &networks);
+        }
         render(&l.engine, &l.config, !args.nft_only)
     })
 }

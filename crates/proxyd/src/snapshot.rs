@@ -2,15 +2,19 @@
 //! the same handlers and selection as `proxyd run`: what `render` and
 //! `explain` work from.
 
+use std::collections::BTreeMap;
+
 use anyhow::Context;
 use informer_glue::fold::EventFold;
 use informer_glue::manifests::{self, relist};
+use informer_glue::multus::{NetworkName, PodInfo, pod_from_k8s, service_network};
 use informer_glue::selection::Selection;
 use informer_glue::{ServiceHandler, SliceCacheHandler};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::ListParams;
+use slice_model::ServiceName;
 
 use crate::cli::{ProxyArgs, SourceArgs};
 use crate::dataplane::DataplaneConfig;
@@ -25,6 +29,8 @@ pub struct Snapshot {
     pub slices: Vec<EndpointSlice>,
     /// This node's zone label, if its Node object was found.
     pub node_zone: Option<String>,
+    /// This node's pods (multus mode; empty otherwise).
+    pub pods: Vec<Pod>,
 }
 
 /// The node name: --hostname-override, else the kernel's host name.
@@ -116,10 +122,13 @@ impl Snapshot {
             for s in &m.skipped {
                 tracing::debug!("skipped {s}");
             }
+            let node_zone = m.node_zone(node);
+            let pods = if selection.multus { m.pods } else { Vec::new() };
             return Ok(Self {
-                node_zone: m.node_zone(node),
+                node_zone,
                 services: m.services,
                 slices: m.slices,
+                pods,
             });
         }
         let client = client(source).await?;
@@ -135,11 +144,50 @@ impl Snapshot {
             .await
             .context("cannot list endpoint slices")?
             .items;
+        let pods = if selection.multus {
+            let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+            Api::<Pod>::all(client.clone())
+                .list(&on_node)
+                .await
+                .context("cannot list this node's pods")?
+                .items
+        } else {
+            Vec::new()
+        };
         Ok(Self {
             node_zone: api_node_zone(&client, node).await,
             services,
             slices,
+            pods,
         })
+    }
+
+    /// Multus mode's view: this node's pods (converted; warnings logged)
+    /// and the network of each selected service.
+    pub fn multus_view(&self, node: &str, selection: &Selection) -> (Vec<PodInfo>, BTreeMap<ServiceName, NetworkName>) {
+        let pods = self
+            .pods
+            .iter()
+            .map(|p| {
+                let (info, warnings) = pod_from_k8s(p);
+                for w in warnings {
+                    tracing::warn!("{w}");
+                }
+                info
+            })
+            .filter(|p| p.node.as_deref() == Some(node))
+            .collect();
+        let networks = self
+            .services
+            .iter()
+            .filter(|s| selection.selects_service(s))
+            .filter_map(|s| {
+                let net = service_network(s).ok().flatten()?;
+                let name = ServiceName::new(s.metadata.namespace.as_deref()?, s.metadata.name.as_deref()?);
+                Some((name, net))
+            })
+            .collect();
+        (pods, networks)
     }
 
     /// An engine holding these objects (applied), as proxy `node` of

@@ -89,6 +89,7 @@ fn example_cluster() -> (Engine, DataplaneConfig) {
         node_zone: m.node_zone("node-1"),
         services: m.services,
         slices: m.slices,
+        pods: Vec::new(),
     };
     let engine = snapshot.engine("node-1", &proxy_args());
     let config = proxyd::snapshot::dataplane_config(&proxy_args(), snapshot.node_zone);
@@ -435,6 +436,7 @@ fn example_cluster_loads_as_ipv6() {
         node_zone: None,
         services: m.services,
         slices: m.slices,
+        pods: Vec::new(),
     };
     let mut engine = snapshot.engine("node-1", &proxy);
     let config = proxyd::snapshot::dataplane_config(&proxy, None);

@@ -109,3 +109,57 @@ fn bad_manifests_fail_with_the_file_and_field() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+fn multus(args: &[&str]) -> (bool, String, String) {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/multus");
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(args)
+        .args(["--multus", "--manifests", example, "--hostname-override", "node-1"])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn multus_render_programs_the_attached_pod_only_and_explain_says_why() {
+    let (ok, out, err) = multus(&["render"]);
+    assert!(ok, "{err}");
+    // The attached pod gets a table and a route through its net1.
+    let client = out
+        .split("# pod ")
+        .find(|s| s.starts_with("apps/client:"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        client.contains("# route: 10.96.100.53/32 dev net1 src 192.168.100.5 proto 201"),
+        "{client}"
+    );
+    assert!(
+        !client.contains("10.244.2.11"),
+        "the default controller's slice is ignored"
+    );
+    for (pod, why) in [
+        ("apps/agent", "nothing (host network)"),
+        ("apps/web", "nothing (not attached to any service's network)"),
+        ("apps/starting", "nothing (not running)"),
+    ] {
+        assert!(out.contains(&format!("# pod {pod}: {why}")), "{pod}: {out}");
+    }
+    assert!(!out.contains("apps/elsewhere"), "another node's pod");
+
+    let (ok, out, err) = multus(&["explain", "apps/dns"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("multus: network apps/macvlan1"), "{out}");
+    assert!(
+        out.contains("apps/client: gets it: 10.96.100.53 via net1 (source 192.168.100.5)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("apps/web: not used: not attached to apps/macvlan1"),
+        "{out}"
+    );
+    assert!(out.contains("apps/starting: not used: not running"), "{out}");
+}
