@@ -68,13 +68,9 @@ impl Selection {
     /// mode it must also name a network (a labelled service without one is
     /// skipped with a warning).
     pub fn selects_service(&self, svc: &Service) -> bool {
-        let headless = svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) == Some("None");
-        if headless || !self.selects_labels(svc.metadata.labels.as_ref()) {
-            return false;
-        }
-        if !self.multus {
-            return true;
-        }
+        let spec = svc.spec.as_ref();
+        let cluster_ip = spec.and_then(|s| s.cluster_ip.as_deref());
+        let headless = cluster_ip == Some("None");
         let name = || {
             format!(
                 "{}/{}",
@@ -82,6 +78,28 @@ impl Selection {
                 svc.metadata.name.as_deref().unwrap_or_default()
             )
         };
+        if !self.selects_labels(svc.metadata.labels.as_ref()) {
+            return false;
+        }
+        if !self.multus {
+            return !headless;
+        }
+        // Multus mode serves cluster IPs only; what it cannot serve is said,
+        // and never reaches a pod's rules.
+        let external_name = spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName");
+        let why = if headless {
+            Some("headless")
+        } else if external_name {
+            Some("an ExternalName service")
+        } else if cluster_ip.is_none_or(str::is_empty) {
+            Some("without a cluster IP")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            tracing::warn!(service = %name(), "{why}: multus mode serves ClusterIP services only; skipped");
+            return false;
+        }
         match service_network(svc) {
             Ok(Some(_)) => true,
             Ok(None) => {
@@ -173,7 +191,15 @@ mod tests {
         svc.metadata.labels = Some(labels(&[(SERVICE_PROXY_NAME_LABEL, "multus-proxy")]));
         assert!(!s.selects_service(&svc), "no network annotation");
         svc.metadata.annotations = Some(labels(&[(SERVICE_NETWORK_ANNOTATION, "macvlan1")]));
+        assert!(!s.selects_service(&svc), "no cluster IP");
+        svc.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.1".into());
         assert!(s.selects_service(&svc));
+        svc.spec.as_mut().unwrap().type_ = Some("ExternalName".into());
+        assert!(!s.selects_service(&svc), "ExternalName");
+        svc.spec.as_mut().unwrap().type_ = None;
+        svc.spec.as_mut().unwrap().cluster_ip = Some("None".into());
+        assert!(!s.selects_service(&svc), "headless");
+        svc.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.1".into());
         svc.metadata.annotations = Some(labels(&[(SERVICE_NETWORK_ANNOTATION, "a/b/c")]));
         assert!(!s.selects_service(&svc), "a malformed network name");
 

@@ -160,6 +160,24 @@ impl Lab {
     /// controller's slice with `ready` per server, the default controller's
     /// slice (primary addresses: never to be used), and the pods.
     fn write(&self, servers: &[(&str, bool)], with_client: bool) {
+        let text = self.cluster(servers, with_client);
+        // Written whole, then renamed: proxyd never reads half a file.
+        let tmp = self.manifests.join(".cluster.tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.manifests.join("cluster.yaml")).unwrap();
+    }
+
+    /// The same objects, applied to an API server (deletes are not needed
+    /// by the API test).
+    fn publish(&self, server: &fake_apiserver::FakeApiServer, servers: &[(&str, bool)]) {
+        for doc in self.cluster(servers, true).split("---\n") {
+            let v: serde_json::Value = serde_saphyr::from_str(doc).unwrap();
+            server.apply(v).unwrap();
+        }
+    }
+
+    /// The cluster as YAML documents.
+    fn cluster(&self, servers: &[(&str, bool)], with_client: bool) -> String {
         let ns = &self.ns;
         let mut eps = String::new();
         for (name, ready) in servers {
@@ -215,10 +233,7 @@ impl Lab {
              - addresses: [10.88.0.11]\n  nodeName: node-2\n---\n{}",
             pods.join("---\n")
         );
-        // Written whole, then renamed: proxyd never reads half a file.
-        let tmp = self.manifests.join(".cluster.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.manifests.join("cluster.yaml")).unwrap();
+        text
     }
 
     fn start_proxyd(&mut self) {
@@ -227,12 +242,17 @@ impl Lab {
 
     /// Starts proxyd with these flags saying where namespaces are.
     fn start_proxyd_with(&mut self, resolver: &[&str]) {
+        let manifests = self.manifests.display().to_string();
+        self.start_proxyd_from(resolver, &["--manifests", &manifests]);
+    }
+
+    /// Starts proxyd with these flags for namespaces and for the source.
+    fn start_proxyd_from(&mut self, resolver: &[&str], source: &[&str]) {
         let log = std::fs::File::create(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
             .args(["run", "--multus", "--hostname-override", "node-1"])
             .args(resolver)
-            .arg("--manifests")
-            .arg(&self.manifests)
+            .args(source)
             .args([
                 "--min-sync-period",
                 "0",
@@ -475,4 +495,35 @@ fn pods_are_found_through_the_container_runtime_once_it_answers() {
     let answers = lab.requests("tcp", 80, 10, 0);
     assert_eq!(names(&answers).values().sum::<usize>(), 10, "{answers:?}");
     assert!(answers.iter().all(|a| a.ends_with(" 192.168.77.2")), "{answers:?}");
+}
+
+#[test]
+fn the_real_binary_follows_the_api_server() {
+    if !require() {
+        return;
+    }
+    let mut lab = Lab::new();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = rt.block_on(fake_apiserver::FakeApiServer::start()).unwrap();
+    lab.publish(&server, &[("server1", true), ("server2", true)]);
+    let kubeconfig = std::env::temp_dir().join(format!("{}-kubeconfig", lab.ns));
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let kc = kubeconfig.display().to_string();
+    lab.start_proxyd_from(&["--pod-netns-dir", "/run/netns"], &["--kubeconfig", &kc]);
+    lab.eventually("the client's table, from the API", || lab.has_table("client"));
+    let answers = lab.requests("tcp", 80, 20, 0);
+    assert_eq!(names(&answers).values().sum::<usize>(), 20, "{answers:?}");
+    assert!(answers.iter().all(|a| a.ends_with(" 192.168.77.2")), "{answers:?}");
+    assert!(!lab.has_table("other"));
+    // A change through the API, after the watches were dropped.
+    server.drop_watches();
+    lab.publish(&server, &[("server2", true)]);
+    lab.eventually("only server2", || {
+        names(&lab.requests("tcp", 80, 6, 0)).get("server2") == Some(&6)
+    });
+    let _ = std::fs::remove_file(&kubeconfig);
 }

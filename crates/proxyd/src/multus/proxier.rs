@@ -270,6 +270,16 @@ impl MultusProxier {
             if self.gone.contains(key) {
                 continue;
             }
+            // A pod that changed may run in a new sandbox now (restarted):
+            // its namespace is looked up again, and a new one starts afresh.
+            if dirty.contains(key)
+                && let Some(st) = self.state.get(key)
+                && let Ok(path) = self.resolver.resolve(pod)
+                && st.netns != Netns::Path(path)
+            {
+                tracing::info!(pod = %key, "the pod's network namespace changed; programming the new one");
+                self.state.remove(key);
+            }
             if !self.state.contains_key(key) {
                 match self.resolver.resolve(pod) {
                     Ok(path) => {

@@ -82,19 +82,26 @@ impl PodBackend for Fake {
     }
 }
 
-/// Every pod has a namespace, except those named `gone-*`.
-struct Resolver;
+/// Every pod has a namespace, except those named `gone-*`; a pod's
+/// sandbox generation (bumped by a restart) is part of its path.
+#[derive(Clone, Default)]
+struct Resolver(Arc<Mutex<BTreeMap<String, u32>>>);
 
 impl PodNetnsResolver for Resolver {
     fn resolve(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
         if pod.name.starts_with("gone") {
             return Err(ResolveError::Gone("no such namespace".into()));
         }
-        Ok(PathBuf::from(format!("/fake/{}_{}", pod.namespace, pod.name)))
+        let generation = self.0.lock().unwrap().get(&pod.key()).copied().unwrap_or(0);
+        Ok(PathBuf::from(format!(
+            "/fake/{}_{}-{generation}",
+            pod.namespace, pod.name
+        )))
     }
 }
 
 struct Setup {
+    sandboxes: Resolver,
     proxier: MultusProxier,
     pods: Arc<Mutex<PodStore>>,
     networks: Arc<Mutex<ServiceNetworks>>,
@@ -102,18 +109,24 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_family(IpFamily::V4)
+}
+
+fn setup_family(family: IpFamily) -> Setup {
     let pods: Arc<Mutex<PodStore>> = Arc::default();
     let networks: Arc<Mutex<ServiceNetworks>> = Arc::default();
     let world: Shared = Arc::default();
+    let sandboxes = Resolver::default();
     let proxier = MultusProxier::new(
-        Engine::new("node-1", IpFamily::V4),
-        IpFamily::V4,
+        Engine::new("node-1", family),
+        family,
         pods.clone(),
         networks.clone(),
-        Box::new(Resolver),
+        Box::new(sandboxes.clone()),
         Box::new(Fake(world.clone())),
     );
     Setup {
+        sandboxes,
         proxier,
         pods,
         networks,
@@ -454,4 +467,57 @@ fn removing_a_slice_is_seen_too() {
         "REJECT",
         "no endpoints: refused"
     );
+}
+
+#[test]
+fn a_restarted_pods_new_sandbox_is_programmed() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    let before = s.transactions();
+    // The pod restarts into a new sandbox; its status changes with it.
+    *s.sandboxes
+        .0
+        .lock()
+        .unwrap()
+        .entry("default/blue-1".into())
+        .or_default() += 1;
+    let mut p = pod("blue-1", &[("blue", "net1", "192.168.10.151")]);
+    p.running = true;
+    s.pod(p);
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert!(out.failures.is_empty(), "{out:?}");
+    let after = s.transactions();
+    assert_eq!(
+        after["default/blue-1"],
+        before["default/blue-1"] + 1,
+        "a full table in the new namespace"
+    );
+    assert_eq!(
+        s.trace("blue-1", "192.168.10.151", "10.96.0.10"),
+        "192.168.10.11:5353, 192.168.10.12:5353"
+    );
+    let w = s.world.lock().unwrap();
+    let routes: Vec<String> = w.routes["default/blue-1"].iter().map(ToString::to_string).collect();
+    assert_eq!(routes, ["10.96.0.10 dev net1 src 192.168.10.151"]);
+}
+
+#[test]
+fn ipv6_pods_and_services() {
+    let mut s = setup_family(IpFamily::V6);
+    s.service("dns6", "fd00:96::10", "blue");
+    s.endpoints("dns6", &["fd00:10::11", "fd00:10::12"]);
+    s.pod(pod("v6", &[("blue", "net1", "fd00:10::5")]));
+    s.pod(pod("v4-only", &[("blue", "net1", "192.168.10.5")]));
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert_eq!(
+        out.programmed_pods, 1,
+        "a pod without an IPv6 address there gets no IPv6 rules: {out:?}"
+    );
+    assert_eq!(
+        s.trace("v6", "fd00:10::5", "fd00:96::10"),
+        "[fd00:10::11]:5353, [fd00:10::12]:5353"
+    );
+    let w = s.world.lock().unwrap();
+    let routes: Vec<String> = w.routes["default/v6"].iter().map(ToString::to_string).collect();
+    assert_eq!(routes, ["fd00:96::10 dev net1 src fd00:10::5"]);
 }
