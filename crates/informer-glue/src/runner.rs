@@ -4,9 +4,10 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
@@ -27,6 +28,134 @@ pub struct WatchMetrics {
     pub aborted_lists: AtomicU64,
     /// Deletes that only a relist revealed.
     pub deletes_found_by_relist: AtomicU64,
+    /// When the watch started failing (milliseconds since the Unix epoch),
+    /// or 0 while it works.
+    pub failing_since_ms: AtomicU64,
+}
+
+impl WatchMetrics {
+    /// How long the watch has been failing at `now`, if it is.
+    pub fn down_for(&self, now: SystemTime) -> Option<Duration> {
+        match self.failing_since_ms.load(Ordering::Acquire) {
+            0 => None,
+            ms => Some(
+                now.duration_since(UNIX_EPOCH + Duration::from_millis(ms))
+                    .unwrap_or_default(),
+            ),
+        }
+    }
+}
+
+/// The first retry after a failure waits this long, doubling to
+/// [`RETRY_MAX`], each delay plus a random part of itself: a long outage is
+/// retried every 2-4 s, never in a tight loop, and a server that comes back
+/// is found within a few seconds.
+pub const RETRY_MIN: Duration = Duration::from_millis(250);
+
+/// The longest retry delay before jitter.
+pub const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// While a watch keeps failing, a reminder at most this often.
+const REMINDER: Duration = Duration::from_secs(60);
+
+/// A watch that was failing counts as up again after this long without an
+/// error: a watch that resumes where it left off shows no event until
+/// something changes, and a refused or broken one fails at once.
+pub const QUIET: Duration = Duration::from_secs(5);
+
+/// When to retry a failing watch, and what to say about it.
+struct Retry {
+    delays: backon::ExponentialBackoff,
+    failing_since: Option<Instant>,
+    last_said: Option<Instant>,
+    last_failure: Option<Instant>,
+    failures: u64,
+}
+
+fn delays() -> backon::ExponentialBackoff {
+    use backon::BackoffBuilder;
+    backon::ExponentialBuilder::default()
+        .with_min_delay(RETRY_MIN)
+        .with_max_delay(RETRY_MAX)
+        .with_factor(2.0)
+        .with_jitter()
+        .without_max_times()
+        .build()
+}
+
+impl Retry {
+    fn new() -> Self {
+        Self {
+            delays: delays(),
+            failing_since: None,
+            last_said: None,
+            last_failure: None,
+            failures: 0,
+        }
+    }
+
+    /// When a failing watch counts as up if no error comes first.
+    fn quiet_at(&self) -> Option<tokio::time::Instant> {
+        self.failing_since?;
+        self.last_failure.map(|t| tokio::time::Instant::from_std(t + QUIET))
+    }
+
+    /// A failure: how long to wait. Says so once when failing starts, then
+    /// at most once per [`REMINDER`].
+    fn failed(&mut self, error: &dyn std::fmt::Display, metrics: &WatchMetrics) -> Duration {
+        let now = Instant::now();
+        self.failures += 1;
+        self.last_failure = Some(now);
+        let since = *self.failing_since.get_or_insert_with(|| {
+            let ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis();
+            metrics
+                .failing_since_ms
+                .store(u64::try_from(ms).unwrap_or(u64::MAX).max(1), Ordering::Release);
+            now
+        });
+        let say = match self.last_said {
+            None => {
+                tracing::warn!(error = %error, "watch failing; retrying every few seconds");
+                true
+            }
+            Some(t) if now.duration_since(t) >= REMINDER => {
+                tracing::warn!(
+                    error = %error,
+                    down_s = since.elapsed().as_secs(),
+                    attempts = self.failures,
+                    "watch still failing"
+                );
+                true
+            }
+            Some(_) => {
+                tracing::debug!(error = %error, "watch failed again");
+                false
+            }
+        };
+        if say {
+            self.last_said = Some(now);
+        }
+        self.delays.next().unwrap_or(RETRY_MAX)
+    }
+
+    /// Progress (a list completed, an object changed): the watch works.
+    fn progressed(&mut self, metrics: &WatchMetrics) {
+        if let Some(since) = self.failing_since.take() {
+            tracing::info!(
+                down_ms = since.elapsed().as_millis() as u64,
+                attempts = self.failures,
+                "watch recovered"
+            );
+            metrics.failing_since_ms.store(0, Ordering::Release);
+        }
+        self.failures = 0;
+        self.last_said = None;
+        self.last_failure = None;
+        self.delays = delays();
+    }
 }
 
 /// How to watch one kind.
@@ -44,8 +173,10 @@ pub struct WatchSettings {
 }
 
 /// Watches `api` until `shutdown` completes, folding events into `handler`
-/// (see [`EventFold`]). Errors are logged with context and counted; the
-/// watch retries with kube-runtime's default backoff and never gives up.
+/// (see [`EventFold`]). Errors are counted; a failing watch is retried
+/// after [`RETRY_MIN`] doubling to [`RETRY_MAX`] (jittered) and never gives
+/// up; it says so once when it starts failing, at most once a minute while
+/// it fails, and once when it recovers.
 /// Returns the handler.
 ///
 /// Uses list-then-watch (not streaming lists), so every restart begins with
@@ -73,7 +204,12 @@ where
         if let Some(fields) = &settings.field_selector {
             config = config.fields(fields);
         }
-        let start = || Box::pin(watcher(api.clone(), config.clone()).default_backoff());
+        // The backoff is ours: kube-runtime's stream backoff resets on every
+        // `Init`, which the watcher emits before each list attempt, so a
+        // server that refuses connections would be retried about once a
+        // second forever.
+        let start = || Box::pin(watcher(api.clone(), config.clone()));
+        let mut retry = Retry::new();
         let mut stream = start();
         futures::pin_mut!(shutdown);
         tracing::info!("starting");
@@ -83,8 +219,13 @@ where
         let relist = tokio::time::sleep(every.unwrap_or(std::time::Duration::from_secs(3600)));
         futures::pin_mut!(relist);
         loop {
+            let quiet = retry.quiet_at();
             let item = tokio::select! {
                 () = &mut shutdown => break,
+                () = tokio::time::sleep_until(quiet.unwrap_or_else(tokio::time::Instant::now)), if quiet.is_some() => {
+                    retry.progressed(&metrics);
+                    continue;
+                }
                 () = &mut relist, if every.is_some() => {
                     tracing::debug!("periodic relist");
                     stream = start();
@@ -98,6 +239,9 @@ where
             match item {
                 Some(Ok(event)) => {
                     metrics.events.fetch_add(1, Ordering::Relaxed);
+                    if !matches!(event, watcher::Event::Init) {
+                        retry.progressed(&metrics);
+                    }
                     let was_synced = fold.is_synced();
                     fold.apply(event, &mut handler);
                     let s = fold.stats();
@@ -112,7 +256,11 @@ where
                 }
                 Some(Err(e)) => {
                     metrics.errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "watch failed; retrying with backoff");
+                    let wait = retry.failed(&e, &metrics);
+                    tokio::select! {
+                        () = &mut shutdown => break,
+                        () = tokio::time::sleep(wait) => {}
+                    }
                 }
                 None => {
                     tracing::error!("watch stream ended unexpectedly");

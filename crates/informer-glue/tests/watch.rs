@@ -622,3 +622,70 @@ async fn only_this_nodes_pods_are_watched() {
     let _ = stop.send(());
     let _ = task.await;
 }
+
+/// How long after `applied` the recorder first holds `key`.
+async fn seen_after(rec: &Recorder, key: &str, applied: Instant) -> Duration {
+    wait_for(key, || rec.0.lock().unwrap().objects.contains_key(key)).await;
+    applied.elapsed()
+}
+
+/// The API server is killed (connections refused, watches cut) and comes
+/// back with a fresh watch cache (the watch's resourceVersion is 410 Gone):
+/// a change made just after it is back is seen within seconds, whether the
+/// outage was short or long, and while it is down the watch is retried
+/// every few seconds, never in a tight loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recovery_after_an_api_server_outage_and_restart() {
+    let mut server = FakeApiServer::start().await.unwrap();
+    server.apply(service("ns", "before", json!({}), "10.96.0.1")).unwrap();
+    let rec = Recorder::default();
+    let w = spawn(
+        Api::<Service>::all(server.client()),
+        String::new(),
+        100,
+        EventFold::new(),
+        rec.clone(),
+    );
+    wait_for("the first list", || {
+        rec.0.lock().unwrap().objects.contains_key("ns/before")
+    })
+    .await;
+    for (i, outage) in [Duration::from_secs(3), Duration::from_secs(45)]
+        .into_iter()
+        .enumerate()
+    {
+        server.stop();
+        let errors_before = w.metrics.errors.load(Ordering::Relaxed);
+        tokio::time::sleep(outage).await;
+        let attempts = w.metrics.errors.load(Ordering::Relaxed) - errors_before;
+        let down = w.metrics.down_for(std::time::SystemTime::now()).unwrap_or_default();
+        server.restart().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let name = format!("after-{i}");
+        let applied = Instant::now();
+        server.apply(service("ns", &name, json!({}), "10.96.0.2")).unwrap();
+        let took = seen_after(&rec, &format!("ns/{name}"), applied).await;
+        eprintln!(
+            "outage {outage:?}: {attempts} failed attempts, down for {down:?} by the metrics; \
+             a change after the restart seen in {took:?}"
+        );
+        assert!(
+            took < Duration::from_secs(8),
+            "recovery took {took:?} after a {outage:?} outage"
+        );
+        let secs = outage.as_secs_f64();
+        assert!(
+            (attempts as f64) <= secs / 1.5 + 3.0,
+            "{attempts} attempts in {outage:?}: retries must be seconds apart"
+        );
+        assert!(
+            attempts >= 1 && down + Duration::from_secs(1) >= outage,
+            "{attempts} attempts, down {down:?}"
+        );
+        wait_for("the metrics say it recovered", || {
+            w.metrics.down_for(std::time::SystemTime::now()).is_none()
+        })
+        .await;
+    }
+    w.stop().await;
+}

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use informer_glue::runner::WatchMetrics;
 use slice_model::{IpFamily, ServiceName};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -31,6 +32,9 @@ struct FamilyHealth {
 pub struct ProxierHealth {
     timeout: Duration,
     families: Mutex<BTreeMap<IpFamily, FamilyHealth>>,
+    /// The watches feeding the proxy: one down longer than `timeout` makes
+    /// `/healthz` unhealthy (changes may be missed).
+    watches: Mutex<Vec<Arc<WatchMetrics>>>,
 }
 
 /// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T07:33:03.123456789Z`.
@@ -64,7 +68,22 @@ impl ProxierHealth {
         Self {
             timeout,
             families: Mutex::new(families.iter().map(|f| (*f, FamilyHealth::default())).collect()),
+            watches: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Takes a watch into account for `/healthz`.
+    pub fn watch(&self, metrics: Arc<WatchMetrics>) {
+        self.watches.lock().unwrap_or_else(|e| e.into_inner()).push(metrics);
+    }
+
+    /// Whether some watch has been failing for `timeout` or more.
+    pub fn watches_down(&self, now: SystemTime) -> bool {
+        self.watches
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|w| w.down_for(now).is_some_and(|d| d >= self.timeout))
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<IpFamily, FamilyHealth>) -> T) -> T {
@@ -103,9 +122,12 @@ impl ProxierHealth {
 
     /// The `/healthz` or `/livez` reply (kube-proxy's body; a healthy reply
     /// reports the current time as `lastUpdated`, as kube-proxy does for
-    /// compatibility).
+    /// compatibility). `/healthz` is also 503 while a watch has been down
+    /// for the timeout (kube-proxy does not look at its watches).
     pub fn reply(&self, now: SystemTime, healthz: bool) -> Reply {
-        let (healthy, last) = self.is_healthy(now);
+        let (synced, last) = self.is_healthy(now);
+        // Only readiness: restarting proxyd would not bring the API back.
+        let healthy = synced && !(healthz && self.watches_down(now));
         let last = if healthy { Some(now) } else { last };
         let last = last.map(rfc3339).unwrap_or_else(|| "0001-01-01T00:00:00Z".into());
         let now_s = rfc3339(now);

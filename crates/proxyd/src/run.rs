@@ -291,6 +291,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     let health = Arc::new(ProxierHealth::new(&families, 2 * args.sync_period));
+    for w in [&slice_watch, &service_watch, &pod_watch] {
+        health.watch(w.clone());
+    }
     let metrics = Arc::new(Metrics::default());
     let mut servers = Vec::new();
     if let Some(l) = bind("--healthz-bind-address", &args.healthz_bind_address).await? {

@@ -181,3 +181,119 @@ fn run_fails_clearly_without_a_cluster() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot read kubeconfig /nonexistent/kubeconfig"), "{err}");
 }
+
+/// `GET path` on 127.0.0.1:port; the status code (0 if no answer).
+fn http_status(port: u16, path: &str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return 0;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// A killed API server: `/healthz` turns 503 once the watches have been
+/// down for 2 x --sync-period (`/livez` stays 200: a restart would not help),
+/// and after the server is back (fresh watch cache) a change is synced and
+/// `/healthz` is 200 again, within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_follows_the_watches_through_an_api_server_outage() {
+    let mut server = FakeApiServer::start().await.unwrap();
+    server
+        .apply(json!({"kind": "Service", "metadata": {"name": "a", "namespace": "ns"},
+                      "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "p", "protocol": "TCP", "port": 80}]}}))
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("proxyd-health-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let port = common::free_port();
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args([
+                "--hostname-override",
+                "node-1",
+                "--min-sync-period",
+                "0",
+                "--sync-period",
+                "2s",
+            ])
+            .args(["--dry-run", "--metrics-bind-address", "", "--healthz-bind-address"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--dry-run-dir")
+            .arg(dir.join("nft"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut log = Vec::new();
+    expect_line(&lines, &mut log, &["synced", "first=true"]).await;
+    assert_eq!(http_status(port, "/healthz"), 200);
+
+    server.stop();
+    let stopped = std::time::Instant::now();
+    let mut unready_after = None;
+    while stopped.elapsed() < Duration::from_secs(15) {
+        if http_status(port, "/healthz") == 503 {
+            unready_after = Some(stopped.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let unready_after = unready_after.expect("/healthz never turned 503 while the API server was down");
+    assert!(
+        unready_after >= Duration::from_secs(4),
+        "not before 2 x --sync-period: {unready_after:?}"
+    );
+    assert_eq!(
+        http_status(port, "/livez"),
+        200,
+        "liveness does not depend on the API server"
+    );
+
+    server.restart().await.unwrap();
+    let back = std::time::Instant::now();
+    server
+        .apply(json!({"kind": "Service", "metadata": {"name": "b", "namespace": "ns"},
+                      "spec": {"clusterIP": "10.96.0.11", "ports": [{"name": "p", "protocol": "TCP", "port": 80}]}}))
+        .unwrap();
+    expect_line(&lines, &mut log, &["synced", "changed_services=1"]).await;
+    let synced_after = back.elapsed();
+    let mut ready_after = None;
+    while back.elapsed() < Duration::from_secs(15) {
+        if http_status(port, "/healthz") == 200 {
+            ready_after = Some(back.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "healthz 503 after {unready_after:?} down; after the restart the new service was synced in \
+         {synced_after:?} and healthz was 200 after {ready_after:?}"
+    );
+    while let Ok(l) = lines.try_recv() {
+        log.push(l);
+    }
+    assert!(synced_after < Duration::from_secs(8), "{synced_after:?}");
+    assert!(
+        ready_after.is_some_and(|d| d < Duration::from_secs(8)),
+        "{ready_after:?}\n{}",
+        log.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

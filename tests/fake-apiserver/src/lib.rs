@@ -174,6 +174,8 @@ struct Shared {
     inner: Mutex<Inner>,
     changes: broadcast::Sender<Arc<Change>>,
     drop_epoch: watch::Sender<u64>,
+    /// Open connections, cut by [`FakeApiServer::stop`].
+    connections: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Shared {
@@ -259,6 +261,29 @@ impl Shared {
     }
 }
 
+fn accept_loop(listener: TcpListener, s: Arc<Shared>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let conn = s.clone();
+            let task = tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let s = conn.clone();
+                    async move { Ok::<_, Infallible>(handle(s, req).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+            let mut open = s.connections.lock().unwrap_or_else(|e| e.into_inner());
+            open.retain(|h| !h.is_finished());
+            open.push(task.abort_handle());
+        }
+    })
+}
+
 /// A running fake API server; stops when dropped.
 pub struct FakeApiServer {
     addr: SocketAddr,
@@ -293,25 +318,9 @@ impl FakeApiServer {
             }),
             changes,
             drop_epoch: watch::channel(0).0,
+            connections: Mutex::new(Vec::new()),
         });
-        let s = shared.clone();
-        let accept = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let s = s.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let s = s.clone();
-                        async move { Ok::<_, Infallible>(handle(s, req).await) }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
+        let accept = accept_loop(listener, shared.clone());
         Ok(Self { addr, shared, accept })
     }
 
@@ -395,6 +404,32 @@ impl FakeApiServer {
     /// How often watches that allow bookmarks get one.
     pub fn set_bookmark_interval(&self, d: Duration) {
         self.shared.lock().bookmark_interval = d;
+    }
+
+    /// Goes down as a killed API server does: the port refuses connections
+    /// and every open one (watches, kept-alive requests) is cut.
+    pub fn stop(&mut self) {
+        self.accept.abort();
+        for c in self
+            .shared
+            .connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            c.abort();
+        }
+        self.shared.drop_epoch.send_modify(|e| *e += 1);
+    }
+
+    /// Comes back on the same port with a fresh watch cache: the objects
+    /// are kept (etcd), but watches from a resourceVersion before the
+    /// restart get `410 Gone`, as from a new kube-apiserver.
+    pub async fn restart(&mut self) -> std::io::Result<()> {
+        self.compact();
+        let listener = TcpListener::bind(self.addr).await?;
+        self.accept = accept_loop(listener, self.shared.clone());
+        Ok(())
     }
 
     /// Forgets the history: watches and continues from an older
