@@ -37,13 +37,23 @@ pub fn level(args: &LogArgs, rust_log: Option<&str>) -> tracing::Level {
     }
 }
 
+/// Writes a line to stderr; a closed stderr loses the line, not the
+/// process.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// Installs the subscriber (once; later calls do nothing).
 pub fn init(args: &LogArgs) {
     let level = level(args, std::env::var("RUST_LOG").ok().as_deref());
+    // A log line that cannot be written (stderr closed) is dropped: the
+    // subscriber's own report of it would panic on the same closed stderr.
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(level)
-        .with_ansi(false);
+        .with_ansi(false)
+        .log_internal_errors(false);
     let _ = match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),

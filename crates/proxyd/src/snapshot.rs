@@ -248,11 +248,12 @@ pub fn one_shot(
     })();
     match result {
         Ok(text) => {
-            print!("{text}");
+            // `proxyd render | head`: a reader that stops early is fine.
+            let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("proxyd {command}: {e:#}");
+            crate::logging::say(&format!("proxyd {command}: {e:#}"));
             std::process::ExitCode::FAILURE
         }
     }

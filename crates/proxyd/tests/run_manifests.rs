@@ -215,3 +215,53 @@ fn dual_stack_runs_one_table_per_family() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Whoever reads the log may go away (`proxyd run … 2>&1 | head -2`): the
+/// writes that fail are dropped, never a panic, and the run goes on.
+#[test]
+fn a_closed_stderr_is_no_panic() {
+    use std::io::BufRead;
+    let cluster = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster");
+    for _ in 0..3 {
+        let mut child = KillOnDrop(
+            Command::new(env!("CARGO_BIN_EXE_proxyd"))
+                .args([
+                    "run",
+                    "--manifests",
+                    cluster,
+                    "--hostname-override",
+                    "node-1",
+                    "--dry-run",
+                    "-v",
+                ])
+                .args([
+                    "--healthz-bind-address",
+                    "",
+                    "--metrics-bind-address",
+                    "",
+                    "--sync-period",
+                    "1s",
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        for _ in 0..2 {
+            let _ = lines.next();
+        }
+        drop(lines);
+        // Long enough for several more log lines (periodic syncs).
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "proxyd exited when its stderr closed: {:?}",
+            child.try_wait()
+        );
+        common::run("kill", &["-TERM", &child.id().to_string()]);
+        let status = child.wait().unwrap();
+        assert!(status.success(), "{status}");
+    }
+}

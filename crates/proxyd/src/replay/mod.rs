@@ -242,7 +242,7 @@ pub fn main(args: ReplayArgs) -> ExitCode {
         Some(p) => match File::open(p) {
             Ok(f) => Box::new(f),
             Err(e) => {
-                eprintln!("proxyd replay: cannot open {}: {e}", p.display());
+                crate::logging::say(&format!("proxyd replay: cannot open {}: {e}", p.display()));
                 return ExitCode::FAILURE;
             }
         },
@@ -264,15 +264,15 @@ pub fn main(args: ReplayArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let _ = r.flush();
-            eprintln!("proxyd replay: {e}");
+            crate::logging::say(&format!("proxyd replay: {e}"));
             ExitCode::FAILURE
         }
     };
     if args.timing {
         r.timing.peak_rss_kib = timing::peak_rss_kib();
         match serde_json::to_string(&r.timing) {
-            Ok(line) => eprintln!("{line}"),
-            Err(e) => eprintln!("proxyd replay: cannot write timing: {e}"),
+            Ok(line) => crate::logging::say(&line),
+            Err(e) => crate::logging::say(&format!("proxyd replay: cannot write timing: {e}")),
         }
     }
     code
