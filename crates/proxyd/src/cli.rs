@@ -212,8 +212,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// With --dry-run: write sync-000001.nft, sync-000002.nft, … here.
-    #[arg(long, value_name = "DIR", requires = "dry_run")]
+    /// Write sync-000001.nft, sync-000002.nft, … here instead of applying
+    /// them (implies --dry-run).
+    #[arg(long, value_name = "DIR")]
     pub dry_run_dir: Option<PathBuf>,
 
     /// Apply the rules (and delete conntrack entries) inside this named
@@ -260,6 +261,11 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// Whether nothing is applied: --dry-run, or --dry-run-dir.
+    pub fn is_dry_run(&self) -> bool {
+        self.dry_run || self.dry_run_dir.is_some()
+    }
+
     /// The families served, in order (the first is the primary one).
     pub fn families(&self) -> Vec<IpFamily> {
         let mut f = if self.ip_families.is_empty() {

@@ -136,7 +136,7 @@ pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
     if args.proxy.multus && args.netns.is_some() {
         problems.push("--netns has no effect with --multus (each pod's namespace is used)".into());
     }
-    if args.dry_run && args.netns.is_some() {
+    if args.is_dry_run() && args.netns.is_some() {
         problems.push("--netns has no effect with --dry-run".into());
     }
     if let Some(path) = &args.source.manifests
@@ -321,7 +321,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let mut service_health = ServiceHealth::new(hc_bind, health.clone());
     let mut hc_stop = stop_rx.clone();
+    // A dry run opens no ports on the node's behalf.
+    let serve_health_checks = !args.is_dry_run();
     servers.push(tokio::spawn(async move {
+        if !serve_health_checks {
+            let _ = hc_stop.wait_for(|s| *s).await;
+            drop(hc_rx);
+            return;
+        }
         loop {
             let changed = tokio::select! {
                 _ = hc_stop.wait_for(|s| *s) => false,
@@ -356,7 +363,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .into_iter()
                 .map(|engine| {
                     let family = engine.slices.lock().map(|c| c.family()).unwrap_or(IpFamily::V4);
-                    let backend: Box<dyn PodBackend> = if args.dry_run {
+                    let backend: Box<dyn PodBackend> = if args.is_dry_run() {
                         Box::new(DryRunPods {
                             dir: args.dry_run_dir.clone(),
                         })
@@ -433,7 +440,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         s.abort();
     }
     signals.abort();
-    tracing::info!("stopped; the rules stay in place");
+    if args.is_dry_run() {
+        tracing::info!("stopped (a dry run: nothing was applied)");
+    } else {
+        tracing::info!("stopped; the rules stay in place");
+    }
     Ok(())
 }
 
@@ -476,7 +487,7 @@ fn node_proxiers(
                 family,
                 ..dataplane_config(&args.proxy, node_zone.clone())
             };
-            let dataplane: Box<dyn Dataplane + Send> = if args.dry_run {
+            let dataplane: Box<dyn Dataplane + Send> = if args.is_dry_run() {
                 Box::new(DryRun {
                     dir: args.dry_run_dir.clone(),
                     count: 0,
@@ -491,7 +502,7 @@ fn node_proxiers(
                     netns: Netns::from_flag(args.netns.clone()),
                 })
             };
-            let conntrack: Box<dyn Conntrack + Send> = if args.dry_run || args.no_conntrack {
+            let conntrack: Box<dyn Conntrack + Send> = if args.is_dry_run() || args.no_conntrack {
                 Box::new(NoConntrack)
             } else {
                 Box::new(ConntrackTool {
