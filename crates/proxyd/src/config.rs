@@ -36,14 +36,39 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&matches)
 }
 
+/// Where the subcommand is: the first argument that is neither a global
+/// flag nor the value of one (`proxyd --log-format json run …`).
+fn subcommand_at(cmd: &clap::Command, args: &[OsString]) -> Option<usize> {
+    let takes_value = |flag: &str| {
+        cmd.get_arguments().any(|a| {
+            let named = a.get_long().is_some_and(|l| flag == format!("--{l}"))
+                || a.get_short().is_some_and(|c| flag == format!("-{c}"));
+            named && a.get_action().takes_values()
+        })
+    };
+    let mut i = 1;
+    while i < args.len() {
+        let a = args[i].to_string_lossy();
+        if !a.starts_with('-') {
+            return Some(i);
+        }
+        if !a.contains('=') && takes_value(&a) {
+            i += 1; // its value
+        }
+        i += 1;
+    }
+    None
+}
+
 /// Replaces `--config FILE` by the flags the file sets.
 pub fn expand(mut args: Vec<OsString>) -> Result<Vec<OsString>, String> {
-    let Some(at) = args
-        .iter()
-        .position(|a| a == "--config" || a.to_string_lossy().starts_with("--config="))
-    else {
+    let is_config = |a: &OsString| a == "--config" || a.to_string_lossy().starts_with("--config=");
+    let Some(at) = args.iter().position(is_config) else {
         return Ok(args);
     };
+    if args.iter().filter(|a| is_config(a)).count() > 1 {
+        return Err("--config is given more than once: give one file".into());
+    }
     let flag = args.remove(at).to_string_lossy().into_owned();
     let path = match flag.strip_prefix("--config=") {
         Some(p) => p.to_owned(),
@@ -57,21 +82,22 @@ pub fn expand(mut args: Vec<OsString>) -> Result<Vec<OsString>, String> {
         Value::Null => Default::default(),
         _ => return Err(format!("--config {path}: expected a mapping of flag names to values")),
     };
-    // The subcommand is the first argument that is not a flag.
-    let Some(sub_at) = args
-        .iter()
-        .skip(1)
-        .position(|a| !a.to_string_lossy().starts_with('-'))
-        .map(|i| i + 1)
-    else {
+    let cmd = command();
+    let Some(sub_at) = subcommand_at(&cmd, &args) else {
         return Err("--config: no subcommand given".into());
     };
     let sub = args[sub_at].to_string_lossy().into_owned();
-    let cmd = command();
     let Some(sub_cmd) = cmd.find_subcommand(&sub) else {
         return Ok(args); // clap reports the unknown subcommand
     };
     let known: Vec<&str> = sub_cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+    // One file serves every subcommand (the DaemonSet's, for `render` and
+    // `explain` too): settings that only `run` takes are skipped by the
+    // others; settings no subcommand takes are errors.
+    let run_only: Vec<&str> = cmd
+        .find_subcommand("run")
+        .map(|r| r.get_arguments().filter_map(|a| a.get_long()).collect())
+        .unwrap_or_default();
     let mut flags: Vec<OsString> = Vec::new();
     let mut problems = Vec::new();
     let on_command_line = |key: &str| {
@@ -82,6 +108,10 @@ pub fn expand(mut args: Vec<OsString>) -> Result<Vec<OsString>, String> {
         })
     };
     for (key, value) in map {
+        if key != "config" && !known.contains(&key.as_str()) && run_only.contains(&key.as_str()) {
+            tracing::debug!("--config {path}: {key:?} is for `proxyd run`; `proxyd {sub}` ignores it");
+            continue;
+        }
         if key == "config" || !known.contains(&key.as_str()) {
             problems.push(format!("unknown setting {key:?} for `proxyd {sub}`"));
             continue;
@@ -193,5 +223,67 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("soon"), "clap names the bad value: {err}");
+    }
+
+    #[test]
+    fn global_flags_before_the_subcommand_do_not_hide_the_file() {
+        let path = write("cluster-cidr: [10.9.0.0/16]\n# global flags first\n");
+        let args: Vec<OsString> = [
+            "proxyd",
+            "--log-format",
+            "json",
+            "--config",
+            &path,
+            "run",
+            "--manifests",
+            "x",
+        ]
+        .iter()
+        .map(OsString::from)
+        .collect();
+        let cli = parse(args).unwrap();
+        let Command::Run(run) = cli.command else { panic!() };
+        assert_eq!(run.proxy.cluster_cidr.len(), 1, "the file was read");
+    }
+
+    #[test]
+    fn a_second_config_file_is_an_error_not_dropped() {
+        let a = write("masquerade-all: true\n# a\n");
+        let b = write("cluster-cidr: [10.9.0.0/16]\n# the second file\n");
+        let args: Vec<OsString> = ["proxyd", "run", "--config", &a, "--config", &b]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let err = parse(args).unwrap_err().to_string();
+        assert!(err.contains("--config is given more than once"), "{err}");
+    }
+
+    #[test]
+    fn render_and_explain_skip_the_settings_only_run_takes() {
+        let path = write("healthz-bind-address: 0.0.0.0:10256\nsync-period: 30s\ncluster-cidr: [10.9.0.0/16]\n");
+        for sub in ["render", "explain"] {
+            let mut args: Vec<OsString> = vec!["proxyd".into(), sub.into()];
+            if sub == "explain" {
+                args.push("ns/svc".into());
+            }
+            args.extend(["--config".into(), OsString::from(&path)]);
+            let cli = parse(args).unwrap_or_else(|e| panic!("{sub}: {e}"));
+            let proxy = match cli.command {
+                Command::Render(r) => r.proxy,
+                Command::Explain(e) => e.proxy,
+                _ => panic!(),
+            };
+            assert_eq!(proxy.cluster_cidr.len(), 1, "{sub} still takes what it knows");
+        }
+        let bad = write("no-such-setting: 1\n");
+        let err = parse(
+            ["proxyd", "render", "--config", &bad]
+                .iter()
+                .map(OsString::from)
+                .collect(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown setting \"no-such-setting\""), "{err}");
     }
 }
