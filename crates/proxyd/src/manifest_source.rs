@@ -53,6 +53,11 @@ impl Read {
     pub fn summary(&self) -> Option<&Summary> {
         self.result.as_ref().ok().map(|(_, s)| s)
     }
+
+    /// Why the read is not valid.
+    pub fn error(&self) -> Option<&ManifestError> {
+        self.result.as_ref().err()
+    }
 }
 
 /// The handler of Services (the engine's, or in multus mode one that also

@@ -217,6 +217,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (tasks, node_zone) = match &args.source.manifests {
         Some(path) => {
             let first = manifest_source::Read::new(path);
+            // At startup nothing was read before: a broken file stops the
+            // start (later, a broken edit keeps the last good read).
+            if let Some(e) = first.error() {
+                anyhow::bail!("--manifests: {e}; nothing was started");
+            }
+            if informer_glue::manifests::files(path).is_ok_and(|f| f.is_empty()) {
+                tracing::warn!(path = %path.display(), "no manifest files (.yaml, .yml, .json) there yet");
+            }
             let zone = first.summary().and_then(|s| s.node_zone(&node));
             let task = tokio::spawn(manifest_source::watch_manifests(
                 path.clone(),

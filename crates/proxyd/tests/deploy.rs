@@ -191,13 +191,19 @@ fn the_image_carries_nft_and_conntrack_and_the_binary_where_the_daemonset_runs_i
     // target directory are cache mounts.
     let build = &text[..text.rfind("FROM ").unwrap()];
     for mount in ["target=/usr/local/cargo/registry", "target=/src/target"] {
-        assert!(build.contains(&format!("--mount=type=cache,{mount}")), "{mount}: {build}");
+        assert!(
+            build.contains(&format!("--mount=type=cache,{mount}")),
+            "{mount}: {build}"
+        );
     }
     // The build context leaves out build output and history.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     for file in [".containerignore", ".dockerignore"] {
         let ignore = std::fs::read_to_string(root.join(file)).unwrap();
         let lines: Vec<&str> = ignore.lines().map(str::trim).collect();
-        assert!(lines.contains(&"target/") && lines.contains(&".git/"), "{file}: {ignore}");
+        assert!(
+            lines.contains(&"target/") && lines.contains(&".git/"),
+            "{file}: {ignore}"
+        );
     }
 }

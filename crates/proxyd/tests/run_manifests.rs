@@ -253,3 +253,69 @@ fn a_closed_stderr_is_no_panic() {
         assert!(status.success(), "{status}");
     }
 }
+
+/// A manifest that does not parse at startup stops the start, naming file
+/// and field (nothing was ever read, so nothing could be kept); an empty
+/// directory is warned about and waited on.
+#[test]
+fn a_broken_manifest_at_startup_stops_the_start() {
+    let dir = std::env::temp_dir().join(format!("proxyd-broken-start-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |dir: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["run", "--hostname-override", "node-1", "--dry-run"])
+            .args([
+                "--healthz-bind-address",
+                "",
+                "--metrics-bind-address",
+                "",
+                "--manifests",
+            ])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Empty: a warning, and it runs.
+    let mut child = KillOnDrop(run(&dir));
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(child.try_wait().unwrap().is_none(), "an empty directory is waited on");
+    common::run("kill", &["-TERM", &child.id().to_string()]);
+    let out = child.0.wait_with_output_after_kill();
+    assert!(out.contains("no manifest files"), "{out}");
+
+    std::fs::write(
+        dir.join("svc.yaml"),
+        "kind: Service\nmetadata: {name: x}\nspec: {ports: [{port: x}]}\n",
+    )
+    .unwrap();
+    let started = Instant::now();
+    let out = run(&dir).wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(
+        stderr.contains("svc.yaml") && stderr.contains("spec.ports[0].port"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was started"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+trait AfterKill {
+    fn wait_with_output_after_kill(&mut self) -> String;
+}
+
+impl AfterKill for std::process::Child {
+    /// Waits for a child that was told to stop; its stderr.
+    fn wait_with_output_after_kill(&mut self) -> String {
+        let _ = self.wait();
+        let mut text = String::new();
+        if let Some(mut e) = self.stderr.take() {
+            let _ = e.read_to_string(&mut text);
+        }
+        text
+    }
+}
