@@ -338,10 +338,9 @@ fn host_has_multus_table() -> bool {
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn a_pod_reaches_services_on_its_secondary_network() {
-    if !require() {
-        return;
-    }
+    require();
     let mut lab = Lab::new();
     lab.write(&[("server1", true), ("server2", true)], true);
     lab.start_proxyd();
@@ -452,10 +451,9 @@ fn a_pod_reaches_services_on_its_secondary_network() {
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn pods_are_found_through_the_container_runtime_once_it_answers() {
-    if !require() {
-        return;
-    }
+    require();
     let mut lab = Lab::new();
     lab.write(&[("server1", true), ("server2", true)], true);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -498,10 +496,9 @@ fn pods_are_found_through_the_container_runtime_once_it_answers() {
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn the_real_binary_follows_the_api_server() {
-    if !require() {
-        return;
-    }
+    require();
     let mut lab = Lab::new();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

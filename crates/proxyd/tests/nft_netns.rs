@@ -3,9 +3,9 @@
 //! intended; partial syncs leave the kernel exactly as a fresh full sync
 //! would; real TCP traffic is balanced, rejected, moved and kept sticky.
 //!
-//! Needs root, `ip`, `nft`, `conntrack` and `python3`. Without them the tests say why and
-//! skip, unless PROXYD_REQUIRE_ROOT_TESTS=1 (set by .ci/run), where that is
-//! a failure.
+//! Needs root, `ip`, `nft`, `conntrack` and `python3`: each test is
+//! `#[ignore]`d, run with `cargo nextest run --run-ignored all` (as
+//! `.ci/run` does), and fails, saying what is missing, when it cannot run.
 
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
@@ -124,10 +124,9 @@ fn sync(syncer: &mut NftSyncer<NftCommand>, engine: &mut Engine) -> proxyd::data
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn example_cluster_loads_and_partial_syncs_match_a_fresh_full_sync() {
-    if !require() {
-        return;
-    }
+    require();
     let (mut engine, config) = example_cluster();
     let live = Netns::new("live");
     let mut syncer = NftSyncer::new(config.clone(), live.dataplane());
@@ -240,10 +239,9 @@ fn count(answers: &[String], who: &str) -> usize {
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn traffic_is_balanced_rejected_moved_and_sticky() {
-    if !require() {
-        return;
-    }
+    require();
     let ns = Netns::new("traffic");
     for addr in ["10.1.0.1/32", "10.1.0.2/32", "10.9.0.1/32"] {
         ns.ip(&["addr", "add", addr, "dev", "lo"]);
@@ -342,10 +340,9 @@ fn udp_flows_to(ns: &Netns, endpoint: &str) -> usize {
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
-    if !require() {
-        return;
-    }
+    require();
     use proxyd::conntrack::ConntrackTool;
     use proxyd::proxier::Proxier;
 
@@ -394,10 +391,9 @@ fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn cleanup_removes_both_tables() {
-    if !require() {
-        return;
-    }
+    require();
     let ns = Netns::new("cleanup");
     let (mut engine, config) = example_cluster();
     let mut syncer = NftSyncer::new(config, ns.dataplane());
@@ -419,10 +415,9 @@ fn cleanup_removes_both_tables() {
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn example_cluster_loads_as_ipv6() {
-    if !require() {
-        return;
-    }
+    require();
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
     let m = informer_glue::manifests::load(&path).unwrap();
     let proxy = ProxyArgs {
@@ -487,10 +482,9 @@ fn start_proxyd(ns: &Netns, manifests: &Path) -> KillOnDrop {
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn the_table_survives_exit_is_restored_after_tampering_and_forgets_services_deleted_while_down() {
-    if !require() {
-        return;
-    }
+    require();
     let ns = Netns::new("restart");
     let dir = std::env::temp_dir().join(format!("proxyd-restart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -601,10 +595,9 @@ fn chi_square(counts: &BTreeMap<String, u32>, expected: &[String], n: u32) -> (f
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn real_connections_split_evenly_over_any_number_of_endpoints() {
-    if !require() {
-        return;
-    }
+    require();
     let ns = Netns::new("balance");
     let eps: Vec<String> = (1..=7).map(|i| format!("10.1.0.{i}")).collect();
     for a in &eps {
@@ -637,10 +630,9 @@ fn real_connections_split_evenly_over_any_number_of_endpoints() {
 }
 
 #[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn a_local_policy_node_port_splits_evenly_over_its_local_endpoints() {
-    if !require() {
-        return;
-    }
+    require();
     // The node (rules, three local endpoints) and an outside client on a
     // veth pair.
     let node = Netns::new("np-node");
