@@ -231,8 +231,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub struct ServiceNetworks {
     /// Service -> network.
     pub by_service: BTreeMap<ServiceName, NetworkName>,
-    /// Bumped on every change.
-    pub version: u64,
 }
 
 /// Records each service's network, then hands the service on to `inner`
@@ -251,12 +249,13 @@ impl<H> NetworkRecorder<H> {
         };
         let key = ServiceName::new(ns, name);
         let mut n = lock(&self.networks);
-        let changed = match service_network(svc) {
-            Ok(Some(net)) => n.by_service.insert(key, net.clone()).as_ref() != Some(&net),
-            _ => n.by_service.remove(&key).is_some(),
-        };
-        if changed {
-            n.version += 1;
+        match service_network(svc) {
+            Ok(Some(net)) => {
+                n.by_service.insert(key, net);
+            }
+            _ => {
+                n.by_service.remove(&key);
+            }
         }
     }
 }
@@ -274,10 +273,7 @@ impl<H: EventHandler<Service>> EventHandler<Service> for NetworkRecorder<H> {
 
     fn on_delete(&mut self, obj: &Service) {
         if let (Some(ns), Some(name)) = (obj.metadata.namespace.as_deref(), obj.metadata.name.as_deref()) {
-            let mut n = lock(&self.networks);
-            if n.by_service.remove(&ServiceName::new(ns, name)).is_some() {
-                n.version += 1;
-            }
+            lock(&self.networks).by_service.remove(&ServiceName::new(ns, name));
         }
         self.inner.on_delete(obj);
     }

@@ -227,7 +227,7 @@ fn frontends(t: &ServiceTarget) -> Vec<(FrontendKind, Frontend)> {
 }
 
 /// The base of a port's chain names: `ns/name/proto/port`.
-pub fn chain_base(t: &ServiceTarget) -> String {
+fn chain_base(t: &ServiceTarget) -> String {
     let svc = &t.name.service;
     format!("{}/{}/{}/{}", svc.namespace, svc.name, proto(t.protocol()), t.port)
 }
@@ -311,15 +311,7 @@ fn build_port(
                 }
             }
         }
-        if group.verdict() == GroupVerdict::Forward && config.scope == Scope::Node {
-            out.shared.extend(
-                group
-                    .backends
-                    .iter()
-                    .filter(|b| b.local)
-                    .map(|b| (SetId::Hairpin, Key::AddrPair(b.addr.ip(), b.addr.ip()))),
-            );
-        }
+        hairpins(group, config, &mut out.shared);
     }
     if !chains {
         return;
@@ -340,15 +332,7 @@ fn build_port(
         }
         load_balance(t, &t.internal, &base, &mut rules, out);
         out.chains.push(ChainDef { id: svc.clone(), rules });
-        if t.internal.verdict() == GroupVerdict::Forward && config.scope == Scope::Node {
-            out.shared.extend(
-                t.internal
-                    .backends
-                    .iter()
-                    .filter(|b| b.local)
-                    .map(|b| (SetId::Hairpin, Key::AddrPair(b.addr.ip(), b.addr.ip()))),
-            );
-        }
+        hairpins(&t.internal, config, &mut out.shared);
     }
     if let (true, Some(group)) = (used_external, external) {
         let mut rules = Vec::new();
@@ -383,6 +367,20 @@ fn build_port(
                 Rule::always(vec![Statement::Drop]),
             ],
         });
+    }
+}
+
+/// Local endpoints a group sends to: an endpoint reaching itself through
+/// the service is masqueraded (in a node's table; a pod has no hairpin).
+fn hairpins(group: &EndpointGroup, config: &DataplaneConfig, shared: &mut Vec<(SetId, Key)>) {
+    if group.verdict() == GroupVerdict::Forward && config.scope == Scope::Node {
+        shared.extend(
+            group
+                .backends
+                .iter()
+                .filter(|b| b.local)
+                .map(|b| (SetId::Hairpin, Key::AddrPair(b.addr.ip(), b.addr.ip()))),
+        );
     }
 }
 

@@ -12,7 +12,7 @@ use slice_model::IpFamily;
 
 use crate::element::{Element, Frontend, Key, Value};
 use crate::names::{ChainId, SetId, SetKind};
-use crate::rule::{Rule, Statement};
+use crate::rule::Rule;
 use crate::transaction::{Op, Transaction};
 use crate::{Dataplane, DataplaneError};
 
@@ -208,13 +208,6 @@ impl KernelModel {
         }
         *self = next;
         Ok(())
-    }
-
-    /// Whether any rule of the family's table uses a statement (for tests
-    /// that check a shape is gone).
-    pub fn any_statement(&self, family: IpFamily, f: impl Fn(&Statement) -> bool) -> bool {
-        self.table(family)
-            .is_some_and(|t| t.chains.values().flatten().flat_map(|r| &r.statements).any(f))
     }
 }
 

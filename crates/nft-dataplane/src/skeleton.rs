@@ -23,7 +23,7 @@
 //! maps, one slot map (and the guards' lookups in the filter chains).
 
 use crate::desired::{DataplaneConfig, Scope};
-use crate::names::{ChainId, FamilyWords, MASQUERADE_MARK, MAX_SLOTS, SetId};
+use crate::names::{ChainId, MASQUERADE_MARK, MAX_SLOTS, SetId};
 use crate::rule::{Match, Rule, Selector, Statement};
 
 /// The fixed chains and their rules, in declaration order.
@@ -233,9 +233,4 @@ fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
 /// full sync repairs them.
 pub fn reassertable(chain: &ChainId) -> bool {
     !matches!(chain, ChainId::ServiceSlots(_) | ChainId::NodePortSlots(_))
-}
-
-/// The words of this config's family.
-pub fn words(config: &DataplaneConfig) -> FamilyWords {
-    FamilyWords::of(config.family)
 }

@@ -499,10 +499,6 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
 pub fn cleanup_transactions(table: &'static str) -> Vec<Transaction> {
     [slice_model::IpFamily::V4, slice_model::IpFamily::V6]
         .into_iter()
-        .map(|f| Transaction {
-            family: f,
-            table,
-            ops: vec![Op::AddTable(f), Op::DeleteTable(f)],
-        })
+        .map(|f| Transaction::remove_table(f, table))
         .collect()
 }

@@ -68,6 +68,16 @@ impl Transaction {
         }
     }
 
+    /// Removes `table` of `family` whether or not it exists (creating it
+    /// first makes the delete valid either way).
+    pub fn remove_table(family: IpFamily, table: &'static str) -> Self {
+        Self {
+            family,
+            table,
+            ops: vec![Op::AddTable(family), Op::DeleteTable(family)],
+        }
+    }
+
     /// Appends an operation.
     pub fn push(&mut self, op: Op) {
         self.ops.push(op);

@@ -57,6 +57,15 @@ pub struct CleanupArgs {
     #[arg(long)]
     pub multus: bool,
 
+    /// Multus mode: where pods' network namespaces are found.
+    #[command(flatten)]
+    pub pods: PodNetnsArgs,
+}
+
+/// Multus mode: where pods' network namespaces are found (`run` and
+/// `cleanup`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct PodNetnsArgs {
     /// Multus mode: the network namespace of pod NS/NAME is the file
     /// DIR/NS_NAME (what `ip netns add NS_NAME` creates under /run/netns),
     /// instead of asking the container runtime.
@@ -74,6 +83,48 @@ pub struct CleanupArgs {
     /// read under it, e.g. /host/proc/PID/ns/net).
     #[arg(long, value_name = "DIR")]
     pub host_prefix: Option<PathBuf>,
+}
+
+impl PodNetnsArgs {
+    /// What is wrong with these flags (`multus`: whether --multus is given).
+    pub fn problems(&self, multus: bool) -> Vec<String> {
+        let mut problems = Vec::new();
+        let given = [
+            ("--pod-netns-dir", self.pod_netns_dir.is_some()),
+            (
+                "--container-runtime-endpoint",
+                self.container_runtime_endpoint.is_some(),
+            ),
+            ("--host-prefix", self.host_prefix.is_some()),
+        ];
+        for (flag, given) in given {
+            if given && !multus {
+                problems.push(format!("{flag} is for --multus"));
+            }
+        }
+        if self.pod_netns_dir.is_some() && self.container_runtime_endpoint.is_some() {
+            problems.push(
+                "--pod-netns-dir and --container-runtime-endpoint both say where namespaces are: give one".into(),
+            );
+        }
+        if let Some(e) = &self.container_runtime_endpoint
+            && let Err(why) = crate::multus::cri::socket_path(e)
+        {
+            problems.push(format!("--container-runtime-endpoint: {why}"));
+        }
+        problems
+    }
+
+    /// The runtime to ask, when no --pod-netns-dir is given: the endpoint
+    /// given, else the default one whose socket exists.
+    pub fn runtime(&self) -> Result<crate::multus::cri::CriResolver, String> {
+        let prefix = self.host_prefix.clone().unwrap_or_default();
+        let endpoint = self
+            .container_runtime_endpoint
+            .clone()
+            .unwrap_or_else(|| crate::multus::cri::default_endpoint(&prefix));
+        crate::multus::cri::CriResolver::new(&endpoint, &prefix)
+    }
 }
 
 /// Where Services and EndpointSlices come from.
@@ -222,23 +273,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     pub netns: Option<String>,
 
-    /// Multus mode: the network namespace of pod NS/NAME is the file
-    /// DIR/NS_NAME (what `ip netns add NS_NAME` creates under /run/netns),
-    /// instead of asking the container runtime.
-    #[arg(long, value_name = "DIR")]
-    pub pod_netns_dir: Option<PathBuf>,
-
-    /// Multus mode: the CRI v1 runtime that knows each pod's network
-    /// namespace (default: containerd's socket, else CRI-O's, whichever
-    /// exists).
-    #[arg(long, value_name = "unix:///PATH")]
-    pub container_runtime_endpoint: Option<String>,
-
-    /// Multus mode: where the host's root is mounted, when proxyd runs in a
-    /// container (the runtime's socket and the namespace paths it names are
-    /// read under it, e.g. /host/proc/PID/ns/net).
-    #[arg(long, value_name = "DIR")]
-    pub host_prefix: Option<PathBuf>,
+    /// Multus mode: where pods' network namespaces are found.
+    #[command(flatten)]
+    pub pods: PodNetnsArgs,
 
     /// The families to serve, e.g. `ipv4,ipv6` for dual-stack: one engine
     /// and one table per family, sharing the watches (default: --ip-family).

@@ -39,7 +39,6 @@ use crate::http::{Reply, serve};
 use crate::manifest_source::{self, ServiceSink};
 use crate::metrics::{Metrics, SyncObservation};
 use crate::multus::backend::{Commands, DryRunPods};
-use crate::multus::cri::CriResolver;
 use crate::multus::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use crate::proxier::{HealthChecks, Proxier};
 use crate::snapshot::{api_node_zone, client, dataplane_config, node_name, selection};
@@ -111,28 +110,7 @@ pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
             }
         }
     }
-    let multus_only = [
-        ("--pod-netns-dir", args.pod_netns_dir.is_some()),
-        (
-            "--container-runtime-endpoint",
-            args.container_runtime_endpoint.is_some(),
-        ),
-        ("--host-prefix", args.host_prefix.is_some()),
-    ];
-    for (flag, given) in multus_only {
-        if given && !args.proxy.multus {
-            problems.push(format!("{flag} is for --multus"));
-        }
-    }
-    if args.pod_netns_dir.is_some() && args.container_runtime_endpoint.is_some() {
-        problems
-            .push("--pod-netns-dir and --container-runtime-endpoint both say where namespaces are: give one".into());
-    }
-    if let Some(e) = &args.container_runtime_endpoint
-        && let Err(why) = crate::multus::cri::socket_path(e)
-    {
-        problems.push(format!("--container-runtime-endpoint: {why}"));
-    }
+    problems.extend(args.pods.problems(args.proxy.multus));
     if args.proxy.multus && args.netns.is_some() {
         problems.push("--netns has no effect with --multus (each pod's namespace is used)".into());
     }
@@ -458,17 +436,14 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// How multus mode finds pods' namespaces: a directory, or the runtime.
 fn resolver(args: &RunArgs) -> Box<dyn PodNetnsResolver> {
-    if let Some(dir) = &args.pod_netns_dir {
+    if let Some(dir) = &args.pods.pod_netns_dir {
         return Box::new(NetnsDir { dir: dir.clone() });
     }
-    let prefix = args.host_prefix.clone().unwrap_or_default();
-    let endpoint = args
-        .container_runtime_endpoint
-        .clone()
-        .unwrap_or_else(|| crate::multus::cri::default_endpoint(&prefix));
-    tracing::info!(endpoint = %endpoint, "pod namespaces from the container runtime");
-    match CriResolver::new(&endpoint, &prefix) {
-        Ok(r) => Box::new(r),
+    match args.pods.runtime() {
+        Ok(r) => {
+            tracing::info!(endpoint = %r.endpoint(), "pod namespaces from the container runtime");
+            Box::new(r)
+        }
         // `validate` checked a given endpoint; the defaults are well formed.
         Err(why) => unreachable!("{why}"),
     }
@@ -565,6 +540,15 @@ impl WatchCounters {
     }
 }
 
+/// The periodic sync also re-asserts the fixed skeleton.
+fn sync_kind(reason: SyncReason) -> SyncKind {
+    if reason == SyncReason::Periodic {
+        SyncKind::Periodic
+    } else {
+        SyncKind::Changes
+    }
+}
+
 /// One sync of every family.
 fn sync_all(
     reason: SyncReason,
@@ -573,11 +557,7 @@ fn sync_all(
     metrics: &Metrics,
     health_checks: &watch::Sender<HealthChecks>,
 ) -> Result<(), DataplaneError> {
-    let kind = if reason == SyncReason::Periodic {
-        SyncKind::Periodic
-    } else {
-        SyncKind::Changes
-    };
+    let kind = sync_kind(reason);
     let mut failure = None;
     for p in proxiers.iter_mut() {
         let started = Instant::now();
@@ -647,11 +627,7 @@ fn sync_multus(
     health: &ProxierHealth,
     metrics: &Metrics,
 ) -> Result<(), String> {
-    let kind = if reason == SyncReason::Periodic {
-        SyncKind::Periodic
-    } else {
-        SyncKind::Changes
-    };
+    let kind = sync_kind(reason);
     let mut runtime_down = None;
     for p in proxiers.iter_mut() {
         let started = Instant::now();
@@ -711,6 +687,13 @@ async fn wait_for_signal() {
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
 /// entries are left to time out: deleting them would cut live connections.
 pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
+    let problems = args.pods.problems(args.multus);
+    if !problems.is_empty() {
+        for p in &problems {
+            tracing::error!("{p}");
+        }
+        return ExitCode::FAILURE;
+    }
     if args.multus {
         return cleanup_multus(&args);
     }
@@ -737,6 +720,7 @@ pub fn cleanup(args: crate::cli::CleanupArgs) -> ExitCode {
 /// `proxyd cleanup --multus`: multus mode's table and routes out of every
 /// pod namespace found; says what it removed and where nothing was.
 fn cleanup_multus(args: &crate::cli::CleanupArgs) -> ExitCode {
+    let mut backend = Commands { no_conntrack: true };
     let namespaces = match multus_namespaces(args) {
         Ok(n) => n,
         Err(e) => {
@@ -758,20 +742,15 @@ fn cleanup_multus(args: &crate::cli::CleanupArgs) -> ExitCode {
             let words = nft_dataplane::names::FamilyWords::of(family);
             let name = format!("table {} {}", words.table, nft_dataplane::names::POD_TABLE);
             if tables.lines().any(|l| l.trim() == name) {
-                let tx = nft_dataplane::Transaction {
-                    family,
-                    table: nft_dataplane::names::POD_TABLE,
-                    ops: vec![nft_dataplane::Op::DeleteTable(family)],
-                };
-                match (NftCommand { netns: netns.clone() }).apply_text(&tx.text()) {
-                    Ok(_) => removed.push(name),
+                match backend.remove_table(&path.display().to_string(), &netns, family) {
+                    Ok(()) => removed.push(name),
                     Err(e) => {
                         tracing::error!(netns = %path.display(), "{name} not removed: {e}");
                         failed = true;
                     }
                 }
             }
-            match crate::multus::routes::reconcile(&netns, family, &Default::default()) {
+            match backend.routes(&path.display().to_string(), &netns, family, &Default::default()) {
                 Ok(change) if change.removed > 0 => removed.push(format!("{} {family} route(s)", change.removed)),
                 Ok(_) => {}
                 Err(e) => tracing::debug!(netns = %path.display(), "routes: {e}"),
@@ -788,7 +767,7 @@ fn cleanup_multus(args: &crate::cli::CleanupArgs) -> ExitCode {
 
 /// The pod namespaces `cleanup --multus` visits.
 fn multus_namespaces(args: &crate::cli::CleanupArgs) -> anyhow::Result<Vec<std::path::PathBuf>> {
-    if let Some(dir) = &args.pod_netns_dir {
+    if let Some(dir) = &args.pods.pod_netns_dir {
         let mut all: Vec<_> = std::fs::read_dir(dir)?
             .filter_map(Result::ok)
             .map(|e| e.path())
@@ -796,12 +775,7 @@ fn multus_namespaces(args: &crate::cli::CleanupArgs) -> anyhow::Result<Vec<std::
         all.sort();
         return Ok(all);
     }
-    let prefix = args.host_prefix.clone().unwrap_or_default();
-    let endpoint = args
-        .container_runtime_endpoint
-        .clone()
-        .unwrap_or_else(|| crate::multus::cri::default_endpoint(&prefix));
-    let mut cri = CriResolver::new(&endpoint, &prefix).map_err(anyhow::Error::msg)?;
+    let mut cri = args.pods.runtime().map_err(anyhow::Error::msg)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(cri.all_namespaces()).map_err(anyhow::Error::msg)
 }

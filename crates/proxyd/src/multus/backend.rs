@@ -46,14 +46,7 @@ impl PodBackend for Commands {
     }
 
     fn remove_table(&mut self, _pod: &str, netns: &Netns, family: IpFamily) -> Result<(), String> {
-        let tx = nft_dataplane::Transaction {
-            family,
-            table: POD_TABLE,
-            ops: vec![
-                nft_dataplane::Op::AddTable(family),
-                nft_dataplane::Op::DeleteTable(family),
-            ],
-        };
+        let tx = nft_dataplane::Transaction::remove_table(family, POD_TABLE);
         NftCommand { netns: netns.clone() }
             .apply_text(&tx.text())
             .map(drop)

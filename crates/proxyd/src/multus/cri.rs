@@ -102,6 +102,11 @@ impl CriResolver {
         })
     }
 
+    /// The endpoint it asks.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
     async fn connect(&self) -> Result<RuntimeServiceClient<Channel>, String> {
         let socket = under(&self.host_prefix, &socket_path(&self.endpoint)?);
         // The URI is required by tonic but unused: the connector dials the

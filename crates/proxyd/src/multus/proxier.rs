@@ -69,6 +69,10 @@ pub struct MultusSync {
     pub runtime_errors: usize,
 }
 
+/// A pod's key, its plan, and the services to write (`None`: its table
+/// stays as it is).
+type Planned = (String, PodPlan, Option<BTreeSet<ServiceName>>);
+
 /// How many pods' tables are written at once.
 const WRITERS: usize = 8;
 
@@ -90,7 +94,6 @@ pub struct MultusProxier {
     /// Pods whose namespace is gone: warned about once, tried again only
     /// when the pod changes.
     gone: BTreeSet<String>,
-    networks_version: Option<u64>,
 }
 
 impl MultusProxier {
@@ -112,7 +115,6 @@ impl MultusProxier {
             backend,
             state: BTreeMap::new(),
             gone: BTreeSet::new(),
-            networks_version: None,
         }
     }
 
@@ -157,9 +159,8 @@ impl MultusProxier {
 
     fn drop_pod(&mut self, key: &str) {
         if let Some(st) = self.state.remove(key) {
-            // The namespace may be gone with the pod: then there is
-            // nothing to remove.
-            // Routes first: once the table is gone, so are they.
+            // Routes first, so that once the table is gone they are too. The
+            // namespace may have gone with the pod: nothing to remove then.
             let cleared = self
                 .backend
                 .routes(key, &st.netns, self.family, &BTreeSet::new())
@@ -171,40 +172,33 @@ impl MultusProxier {
     }
 
     /// Writes the tables of the pods that need it (`Some(touched)`), a few
-    /// at a time; `Ok(true)`: a transaction was applied.
-    fn write_tables(
-        &mut self,
-        planned: &[(String, PodPlan, Option<BTreeSet<ServiceName>>)],
-        kind: SyncKind,
-    ) -> Vec<Option<Result<bool, String>>> {
+    /// at a time: per pod, `Ok(true)` when a transaction was applied.
+    fn write_tables(&mut self, planned: &[Planned], kind: SyncKind) -> BTreeMap<String, Result<bool, String>> {
         let (services, endpoints) = (&self.engine.services, &self.engine.endpoints);
-        let mut jobs: Vec<(usize, &mut PodState, &BTreeSet<ServiceName>)> = Vec::new();
-        let wanted: BTreeMap<&String, (usize, &BTreeSet<ServiceName>)> = planned
+        let wanted: BTreeMap<&String, &BTreeSet<ServiceName>> = planned
             .iter()
-            .enumerate()
-            .filter_map(|(i, (k, _, t))| t.as_ref().map(|t| (k, (i, t))))
+            .filter_map(|(k, _, touched)| touched.as_ref().map(|t| (k, t)))
             .collect();
-        for (key, st) in self.state.iter_mut() {
-            if let Some((i, touched)) = wanted.get(key) {
-                jobs.push((*i, st, touched));
-            }
-        }
-        let mut results: Vec<Option<Result<bool, String>>> = vec![None; planned.len()];
+        let mut jobs: Vec<(&String, &mut PodState, &BTreeSet<ServiceName>)> = self
+            .state
+            .iter_mut()
+            .filter_map(|(k, st)| wanted.get(k).map(|t| (k, st, *t)))
+            .collect();
         let per_worker = jobs.len().div_ceil(WRITERS).max(1);
-        let done: Vec<(usize, Result<bool, String>)> = std::thread::scope(|scope| {
+        std::thread::scope(|scope| {
             let handles: Vec<_> = jobs
                 .chunks_mut(per_worker)
                 .map(|chunk| {
                     scope.spawn(move || {
                         chunk
                             .iter_mut()
-                            .map(|(i, st, touched)| {
+                            .map(|(key, st, touched)| {
                                 let r = st
                                     .syncer
                                     .sync(services, endpoints, touched, kind)
                                     .map(|r| r.full || r.services_written > 0 || r.script_bytes > 0)
                                     .map_err(|e| e.to_string());
-                                (*i, r)
+                                ((*key).clone(), r)
                             })
                             .collect::<Vec<_>>()
                     })
@@ -219,11 +213,7 @@ impl MultusProxier {
                     })
                 })
                 .collect()
-        });
-        for (i, r) in done {
-            results[i] = Some(r);
-        }
-        results
+        })
     }
 
     /// Brings every target pod's namespace in line with the maps.
@@ -237,11 +227,7 @@ impl MultusProxier {
             let mut store = lock(&self.pods);
             (store.pods.clone(), store.take_dirty())
         };
-        let (networks, version) = {
-            let n = lock(&self.networks);
-            (n.by_service.clone(), n.version)
-        };
-        self.networks_version = Some(version);
+        let networks = lock(&self.networks).by_service.clone();
         let gone_pods: Vec<String> = self.state.keys().filter(|k| !pods.contains_key(*k)).cloned().collect();
         for key in gone_pods {
             self.drop_pod(&key);
@@ -251,7 +237,7 @@ impl MultusProxier {
 
         // First each pod's plan, namespace and filter; then the tables;
         // then routes and conntrack.
-        let mut planned: Vec<(String, PodPlan, Option<BTreeSet<ServiceName>>)> = Vec::new();
+        let mut planned: Vec<Planned> = Vec::new();
         for (key, pod) in &pods {
             let plan = match plan_pod(pod, &networks, &self.engine.services, self.family) {
                 Ok(p) => p,
@@ -270,31 +256,33 @@ impl MultusProxier {
             if self.gone.contains(key) {
                 continue;
             }
-            // A pod that changed may run in a new sandbox now (restarted):
-            // its namespace is looked up again, and a new one starts afresh.
-            if dirty.contains(key)
-                && let Some(st) = self.state.get(key)
-                && let Ok(path) = self.resolver.resolve(pod)
-                && st.netns != Netns::Path(path)
-            {
-                tracing::info!(pod = %key, "the pod's network namespace changed; programming the new one");
-                self.state.remove(key);
-            }
-            if !self.state.contains_key(key) {
+            // A new pod, or one that changed (restarted into a new sandbox,
+            // perhaps): its namespace is looked up, and a new one starts
+            // afresh.
+            if !self.state.contains_key(key) || dirty.contains(key) {
                 match self.resolver.resolve(pod) {
                     Ok(path) => {
                         let netns = Netns::Path(path);
-                        let dataplane = self.backend.dataplane(key, &netns);
-                        self.state.insert(
-                            key.clone(),
-                            PodState {
-                                netns,
-                                syncer: NftSyncer::new(DataplaneConfig::pod(self.family), dataplane),
-                                plan: PodPlan::default(),
-                                routes_in_place: false,
-                            },
-                        );
+                        if self.state.get(key).is_some_and(|st| st.netns != netns) {
+                            tracing::info!(pod = %key, "the pod's network namespace changed; programming the new one");
+                            self.state.remove(key);
+                        }
+                        if !self.state.contains_key(key) {
+                            let dataplane = self.backend.dataplane(key, &netns);
+                            self.state.insert(
+                                key.clone(),
+                                PodState {
+                                    netns,
+                                    syncer: NftSyncer::new(DataplaneConfig::pod(self.family), dataplane),
+                                    plan: PodPlan::default(),
+                                    routes_in_place: false,
+                                },
+                            );
+                        }
                     }
+                    // A pod programmed before keeps its state: its rules
+                    // stay, and a failing write says so.
+                    Err(_) if self.state.contains_key(key) => {}
                     Err(ResolveError::Gone(why)) => {
                         tracing::warn!(pod = %key, "not programmed: {why}");
                         self.gone.insert(key.clone());
@@ -323,12 +311,12 @@ impl MultusProxier {
 
         // Each pod's table is its own nft transaction, mostly waiting on
         // the kernel: written by a few threads at once.
-        let written = self.write_tables(&planned, kind);
-        for ((key, plan, _), result) in planned.into_iter().zip(written) {
+        let mut written = self.write_tables(&planned, kind);
+        for (key, plan, _) in planned {
             let Some(st) = self.state.get_mut(&key) else {
                 continue;
             };
-            match result {
+            match written.remove(&key) {
                 Some(Ok(true)) => out.transactions += 1,
                 Some(Ok(false)) | None => {}
                 Some(Err(e)) => {

@@ -176,16 +176,20 @@ impl Setup {
             node_port: None,
         }];
         self.proxier.engine.update_service(&s);
-        let mut n = self.networks.lock().unwrap();
-        n.by_service.insert(ServiceName::new("default", name), net(network));
-        n.version += 1;
+        self.networks
+            .lock()
+            .unwrap()
+            .by_service
+            .insert(ServiceName::new("default", name), net(network));
     }
 
     fn remove_service(&mut self, name: &str) {
         self.proxier.engine.remove_service(&ServiceName::new("default", name));
-        let mut n = self.networks.lock().unwrap();
-        n.by_service.remove(&ServiceName::new("default", name));
-        n.version += 1;
+        self.networks
+            .lock()
+            .unwrap()
+            .by_service
+            .remove(&ServiceName::new("default", name));
     }
 
     fn endpoints(&mut self, service: &str, ips: &[&str]) {
