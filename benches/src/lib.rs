@@ -97,3 +97,17 @@ impl Workload {
             .collect()
     }
 }
+
+/// Service `svc-I` in `namespace` of the dataplane harnesses: cluster IP
+/// 10.96.0.0 + I, one TCP port 80.
+pub fn cluster_ip_service(namespace: &str, i: u32) -> slice_model::ServiceInfo {
+    let mut s = slice_model::ServiceInfo::new(slice_model::ServiceName::new(namespace, format!("svc-{i}").as_str()));
+    s.cluster_ips = vec![IpAddr::V4(Ipv4Addr::from(0x0a60_0000 + i))];
+    s.ports = vec![slice_model::ServicePort {
+        name: "p".into(),
+        protocol: Protocol::Tcp,
+        port: std::num::NonZeroU16::MIN.saturating_add(79),
+        node_port: None,
+    }];
+    s
+}

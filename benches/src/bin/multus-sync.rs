@@ -10,7 +10,6 @@
 //! times, and the nft transactions each wrote.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::num::NonZeroU16;
 use std::process::{Command, ExitCode};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -20,7 +19,7 @@ use nft_dataplane::SyncKind;
 use proxyd::engine::Engine;
 use proxyd::multus::backend::Commands;
 use proxyd::multus::{MultusProxier, NetnsDir};
-use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint};
+use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, SliceEndpoint};
 
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
@@ -32,15 +31,7 @@ fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 fn service(i: u32) -> ServiceInfo {
-    let mut s = ServiceInfo::new(ServiceName::new("bench", format!("svc-{i}").as_str()));
-    s.cluster_ips = vec![IpAddr::V4(Ipv4Addr::from(0x0a60_0000 + i))];
-    s.ports = vec![ServicePort {
-        name: "p".into(),
-        protocol: Protocol::Tcp,
-        port: NonZeroU16::MIN.saturating_add(79),
-        node_port: None,
-    }];
-    s
+    proxyd_benches::cluster_ip_service("bench", i)
 }
 
 fn slice(i: u32, generation: u32) -> EndpointSlice {

@@ -11,23 +11,14 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
-use std::num::NonZeroU16;
 use std::process::{Command, ExitCode};
 
 use proxyd::dataplane::{DataplaneConfig, NftCommand, NftSyncer, Recording, SyncKind, SyncReport};
 use proxyd::engine::Engine;
-use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint};
+use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, SliceEndpoint};
 
 fn service(i: u32) -> ServiceInfo {
-    let mut s = ServiceInfo::new(ServiceName::new("ns", format!("svc-{i}").as_str()));
-    s.cluster_ips = vec![IpAddr::V4(Ipv4Addr::from(0x0a60_0000 + i))];
-    s.ports = vec![ServicePort {
-        name: "p".into(),
-        protocol: Protocol::Tcp,
-        port: NonZeroU16::MIN.saturating_add(79),
-        node_port: None,
-    }];
-    s
+    proxyd_benches::cluster_ip_service("ns", i)
 }
 
 fn slice(i: u32, endpoints: u32, generation: u32) -> EndpointSlice {

@@ -13,9 +13,8 @@
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
 use std::collections::BTreeMap;
-use std::io::BufRead;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -73,6 +72,8 @@ struct Lab {
     servers: Vec<KillOnDrop>,
     proxyd: Option<KillOnDrop>,
     log: PathBuf,
+    /// proxyd's /metrics port on 127.0.0.1.
+    metrics: u16,
 }
 
 fn veth_names(tag: &str) -> (String, String) {
@@ -129,6 +130,7 @@ impl Lab {
         std::fs::create_dir_all(&manifests).unwrap();
         let mut lab = Self {
             log: std::env::temp_dir().join(format!("{ns}-proxyd.log")),
+            metrics: common::free_port(),
             ns,
             pods,
             _lan: lan,
@@ -143,17 +145,8 @@ impl Lab {
     }
 
     fn start_server(&mut self, pod: &str) {
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.pods[pod].0, "python3", "-c", SERVER, pod])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let guard = KillOnDrop(child);
-        let mut line = String::new();
-        std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready");
-        self.servers.push(guard);
+        let server = self.pods[pod].spawn_ready("python3", &["-c", SERVER, pod]);
+        self.servers.push(server);
     }
 
     /// Writes the cluster: the service on network `macvlan1`, the multus
@@ -253,18 +246,34 @@ impl Lab {
             .args(["run", "--multus", "--hostname-override", "node-1"])
             .args(resolver)
             .args(source)
+            // A short sync period: the periodic sync repairs routes.
             .args([
                 "--min-sync-period",
                 "0",
+                "--sync-period",
+                "2s",
                 "--healthz-bind-address",
                 "",
-                "--metrics-bind-address",
-                "",
             ])
+            .arg("--metrics-bind-address")
+            .arg(format!("127.0.0.1:{}", self.metrics))
             .stderr(log)
             .spawn()
             .unwrap();
         self.proxyd = Some(KillOnDrop(child));
+    }
+
+    /// The value of a `/metrics` sample line starting with `name`.
+    fn metric(&self, name: &str) -> Option<f64> {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.metrics)).ok()?;
+        write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
+        let mut text = String::new();
+        c.read_to_string(&mut text).ok()?;
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
     }
 
     fn requests(&self, proto: &str, port: u16, n: u32, src_port: u16) -> Vec<String> {
@@ -363,6 +372,18 @@ fn a_pod_reaches_services_on_its_secondary_network() {
     assert_eq!(
         lab.routes("client"),
         ["10.96.77.10 dev net1 scope link src 192.168.77.2"]
+    );
+    // Someone removes the route: the periodic sync puts it back.
+    lab.pods["client"].ip(&["route", "del", "10.96.77.10/32", "dev", "net1", "proto", "201"]);
+    assert!(lab.routes("client").is_empty());
+    lab.eventually("the route restored", || lab.routes("client").len() == 1);
+    // Programmed: the client and both servers (attached), not `other`.
+    lab.eventually("the metrics", || {
+        lab.metric("proxyd_multus_programmed_pods{ip_family=\"IPv4\"}") == Some(3.0)
+    });
+    assert_eq!(
+        lab.metric("proxyd_multus_pod_sync_failures_total{ip_family=\"IPv4\"}"),
+        Some(0.0)
     );
 
     // A pod without the network, and the host, are untouched.

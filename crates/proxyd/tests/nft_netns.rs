@@ -207,18 +207,19 @@ fn example_cluster_loads_and_partial_syncs_match_a_fresh_full_sync() {
 }
 
 /// Connects `n` times to `vip:port` inside the namespace, where listeners
-/// on 10.1.0.1 and 10.1.0.2 (port 8080) answer with their own address;
-/// prints one line per answer, or the error of a failed connect. With a
-/// source address, every connection comes from it.
+/// on 10.1.0.1 and 10.1.0.2 (port 8080) answer with their own address, and
+/// one on every address, port 81, answers `any:81` (so a connection there
+/// is refused only by a rule); prints one line per answer, or the error of
+/// a failed connect. Every connection comes from 10.9.0.1.
 const CLIENT: &str = r#"
 import socket, sys, threading, time
-def serve(addr):
+def serve(addr, port, answer):
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind((addr, 8080)); s.listen(64)
+    s.bind((addr, port)); s.listen(64)
     while True:
-        c, _ = s.accept(); c.sendall(addr.encode()); c.close()
-for a in ("10.1.0.1", "10.1.0.2"):
-    threading.Thread(target=serve, args=(a,), daemon=True).start()
+        c, _ = s.accept(); c.sendall(answer.encode()); c.close()
+for a, p, answer in (("10.1.0.1", 8080, "10.1.0.1"), ("10.1.0.2", 8080, "10.1.0.2"), ("0.0.0.0", 81, "any:81")):
+    threading.Thread(target=serve, args=(a, p, answer), daemon=True).start()
 time.sleep(0.2)
 vip, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 for _ in range(n):
@@ -230,7 +231,11 @@ for _ in range(n):
 "#;
 
 fn connect(ns: &Netns, vip: &str, n: u32) -> Vec<String> {
-    let out = ns.exec("python3", &["-c", CLIENT, vip, "80", &n.to_string()]);
+    connect_to(ns, vip, 80, n)
+}
+
+fn connect_to(ns: &Netns, vip: &str, port: u16, n: u32) -> Vec<String> {
+    let out = ns.exec("python3", &["-c", CLIENT, vip, &port.to_string(), &n.to_string()]);
     out.lines().map(str::to_owned).collect()
 }
 
@@ -261,7 +266,12 @@ fn traffic_is_balanced_rejected_moved_and_sticky() {
     local.internal_traffic_policy = TrafficPolicy::Local;
     engine.update_service(&local);
     engine.update_slice(slice("ns", "local-only", "local-1", 8080, &["10.1.0.1"]));
-    let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), ns.dataplane());
+    // kube-proxy's guards: the service CIDR of this namespace's services.
+    let config = DataplaneConfig {
+        service_cidrs: vec!["10.96.0.0/16".parse().unwrap()],
+        ..DataplaneConfig::new(IpFamily::V4)
+    };
+    let mut syncer = NftSyncer::new(config, ns.dataplane());
     assert!(sync(&mut syncer, &mut engine).full);
 
     // Spread over both endpoints.
@@ -272,6 +282,11 @@ fn traffic_is_balanced_rejected_moved_and_sticky() {
     // No endpoints: refused at once. Endpoints only elsewhere (Local): dropped.
     assert_eq!(connect(&ns, "10.96.0.30", 1), ["error: ConnectionRefusedError"]);
     assert_eq!(connect(&ns, "10.96.0.50", 1), ["error: TimeoutError"]);
+    // A cluster IP on a port no service uses: refused, though something
+    // listens there (the cluster-IP guard); an address of the service CIDR
+    // that is no service's: dropped, not refused (the service-CIDR guard).
+    assert_eq!(connect_to(&ns, "10.96.0.10", 81, 1), ["error: ConnectionRefusedError"]);
+    assert_eq!(connect(&ns, "10.96.0.99", 1), ["error: TimeoutError"]);
     // Affinity: one client, one endpoint.
     let answers = connect(&ns, "10.96.0.40", 30);
     assert!(
@@ -547,20 +562,9 @@ else:
 
 /// Starts the servers inside `ns` and waits until they listen.
 fn serve(ns: &Netns, addrs: &[String]) -> KillOnDrop {
-    use std::io::BufRead;
-    let mut args = vec!["netns", "exec", &ns.0, "python3", "-c", BALANCE, "serve"];
+    let mut args = vec!["-c", BALANCE, "serve"];
     args.extend(addrs.iter().map(String::as_str));
-    let mut child = Command::new("ip")
-        .args(&args)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let guard = KillOnDrop(child);
-    let mut line = String::new();
-    std::io::BufReader::new(stdout).read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
-    guard
+    ns.spawn_ready("python3", &args)
 }
 
 /// Connects `n` times from inside `ns`; counts answers per endpoint.

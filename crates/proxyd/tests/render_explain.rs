@@ -7,10 +7,24 @@ use std::process::Command;
 
 fn proxyd(args: &[&str]) -> (bool, String, String) {
     let cluster = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster");
+    run_on(
+        args,
+        &[
+            "--manifests",
+            cluster,
+            "--hostname-override",
+            "node-1",
+            "--cluster-cidr",
+            "10.244.0.0/16",
+        ],
+    )
+}
+
+/// Runs `proxyd ARGS SOURCE`: success, stdout, stderr.
+fn run_on(args: &[&str], source: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
         .args(args)
-        .args(["--manifests", cluster, "--hostname-override", "node-1"])
-        .args(["--cluster-cidr", "10.244.0.0/16"])
+        .args(source)
         .output()
         .unwrap();
     (
@@ -112,15 +126,9 @@ fn bad_manifests_fail_with_the_file_and_field() {
 
 fn multus(args: &[&str]) -> (bool, String, String) {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/multus");
-    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
-        .args(args)
-        .args(["--multus", "--manifests", example, "--hostname-override", "node-1"])
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
+    run_on(
+        args,
+        &["--multus", "--manifests", example, "--hostname-override", "node-1"],
     )
 }
 

@@ -47,6 +47,21 @@ async fn expect_line(lines: &mpsc::Receiver<String>, log: &mut Vec<String>, part
     }
 }
 
+/// Starts `cmd` with its stderr read line by line into the receiver.
+fn spawn_logged(mut cmd: Command) -> (KillOnDrop, mpsc::Receiver<String>) {
+    let mut child = KillOnDrop(cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap());
+    let stderr = child.stderr.take().unwrap();
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, lines)
+}
+
 #[tokio::test]
 async fn run_watches_syncs_and_stops_on_sigterm() {
     let server = FakeApiServer::start().await.unwrap();
@@ -71,40 +86,28 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
 
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_proxyd"))
-            .args(["run", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args([
-                "--hostname-override",
-                "node-1",
-                "--min-sync-period",
-                "0",
-                "--list-page-size",
-                "1",
-                "--dry-run",
-                "--healthz-bind-address",
-                "127.0.0.1:0",
-                "--metrics-bind-address",
-                "",
-                "--dry-run-dir",
-            ])
-            .arg(dir.join("nft"))
-            .env("RUST_LOG", "debug")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = child.stderr.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
+    cmd.args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args([
+            "--hostname-override",
+            "node-1",
+            "--min-sync-period",
+            "0",
+            "--list-page-size",
+            "1",
+        ])
+        .args([
+            "--dry-run",
+            "--healthz-bind-address",
+            "127.0.0.1:0",
+            "--metrics-bind-address",
+            "",
+        ])
+        .arg("--dry-run-dir")
+        .arg(dir.join("nft"))
+        .env("RUST_LOG", "debug");
+    let (mut child, lines) = spawn_logged(cmd);
     let mut log = Vec::new();
 
     let first = expect_line(&lines, &mut log, &["synced", "first=true"]).await;
@@ -211,36 +214,22 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
     let port = common::free_port();
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_proxyd"))
-            .args(["run", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args([
-                "--hostname-override",
-                "node-1",
-                "--min-sync-period",
-                "0",
-                "--sync-period",
-                "2s",
-            ])
-            .args(["--dry-run", "--metrics-bind-address", "", "--healthz-bind-address"])
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--dry-run-dir")
-            .arg(dir.join("nft"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = child.stderr.take().unwrap();
-    let (tx, lines) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
+    cmd.args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args([
+            "--hostname-override",
+            "node-1",
+            "--min-sync-period",
+            "0",
+            "--sync-period",
+            "2s",
+        ])
+        .args(["--dry-run", "--metrics-bind-address", "", "--healthz-bind-address"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--dry-run-dir")
+        .arg(dir.join("nft"));
+    let (_child, lines) = spawn_logged(cmd);
     let mut log = Vec::new();
     expect_line(&lines, &mut log, &["synced", "first=true"]).await;
     assert_eq!(http_status(port, "/healthz"), 200);

@@ -357,8 +357,10 @@ fn node_ports_answer_on_the_nodeport_addresses() {
     }
 }
 
-#[test]
-fn external_traffic_policy_local() {
+/// A LoadBalancer service with externalTrafficPolicy Local (LB 1.2.3.4,
+/// external IP 192.168.99.11, node port 3001) and these endpoints on port
+/// 80, as a full sync writes it.
+fn local_lb(eps: &[Ep<'_>]) -> KernelModel {
     let mut e = Engine::new(IpFamily::V4);
     let tcp = Protocol::Tcp;
     let mut svc = external_local(load_balancer(
@@ -367,15 +369,14 @@ fn external_traffic_policy_local() {
         &["1.2.3.4"],
     ));
     svc.external_ips = vec!["192.168.99.11".parse().unwrap()];
-    e.service(&svc).slice(slice(
-        "ns1",
-        "svc1",
-        tcp,
-        80,
-        &[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")],
-    ));
+    e.service(&svc).slice(slice("ns1", "svc1", tcp, 80, eps));
     e.update();
-    let k = fresh(&e, &config());
+    fresh(&e, &config())
+}
+
+#[test]
+fn external_traffic_policy_local() {
+    let k = local_lb(&[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")]);
     let all = "10.180.0.1:80, 10.180.2.1:80";
     for dst in ["1.2.3.4", "192.168.99.11"] {
         expect(
@@ -409,23 +410,7 @@ fn external_traffic_policy_local() {
 
 #[test]
 fn local_policy_without_local_endpoints_still_serves_the_cluster() {
-    let mut e = Engine::new(IpFamily::V4);
-    let tcp = Protocol::Tcp;
-    let mut svc = external_local(load_balancer(
-        service("ns1", "svc1", "172.30.0.41", 80, tcp),
-        3001,
-        &["1.2.3.4"],
-    ));
-    svc.external_ips = vec!["192.168.99.11".parse().unwrap()];
-    e.service(&svc).slice(slice(
-        "ns1",
-        "svc1",
-        tcp,
-        80,
-        &[Ep::Remote("10.180.0.1"), Ep::Remote("10.180.0.2")],
-    ));
-    e.update();
-    let k = fresh(&e, &config());
+    let k = local_lb(&[Ep::Remote("10.180.0.1"), Ep::Remote("10.180.0.2")]);
     let all = "10.180.0.1:80, 10.180.0.2:80";
     let masq = "10.180.0.1:80, 10.180.0.2:80 (masq)";
     for (dst, port) in [("1.2.3.4", 80), ("192.168.99.11", 80), (NODE_IP, 3001)] {

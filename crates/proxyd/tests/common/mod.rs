@@ -82,6 +82,28 @@ impl Netns {
     }
 }
 
+impl Netns {
+    /// Starts `program args` inside the namespace and waits until it
+    /// prints `ready` (a server listening); killed when dropped.
+    pub fn spawn_ready(&self, program: &str, args: &[&str]) -> KillOnDrop {
+        use std::io::BufRead;
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.0, program])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {program} in {}: {e}", self.0));
+        let stdout = child.stdout.take();
+        let guard = KillOnDrop(child);
+        let mut line = String::new();
+        if let Some(out) = stdout {
+            let _ = std::io::BufReader::new(out).read_line(&mut line);
+        }
+        assert_eq!(line.trim(), "ready", "{program} in {} did not start", self.0);
+        guard
+    }
+}
+
 impl Drop for Netns {
     fn drop(&mut self) {
         // Quietly: a namespace a test already removed is not news.
