@@ -545,3 +545,53 @@ fn the_real_binary_follows_the_api_server() {
     });
     let _ = std::fs::remove_file(&kubeconfig);
 }
+
+/// Routes of both families through the real `ip`: added, read back,
+/// reconciled (a stale one removed, a kept one untouched), never doubled.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn routes_are_reconciled_for_both_families() {
+    use std::collections::BTreeSet;
+
+    use proxyd::multus::Route;
+    use proxyd::multus::routes::{read, reconcile};
+    use slice_model::IpFamily;
+    require();
+    let ns = Netns::named(format!("mr{}_pod", std::process::id()));
+    ns.ip(&["link", "add", "net1", "type", "veth", "peer", "name", "peer1"]);
+    ns.ip(&["addr", "add", "192.168.77.2/24", "dev", "net1"]);
+    ns.ip(&["addr", "add", "fd00:77::2/64", "dev", "net1", "nodad"]);
+    ns.ip(&["link", "set", "net1", "up"]);
+    ns.ip(&["link", "set", "peer1", "up"]);
+    let netns = proxyd::netns::Netns::Path(PathBuf::from(format!("/run/netns/{}", ns.0)));
+    let route = |dest: &str, src: &str| Route {
+        dest: dest.parse().unwrap(),
+        dev: "net1".into(),
+        src: src.parse().unwrap(),
+    };
+    for (family, a, b, src) in [
+        (IpFamily::V4, "10.96.0.10", "10.96.0.11", "192.168.77.2"),
+        (IpFamily::V6, "fd00:96::10", "fd00:96::11", "fd00:77::2"),
+    ] {
+        let both: BTreeSet<Route> = [route(a, src), route(b, src)].into();
+        let change = reconcile(&netns, family, &both).unwrap();
+        assert_eq!((change.added, change.removed), (2, 0), "{family}");
+        assert_eq!(read(&netns, family).unwrap(), both, "{family}: read back as written");
+        let again = reconcile(&netns, family, &both).unwrap();
+        assert_eq!(
+            (again.added, again.removed),
+            (0, 0),
+            "{family}: nothing to do, nothing doubled"
+        );
+        let one: BTreeSet<Route> = [route(a, src)].into();
+        let change = reconcile(&netns, family, &one).unwrap();
+        assert_eq!(
+            (change.added, change.removed),
+            (0, 1),
+            "{family}: the stale one removed"
+        );
+        assert_eq!(read(&netns, family).unwrap(), one);
+    }
+    // Each family's reconciliation leaves the other's routes alone.
+    assert_eq!(read(&netns, IpFamily::V4).unwrap().len(), 1);
+}
