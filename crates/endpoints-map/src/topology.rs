@@ -7,11 +7,14 @@
 //! * Local policy: this node's ready endpoints; with none, this node's
 //!   serving-and-terminating ones.
 //! * Topology-aware routing (hints, which the EndpointSlice controller sets
-//!   for `trafficDistribution: PreferClose` or the topology-mode annotation)
-//!   is all or nothing: it applies only when every ready endpoint carries a
-//!   zone hint and at least one is hinted for this node's zone.
+//!   for `trafficDistribution: PreferSameNode`, `PreferSameZone` or
+//!   `PreferClose`, or the topology-mode annotation) is all or nothing.
+//!   Node hints come first: when every ready endpoint carries one and at
+//!   least one is hinted for this node, only those are used. Otherwise zone
+//!   hints: when every ready endpoint carries one and at least one is hinted
+//!   for this node's zone, only those are used.
 
-use slice_model::{Endpoint, ServicePortInfo};
+use slice_model::{Endpoint, NodeHint, ServicePortInfo};
 
 /// The traffic policies that matter for one service port.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,6 +55,8 @@ pub enum TopologyMode {
     /// All ready endpoints (no hints, or hints that cannot be used).
     #[default]
     None,
+    /// Only endpoints hinted for this node.
+    PreferSameNode,
     /// Only endpoints hinted for this node's zone.
     PreferSameZone,
 }
@@ -59,7 +64,10 @@ pub enum TopologyMode {
 /// Why topology-aware routing was or was not used (for `explain`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TopologyDecision {
-    /// Every ready endpoint has a hint and some are for this zone.
+    /// Every ready endpoint has a node hint and some are for this node.
+    UsingNodeHints,
+    /// Every ready endpoint has a zone hint and some are for this zone
+    /// (node hints, if any, could not be used).
     UsingZoneHints,
     /// No endpoint is ready: there is nothing to narrow.
     NoReadyEndpoints,
@@ -100,24 +108,44 @@ fn serving_terminating<E: Endpoint>(e: &E) -> bool {
     e.is_serving() && e.is_terminating()
 }
 
-/// Decides whether zone hints narrow the cluster endpoints.
+/// Decides whether node or zone hints narrow the cluster endpoints.
 pub fn topology_mode<E: Endpoint>(endpoints: &[E], node_zone: Option<&str>) -> (TopologyMode, TopologyDecision) {
-    let mut ready = endpoints.iter().filter(|e| e.is_ready()).peekable();
-    if ready.peek().is_none() {
+    let zone = node_zone.unwrap_or_default();
+    let (mut any_ready, mut all_node_hinted, mut for_node) = (false, true, false);
+    let (mut all_zone_hinted, mut for_zone) = (true, false);
+    for e in endpoints.iter().filter(|e| e.is_ready()) {
+        any_ready = true;
+        match e.node_hint() {
+            NodeHint::Unhinted => all_node_hinted = false,
+            NodeHint::ThisNode => for_node = true,
+            NodeHint::OtherNodes => {}
+        }
+        if e.zone_hints().is_empty() {
+            all_zone_hinted = false;
+        } else if e.zone_hints().contains(zone) {
+            for_zone = true;
+        }
+    }
+    if !any_ready {
         return (TopologyMode::None, TopologyDecision::NoReadyEndpoints);
     }
-    let zone = node_zone.unwrap_or_default();
-    let mut for_zone = false;
-    for e in ready {
-        if e.zone_hints().is_empty() {
-            return (TopologyMode::None, TopologyDecision::SomeEndpointUnhinted);
-        }
-        for_zone |= e.zone_hints().contains(zone);
+    if all_node_hinted && for_node {
+        return (TopologyMode::PreferSameNode, TopologyDecision::UsingNodeHints);
     }
-    match (for_zone, zone.is_empty()) {
-        (true, _) => (TopologyMode::PreferSameZone, TopologyDecision::UsingZoneHints),
-        (false, true) => (TopologyMode::None, TopologyDecision::NodeHasNoZone),
-        (false, false) => (TopologyMode::None, TopologyDecision::NoEndpointForZone),
+    match (all_zone_hinted, for_zone, zone.is_empty()) {
+        (false, _, _) => (TopologyMode::None, TopologyDecision::SomeEndpointUnhinted),
+        (true, true, _) => (TopologyMode::PreferSameZone, TopologyDecision::UsingZoneHints),
+        (true, false, true) => (TopologyMode::None, TopologyDecision::NodeHasNoZone),
+        (true, false, false) => (TopologyMode::None, TopologyDecision::NoEndpointForZone),
+    }
+}
+
+/// Whether an endpoint is in the topology `mode` chose for a node in `zone`.
+pub fn in_topology<E: Endpoint>(e: &E, mode: TopologyMode, zone: &str) -> bool {
+    match mode {
+        TopologyMode::None => true,
+        TopologyMode::PreferSameNode => e.node_hint() == NodeHint::ThisNode,
+        TopologyMode::PreferSameZone => e.zone_hints().contains(zone),
     }
 }
 
@@ -145,8 +173,10 @@ pub fn categorize<'a, E: Endpoint>(
         let (mode, decision) = topology_mode(endpoints, node_zone);
         out.topology = mode;
         out.topology_decision = decision;
-        let in_topology = |e: &E| mode == TopologyMode::None || e.zone_hints().contains(zone);
-        let mut cluster: Vec<&E> = endpoints.iter().filter(|e| e.is_ready() && in_topology(e)).collect();
+        let mut cluster: Vec<&E> = endpoints
+            .iter()
+            .filter(|e| e.is_ready() && in_topology(*e, mode, zone))
+            .collect();
         if cluster.is_empty() {
             // No ready endpoint anywhere (topology was already dropped if
             // there were ready ones outside the zone): terminating fallback.
@@ -449,6 +479,69 @@ mod tests {
         let c = categorize(&t, ETP_LOCAL, None);
         assert!(c.cluster_terminating_fallback && c.local_terminating_fallback);
         assert_eq!(c.topology_decision, TopologyDecision::NoReadyEndpoints);
+    }
+
+    /// Four ready remote endpoints in zones a, b, c, a, with node hints.
+    fn node_hinted(hints: [NodeHint; 4]) -> Vec<BaseEndpointInfo> {
+        four([A, B, C, A], R, REMOTE)
+            .into_iter()
+            .zip(hints)
+            .map(|(e, h)| e.with_node_hint(h))
+            .collect()
+    }
+
+    fn chosen(endpoints: &[BaseEndpointInfo], zone: &str) -> (Vec<String>, TopologyDecision) {
+        let c = categorize(endpoints, CLUSTER, Some(zone));
+        (names(&c.cluster.unwrap_or_default()), c.topology_decision)
+    }
+
+    // kube-proxy's `topologyModeFromHints`: node hints first, all or
+    // nothing over ready endpoints; then zone hints.
+    #[test]
+    fn node_hints_come_before_zone_hints() {
+        use NodeHint::{OtherNodes as Other, ThisNode as This, Unhinted as No};
+        let all = ["10.1.2.3:80", "10.1.2.4:80", "10.1.2.5:80", "10.1.2.6:80"].map(String::from);
+        let zone_a = vec!["10.1.2.3:80".to_string(), "10.1.2.6:80".into()];
+
+        let e = node_hinted([Other, This, Other, Other]);
+        assert_eq!(
+            chosen(&e, "zone-a"),
+            (vec!["10.1.2.4:80".into()], TopologyDecision::UsingNodeHints),
+            "every ready endpoint node-hinted, one for this node: only it, whatever the zones say"
+        );
+        assert_eq!(
+            chosen(&node_hinted([This, This, Other, Other]), "zone-z").0,
+            ["10.1.2.3:80", "10.1.2.4:80"]
+        );
+        assert_eq!(
+            chosen(&node_hinted([Other; 4]), "zone-a"),
+            (zone_a.clone(), TopologyDecision::UsingZoneHints),
+            "no endpoint for this node: zone hints decide"
+        );
+        assert_eq!(
+            chosen(&node_hinted([This, Other, No, Other]), "zone-a"),
+            (zone_a, TopologyDecision::UsingZoneHints),
+            "one ready endpoint without a node hint: node hints ignored for all"
+        );
+        assert_eq!(
+            chosen(&node_hinted([Other; 4]), "zone-z"),
+            (all.to_vec(), TopologyDecision::NoEndpointForZone)
+        );
+        // An unready endpoint without a hint does not count.
+        let mut e = node_hinted([No, This, Other, Other]);
+        e[0] = e[0].with_conditions(false, false, false);
+        assert_eq!(
+            chosen(&e, "zone-z"),
+            (vec!["10.1.2.4:80".into()], TopologyDecision::UsingNodeHints)
+        );
+        // Local policy ignores hints of both kinds.
+        let e: Vec<_> = node_hinted([Other, This, Other, Other])
+            .into_iter()
+            .map(|e| e.local(e.addr.port() == 80 && e.addr.ip().to_string() == "10.1.2.3"))
+            .collect();
+        let c = categorize(&e, ETP_LOCAL, Some("zone-b"));
+        assert_eq!(names(&c.local.unwrap()), ["10.1.2.3:80"]);
+        assert_eq!(names(&c.cluster.unwrap()), ["10.1.2.4:80"]);
     }
 
     #[test]

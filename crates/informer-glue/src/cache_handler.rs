@@ -20,7 +20,7 @@ pub struct SliceCacheHandler {
     cache: Arc<Mutex<EndpointSliceCache>>,
     interner: Interner,
     /// Notified after every change that needs a sync, and once synced.
-    pub sync_needed: Arc<Notify>,
+    changed: Arc<Notify>,
     /// Set once the first complete list is in the cache.
     pub synced: Arc<AtomicBool>,
     /// Objects rejected (logged, counted by reason).
@@ -28,12 +28,12 @@ pub struct SliceCacheHandler {
 }
 
 impl SliceCacheHandler {
-    /// A handler for `cache`.
-    pub fn new(cache: Arc<Mutex<EndpointSliceCache>>) -> Self {
+    /// A handler for `cache` that wakes `changed` when a sync is needed.
+    pub fn new(cache: Arc<Mutex<EndpointSliceCache>>, changed: Arc<Notify>) -> Self {
         Self {
             cache,
             interner: Interner::new(),
-            sync_needed: Arc::new(Notify::new()),
+            changed,
             synced: Arc::new(AtomicBool::new(false)),
             rejected: Arc::default(),
         }
@@ -56,7 +56,7 @@ impl SliceCacheHandler {
                     tracing::warn!("{w}");
                 }
                 if self.with_cache(|c| c.update(model)) {
-                    self.sync_needed.notify_one();
+                    self.changed.notify_one();
                 }
             }
             Err(e) => self.rejected.record(e.reason(), &e),
@@ -77,7 +77,7 @@ impl EventHandler<EndpointSlice> for SliceCacheHandler {
         match slice_name_of(obj) {
             Ok(name) => {
                 if self.with_cache(|c| c.remove(&name)) {
-                    self.sync_needed.notify_one();
+                    self.changed.notify_one();
                 }
             }
             Err(e) => tracing::warn!("{e}"),
@@ -87,7 +87,7 @@ impl EventHandler<EndpointSlice> for SliceCacheHandler {
     fn on_synced(&mut self) {
         self.synced.store(true, Ordering::Release);
         self.interner.prune();
-        self.sync_needed.notify_one();
+        self.changed.notify_one();
     }
 }
 
@@ -110,13 +110,13 @@ mod tests {
     }
 
     fn notified(h: &SliceCacheHandler) -> bool {
-        h.sync_needed.notified().now_or_never().is_some()
+        h.changed.notified().now_or_never().is_some()
     }
 
     #[test]
     fn changes_reach_the_cache_and_wake_the_sync_loop() {
         let cache = Arc::new(Mutex::new(EndpointSliceCache::new("n1", IpFamily::V4)));
-        let mut h = SliceCacheHandler::new(cache.clone());
+        let mut h = SliceCacheHandler::new(cache.clone(), Arc::default());
         let labels = json!({"kubernetes.io/service-name": "web"});
         let a = slice(labels.clone(), "10.0.0.1");
         h.on_add(&a);

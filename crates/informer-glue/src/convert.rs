@@ -50,7 +50,12 @@ pub fn slice_from_k8s(
             .iter()
             .flat_map(|h| h.for_zones.iter().flatten())
             .map(|z| z.name.as_str());
-        b.endpoint(i, raw, zones);
+        let nodes = e
+            .hints
+            .iter()
+            .flat_map(|h| h.for_nodes.iter().flatten())
+            .map(|n| n.name.as_str());
+        b.endpoint_with_node_hints(i, raw, zones, nodes);
     }
     let trigger = meta.annotations.as_ref().and_then(|a| a.get(TRIGGER_TIME_ANNOTATION));
     Ok(b.finish(trigger.map(String::as_str)))

@@ -37,6 +37,7 @@ mod convert;
 pub mod fold;
 pub mod manifests;
 pub mod multus;
+pub mod node;
 pub mod rejections;
 pub mod runner;
 pub mod selection;

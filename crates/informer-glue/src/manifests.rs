@@ -84,14 +84,7 @@ impl Manifests {
 }
 
 fn zone_of(nodes: &[Node], name: &str) -> Option<String> {
-    nodes
-        .iter()
-        .find(|n| n.metadata.name.as_deref() == Some(name))?
-        .metadata
-        .labels
-        .as_ref()?
-        .get("topology.kubernetes.io/zone")
-        .cloned()
+    crate::node::zone_of(nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name))?)
 }
 
 /// What a checking pass over [`Texts`] found: counts, the (few) Nodes and

@@ -321,18 +321,18 @@ pub struct PodHandler {
     /// This node.
     pub node: String,
     /// Notified after every change, and once synced.
-    pub changed: Arc<Notify>,
+    changed: Arc<Notify>,
     /// Set once the first complete list has been handed over.
     pub synced: Arc<AtomicBool>,
 }
 
 impl PodHandler {
-    /// A handler for `node`'s pods.
-    pub fn new(node: &str) -> Self {
+    /// A handler for `node`'s pods that wakes `changed` on every change.
+    pub fn new(node: &str, changed: Arc<Notify>) -> Self {
         Self {
             store: Arc::default(),
             node: node.to_owned(),
-            changed: Arc::new(Notify::new()),
+            changed,
             synced: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -510,7 +510,7 @@ mod tests {
 
     #[test]
     fn the_pod_handler_keeps_this_nodes_pods_and_marks_changes() {
-        let mut h = PodHandler::new("node-1");
+        let mut h = PodHandler::new("node-1", Arc::default());
         let p = pod(
             Some(r#"[{"name":"net","interface":"net1","ips":["192.168.10.5"]}]"#),
             "Running",

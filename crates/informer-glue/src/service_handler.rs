@@ -19,7 +19,7 @@ use crate::service_from_k8s;
 /// services are logged and counted.
 pub struct ServiceHandler {
     /// Notified after every change a tracker cares about, and once synced.
-    pub changed: Arc<Notify>,
+    changed: Arc<Notify>,
     /// Set once the first complete list has been handed over.
     pub synced: Arc<AtomicBool>,
     /// Objects rejected (logged, counted by reason).
@@ -30,10 +30,11 @@ pub struct ServiceHandler {
 }
 
 impl ServiceHandler {
-    /// A handler feeding `trackers`.
-    pub fn new(trackers: Vec<Arc<Mutex<ServiceChangeTracker>>>) -> Self {
+    /// A handler feeding `trackers` that wakes `changed` when one of them
+    /// changed.
+    pub fn new(trackers: Vec<Arc<Mutex<ServiceChangeTracker>>>, changed: Arc<Notify>) -> Self {
         Self {
-            changed: Arc::new(Notify::new()),
+            changed,
             synced: Arc::new(AtomicBool::new(false)),
             rejected: Arc::default(),
             trackers,
@@ -105,7 +106,7 @@ mod tests {
     #[test]
     fn only_changes_a_tracker_cares_about_wake_the_sync_loop() {
         let tracker = Arc::new(Mutex::new(ServiceChangeTracker::new(slice_model::IpFamily::V4)));
-        let mut s = ServiceHandler::new(vec![tracker.clone()]);
+        let mut s = ServiceHandler::new(vec![tracker.clone()], Arc::default());
         let changed = |s: &ServiceHandler| s.changed.notified().now_or_never().is_some();
         s.on_add(&svc("10.96.0.1"));
         assert!(changed(&s));
@@ -133,7 +134,7 @@ mod tests {
     #[test]
     fn the_tracker_sees_every_change() {
         let tracker = Arc::new(Mutex::new(ServiceChangeTracker::new(slice_model::IpFamily::V4)));
-        let mut s = ServiceHandler::new(vec![tracker.clone()]);
+        let mut s = ServiceHandler::new(vec![tracker.clone()], Arc::default());
         s.on_add(&svc("10.96.0.1"));
         let changes = tracker.lock().unwrap().checkout();
         assert_eq!(changes.len(), 1);

@@ -41,7 +41,7 @@ fn full_slice_converts_identically_on_both_paths() {
     let (s, warns) = both(slice_json(
         json!([
             {"addresses": ["10.0.0.1", "10.0.0.99"], "conditions": {"ready": true, "serving": true, "terminating": false},
-             "nodeName": "node-1", "zone": "zone-a", "hints": {"forZones": [{"name": "zone-a"}]},
+             "nodeName": "node-1", "zone": "zone-a", "hints": {"forZones": [{"name": "zone-a"}], "forNodes": [{"name": "node-1"}, {"name": "node-0"}]},
              "targetRef": {"kind": "Pod", "name": "p", "namespace": "ns"}},
             {"addresses": ["FD00::1"], "conditions": {"ready": false}, "deprecatedTopology": {"kubernetes.io/hostname": "node-2"}},
             {"addresses": ["not-an-ip"]},
@@ -56,6 +56,8 @@ fn full_slice_converts_identically_on_both_paths() {
     assert_eq!(eps.len(), 2);
     assert_eq!(eps[0].addr.to_string(), "10.0.0.1");
     assert_eq!(eps[0].zone_hints.as_slice(), [std::sync::Arc::from("zone-a")]);
+    assert_eq!(eps[0].node_hints, slice_model::NodeHints::new(["node-0", "node-1"]));
+    assert!(eps[1].node_hints.is_empty());
     assert_eq!(eps[1].addr.to_string(), "fd00::1");
     assert!(!eps[1].conditions.ready && !eps[1].conditions.serving);
     assert_eq!(eps[1].host(), Some("node-2"));

@@ -161,9 +161,11 @@ pub struct WireConditions {
 pub struct WireHints<'a> {
     #[serde(borrow, default)]
     pub for_zones: Option<Vec<WireZone<'a>>>,
+    #[serde(borrow, default)]
+    pub for_nodes: Option<Vec<WireZone<'a>>>,
 }
 
-/// `hints.forZones[]`.
+/// `hints.forZones[]` and `hints.forNodes[]`: a name.
 #[derive(Deserialize, Debug, Default)]
 #[allow(missing_docs)]
 pub struct WireZone<'a> {
@@ -336,7 +338,12 @@ impl<'a> WireObject<'a> {
                 .iter()
                 .flat_map(|h| h.for_zones.iter().flatten())
                 .map(|z| z.name.as_deref().unwrap_or_default());
-            b.endpoint(i, raw, zones);
+            let nodes = e
+                .hints
+                .iter()
+                .flat_map(|h| h.for_nodes.iter().flatten())
+                .map(|n| n.name.as_deref().unwrap_or_default());
+            b.endpoint_with_node_hints(i, raw, zones, nodes);
         }
         let trigger = meta.and_then(|m| m.trigger_time.as_ref()).and_then(PickKey::get);
         Ok(b.finish(trigger))

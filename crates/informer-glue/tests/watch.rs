@@ -494,7 +494,7 @@ async fn soak_with_random_faults() {
         put(&server, &mut rng);
     }
     let cache = Arc::new(Mutex::new(EndpointSliceCache::new("node-1", IpFamily::V4)));
-    let handler = SliceCacheHandler::new(cache.clone());
+    let handler = SliceCacheHandler::new(cache.clone(), Arc::default());
     let synced = handler.synced.clone();
     let w = spawn(
         slices_api(&server),
@@ -587,7 +587,7 @@ async fn only_this_nodes_pods_are_watched() {
     let server = FakeApiServer::start().await.unwrap();
     server.apply(pod("a", "node-1", "192.168.10.1")).unwrap();
     server.apply(pod("b", "node-2", "192.168.10.2")).unwrap();
-    let handler = PodHandler::new("node-1");
+    let handler = PodHandler::new("node-1", Arc::default());
     let store = handler.store.clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let settings = WatchSettings {

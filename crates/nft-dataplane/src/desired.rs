@@ -7,7 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use endpoints_map::topology::{TrafficPolicies, categorize};
+use endpoints_map::topology::{Categorized, TrafficPolicies, categorize};
 use endpoints_map::{EndpointsMap, ServicesMap};
 use ipnet::IpNet;
 use slice_model::{Endpoint, IpFamily, Protocol, ServiceName, ServicePortInfo, ServicePortName};
@@ -189,7 +189,7 @@ impl ServiceTarget {
     /// Derives the target of one service port from its endpoints.
     pub fn plan<E: Endpoint>(port: &ServicePortInfo, endpoints: &[E], config: &DataplaneConfig) -> Self {
         let policies = TrafficPolicies::of(port);
-        let chosen = categorize(endpoints, policies, config.node_zone.as_deref());
+        let chosen = choose(port, endpoints, config);
         let group = |local: bool| {
             let picked = if local { &chosen.local } else { &chosen.cluster };
             let mut backends: Vec<Backend> = picked
@@ -223,6 +223,17 @@ impl ServiceTarget {
                 .then(|| group(port.external_policy_local)),
         }
     }
+}
+
+/// Which endpoints of a service port this node's traffic may use, by
+/// policy and topology: the one decision both the programmed rules and
+/// `explain` read.
+pub fn choose<'a, E: Endpoint>(
+    port: &ServicePortInfo,
+    endpoints: &'a [E],
+    config: &DataplaneConfig,
+) -> Categorized<'a, E> {
+    categorize(endpoints, TrafficPolicies::of(port), config.node_zone.as_deref())
 }
 
 /// Plans every port of one service; empty when the service is gone (or has

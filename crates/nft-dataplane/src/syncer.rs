@@ -205,6 +205,18 @@ impl<D: Dataplane> NftSyncer<D> {
         self.filter.as_ref().is_none_or(|f| f(name))
     }
 
+    /// Serves a node now in `zone` (its Node was relabelled). Returns
+    /// whether that is a change; if so the next sync is a full one, as
+    /// kube-proxy's is: any hinted service may now pick other endpoints.
+    pub fn set_node_zone(&mut self, zone: Option<String>) -> bool {
+        if self.config.node_zone == zone {
+            return false;
+        }
+        self.config.node_zone = zone;
+        self.view = None;
+        true
+    }
+
     /// The configuration.
     pub fn config(&self) -> &DataplaneConfig {
         &self.config

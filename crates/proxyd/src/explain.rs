@@ -1,19 +1,28 @@
 //! `proxyd explain NAMESPACE/SERVICE[:PORT]`: for each service port, the
 //! slices that contributed, every endpoint with its conditions and why it
-//! is or is not used for cluster and local traffic, and the nftables
-//! elements and chains that implement it.
+//! is or is not used for traffic to the cluster IP and from outside, and
+//! the nftables elements and chains that implement it.
+//!
+//! Everything here is read from the model the proxier programs: slices
+//! converted by the watch path's own conversion, the merged endpoints of
+//! the endpoints map, and the one policy-and-topology decision
+//! ([`choose`]) the planner uses. [`explain_port`] is that reading as
+//! data; the text is only its rendering.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use endpoints_map::topology::{Categorized, TopologyDecision, TrafficPolicies, categorize};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use slice_model::{BaseEndpointInfo, Endpoint, IpFamily, SERVICE_NAME_LABEL, ServiceName, ServicePortInfo};
+use endpoints_map::topology::{Categorized, TopologyDecision, TopologyMode};
+use informer_glue::selection::Selection;
+use slice_model::{
+    BaseEndpointInfo, Endpoint, EndpointSlice, Interner, IpFamily, NodeHint, SERVICE_NAME_LABEL, ServiceName,
+    ServicePortInfo, SliceWarning,
+};
 
 use crate::cli::ExplainArgs;
-use crate::dataplane::desired::{DataplaneConfig, ServiceTarget, plan_service};
+use crate::dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_service};
 use crate::dataplane::fragment;
 use crate::engine::Engine;
 use crate::snapshot::{Snapshot, one_shot};
@@ -23,12 +32,11 @@ use nft_dataplane::names::FamilyWords;
 /// `proxyd explain` from the command line.
 pub fn main(args: ExplainArgs) -> ExitCode {
     one_shot("explain", &args.source, &args.proxy, |l| {
-        let mut text = explain(&l.snapshot, &l.engine, &l.config, &l.node, &args.service)?;
+        let selection = crate::snapshot::selection(&args.proxy);
+        let mut text = explain(&l.snapshot, &l.engine, &l.config, &selection, &l.node, &args.service)?;
         if args.proxy.multus {
             let (service, _) = parse_query(&args.service)?;
-            let (pods, networks) = l
-                .snapshot
-                .multus_view(&l.node, &crate::snapshot::selection(&args.proxy));
+            let (pods, networks) = l.snapshot.multus_view(&l.node, &selection);
             text.push_str(&crate::multus::view::explain_pods(
                 &service,
                 &l.engine.services,
@@ -58,6 +66,7 @@ pub fn explain(
     snapshot: &Snapshot,
     engine: &Engine,
     config: &DataplaneConfig,
+    selection: &Selection,
     node: &str,
     query: &str,
 ) -> anyhow::Result<String> {
@@ -119,19 +128,7 @@ pub fn explain(
         let _ = writeln!(out, "  not programmed: {why}");
         return Ok(out);
     }
-    let slices: Vec<&EndpointSlice> = snapshot
-        .slices
-        .iter()
-        .filter(|s| {
-            s.metadata.namespace.as_deref() == Some(&*name.namespace)
-                && s.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                    .map(String::as_str)
-                    == Some(&*name.name)
-        })
-        .collect();
+    let slices = model_slices(snapshot, &name, selection);
     let targets = plan_service(&name, &engine.services, &engine.endpoints, config);
     let mut matched = false;
     for port in ports {
@@ -143,7 +140,8 @@ pub fn explain(
         }
         matched = true;
         let eps = engine.endpoints.get(&port.name).unwrap_or(&[]);
-        explain_port(&mut out, port, eps, &slices, config, node);
+        let explained = explain_port(port, eps, config);
+        write_port(&mut out, &explained, &slices, config, node);
         if let Some(t) = targets.iter().find(|t| t.name == port.name) {
             implementation(&mut out, t, config);
         }
@@ -159,14 +157,168 @@ pub fn explain(
     Ok(out)
 }
 
-fn explain_port(
-    out: &mut String,
-    port: &ServicePortInfo,
-    eps: &[BaseEndpointInfo],
-    slices: &[&EndpointSlice],
+/// One slice of the service as the watch path converts it, or why it is
+/// not used.
+struct ModelSlice {
+    name: String,
+    address_type: String,
+    converted: Result<(EndpointSlice, Vec<SliceWarning>), String>,
+}
+
+/// The service's slices, converted by the same code as the watch path.
+fn model_slices(snapshot: &Snapshot, service: &ServiceName, selection: &Selection) -> Vec<ModelSlice> {
+    let mut interner = Interner::new();
+    snapshot
+        .slices
+        .iter()
+        .filter(|s| {
+            s.metadata.namespace.as_deref() == Some(&*service.namespace)
+                && s.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                    .map(String::as_str)
+                    == Some(&*service.name)
+        })
+        .map(|raw| ModelSlice {
+            name: raw.metadata.name.clone().unwrap_or_else(|| "(no name)".into()),
+            address_type: raw.address_type.clone(),
+            converted: if selection.selects_slice(raw) {
+                informer_glue::slice_from_k8s(raw, &mut interner).map_err(|e| e.to_string())
+            } else {
+                Err("not selected: its labels hand it to another proxy or controller".into())
+            },
+        })
+        .collect()
+}
+
+/// Whether one kind of traffic reaches an endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Use {
+    /// Load-balanced to it.
+    Used,
+    /// Load-balanced to it only because nothing is ready: it is serving
+    /// and terminating.
+    TerminatingFallback,
+    /// Not used, and why.
+    NotUsed(String),
+}
+
+impl Use {
+    /// Whether traffic reaches the endpoint.
+    pub fn is_used(&self) -> bool {
+        !matches!(self, Use::NotUsed(_))
+    }
+}
+
+impl std::fmt::Display for Use {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Use::Used => f.write_str("USED"),
+            Use::TerminatingFallback => {
+                f.write_str("USED (terminating fallback: no ready endpoint, serving terminating ones are used)")
+            }
+            Use::NotUsed(why) => write!(f, "not used: {why}"),
+        }
+    }
+}
+
+/// One endpoint of a service port and what reaches it.
+#[derive(Clone, Debug)]
+pub struct EndpointUse {
+    /// The merged endpoint, as the endpoints map holds it.
+    pub endpoint: BaseEndpointInfo,
+    /// Traffic to the cluster IP (internal traffic policy).
+    pub internal: Use,
+    /// Traffic to node ports, external and load-balancer IPs (external
+    /// traffic policy); `None` when the port is not reachable from outside.
+    pub external: Option<Use>,
+}
+
+/// One service port as the proxier decides it.
+#[derive(Clone, Debug)]
+pub struct PortExplanation<'a> {
+    /// The port.
+    pub port: &'a ServicePortInfo,
+    /// How topology narrowed the Cluster-policy endpoints, and why.
+    pub topology: (TopologyMode, TopologyDecision),
+    /// Every endpoint of the port in the endpoints map, in its order.
+    pub endpoints: Vec<EndpointUse>,
+}
+
+/// What reaches each endpoint of `port`, from the decision the planner
+/// makes ([`choose`]).
+pub fn explain_port<'a>(
+    port: &'a ServicePortInfo,
+    endpoints: &[BaseEndpointInfo],
     config: &DataplaneConfig,
-    node: &str,
-) {
+) -> PortExplanation<'a> {
+    let chosen = choose(port, endpoints, config);
+    let uses = |e: &BaseEndpointInfo, local_policy: bool| {
+        let (group, fallback) = if local_policy {
+            (chosen.local.as_deref(), chosen.local_terminating_fallback)
+        } else {
+            (chosen.cluster.as_deref(), chosen.cluster_terminating_fallback)
+        };
+        match group {
+            Some(g) if g.iter().any(|g| g.socket_addr() == e.socket_addr()) => {
+                if fallback {
+                    Use::TerminatingFallback
+                } else {
+                    Use::Used
+                }
+            }
+            _ => Use::NotUsed(why_not(e, local_policy, &chosen, config)),
+        }
+    };
+    PortExplanation {
+        port,
+        topology: (chosen.topology, chosen.topology_decision),
+        endpoints: endpoints
+            .iter()
+            .map(|e| EndpointUse {
+                endpoint: *e,
+                internal: uses(e, port.internal_policy_local),
+                external: port
+                    .externally_accessible()
+                    .then(|| uses(e, port.external_policy_local)),
+            })
+            .collect(),
+    }
+}
+
+/// Why an endpoint is not in the group of its policy.
+fn why_not(
+    e: &BaseEndpointInfo,
+    local_policy: bool,
+    chosen: &Categorized<'_, BaseEndpointInfo>,
+    config: &DataplaneConfig,
+) -> String {
+    if local_policy && !e.is_local() {
+        return "not on this node (Local policy)".into();
+    }
+    if !(e.is_ready() || e.is_serving() && e.is_terminating()) {
+        return "not ready and not serving".into();
+    }
+    if !e.is_ready() {
+        return "terminating, and ready endpoints exist".into();
+    }
+    match (local_policy, chosen.topology) {
+        (false, TopologyMode::PreferSameNode) => "node hints: hinted for other nodes only".into(),
+        (false, TopologyMode::PreferSameZone) => format!(
+            "hinted for zone(s) {:?}, this node is in {}",
+            e.zone_hints().as_slice(),
+            config.node_zone.as_deref().unwrap_or_default()
+        ),
+        _ => {
+            debug_assert!(false, "an endpoint left out for no known reason: {e:?}");
+            "left out for a reason explain does not know (a bug: please report it)".into()
+        }
+    }
+}
+
+fn write_port(out: &mut String, x: &PortExplanation<'_>, slices: &[ModelSlice], config: &DataplaneConfig, node: &str) {
+    let port = x.port;
     let port_name = if port.name.port.is_empty() {
         "(unnamed)"
     } else {
@@ -202,8 +354,7 @@ fn explain_port(
         port.session_affinity
             .map_or("none".to_owned(), |t| format!("ClientIP {}s", t.as_secs()))
     );
-    let chosen = categorize(eps, TrafficPolicies::of(port), config.node_zone.as_deref());
-    let _ = writeln!(out, "  topology: {}", topology_text(chosen.topology_decision, config));
+    let _ = writeln!(out, "  topology: {}", topology_text(x.topology.1, config, node));
 
     let _ = writeln!(out, "  slices:");
     if slices.is_empty() {
@@ -213,32 +364,36 @@ fn explain_port(
             port.name.service.name
         );
     }
-    let mut seen: BTreeMap<SocketAddr, String> = BTreeMap::new();
+    let mut seen: BTreeMap<SocketAddr, &str> = BTreeMap::new();
     for slice in slices {
-        slice_lines(out, slice, port, eps, &chosen, config, node, &mut seen);
+        slice_lines(out, slice, x, config, node, &mut seen);
     }
-    let _ = writeln!(
-        out,
-        "  result: cluster traffic -> {}; local traffic -> {}",
-        list(chosen.cluster.as_deref()),
-        list(chosen.local.as_deref())
-    );
-}
-
-fn list(eps: Option<&[&BaseEndpointInfo]>) -> String {
-    match eps {
-        None => "(policy not used)".into(),
-        Some([]) => "nothing".into(),
-        Some(e) => e
+    let used = |external: bool| {
+        let v: Vec<String> = x
+            .endpoints
             .iter()
-            .map(|e| e.socket_addr().to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
+            .filter(|e| {
+                if external {
+                    e.external.as_ref()
+                } else {
+                    Some(&e.internal)
+                }
+                .is_some_and(Use::is_used)
+            })
+            .map(|e| e.endpoint.socket_addr().to_string())
+            .collect();
+        if v.is_empty() { "nothing".into() } else { v.join(", ") }
+    };
+    let _ = write!(out, "  result: to the cluster IP -> {}", used(false));
+    if port.externally_accessible() {
+        let _ = write!(out, "; from outside -> {}", used(true));
     }
+    out.push('\n');
 }
 
-fn topology_text(d: TopologyDecision, config: &DataplaneConfig) -> String {
+fn topology_text(d: TopologyDecision, config: &DataplaneConfig, node: &str) -> String {
     match d {
+        TopologyDecision::UsingNodeHints => format!("node hints used: only endpoints hinted for node {node}"),
         TopologyDecision::UsingZoneHints => format!(
             "zone hints used: only endpoints hinted for zone {}",
             config.node_zone.as_deref().unwrap_or_default()
@@ -250,41 +405,53 @@ fn topology_text(d: TopologyDecision, config: &DataplaneConfig) -> String {
     }
 }
 
-#[allow(clippy::too_many_arguments, reason = "one line per endpoint needs the whole picture")]
-fn slice_lines(
+/// The slice's endpoints on this port, each with what reaches it.
+fn slice_lines<'s>(
     out: &mut String,
-    slice: &EndpointSlice,
-    port: &ServicePortInfo,
-    merged: &[BaseEndpointInfo],
-    chosen: &Categorized<'_, BaseEndpointInfo>,
+    slice: &'s ModelSlice,
+    x: &PortExplanation<'_>,
     config: &DataplaneConfig,
     node: &str,
-    seen: &mut BTreeMap<SocketAddr, String>,
+    seen: &mut BTreeMap<SocketAddr, &'s str>,
 ) {
-    let name = slice.metadata.name.as_deref().unwrap_or("(no name)");
-    let family_ok = match (slice.address_type.as_str(), config.family) {
-        ("IPv4", IpFamily::V4) | ("IPv6", IpFamily::V6) => None,
-        ("FQDN", _) => Some("FQDN slice: proxies ignore it"),
-        _ => Some("other IP family: this proxier ignores it"),
+    let port = x.port;
+    let (model, warnings) = match &slice.converted {
+        Ok((m, w)) => (m, w),
+        Err(e) => {
+            let _ = writeln!(out, "    {} ({}): {e}", slice.name, slice.address_type);
+            return;
+        }
     };
-    let slice_port = slice.ports.iter().flatten().find(|p| {
-        p.name.as_deref().unwrap_or_default() == &*port.name.port
-            && p.protocol
-                .as_deref()
-                .unwrap_or("TCP")
-                .eq_ignore_ascii_case(proto(port.name.protocol))
-    });
+    let family = model.content.endpoints.first().map(|e| e.family());
+    let other_family = family.is_some_and(|f| f != config.family)
+        || matches!(
+            (slice.address_type.as_str(), config.family),
+            ("IPv4", IpFamily::V6) | ("IPv6", IpFamily::V4)
+        );
     let _ = writeln!(
         out,
-        "    {name} ({}, {} endpoints){}",
+        "    {} ({}, {} endpoints){}",
+        slice.name,
         slice.address_type,
-        slice.endpoints.as_ref().map_or(0, Vec::len),
-        family_ok.map(|w| format!(": {w}")).unwrap_or_default()
+        model.content.endpoints.len(),
+        if other_family {
+            ": other IP family: this proxier ignores it"
+        } else {
+            ""
+        }
     );
-    if family_ok.is_some() {
+    for w in warnings {
+        let _ = writeln!(out, "      skipped: {w}");
+    }
+    if other_family {
         return;
     }
-    let Some(target_port) = slice_port.and_then(|p| p.port).and_then(|p| u16::try_from(p).ok()) else {
+    let Some(slice_port) = model
+        .content
+        .ports
+        .iter()
+        .find(|p| *p.name == *port.name.port && p.protocol == port.name.protocol)
+    else {
         let _ = writeln!(
             out,
             "      has no port named {:?} ({}): contributes nothing to this port",
@@ -293,106 +460,46 @@ fn slice_lines(
         );
         return;
     };
-    for ep in slice.endpoints.iter().flatten() {
-        let cond = ep.conditions.clone().unwrap_or_default();
-        let ready = cond.ready.unwrap_or(true);
-        let serving = cond.serving.unwrap_or(ready);
-        let terminating = cond.terminating.unwrap_or(false);
-        let on = ep.node_name.as_deref().unwrap_or("(no node)");
-        let zones: Vec<String> = ep
-            .hints
-            .iter()
-            .flat_map(|h| h.for_zones.iter().flatten().map(|z| z.name.clone()))
-            .collect();
-        for addr in &ep.addresses {
-            let state = format!(
-                "{}{}{}, node {on}{}{}",
-                if ready { "ready" } else { "not ready" },
-                if serving && !ready { ", serving" } else { "" },
-                if terminating { ", terminating" } else { "" },
-                if on == node { " (this node)" } else { "" },
-                if zones.is_empty() {
-                    String::new()
-                } else {
-                    format!(", zone hints [{}]", zones.join(","))
-                },
-            );
-            let Ok(ip) = addr.parse::<IpAddr>() else {
-                let _ = writeln!(out, "      {addr}: {state}\n        not a valid IP address: ignored");
-                continue;
-            };
-            let sa = SocketAddr::new(ip, target_port);
-            let _ = writeln!(out, "      {sa}: {state}");
-            if let Some(first) = seen.get(&sa) {
-                let _ = writeln!(
-                    out,
-                    "        duplicate of the same endpoint in slice {first}: counted once"
-                );
-                continue;
-            }
-            seen.insert(sa, name.to_owned());
-            let Some(e) = merged.iter().find(|e| e.socket_addr() == sa) else {
-                let _ = writeln!(out, "        not in the endpoints map (dropped when slices merged)");
-                continue;
-            };
+    for ep in &model.content.endpoints {
+        let c = ep.conditions;
+        let on = ep.host().unwrap_or("(no node)");
+        let mut state = format!(
+            "{}{}{}, node {on}{}",
+            if c.ready { "ready" } else { "not ready" },
+            if c.serving && !c.ready { ", serving" } else { "" },
+            if c.terminating { ", terminating" } else { "" },
+            if ep.is_on_node(node) { " (this node)" } else { "" },
+        );
+        if !ep.zone_hints.is_empty() {
+            let zones: Vec<&str> = ep.zone_hints.as_slice().iter().map(|z| &**z).collect();
+            let _ = write!(state, ", zone hints [{}]", zones.join(","));
+        }
+        if !ep.node_hints.is_empty() {
+            let nodes: Vec<&str> = ep.node_hints.as_slice().iter().map(|n| n.as_str()).collect();
+            let _ = write!(state, ", node hints [{}]", nodes.join(","));
+        }
+        let sa = SocketAddr::new(ep.addr, slice_port.port.get());
+        let _ = writeln!(out, "      {sa}: {state}");
+        if let Some(first) = seen.get(&sa) {
             let _ = writeln!(
                 out,
-                "        cluster: {}",
-                verdict(e, chosen.cluster.as_deref(), chosen, true, config)
+                "        the same endpoint as in slice {first}: counted once (a copy on this node wins)"
             );
-            let _ = writeln!(
-                out,
-                "        local:   {}",
-                verdict(e, chosen.local.as_deref(), chosen, false, config)
-            );
+            continue;
+        }
+        seen.insert(sa, &slice.name);
+        let Some(e) = x.endpoints.iter().find(|e| e.endpoint.socket_addr() == sa) else {
+            let _ = writeln!(out, "        not in the endpoints map");
+            continue;
+        };
+        if e.endpoint.node_hint == NodeHint::ThisNode && x.topology.0 == TopologyMode::PreferSameNode {
+            let _ = writeln!(out, "        hinted for this node");
+        }
+        let _ = writeln!(out, "        to the cluster IP: {}", e.internal);
+        if let Some(ext) = &e.external {
+            let _ = writeln!(out, "        from outside:      {ext}");
         }
     }
-}
-
-/// Why `e` is or is not in `group`.
-fn verdict(
-    e: &BaseEndpointInfo,
-    group: Option<&[&BaseEndpointInfo]>,
-    chosen: &Categorized<'_, BaseEndpointInfo>,
-    cluster: bool,
-    config: &DataplaneConfig,
-) -> String {
-    let Some(group) = group else {
-        return if cluster {
-            "not used: every kind of traffic to this port uses Local policy".into()
-        } else {
-            "not used: no traffic to this port uses Local policy".into()
-        };
-    };
-    let fallback = if cluster {
-        chosen.cluster_terminating_fallback
-    } else {
-        chosen.local_terminating_fallback
-    };
-    if group.iter().any(|g| g.socket_addr() == e.socket_addr()) {
-        return if fallback {
-            "USED (terminating fallback: no ready endpoint, serving terminating ones are used)".into()
-        } else {
-            "USED".into()
-        };
-    }
-    if !cluster && !e.is_local() {
-        return "not used: not on this node".into();
-    }
-    if !(e.is_ready() || e.is_serving() && e.is_terminating()) {
-        return "not used: not ready and not serving".into();
-    }
-    if !e.is_ready() {
-        return "not used: terminating, and ready endpoints exist".into();
-    }
-    if cluster && chosen.topology_decision == TopologyDecision::UsingZoneHints {
-        return format!(
-            "not used: hinted for zone(s) {:?}, this node is in {}",
-            e.zone_hints().as_slice(),
-            config.node_zone.as_deref().unwrap_or_default()
-        );
-    }
-    "not used".into()
 }
 
 fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig) {

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Instant, SystemTime};
 
-use endpoints_map::topology::{TrafficPolicies, categorize};
+use endpoints_map::topology::TrafficPolicies;
 use slice_model::{IpFamily, ServiceName};
 
 use crate::conntrack::{self, Conntrack, Flow};
@@ -84,6 +84,12 @@ impl Proxier {
         &self.health_checks
     }
 
+    /// Serves a node now in `zone`; the next sync rewrites every service
+    /// when that is a change (see [`NftSyncer::set_node_zone`]).
+    pub fn set_node_zone(&mut self, zone: Option<String>) -> bool {
+        self.syncer.set_node_zone(zone)
+    }
+
     /// Changes waiting for the next sync: (endpoint changes, service
     /// changes), counted in services.
     pub fn pending(&self) -> (usize, usize) {
@@ -114,7 +120,7 @@ impl Proxier {
         for p in ports {
             let eps = self.engine.endpoints.get(&p.name).unwrap_or(&[]);
             let policies = TrafficPolicies::of(p);
-            let c = categorize(eps, policies, config.node_zone.as_deref());
+            let c = crate::dataplane::desired::choose(p, eps, &config);
             let no_local = c.local.as_ref().is_some_and(Vec::is_empty) && c.has_any_endpoints;
             if no_local && p.internal_policy_local {
                 counts.0 += 1;
@@ -209,6 +215,12 @@ mod tests {
         }
     }
 
+    impl Dataplane for Shared<nft_dataplane::KernelModel> {
+        fn apply(&mut self, tx: &crate::dataplane::Transaction) -> Result<usize, DataplaneError> {
+            self.0.lock().unwrap().apply(tx)
+        }
+    }
+
     impl Conntrack for Shared<RecordingConntrack> {
         fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<conntrack::ConntrackError>) {
             self.0.lock().unwrap().delete(family, flows)
@@ -280,5 +292,61 @@ mod tests {
         let out = p.sync(SyncKind::Changes).unwrap();
         assert_eq!(out.observation.no_local_external, 0);
         assert!(p.health_checks().is_empty(), "listener closes with the service");
+    }
+
+    /// Where the kernel model sends new connections to the cluster IP.
+    fn reached(model: &Mutex<nft_dataplane::KernelModel>) -> Vec<String> {
+        use nft_dataplane::tracer::{Host, Origin, Packet};
+        let packet = Packet {
+            src: "10.244.9.9".parse().unwrap(),
+            dst: "10.96.0.10".parse().unwrap(),
+            protocol: Protocol::Udp,
+            port: 53,
+            origin: Origin::Forwarded,
+        };
+        let host = Host {
+            local_addrs: Vec::new(),
+        };
+        let trace = model.lock().unwrap().trace(&host, packet);
+        trace.endpoints().into_keys().map(|a| a.ip().to_string()).collect()
+    }
+
+    #[test]
+    fn a_new_node_zone_rewrites_the_hinted_services() {
+        let model = Arc::new(Mutex::new(nft_dataplane::KernelModel::default()));
+        let mut p = Proxier::new(
+            Engine::new("node-1", IpFamily::V4),
+            DataplaneConfig {
+                node_zone: Some("zone-a".into()),
+                ..DataplaneConfig::new(IpFamily::V4)
+            },
+            Box::new(Shared(model.clone())),
+            Box::new(crate::conntrack::NoConntrack),
+        );
+        let mut svc = lb();
+        svc.service_type = ServiceType::ClusterIp;
+        svc.external_traffic_policy = TrafficPolicy::Cluster;
+        svc.health_check_node_port = None;
+        p.engine.update_service(&svc);
+        let mut s = EndpointSlice::new("ns", "dns-1", "dns").with_port("dns", Protocol::Udp, 53);
+        for (ip, zone) in [("10.1.0.1", "zone-a"), ("10.1.0.2", "zone-b"), ("10.1.0.3", "zone-b")] {
+            s = s.with_endpoint(
+                SliceEndpoint::new(ip.parse().unwrap())
+                    .on_node("node-2")
+                    .with_zones([zone]),
+            );
+        }
+        p.engine.update_slice(s);
+        p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(reached(&model), ["10.1.0.1"]);
+
+        assert!(!p.set_node_zone(Some("zone-a".into())), "the same zone is no change");
+        assert!(p.set_node_zone(Some("zone-b".into())));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert!(out.report.full, "nothing else changed, yet every service is rewritten");
+        assert_eq!(reached(&model), ["10.1.0.2", "10.1.0.3"]);
+        assert!(p.set_node_zone(None));
+        p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(reached(&model).len(), 3, "no zone: hints are not used");
     }
 }

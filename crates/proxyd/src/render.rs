@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::process::ExitCode;
 
-use endpoints_map::topology::{TopologyMode, TrafficPolicies, categorize};
+use endpoints_map::topology::TopologyMode;
 use slice_model::{BaseEndpointInfo, ServicePortInfo};
 
 use crate::cli::RenderArgs;
@@ -83,7 +83,7 @@ fn frontends_text(t: &ServiceTarget) -> String {
 }
 
 fn notes(port: &ServicePortInfo, endpoints: &[BaseEndpointInfo], config: &DataplaneConfig) -> String {
-    let chosen = categorize(endpoints, TrafficPolicies::of(port), config.node_zone.as_deref());
+    let chosen = crate::dataplane::desired::choose(port, endpoints, config);
     let mut notes = Vec::new();
     if port.internal_policy_local {
         notes.push("internal Local".to_owned());
@@ -91,8 +91,10 @@ fn notes(port: &ServicePortInfo, endpoints: &[BaseEndpointInfo], config: &Datapl
     if port.external_policy_local && port.externally_accessible() {
         notes.push("external Local".to_owned());
     }
-    if chosen.topology == TopologyMode::PreferSameZone {
-        notes.push(format!("zone {}", config.node_zone.as_deref().unwrap_or_default()));
+    match chosen.topology {
+        TopologyMode::PreferSameZone => notes.push(format!("zone {}", config.node_zone.as_deref().unwrap_or_default())),
+        TopologyMode::PreferSameNode => notes.push("same node".into()),
+        TopologyMode::None => {}
     }
     if chosen.cluster_terminating_fallback || chosen.local_terminating_fallback {
         notes.push("terminating fallback".into());

@@ -156,18 +156,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let sync_needed = Arc::new(Notify::new());
     let slice_handlers: Vec<SliceCacheHandler> = engines
         .iter()
-        .map(|e| {
-            let mut h = SliceCacheHandler::new(e.slices.clone());
-            h.sync_needed = changes.clone();
-            h
-        })
+        .map(|e| SliceCacheHandler::new(e.slices.clone(), changes.clone()))
         .collect();
     let slices_synced: Vec<_> = slice_handlers.iter().map(|h| h.synced.clone()).collect();
     // Every family's handler sees the same slices: count the first one's.
     let slices_rejected = slice_handlers.first().map(|h| h.rejected.clone()).unwrap_or_default();
     let slices = Fanout(slice_handlers);
-    let mut store = ServiceHandler::new(engines.iter().map(|e| e.service_changes.clone()).collect());
-    store.changed = changes.clone();
+    let store = ServiceHandler::new(
+        engines.iter().map(|e| e.service_changes.clone()).collect(),
+        changes.clone(),
+    );
     let services_synced = store.synced.clone();
     let services_rejected = store.rejected.clone();
     let slice_watch = Arc::new(WatchMetrics::default());
@@ -184,11 +182,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     } else {
         Box::new(store)
     };
-    let pod_handler = args.proxy.multus.then(|| {
-        let mut h = PodHandler::new(&node);
-        h.changed = changes.clone();
-        h
-    });
+    let pod_handler = args.proxy.multus.then(|| PodHandler::new(&node, changes.clone()));
     let pods_synced = pod_handler.as_ref().map(|h| h.synced.clone());
     let pod_store = pod_handler.as_ref().map(|h| h.store.clone());
 

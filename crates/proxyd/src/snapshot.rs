@@ -3,6 +3,7 @@
 //! `explain` work from.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use anyhow::Context;
 use informer_glue::fold::EventFold;
@@ -195,8 +196,8 @@ impl Snapshot {
     pub fn engine(&self, node: &str, proxy: &ProxyArgs) -> Engine {
         let mut engine = Engine::new(node, proxy.ip_family);
         let sel = selection(proxy);
-        let mut slices = SliceCacheHandler::new(engine.slices.clone());
-        let mut store = ServiceHandler::new(vec![engine.service_changes.clone()]);
+        let mut slices = SliceCacheHandler::new(engine.slices.clone(), Arc::default());
+        let mut store = ServiceHandler::new(vec![engine.service_changes.clone()], Arc::default());
         let s = sel.clone();
         relist(
             &mut EventFold::with_selection(move |x| s.selects_service(x)),

@@ -54,6 +54,7 @@ fn render_matches_the_golden_ruleset_and_table() {
     assert!(row("shop/checkout:http").contains("terminating fallback"));
     assert!(row("shop/ingress:https").contains("external Local"));
     assert!(!out.contains("orders-db"), "headless: not proxied");
+    assert!(row("shop/cache:redis").contains("same node"), "node hints");
 }
 
 #[test]
@@ -61,7 +62,10 @@ fn explain_gives_a_reason_for_every_endpoint() {
     let (ok, out, err) = proxyd(&["explain", "shop/frontend:http"]);
     assert!(ok, "{err}");
     assert!(out.contains("10.244.2.13:8080: not ready, node node-2"), "{out}");
-    assert!(out.contains("cluster: not used: not ready and not serving"), "{out}");
+    assert!(
+        out.contains("to the cluster IP: not used: not ready and not serving"),
+        "{out}"
+    );
     assert!(
         out.contains("frontend-v6-2kd9s (IPv6, 1 endpoints): other IP family"),
         "{out}"
@@ -87,14 +91,35 @@ fn explain_gives_a_reason_for_every_endpoint() {
     let (ok, out, _) = proxyd(&["explain", "shop/ingress"]);
     assert!(ok);
     assert!(out.contains("chain fw-shop/ingress/tcp/443:"), "{out}");
-    assert!(out.contains("local:   not used: not on this node"), "{out}");
+    assert!(
+        out.contains("from outside:      not used: not on this node (Local policy)"),
+        "{out}"
+    );
+
+    // The node comes from the model: deprecatedTopology when there is no
+    // nodeName; only the first address is an endpoint.
+    let (ok, out, _) = proxyd(&["explain", "shop/legacy"]);
+    assert!(ok);
+    assert!(
+        out.contains("10.244.1.91:8080: ready, node node-1 (this node)\n        to the cluster IP: USED\n        from outside:      USED"),
+        "{out}"
+    );
+    assert!(!out.contains("10.244.1.99"), "{out}");
+
+    let (ok, out, _) = proxyd(&["explain", "shop/cache"]);
+    assert!(ok);
+    assert!(
+        out.contains("topology: node hints used: only endpoints hinted for node node-1"),
+        "{out}"
+    );
+    assert!(out.contains("result: to the cluster IP -> 10.244.1.81:6379\n"), "{out}");
 
     let (ok, out, _) = proxyd(&["explain", "shop/orders-db"]);
     assert!(ok && out.contains("not programmed: it is headless"), "{out}");
 
     let (ok, _, err) = proxyd(&["explain", "shop/nope"]);
     assert!(
-        !ok && err.contains("no service shop/nope; services in namespace shop: api, cart"),
+        !ok && err.contains("no service shop/nope; services in namespace shop: api, cache, cart"),
         "{err}"
     );
     let (ok, _, err) = proxyd(&["explain", "nonsense"]);

@@ -92,7 +92,7 @@ fn manifests_are_watched_and_each_sync_is_written() {
     for needle in [
         "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
         "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"}",
-        "kubeproxy_sync_proxy_rules_service_changes_total{ip_family=\"IPv4\"} 7",
+        "kubeproxy_sync_proxy_rules_service_changes_total{ip_family=\"IPv4\"} 9",
         "proxyd_watch_restarts_total{resource=\"endpointslices\"} 0",
     ] {
         assert!(text.contains(needle), "{needle} missing from\n{text}");

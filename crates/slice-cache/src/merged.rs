@@ -157,6 +157,7 @@ fn merge_runs(runs: &[Run<'_>], node_name: &str) -> Vec<BaseEndpointInfo> {
         serving: e.conditions.serving,
         terminating: e.conditions.terminating,
         zone_hints: e.zone_hints,
+        node_hint: e.node_hints.for_node(node_name),
     };
     let push = |out: &mut Vec<BaseEndpointInfo>, e: &SliceEndpoint, port: u16| {
         let addr = SocketAddr::new(e.addr, port);

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use crate::parse_endpoint_ip;
 use crate::trigger_time::parse_rfc3339;
 use crate::{
-    Conditions, EndpointSlice, Interner, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort, ZoneHints,
+    Conditions, EndpointSlice, Interner, NodeHints, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort,
+    ZoneHints,
 };
 
 /// The label that names a slice's service.
@@ -245,6 +246,18 @@ impl<'i> SliceBuilder<'i> {
     /// Adds `endpoints[index]`. An endpoint without a valid first address is
     /// skipped with a warning. `zones` are `hints.forZones[].name`.
     pub fn endpoint<'z>(&mut self, index: usize, raw: RawEndpoint<'_>, zones: impl IntoIterator<Item = &'z str>) {
+        self.endpoint_with_node_hints(index, raw, zones, []);
+    }
+
+    /// [`endpoint`](Self::endpoint) with the endpoint's node hints,
+    /// `hints.forNodes[].name`.
+    pub fn endpoint_with_node_hints<'z, 'n>(
+        &mut self,
+        index: usize,
+        raw: RawEndpoint<'_>,
+        zones: impl IntoIterator<Item = &'z str>,
+        nodes: impl IntoIterator<Item = &'n str>,
+    ) {
         let Some(text) = raw.first_address else {
             return self.warn(index, WarningKind::NoAddress);
         };
@@ -263,6 +276,7 @@ impl<'i> SliceBuilder<'i> {
             // fallback alone is no change.
             node: raw.node_name.or(raw.topology_hostname).map(|n| self.interner.node(n)),
             zone_hints,
+            node_hints: NodeHints::new(nodes),
         });
     }
 

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::ZoneHints;
+use crate::{NodeHint, ZoneHints};
 
 /// What a proxier needs to know of one endpoint of one service port.
 ///
@@ -29,6 +29,12 @@ pub trait Endpoint {
 
     /// The zones this endpoint is meant to serve.
     fn zone_hints(&self) -> &ZoneHints;
+
+    /// What the endpoint's node hints say to this proxy's node. Proxiers
+    /// that do not keep node hints report none.
+    fn node_hint(&self) -> NodeHint {
+        NodeHint::Unhinted
+    }
 
     /// The endpoint string, `IP:port`, or `[IPv6]:port` (canonical text).
     fn endpoint_string(&self) -> String {
@@ -70,6 +76,8 @@ pub struct BaseEndpointInfo {
     pub terminating: bool,
     /// Zone hints.
     pub zone_hints: ZoneHints,
+    /// What its node hints say to this proxy's node.
+    pub node_hint: NodeHint,
 }
 
 /// Builders for code that constructs endpoints directly (tests, proxiers'
@@ -84,6 +92,7 @@ impl BaseEndpointInfo {
             serving: true,
             terminating: false,
             zone_hints: ZoneHints::default(),
+            node_hint: NodeHint::Unhinted,
         }
     }
 
@@ -102,6 +111,12 @@ impl BaseEndpointInfo {
     /// Sets the zone hints.
     pub fn with_zones<'a>(mut self, zones: impl IntoIterator<Item = &'a str>) -> Self {
         self.zone_hints = ZoneHints::new(zones);
+        self
+    }
+
+    /// Sets what the node hints say to this proxy's node.
+    pub fn with_node_hint(mut self, hint: NodeHint) -> Self {
+        self.node_hint = hint;
         self
     }
 }
@@ -124,6 +139,9 @@ impl Endpoint for BaseEndpointInfo {
     }
     fn zone_hints(&self) -> &ZoneHints {
         &self.zone_hints
+    }
+    fn node_hint(&self) -> NodeHint {
+        self.node_hint
     }
 }
 

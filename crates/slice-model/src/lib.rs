@@ -30,6 +30,7 @@ mod endpoint;
 mod intern;
 mod names;
 mod node;
+mod node_hints;
 mod protocol;
 mod service;
 mod slice;
@@ -45,6 +46,7 @@ pub use endpoint::{BaseEndpointInfo, Endpoint};
 pub use intern::{FastHash, FastHasher, Interner};
 pub use names::{NamespacedName, ServiceName, ServicePortName, SliceName};
 pub use node::NodeName;
+pub use node_hints::{NodeHint, NodeHints};
 pub use protocol::{IpFamily, Protocol, UnknownIpFamily, UnknownProtocol};
 pub use service::{ServiceInfo, ServicePort, ServicePortInfo, ServiceType, TrafficPolicy};
 pub use slice::{

@@ -5,7 +5,7 @@ use std::num::NonZeroU16;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::{IpFamily, NodeName, Protocol, ServiceName, SliceName, ZoneHints};
+use crate::{IpFamily, NodeHints, NodeName, Protocol, ServiceName, SliceName, ZoneHints};
 
 /// An endpoint's conditions, with the API's defaults already applied.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -64,6 +64,8 @@ pub struct SliceEndpoint {
     pub node: Option<NodeName>,
     /// `hints.forZones[].name`.
     pub zone_hints: ZoneHints,
+    /// `hints.forNodes[].name`.
+    pub node_hints: NodeHints,
 }
 
 impl SliceEndpoint {
@@ -219,6 +221,7 @@ impl SliceEndpoint {
             conditions: Conditions::default(),
             node: None,
             zone_hints: ZoneHints::default(),
+            node_hints: NodeHints::default(),
         }
     }
 
@@ -241,6 +244,12 @@ impl SliceEndpoint {
     /// Sets the zone hints.
     pub fn with_zones<'a>(mut self, zones: impl IntoIterator<Item = &'a str>) -> Self {
         self.zone_hints = ZoneHints::new(zones);
+        self
+    }
+
+    /// Sets the node hints.
+    pub fn with_node_hints<'a>(mut self, nodes: impl IntoIterator<Item = &'a str>) -> Self {
+        self.node_hints = NodeHints::new(nodes);
         self
     }
 }

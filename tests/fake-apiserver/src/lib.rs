@@ -55,6 +55,8 @@ pub enum Kind {
     EndpointSlice,
     /// `v1` Pod (multus mode watches this node's, by field selector).
     Pod,
+    /// `v1` Node, cluster-scoped (proxyd watches its own, by name).
+    Node,
 }
 
 impl Kind {
@@ -64,13 +66,19 @@ impl Kind {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Pod => "Pod",
+            Kind::Node => "Node",
         }
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    pub fn namespaced(self) -> bool {
+        self != Kind::Node
     }
 
     /// `apiVersion`.
     pub fn api_version(self) -> &'static str {
         match self {
-            Kind::Service | Kind::Pod => "v1",
+            Kind::Service | Kind::Pod | Kind::Node => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
         }
     }
@@ -80,6 +88,7 @@ impl Kind {
             Kind::Service => "services",
             Kind::EndpointSlice => "endpointslices",
             Kind::Pod => "pods",
+            Kind::Node => "nodes",
         }
     }
 
@@ -88,6 +97,7 @@ impl Kind {
             "Service" => Some(Kind::Service),
             "EndpointSlice" => Some(Kind::EndpointSlice),
             "Pod" => Some(Kind::Pod),
+            "Node" => Some(Kind::Node),
             _ => None,
         }
     }
@@ -98,7 +108,8 @@ impl Kind {
 pub enum WriteError {
     /// `kind` is missing or not served.
     UnknownKind(String),
-    /// `metadata.name` or `metadata.namespace` is missing.
+    /// `metadata.name` is missing, or `metadata.namespace` is missing on a
+    /// namespaced kind or given on a cluster-scoped one.
     MissingName,
     /// Create of an object that exists.
     AlreadyExists,
@@ -211,7 +222,7 @@ impl Shared {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        if ns.is_empty() || name.is_empty() {
+        if name.is_empty() || (ns.is_empty() == kind.namespaced()) {
             return Err(WriteError::MissingName);
         }
         let mut inner = self.lock();
@@ -476,7 +487,7 @@ struct Route {
 fn route(path: &str) -> Option<Route> {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (kinds, rest): (&[Kind], _) = match parts.as_slice() {
-        ["api", "v1", rest @ ..] => (&[Kind::Service, Kind::Pod], rest),
+        ["api", "v1", rest @ ..] => (&[Kind::Service, Kind::Pod, Kind::Node], rest),
         ["apis", "discovery.k8s.io", "v1", rest @ ..] => (&[Kind::EndpointSlice], rest),
         _ => return None,
     };
@@ -485,13 +496,16 @@ fn route(path: &str) -> Option<Route> {
         rest => (None, rest),
     };
     let kind = *kinds.iter().find(|k| rest.first() == Some(&k.plural()))?;
+    if namespace.is_some() && !kind.namespaced() {
+        return None;
+    }
     match rest {
         [plural] if *plural == kind.plural() => Some(Route {
             kind,
             namespace,
             name: None,
         }),
-        [plural, name] if *plural == kind.plural() && namespace.is_some() => Some(Route {
+        [plural, name] if *plural == kind.plural() && (namespace.is_some() || !kind.namespaced()) => Some(Route {
             kind,
             namespace,
             name: Some(name.to_string()),
@@ -502,7 +516,7 @@ fn route(path: &str) -> Option<Route> {
 
 fn discovery(path: &str) -> Option<Value> {
     let resource = |kind: Kind| {
-        json!({"name": kind.plural(), "singularName": "", "namespaced": true, "kind": kind.name(),
+        json!({"name": kind.plural(), "singularName": "", "namespaced": kind.namespaced(), "kind": kind.name(),
                "verbs": ["create", "delete", "get", "list", "update", "watch"]})
     };
     Some(match path.trim_end_matches('/') {
@@ -513,7 +527,7 @@ fn discovery(path: &str) -> Option<Value> {
             "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
             "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}]}),
         "/api/v1" => json!({"kind": "APIResourceList", "groupVersion": "v1",
-            "resources": [resource(Kind::Service), resource(Kind::Pod)]}),
+            "resources": [resource(Kind::Service), resource(Kind::Pod), resource(Kind::Node)]}),
         "/apis/discovery.k8s.io" => json!({"kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io",
             "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
             "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}),
