@@ -39,6 +39,14 @@ impl SliceCacheHandler {
         }
     }
 
+    /// Counts rejected slices and skipped fields into `rejected` (the
+    /// exported counters) instead of private ones.
+    #[must_use]
+    pub fn counting_into(mut self, rejected: Arc<Rejections>) -> Self {
+        self.rejected = rejected;
+        self
+    }
+
     fn with_cache<T>(&self, f: impl FnOnce(&mut EndpointSliceCache) -> T) -> T {
         // The cache holds no invariant a panicking holder could break
         // half-way that a later update would not repair; keep going.
@@ -53,7 +61,7 @@ impl SliceCacheHandler {
         match slice_from_k8s(slice, &mut self.interner) {
             Ok((model, warnings)) => {
                 for w in &warnings {
-                    tracing::warn!("{w}");
+                    self.rejected.skipped(w.kind.reason(), w);
                 }
                 if self.with_cache(|c| c.update(model)) {
                     self.changed.notify_one();
@@ -126,7 +134,11 @@ mod tests {
         assert!(!notified(&h), "no change, no sync");
 
         h.on_update(&a, &slice(json!({}), "10.0.0.2"));
-        assert_eq!(h.rejected.total(), 1, "missing label is counted");
+        assert_eq!(
+            h.rejected.rejected_for("missing_service_name"),
+            1,
+            "missing label is counted"
+        );
         assert!(!notified(&h), "a rejected update changes nothing");
 
         h.on_delete(&slice(json!({}), "10.0.0.1"));
@@ -134,5 +146,14 @@ mod tests {
         assert_eq!(cache.lock().unwrap().known_slices(), 0);
         h.on_synced();
         assert!(h.synced.load(Ordering::Acquire) && notified(&h));
+    }
+
+    #[test]
+    fn invalid_endpoint_addresses_are_counted() {
+        let cache = Arc::new(Mutex::new(EndpointSliceCache::new("n1", IpFamily::V4)));
+        let mut h = SliceCacheHandler::new(cache, Arc::default());
+        h.on_add(&slice(json!({"kubernetes.io/service-name": "web"}), "10.0.0.300"));
+        assert_eq!(h.rejected.skipped_for("invalid_address"), 1);
+        assert_eq!(h.rejected.rejected_for("missing_service_name"), 0);
     }
 }

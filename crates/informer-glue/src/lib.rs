@@ -36,6 +36,7 @@ mod cache_handler;
 mod convert;
 pub mod fold;
 pub mod manifests;
+pub mod metrics;
 pub mod multus;
 pub mod node;
 pub mod rejections;

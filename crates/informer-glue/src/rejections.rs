@@ -1,35 +1,66 @@
-//! [`Rejections`]: objects a handler could not use, counted by reason and
-//! logged, shared with whoever reports them (metrics).
+//! [`Rejections`]: objects (and parts of objects) a handler could not use,
+//! logged and counted by reason.
 
-use std::collections::BTreeMap;
 use std::fmt::Display;
-use std::sync::Mutex;
 
-/// Rejected objects, by reason (`SliceError::reason`, `ServiceError::reason`).
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use crate::metrics::RejectionLabels;
+
+/// Rejected objects and skipped parts of one kind, by reason
+/// (`SliceError::reason`, `ServiceError::reason`, `WarningKind::reason`).
+/// A default value counts into families nobody registered (tests, one-shot
+/// commands); [`crate::metrics::SourceMetrics::rejections`] gives one that
+/// is exported.
 #[derive(Debug, Default)]
 pub struct Rejections {
-    by_reason: Mutex<BTreeMap<&'static str, u64>>,
+    kind: &'static str,
+    rejected: Family<RejectionLabels, Counter>,
+    skipped: Family<RejectionLabels, Counter>,
 }
 
 impl Rejections {
-    /// Counts one rejection and logs why, naming the object.
+    /// Counts `kind`'s rejections into these families.
+    pub fn new(
+        kind: &'static str,
+        rejected: Family<RejectionLabels, Counter>,
+        skipped: Family<RejectionLabels, Counter>,
+    ) -> Self {
+        Self {
+            kind,
+            rejected,
+            skipped,
+        }
+    }
+
+    fn labels(&self, reason: &'static str) -> RejectionLabels {
+        RejectionLabels {
+            kind: self.kind,
+            reason,
+        }
+    }
+
+    /// Counts one rejected object and logs why, naming the object.
     pub fn record(&self, reason: &'static str, why: &dyn Display) {
-        *self
-            .by_reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(reason)
-            .or_default() += 1;
+        self.rejected.get_or_create(&self.labels(reason)).inc();
         tracing::warn!("{why}");
     }
 
-    /// Counts by reason.
-    pub fn by_reason(&self) -> BTreeMap<&'static str, u64> {
-        self.by_reason.lock().map(|m| m.clone()).unwrap_or_default()
+    /// Counts one skipped part of an accepted object and logs why, naming
+    /// the object and the field.
+    pub fn skipped(&self, reason: &'static str, why: &dyn Display) {
+        self.skipped.get_or_create(&self.labels(reason)).inc();
+        tracing::warn!("{why}");
     }
 
-    /// All rejections.
-    pub fn total(&self) -> u64 {
-        self.by_reason().values().sum()
+    /// Rejected objects for `reason` so far.
+    pub fn rejected_for(&self, reason: &'static str) -> u64 {
+        self.rejected.get_or_create(&self.labels(reason)).get()
+    }
+
+    /// Skipped parts for `reason` so far.
+    pub fn skipped_for(&self, reason: &'static str) -> u64 {
+        self.skipped.get_or_create(&self.labels(reason)).get()
     }
 }

@@ -9,19 +9,24 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
+use prometheus_client::metrics::counter::Counter;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use crate::fold::{EventFold, EventHandler, Keep};
 
-/// Counters of one watch, shared with whoever reports them (metrics).
+/// Counters of one watch, shared with whoever reports them (health, and
+/// the exported series [`crate::metrics::SourceMetrics::watch`] hands out;
+/// a default value counts into series nobody exports).
 #[derive(Debug, Default)]
 pub struct WatchMetrics {
     /// Watch events received (all kinds).
     pub events: AtomicU64,
     /// Errors from the watch (list, watch start, watch stream, ERROR
     /// events); each is followed by a retry with backoff.
-    pub errors: AtomicU64,
+    pub errors: Counter,
+    /// Complete lists after the first one.
+    pub relists: Counter,
     /// Complete lists (the first one and every relist).
     pub lists: AtomicU64,
     /// Lists restarted before they completed.
@@ -162,7 +167,7 @@ impl Retry {
 #[derive(Debug, Clone)]
 pub struct WatchSettings {
     /// Label selector for list and watch requests.
-    pub label_selector: String,
+    pub label_selector: kube::core::Selector,
     /// Field selector (`spec.nodeName=NODE` for this node's pods), if any.
     pub field_selector: Option<String>,
     /// Objects per list page.
@@ -199,7 +204,7 @@ where
     let span = tracing::info_span!("watch", kind = %kind, selector = %settings.label_selector);
     async move {
         let mut config = watcher::Config::default()
-            .labels(&settings.label_selector)
+            .labels_from(&settings.label_selector)
             .page_size(settings.page_size);
         if let Some(fields) = &settings.field_selector {
             config = config.fields(fields);
@@ -245,7 +250,12 @@ where
                     let was_synced = fold.is_synced();
                     fold.apply(event, &mut handler);
                     let s = fold.stats();
-                    metrics.lists.store(s.lists, Ordering::Relaxed);
+                    let before = metrics.lists.swap(s.lists, Ordering::Relaxed);
+                    if s.lists > before {
+                        metrics
+                            .relists
+                            .inc_by(s.lists.saturating_sub(1) - before.saturating_sub(1));
+                    }
                     metrics.aborted_lists.store(s.aborted_lists, Ordering::Relaxed);
                     metrics
                         .deletes_found_by_relist
@@ -255,7 +265,7 @@ where
                     }
                 }
                 Some(Err(e)) => {
-                    metrics.errors.fetch_add(1, Ordering::Relaxed);
+                    metrics.errors.inc();
                     let wait = retry.failed(&e, &metrics);
                     tokio::select! {
                         () = &mut shutdown => break,

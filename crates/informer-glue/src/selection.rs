@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::core::{Expression, Selector, SelectorExt};
 
 use crate::multus::{MANAGED_BY_LABEL, MULTUS_SLICE_CONTROLLER, SERVICE_NETWORK_ANNOTATION, service_network};
 
@@ -29,38 +30,36 @@ pub struct Selection {
 }
 
 impl Selection {
-    /// The label selector for Service list and watch requests.
-    pub fn label_selector(&self) -> String {
-        match &self.proxy_name {
-            None => format!("!{SERVICE_PROXY_NAME_LABEL},!{HEADLESS_LABEL}"),
-            Some(name) => format!("{SERVICE_PROXY_NAME_LABEL}={name},!{HEADLESS_LABEL}"),
-        }
+    /// The label selector for Service list and watch requests (its
+    /// `Display` is the query's text); the client side checks what the
+    /// server returned against the same value.
+    pub fn label_selector(&self) -> Selector {
+        let proxy = match &self.proxy_name {
+            None => Expression::DoesNotExist(SERVICE_PROXY_NAME_LABEL.into()),
+            Some(name) => Expression::Equal(SERVICE_PROXY_NAME_LABEL.into(), name.clone()),
+        };
+        Selector::from_iter([proxy, Expression::DoesNotExist(HEADLESS_LABEL.into())])
     }
 
     /// The label selector for EndpointSlice list and watch requests: in
     /// multus mode only the multus controller's slices (the default
     /// controller copies the service's labels onto slices of primary
     /// addresses).
-    pub fn slice_label_selector(&self) -> String {
-        let base = self.label_selector();
+    pub fn slice_label_selector(&self) -> Selector {
+        let mut selector = self.label_selector();
         if self.multus {
-            format!("{base},{MANAGED_BY_LABEL}={MULTUS_SLICE_CONTROLLER}")
-        } else {
-            base
+            selector.extend(Expression::Equal(
+                MANAGED_BY_LABEL.into(),
+                MULTUS_SLICE_CONTROLLER.into(),
+            ));
         }
+        selector
     }
 
-    /// The same decision on the client side, for what a server returned.
+    /// The Service selector on the client side, for what a server (or a
+    /// manifest file) returned.
     pub fn selects_labels(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
-        let get = |k: &str| labels.and_then(|l| l.get(k));
-        if get(HEADLESS_LABEL).is_some() {
-            return false;
-        }
-        match (&self.proxy_name, get(SERVICE_PROXY_NAME_LABEL)) {
-            (None, None) => true,
-            (Some(want), Some(have)) => want == have,
-            _ => false,
-        }
+        self.label_selector().matches(labels.unwrap_or(&BTreeMap::new()))
     }
 
     /// Whether the proxy handles this service: selected by label and not
@@ -120,9 +119,7 @@ impl Selection {
     /// multus controller's).
     pub fn selects_slice(&self, slice: &EndpointSlice) -> bool {
         let labels = slice.metadata.labels.as_ref();
-        let from_multus =
-            || labels.and_then(|l| l.get(MANAGED_BY_LABEL)).map(String::as_str) == Some(MULTUS_SLICE_CONTROLLER);
-        self.selects_labels(labels) && (!self.multus || from_multus())
+        self.slice_label_selector().matches(labels.unwrap_or(&BTreeMap::new()))
     }
 }
 
@@ -138,7 +135,7 @@ mod tests {
     fn default_proxy_skips_named_and_headless() {
         let s = Selection::default();
         assert_eq!(
-            s.label_selector(),
+            s.label_selector().to_string(),
             "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
         );
         assert!(s.selects_labels(None));
@@ -154,7 +151,7 @@ mod tests {
             multus: false,
         };
         assert_eq!(
-            s.label_selector(),
+            s.label_selector().to_string(),
             "service.kubernetes.io/service-proxy-name=multus-proxy,!service.kubernetes.io/headless"
         );
         assert!(!s.selects_labels(None));
@@ -180,7 +177,7 @@ mod tests {
             multus: true,
         };
         assert_eq!(
-            s.slice_label_selector(),
+            s.slice_label_selector().to_string(),
             "service.kubernetes.io/service-proxy-name=multus-proxy,!service.kubernetes.io/headless,\
              endpointslice.kubernetes.io/managed-by=multus-endpointslice-controller.npwg.k8s.io"
         );

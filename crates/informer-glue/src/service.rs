@@ -26,6 +26,9 @@ pub enum ServiceError {
 }
 
 impl ServiceError {
+    /// Every [`reason`](Self::reason), for metrics that start at zero.
+    pub const REASONS: &'static [&'static str] = &["missing_name"];
+
     /// A short label for metrics: `missing_name`.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -41,8 +44,23 @@ pub struct ServiceWarning {
     pub service: ServiceName,
     /// The field, e.g. `spec.ports[1].protocol`.
     pub field: String,
+    /// A short label for metrics (one of [`ServiceWarning::REASONS`]).
+    pub reason: &'static str,
     /// What was wrong with it.
     pub problem: String,
+}
+
+impl ServiceWarning {
+    /// Every [`reason`](Self::reason), for metrics that start at zero.
+    pub const REASONS: &'static [&'static str] = &[
+        "invalid_address",
+        "invalid_port",
+        "invalid_traffic_policy",
+        "invalid_type",
+        "unknown_protocol",
+        "invalid_cidr",
+        "schema_mismatch",
+    ];
 }
 
 impl fmt::Display for ServiceWarning {
@@ -57,10 +75,11 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn warn(&mut self, field: String, problem: String) {
+    fn warn(&mut self, reason: &'static str, field: String, problem: String) {
         self.warnings.push(ServiceWarning {
             service: self.name.clone(),
             field,
+            reason,
             problem,
         });
     }
@@ -68,7 +87,7 @@ impl Ctx {
     fn ip(&mut self, field: String, s: &str) -> Option<IpAddr> {
         let ip = parse_endpoint_ip(s);
         if ip.is_none() {
-            self.warn(field, format!("{s:?} is not a valid IP address"));
+            self.warn("invalid_address", field, format!("{s:?} is not a valid IP address"));
         }
         ip
     }
@@ -76,7 +95,7 @@ impl Ctx {
     fn port(&mut self, field: String, p: i32) -> Option<NonZeroU16> {
         let port = u16::try_from(p).ok().and_then(NonZeroU16::new);
         if port.is_none() {
-            self.warn(field, format!("{p} is outside 1..65535"));
+            self.warn("invalid_port", field, format!("{p} is outside 1..65535"));
         }
         port
     }
@@ -87,6 +106,7 @@ impl Ctx {
             Some("Local") => TrafficPolicy::Local,
             Some(other) => {
                 self.warn(
+                    "invalid_traffic_policy",
                     field.into(),
                     format!("{other:?} is not Cluster or Local; using Cluster"),
                 );
@@ -124,7 +144,11 @@ pub fn service_from_k8s(svc: &core::Service) -> Result<(ServiceInfo, Vec<Service
         Some("LoadBalancer") => ServiceType::LoadBalancer,
         Some("ExternalName") => ServiceType::ExternalName,
         Some(other) => {
-            cx.warn("spec.type".into(), format!("unknown type {other:?}; using ClusterIP"));
+            cx.warn(
+                "invalid_type",
+                "spec.type".into(),
+                format!("unknown type {other:?}; using ClusterIP"),
+            );
             ServiceType::ClusterIp
         }
     };
@@ -149,7 +173,7 @@ pub fn service_from_k8s(svc: &core::Service) -> Result<(ServiceInfo, Vec<Service
             Some(s) => match s.parse() {
                 Ok(p) => p,
                 Err(e) => {
-                    cx.warn(format!("spec.ports[{i}].protocol"), format!("{e}"));
+                    cx.warn("unknown_protocol", format!("spec.ports[{i}].protocol"), format!("{e}"));
                     continue;
                 }
             },
@@ -192,6 +216,7 @@ pub fn service_from_k8s(svc: &core::Service) -> Result<(ServiceInfo, Vec<Service
         match r.trim().parse::<IpNet>() {
             Ok(net) => info.load_balancer_source_ranges.push(net),
             Err(_) => cx.warn(
+                "invalid_cidr",
                 format!("spec.loadBalancerSourceRanges[{i}]"),
                 format!("{r:?} is not a CIDR"),
             ),

@@ -41,6 +41,14 @@ impl ServiceHandler {
         }
     }
 
+    /// Counts rejected services and skipped fields into `rejected` (the
+    /// exported counters) instead of private ones.
+    #[must_use]
+    pub fn counting_into(mut self, rejected: Arc<Rejections>) -> Self {
+        self.rejected = rejected;
+        self
+    }
+
     /// Applies `f` to every tracker; wakes the sync loop if any changed.
     fn each(&self, f: impl Fn(&mut ServiceChangeTracker) -> bool) {
         let mut changed = false;
@@ -56,7 +64,7 @@ impl ServiceHandler {
         match service_from_k8s(svc) {
             Ok((info, warnings)) => {
                 for w in &warnings {
-                    tracing::warn!("{w}");
+                    self.rejected.skipped(w.reason, w);
                 }
                 self.each(|t| t.update(&info));
             }
@@ -127,8 +135,14 @@ mod tests {
         let mut nameless = svc("10.96.0.3");
         nameless.metadata.name = None;
         s.on_add(&nameless);
-        assert_eq!(s.rejected.total(), 1);
+        assert_eq!(s.rejected.rejected_for("missing_name"), 1);
         assert!(!changed(&s));
+        s.on_add(&svc("10.96.0.300"));
+        assert_eq!(
+            s.rejected.skipped_for("invalid_address"),
+            1,
+            "a bad cluster IP is counted"
+        );
     }
 
     #[test]

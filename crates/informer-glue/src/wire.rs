@@ -386,6 +386,7 @@ impl<'a> WireObject<'a> {
             warnings.push(ServiceWarning {
                 service: info.name.clone(),
                 field: field.into(),
+                reason: "schema_mismatch",
                 problem: format!("does not fit the v1 Service schema ({problem})"),
             });
         }

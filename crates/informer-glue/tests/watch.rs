@@ -134,7 +134,7 @@ impl<H> Watch<H> {
     }
 }
 
-fn spawn<K, H>(api: Api<K>, selector: String, page_size: u32, fold: EventFold<K>, handler: H) -> Watch<H>
+fn spawn<K, H>(api: Api<K>, selector: kube::core::Selector, page_size: u32, fold: EventFold<K>, handler: H) -> Watch<H>
 where
     K: kube::Resource + ResourceExt + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     K::DynamicType: Default,
@@ -145,7 +145,7 @@ where
 
 fn spawn_with<K, H>(
     api: Api<K>,
-    selector: String,
+    selector: kube::core::Selector,
     page_size: u32,
     relist_every: Option<Duration>,
     fold: EventFold<K>,
@@ -195,7 +195,7 @@ async fn watch_slices(server: &FakeApiServer, page_size: u32) -> (Recorder, Watc
     let rec = Recorder::default();
     let w = spawn(
         slices_api(server),
-        String::new(),
+        kube::core::Selector::default(),
         page_size,
         EventFold::new(),
         rec.clone(),
@@ -216,7 +216,7 @@ async fn periodic_relists_keep_the_view_and_count() {
     let rec = Recorder::default();
     let w = spawn_with(
         slices_api(&server),
-        String::new(),
+        kube::core::Selector::default(),
         500,
         Some(Duration::from_millis(200)),
         EventFold::new(),
@@ -303,11 +303,17 @@ async fn list_failing_part_way_loses_nothing() {
     // and the watch retries with backoff.
     server.fail_next_continues(2);
     let rec = Recorder::default();
-    let w = spawn(slices_api(&server), String::new(), 10, EventFold::new(), rec.clone());
+    let w = spawn(
+        slices_api(&server),
+        kube::core::Selector::default(),
+        10,
+        EventFold::new(),
+        rec.clone(),
+    );
     wait_for("synced", || rec.get().synced == 1).await;
     assert_eq!(rec.get().objects, server_view(&server, Kind::EndpointSlice, |_| true));
     assert_eq!(rec.get().deletes, 0, "nothing invented or lost");
-    assert!(w.metrics.errors.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    assert!(w.metrics.errors.get() >= 2);
 
     // A relist that breaks part-way after the first sync loses nothing either.
     server.set_delay(Duration::from_millis(200));
@@ -328,10 +334,16 @@ async fn failed_lists_are_retried() {
     server.apply(slice("ns", "a", "web", &["10.0.0.1"])).unwrap();
     server.fail_next_lists(2);
     let rec = Recorder::default();
-    let w = spawn(slices_api(&server), String::new(), 500, EventFold::new(), rec.clone());
+    let w = spawn(
+        slices_api(&server),
+        kube::core::Selector::default(),
+        500,
+        EventFold::new(),
+        rec.clone(),
+    );
     wait_for("synced despite failing lists", || rec.get().synced == 1).await;
     assert_eq!(rec.get().objects.len(), 1);
-    assert!(w.metrics.errors.load(std::sync::atomic::Ordering::Relaxed) >= 2);
+    assert!(w.metrics.errors.get() >= 2);
     w.stop().await;
 }
 
@@ -433,7 +445,13 @@ async fn a_thousand_slices_across_chunked_lists() {
             .unwrap();
     }
     let rec = Recorder::default();
-    let w = spawn(slices_api(&server), String::new(), 100, EventFold::new(), rec.clone());
+    let w = spawn(
+        slices_api(&server),
+        kube::core::Selector::default(),
+        100,
+        EventFold::new(),
+        rec.clone(),
+    );
     wait_for("synced", || rec.get().synced == 1).await;
     assert_eq!(rec.get().objects.len(), 1000);
     assert!(
@@ -554,7 +572,7 @@ async fn soak_with_random_faults() {
         got_map.iter().map(|(s, p)| format!("{s} {p:?}")).collect::<Vec<_>>() == want
     })
     .await;
-    let errors = w.metrics.errors.load(std::sync::atomic::Ordering::Relaxed);
+    let errors = w.metrics.errors.get();
     let lists = w.metrics.lists.load(std::sync::atomic::Ordering::Relaxed);
     w.stop().await;
     let stats = server.stats();
@@ -591,7 +609,7 @@ async fn only_this_nodes_pods_are_watched() {
     let store = handler.store.clone();
     let (stop, stopped) = oneshot::channel::<()>();
     let settings = WatchSettings {
-        label_selector: String::new(),
+        label_selector: kube::core::Selector::default(),
         field_selector: Some("spec.nodeName=node-1".into()),
         page_size: 100,
         relist_every: None,
@@ -623,6 +641,55 @@ async fn only_this_nodes_pods_are_watched() {
     let _ = task.await;
 }
 
+fn node(name: &str, zone: Option<&str>) -> Value {
+    let labels = zone.map_or(json!({}), |z| json!({"topology.kubernetes.io/zone": z}));
+    json!({"kind": "Node", "metadata": {"name": name, "labels": labels}})
+}
+
+/// The one Node watched by name: its zone label is followed through
+/// relabels, a dropped watch and a 410, other nodes never matter.
+#[tokio::test]
+async fn this_nodes_zone_is_followed() {
+    use informer_glue::node::{NodeZone, NodeZoneHandler};
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(node("node-1", Some("zone-a"))).unwrap();
+    server.apply(node("node-2", Some("zone-x"))).unwrap();
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let zone = NodeZone::new("node-1", changed.clone());
+    let handler = NodeZoneHandler::new(zone.clone());
+    let synced = handler.synced.clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let settings = WatchSettings {
+        label_selector: kube::core::Selector::default(),
+        field_selector: Some("metadata.name=node-1".into()),
+        page_size: 100,
+        relist_every: None,
+    };
+    let task = tokio::spawn(run_watch(
+        Api::<k8s_openapi::api::core::v1::Node>::all(server.client()),
+        settings,
+        EventFold::new(),
+        handler,
+        Arc::new(WatchMetrics::default()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    wait_for("the first list", || synced.load(Ordering::Acquire)).await;
+    assert_eq!(zone.get().as_deref(), Some("zone-a"));
+    server.apply(node("node-1", Some("zone-b"))).unwrap();
+    wait_for("the relabel", || zone.get().as_deref() == Some("zone-b")).await;
+    server.apply(node("node-2", Some("zone-y"))).unwrap();
+    server.expire_next_watches(1);
+    server.drop_watches();
+    server.apply(node("node-1", Some("zone-c"))).unwrap();
+    wait_for("a relabel across a 410", || zone.get().as_deref() == Some("zone-c")).await;
+    server.apply(node("node-1", None)).unwrap();
+    wait_for("the label removed", || zone.get().is_none()).await;
+    let _ = stop.send(());
+    let _ = task.await;
+}
+
 /// How long after `applied` the recorder first holds `key`.
 async fn seen_after(rec: &Recorder, key: &str, applied: Instant) -> Duration {
     wait_for(key, || rec.0.lock().unwrap().objects.contains_key(key)).await;
@@ -641,7 +708,7 @@ async fn recovery_after_an_api_server_outage_and_restart() {
     let rec = Recorder::default();
     let w = spawn(
         Api::<Service>::all(server.client()),
-        String::new(),
+        kube::core::Selector::default(),
         100,
         EventFold::new(),
         rec.clone(),
@@ -655,9 +722,9 @@ async fn recovery_after_an_api_server_outage_and_restart() {
         .enumerate()
     {
         server.stop();
-        let errors_before = w.metrics.errors.load(Ordering::Relaxed);
+        let errors_before = w.metrics.errors.get();
         tokio::time::sleep(outage).await;
-        let attempts = w.metrics.errors.load(Ordering::Relaxed) - errors_before;
+        let attempts = w.metrics.errors.get() - errors_before;
         let down = w.metrics.down_for(std::time::SystemTime::now()).unwrap_or_default();
         server.restart().await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;

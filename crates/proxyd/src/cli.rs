@@ -134,11 +134,11 @@ pub struct SourceArgs {
     /// EndpointSlices, and optionally this node's Node for its zone)
     /// instead of the API server. `proxyd run` re-reads them when they
     /// change.
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "kubeconfig")]
     pub manifests: Option<PathBuf>,
 
     /// Path to a kubeconfig; without it: $KUBECONFIG, ~/.kube/config, then
-    /// the in-cluster service account. Ignored with --manifests.
+    /// the in-cluster service account. Not with --manifests.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
 }
@@ -172,7 +172,7 @@ pub struct ProxyArgs {
     /// The pod network(s), comma-separated: cluster-IP traffic from outside
     /// them is masqueraded, and pods reaching an external address of an
     /// externalTrafficPolicy: Local service use all endpoints.
-    #[arg(long, value_delimiter = ',', value_name = "CIDR")]
+    #[arg(long, value_delimiter = ',', value_name = "CIDR", value_parser = parse_cidr)]
     pub cluster_cidr: Vec<ipnet::IpNet>,
 
     /// Masquerade all traffic sent to cluster IPs.
@@ -181,13 +181,13 @@ pub struct ProxyArgs {
 
     /// Accept node-port traffic only on local addresses in these CIDRs,
     /// comma-separated (default: every local address).
-    #[arg(long, value_delimiter = ',', value_name = "CIDR")]
+    #[arg(long, value_delimiter = ',', value_name = "CIDR", value_parser = parse_cidr)]
     pub nodeport_addresses: Vec<ipnet::IpNet>,
 
     /// The service CIDR(s), comma-separated: traffic to an address in them
     /// that is no service's cluster IP is dropped (kube-proxy reads them
     /// from ServiceCIDR objects).
-    #[arg(long, value_delimiter = ',', value_name = "CIDR")]
+    #[arg(long, value_delimiter = ',', value_name = "CIDR", value_parser = parse_cidr)]
     pub service_cidr: Vec<ipnet::IpNet>,
 
     /// This node's topology.kubernetes.io/zone, for topology hints
@@ -282,13 +282,13 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', value_name = "FAMILIES")]
     pub ip_families: Vec<IpFamily>,
 
-    /// Where to serve /healthz and /livez; empty disables.
-    #[arg(long, default_value = "0.0.0.0:10256")]
-    pub healthz_bind_address: String,
+    /// Where to serve /healthz and /livez (ADDRESS:PORT); empty disables.
+    #[arg(long, default_value = "0.0.0.0:10256", value_parser = parse_bind_address, value_name = "ADDRESS:PORT")]
+    pub healthz_bind_address: BindAddress,
 
-    /// Where to serve /metrics (Prometheus text format); empty disables.
-    #[arg(long, default_value = "127.0.0.1:10249")]
-    pub metrics_bind_address: String,
+    /// Where to serve /metrics (ADDRESS:PORT); empty disables.
+    #[arg(long, default_value = "127.0.0.1:10249", value_parser = parse_bind_address, value_name = "ADDRESS:PORT")]
+    pub metrics_bind_address: BindAddress,
 
     /// Do not delete stale UDP conntrack entries after syncs (for hosts
     /// without the conntrack tool; stale entries then live until they time
@@ -320,23 +320,75 @@ impl RunArgs {
     }
 }
 
-/// Parses `1s`, `500ms`, `2m` or a bare number of seconds.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+/// A server address from the command line: `ADDRESS:PORT`, or nothing
+/// (the empty string turns the server off).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BindAddress(pub Option<std::net::SocketAddr>);
+
+/// Parses `ADDRESS:PORT` (`[::]:10256` for IPv6); the empty string is off.
+pub fn parse_bind_address(s: &str) -> Result<BindAddress, String> {
     let s = s.trim();
-    let (num, unit) = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .map_or((s, ""), |i| s.split_at(i));
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (e.g. 1s, 500ms, 2m)"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "ms" => n / 1000.0,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(format!("{s:?}: unknown unit {unit:?} (use ms, s, m or h)")),
-    };
-    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+    if s.is_empty() {
+        return Ok(BindAddress(None));
+    }
+    s.parse()
+        .map(|a| BindAddress(Some(a)))
+        .map_err(|_| format!("{s:?} is not ADDRESS:PORT (e.g. 0.0.0.0:10256 or [::]:10256); empty turns it off"))
+}
+
+/// Parses a CIDR, saying what is missing when it is only an address.
+pub fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
+    let s = s.trim();
+    if let Ok(ip) = s.parse::<std::net::IpAddr>() {
+        let example = if ip.is_ipv4() { "/16" } else { "/64" };
+        return Err(format!(
+            "{s:?} is an address, not a CIDR: the prefix length is missing (e.g. {s}{example})"
+        ));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?} is not a CIDR (ADDRESS/PREFIX-LENGTH, e.g. 10.244.0.0/16 or fd00::/64)"))
+}
+
+/// Parses a duration as kube-proxy's flags take it (Go's syntax): one or
+/// more decimal numbers each with a unit, `ns`, `us` (or `µs`), `ms`, `s`,
+/// `m`, `h`: `1s`, `500ms`, `1m30s`, `1.5h`. `0` alone is zero; any other
+/// number needs a unit.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let text = s.trim();
+    if text == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    if text.is_empty() {
+        return Err("a duration is needed (e.g. 1s, 500ms, 1m30s)".into());
+    }
+    let mut secs = 0.0_f64;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(digits);
+        let n: f64 = number
+            .parse()
+            .map_err(|_| format!("{text:?} is not a duration (e.g. 1s, 500ms, 1m30s)"))?;
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        let scale = match unit {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            "" => return Err(format!("{text:?}: the unit is missing (e.g. {number}s or {number}ms)")),
+            other => return Err(format!("{text:?}: unknown unit {other:?} (use ns, us, ms, s, m or h)")),
+        };
+        secs += n * scale;
+        rest = next;
+    }
+    std::time::Duration::try_from_secs_f64(secs).map_err(|e| format!("{text:?}: {e}"))
 }
 
 /// `proxyd replay`.
@@ -378,9 +430,37 @@ mod tests {
         assert_eq!(parse_duration("1s"), Ok(Duration::from_secs(1)));
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h0m0.5s"), Ok(Duration::from_millis(3_600_500)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        let bare = parse_duration("30").unwrap_err();
+        assert!(bare.contains("the unit is missing (e.g. 30s"), "{bare}");
         assert!(parse_duration("1 day").is_err());
+        assert!(parse_duration("1d").unwrap_err().contains("unknown unit \"d\""));
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn addresses_and_cidrs_say_what_is_wrong() {
+        use super::{BindAddress, parse_bind_address, parse_cidr};
+        assert_eq!(parse_bind_address(""), Ok(BindAddress(None)));
+        assert_eq!(
+            parse_bind_address("[::]:10256"),
+            Ok(BindAddress(Some("[::]:10256".parse().unwrap())))
+        );
+        assert!(
+            parse_bind_address("localhost")
+                .unwrap_err()
+                .contains("is not ADDRESS:PORT")
+        );
+        assert_eq!(parse_cidr("10.244.0.0/16"), Ok("10.244.0.0/16".parse().unwrap()));
+        let e = parse_cidr("10.244.0.0").unwrap_err();
+        assert!(e.contains("the prefix length is missing (e.g. 10.244.0.0/16)"), "{e}");
+        assert!(parse_cidr("fd00::").unwrap_err().contains("fd00::/64"));
+        assert!(parse_cidr("nonsense").unwrap_err().contains("is not a CIDR"));
     }
 }

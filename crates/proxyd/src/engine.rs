@@ -69,6 +69,20 @@ impl Engine {
         lock(&self.service_changes).remove(name)
     }
 
+    /// The family this engine serves.
+    pub fn family(&self) -> IpFamily {
+        lock(&self.slices).family()
+    }
+
+    /// Changes waiting for [`Engine::update`], counted in services:
+    /// (endpoint changes, service changes).
+    pub fn pending(&self) -> (usize, usize) {
+        (
+            lock(&self.slices).pending_services(),
+            lock(&self.service_changes).pending_services(),
+        )
+    }
+
     /// Applies everything pending.
     pub fn update(&mut self) -> EngineUpdate {
         let services = self.services.update(&mut lock(&self.service_changes));

@@ -1,5 +1,6 @@
-//! A small HTTP/1 server for health checks and metrics: GET only, one
-//! handler per server, stopped by a future.
+//! A small HTTP/1 server for health checks and metrics: GET and HEAD (any
+//! other method is answered 405), one handler per server, stopped by a
+//! future.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -34,6 +35,18 @@ impl Reply {
                 ("X-Content-Type-Options", "nosniff".into()),
             ],
             body,
+        }
+    }
+
+    /// 405 for methods other than GET and HEAD.
+    pub fn method_not_allowed() -> Self {
+        Self {
+            status: 405,
+            headers: vec![
+                ("Content-Type", "text/plain; charset=utf-8".into()),
+                ("Allow", "GET, HEAD".into()),
+            ],
+            body: "405 method not allowed\n".into(),
         }
     }
 
@@ -81,7 +94,12 @@ pub async fn serve(listener: TcpListener, handler: Handler, stop: impl Future<Ou
         let handler = handler.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let reply = handler(req.uri().path());
+                // hyper sends no body in answer to HEAD.
+                let reply = if matches!(*req.method(), hyper::Method::GET | hyper::Method::HEAD) {
+                    handler(req.uri().path())
+                } else {
+                    Reply::method_not_allowed()
+                };
                 async move { Ok::<_, Infallible>(response(reply)) }
             });
             let _ = http1::Builder::new()

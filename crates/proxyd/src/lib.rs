@@ -18,6 +18,7 @@
 //!  dataplane    desired state ─► fragments ─► nft text ─► one transaction
 //! ```
 
+pub mod cleanup;
 pub mod cli;
 pub mod config;
 pub mod conntrack;

@@ -18,6 +18,6 @@ fn main() -> ExitCode {
         Command::Run(args) => proxyd::run::main(*args),
         Command::Render(args) => proxyd::render::main(args),
         Command::Explain(args) => proxyd::explain::main(args),
-        Command::Cleanup(args) => proxyd::run::cleanup(args),
+        Command::Cleanup(args) => proxyd::cleanup::cleanup(args),
     }
 }

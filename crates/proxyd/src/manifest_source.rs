@@ -14,12 +14,13 @@ use informer_glue::SliceCacheHandler;
 use informer_glue::fold::{EventFold, EventHandler, Fanout};
 use informer_glue::manifests::{self, ManifestError, Object, Summary, Texts};
 use informer_glue::multus::PodHandler;
+use informer_glue::node::NodeZone;
 use informer_glue::selection::Selection;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// How often the files are checked for changes.
 const POLL: Duration = Duration::from_secs(1);
@@ -64,17 +65,38 @@ impl Read {
 /// records each service's network).
 pub type ServiceSink = Box<dyn EventHandler<Service> + Send>;
 
-/// The handlers and their folds.
-struct Sink {
+/// The handlers the files feed, and their folds.
+pub struct Sink {
     slices: Fanout<SliceCacheHandler>,
     slice_fold: EventFold<EndpointSlice, SlimSlices>,
     store: ServiceSink,
     service_fold: EventFold<Service, SlimServices>,
     /// Multus mode: this node's pods.
     pods: Option<(PodHandler, EventFold<Pod>)>,
+    /// This node's zone, from its Node in the files (unless --node-zone).
+    node_zone: Option<NodeZone>,
 }
 
 impl Sink {
+    /// Handlers fed with what `selection` selects.
+    pub fn new(
+        selection: Selection,
+        slices: Fanout<SliceCacheHandler>,
+        store: ServiceSink,
+        pods: Option<PodHandler>,
+        node_zone: Option<NodeZone>,
+    ) -> Self {
+        let sel = selection.clone();
+        Self {
+            slices,
+            slice_fold: EventFold::with_selection(move |s| sel.selects_slice(s)).keeping(SlimSlices),
+            store,
+            service_fold: EventFold::with_selection(move |s| selection.selects_service(s)).keeping(SlimServices),
+            pods: pods.map(|h| (h, EventFold::new())),
+            node_zone,
+        }
+    }
+
     fn hand_over(&mut self, texts: &Texts) -> Result<(), ManifestError> {
         self.service_fold.apply(Event::Init, &mut self.store);
         self.slice_fold.apply(Event::Init, &mut self.slices);
@@ -114,6 +136,9 @@ impl Sink {
                     pods = summary.pods,
                     "manifests read"
                 );
+                if let Some(zone) = &self.node_zone {
+                    zone.set(summary.node_zone(zone.node()));
+                }
                 if let Err(e) = self.hand_over(&texts) {
                     tracing::error!("manifests: {e} (after a successful check); the next change retries");
                 }
@@ -123,30 +148,14 @@ impl Sink {
     }
 }
 
-/// Hands `first` (read at startup) to the handlers, then re-reads the files
-/// under `path` whenever they change, until `stop` turns true.
-pub async fn watch_manifests(
-    path: PathBuf,
-    first: Read,
-    selection: Selection,
-    slices: Fanout<SliceCacheHandler>,
-    store: ServiceSink,
-    pods: Option<PodHandler>,
-    mut stop: watch::Receiver<bool>,
-) {
-    let sel = selection.clone();
-    let mut sink = Sink {
-        slices,
-        slice_fold: EventFold::with_selection(move |s| sel.selects_slice(s)).keeping(SlimSlices),
-        store,
-        service_fold: EventFold::with_selection(move |s| selection.selects_service(s)).keeping(SlimServices),
-        pods: pods.map(|h| (h, EventFold::new())),
-    };
+/// Hands `first` (read at startup) to `sink`, then re-reads the files
+/// under `path` whenever they change, until `shutdown`.
+pub async fn watch_manifests(path: PathBuf, first: Read, mut sink: Sink, shutdown: CancellationToken) {
     let mut last = first.fingerprint.clone();
     sink.take(&path, first);
     loop {
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
+            () = shutdown.cancelled() => return,
             () = tokio::time::sleep(POLL) => {}
         }
         let now = manifests::fingerprint(&path);

@@ -1,72 +1,79 @@
-//! Prometheus metrics in the text exposition format, with kube-proxy's
-//! names, labels and buckets (so existing dashboards and alerts work), plus
-//! proxyd's own (`proxyd_…`).
+//! Prometheus metrics through `prometheus-client`, with kube-proxy's names,
+//! labels and buckets (so existing dashboards and alerts work), plus
+//! proxyd's own (`proxyd_…`) and the process metrics (`process_…`).
+//!
+//! Each part registers its own families: the sources theirs
+//! ([`informer_glue::metrics::SourceMetrics`]), the sync loop kube-proxy's
+//! ([`SyncMetrics`]), multus mode its own ([`MultusMetrics`]). Every series
+//! of every family the README lists exists from the first scrape, at zero,
+//! for each IP family served.
 
-use std::collections::BTreeMap;
-use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
 
+use informer_glue::metrics::SourceMetrics;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 use slice_model::IpFamily;
 
-/// A histogram with fixed upper bounds.
-#[derive(Clone, Debug)]
-struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Self {
-        Self {
-            bounds,
-            counts: vec![0; bounds.len()],
-            sum: 0.0,
-            count: 0,
-        }
-    }
-
-    fn observe(&mut self, v: f64) {
-        for (b, c) in self.bounds.iter().zip(&mut self.counts) {
-            if v <= *b {
-                *c += 1;
-            }
-        }
-        self.sum += v;
-        self.count += 1;
-    }
-}
-
 /// kube-proxy's sync duration buckets: 1 ms doubling 15 times.
-const SYNC_BUCKETS: &[f64] = &[
+const SYNC_BUCKETS: [f64; 15] = [
     0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384,
 ];
 
-/// kube-proxy's network programming buckets: 0.25 s, 0.5 s, 1-59 s, 60-115 s
-/// by 5, 120-300 s by 30.
-const PROGRAMMING_BUCKETS: &[f64] = &[
-    0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0, 17.0, 18.0, 19.0,
-    20.0, 21.0, 22.0, 23.0, 24.0, 25.0, 26.0, 27.0, 28.0, 29.0, 30.0, 31.0, 32.0, 33.0, 34.0, 35.0, 36.0, 37.0, 38.0,
-    39.0, 40.0, 41.0, 42.0, 43.0, 44.0, 45.0, 46.0, 47.0, 48.0, 49.0, 50.0, 51.0, 52.0, 53.0, 54.0, 55.0, 56.0, 57.0,
-    58.0, 59.0, 60.0, 65.0, 70.0, 75.0, 80.0, 85.0, 90.0, 95.0, 100.0, 105.0, 110.0, 115.0, 120.0, 150.0, 180.0, 210.0,
-    240.0, 270.0, 300.0,
-];
+/// kube-proxy's network programming buckets: 0.25 s, 0.5 s, 1-59 s, 60-115
+/// s by 5, 120-300 s by 30.
+fn programming_buckets() -> Vec<f64> {
+    let mut b = vec![0.25, 0.5];
+    b.extend((1..60).map(f64::from));
+    b.extend((60..120).step_by(5).map(f64::from));
+    b.extend((120..=300).step_by(30).map(f64::from));
+    b
+}
 
-/// The label value kube-proxy uses for a family.
-fn family_label(f: IpFamily) -> &'static str {
-    match f {
-        IpFamily::V4 => "IPv4",
-        IpFamily::V6 => "IPv6",
+/// The `ip_family` label, written as kube-proxy writes it (`IPv4`, `IPv6`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct FamilyLabel(pub IpFamily);
+
+impl EncodeLabelValue for FamilyLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        encoder.write_str(match self.0 {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        })
     }
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    histograms: BTreeMap<(&'static str, String), Histogram>,
-    counters: BTreeMap<(&'static str, String), f64>,
-    gauges: BTreeMap<(&'static str, String), f64>,
+/// Labels of the per-family series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FamilyLabels {
+    /// The IP family.
+    pub ip_family: FamilyLabel,
+}
+
+/// Labels of `kubeproxy_sync_proxy_rules_no_local_endpoints_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// The IP family.
+    pub ip_family: FamilyLabel,
+    /// `internal` or `external`.
+    pub traffic_policy: &'static str,
+}
+
+type Histograms = Family<FamilyLabels, Histogram, fn() -> Histogram>;
+type FloatGauges = Family<FamilyLabels, Gauge<f64, AtomicU64>>;
+
+fn sync_histogram() -> Histogram {
+    Histogram::new(SYNC_BUCKETS)
+}
+
+fn programming_histogram() -> Histogram {
+    Histogram::new(programming_buckets())
 }
 
 /// What one sync of one family did, for the metrics.
@@ -95,230 +102,349 @@ pub struct SyncObservation {
     pub conntrack_duration: Duration,
 }
 
-/// The registry; cheap to update from the sync loop and to render for a
-/// scrape.
-#[derive(Debug, Default)]
-pub struct Metrics {
-    inner: Mutex<Inner>,
+/// kube-proxy's sync families.
+#[derive(Clone, Debug)]
+pub struct SyncMetrics {
+    duration: Histograms,
+    full_duration: Histograms,
+    partial_duration: Histograms,
+    programming: Histograms,
+    last_synced: FloatGauges,
+    last_queued: FloatGauges,
+    endpoint_changes_pending: Family<FamilyLabels, Gauge>,
+    endpoint_changes: Family<FamilyLabels, Counter>,
+    service_changes_pending: Family<FamilyLabels, Gauge>,
+    service_changes: Family<FamilyLabels, Counter>,
+    no_local_endpoints: Family<PolicyLabels, Gauge>,
+    sync_failures: Family<FamilyLabels, Counter>,
+    conntrack_deleted: Family<FamilyLabels, Counter>,
+    conntrack_duration: Histograms,
+    families: Vec<IpFamily>,
 }
 
-impl Metrics {
-    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+fn labels(family: IpFamily) -> FamilyLabels {
+    FamilyLabels {
+        ip_family: FamilyLabel(family),
+    }
+}
+
+impl SyncMetrics {
+    /// Registers the families, with a zero series for each of `families`.
+    pub fn register(registry: &mut Registry, families: &[IpFamily]) -> Self {
+        let histograms = |f: fn() -> Histogram| Histograms::new_with_constructor(f);
+        let m = Self {
+            duration: histograms(sync_histogram),
+            full_duration: histograms(sync_histogram),
+            partial_duration: histograms(sync_histogram),
+            programming: histograms(programming_histogram),
+            last_synced: FloatGauges::default(),
+            last_queued: FloatGauges::default(),
+            endpoint_changes_pending: Family::default(),
+            endpoint_changes: Family::default(),
+            service_changes_pending: Family::default(),
+            service_changes: Family::default(),
+            no_local_endpoints: Family::default(),
+            sync_failures: Family::default(),
+            conntrack_deleted: Family::default(),
+            conntrack_duration: histograms(sync_histogram),
+            families: families.to_vec(),
+        };
+        let r = registry;
+        r.register(
+            "kubeproxy_sync_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds",
+            m.duration.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_full_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for full resyncs",
+            m.full_duration.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+            "SyncProxyRules latency in seconds for partial resyncs",
+            m.partial_duration.clone(),
+        );
+        r.register(
+            "kubeproxy_network_programming_duration_seconds",
+            "In Cluster Network Programming Latency in seconds",
+            m.programming.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+            "The last time proxy rules were successfully synced",
+            m.last_synced.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+            "The last time a sync of proxy rules was queued",
+            m.last_queued.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+            "Pending proxy rules Endpoint changes",
+            m.endpoint_changes_pending.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_endpoint_changes",
+            "Cumulative proxy rules Endpoint changes",
+            m.endpoint_changes.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_service_changes_pending",
+            "Pending proxy rules Service changes",
+            m.service_changes_pending.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_service_changes",
+            "Cumulative proxy rules Service changes",
+            m.service_changes.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+            "Number of services with a Local traffic policy and no endpoints",
+            m.no_local_endpoints.clone(),
+        );
+        r.register(
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures",
+            "Cumulative proxy nftables sync failures",
+            m.sync_failures.clone(),
+        );
+        r.register(
+            "kubeproxy_conntrack_reconciler_deleted_entries",
+            "Cumulative conntrack flows deleted by conntrack reconciler",
+            m.conntrack_deleted.clone(),
+        );
+        r.register(
+            "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+            "ReconcileConntrackFlowsLatency latency in seconds",
+            m.conntrack_duration.clone(),
+        );
+        for &f in families {
+            m.touch(f);
+        }
+        m
+    }
+
+    /// Creates every series of `family` (at zero).
+    fn touch(&self, family: IpFamily) {
+        let l = labels(family);
+        let _ = self.duration.get_or_create(&l);
+        let _ = self.full_duration.get_or_create(&l);
+        let _ = self.partial_duration.get_or_create(&l);
+        let _ = self.programming.get_or_create(&l);
+        let _ = self.last_synced.get_or_create(&l);
+        let _ = self.last_queued.get_or_create(&l);
+        let _ = self.endpoint_changes_pending.get_or_create(&l);
+        let _ = self.endpoint_changes.get_or_create(&l);
+        let _ = self.service_changes_pending.get_or_create(&l);
+        let _ = self.service_changes.get_or_create(&l);
+        for traffic_policy in ["internal", "external"] {
+            let _ = self.no_local_endpoints.get_or_create(&PolicyLabels {
+                ip_family: FamilyLabel(family),
+                traffic_policy,
+            });
+        }
+        let _ = self.sync_failures.get_or_create(&l);
+        let _ = self.conntrack_deleted.get_or_create(&l);
+        let _ = self.conntrack_duration.get_or_create(&l);
     }
 
     /// Records one sync of `family`.
     pub fn observe_sync(&self, family: IpFamily, o: &SyncObservation, now: SystemTime) {
-        let fam = format!("ip_family=\"{}\"", family_label(family));
-        self.with(|m| {
-            let mut hist = |name: &'static str, bounds: &'static [f64], v: f64| {
-                m.histograms
-                    .entry((name, fam.clone()))
-                    .or_insert_with(|| Histogram::new(bounds))
-                    .observe(v);
-            };
-            let secs = o.duration.as_secs_f64();
-            if o.failed {
-                *m.counters
-                    .entry(("kubeproxy_sync_proxy_rules_nftables_sync_failures_total", fam.clone()))
-                    .or_default() += 1.0;
-                return;
+        let l = labels(family);
+        if o.failed {
+            self.sync_failures.get_or_create(&l).inc();
+            return;
+        }
+        let secs = o.duration.as_secs_f64();
+        self.duration.get_or_create(&l).observe(secs);
+        let kind = if o.full {
+            &self.full_duration
+        } else {
+            &self.partial_duration
+        };
+        kind.get_or_create(&l).observe(secs);
+        for t in &o.trigger_times {
+            // Clock skew between the controller and this node can make the
+            // difference negative; such samples are meaningless.
+            if let Ok(d) = now.duration_since(*t) {
+                self.programming.get_or_create(&l).observe(d.as_secs_f64());
             }
-            hist("kubeproxy_sync_proxy_rules_duration_seconds", SYNC_BUCKETS, secs);
-            let kind = if o.full {
-                "kubeproxy_sync_full_proxy_rules_duration_seconds"
-            } else {
-                "kubeproxy_sync_partial_proxy_rules_duration_seconds"
-            };
-            hist(kind, SYNC_BUCKETS, secs);
-            for t in &o.trigger_times {
-                // Clock skew between the controller and this node can make
-                // the difference negative; such samples are meaningless.
-                if let Ok(d) = now.duration_since(*t) {
-                    hist(
-                        "kubeproxy_network_programming_duration_seconds",
-                        PROGRAMMING_BUCKETS,
-                        d.as_secs_f64(),
-                    );
-                }
-            }
-            if o.conntrack_deleted > 0 || o.conntrack_duration > Duration::ZERO {
-                hist(
-                    "kubeproxy_conntrack_reconciler_sync_duration_seconds",
-                    SYNC_BUCKETS,
-                    o.conntrack_duration.as_secs_f64(),
-                );
-            }
-            let unix = now
-                .duration_since(SystemTime::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_secs_f64();
-            m.gauges
-                .insert(("kubeproxy_sync_proxy_rules_last_timestamp_seconds", fam.clone()), unix);
-            for (name, v) in [
-                ("kubeproxy_sync_proxy_rules_endpoint_changes_total", o.endpoint_changes),
-                ("kubeproxy_sync_proxy_rules_service_changes_total", o.service_changes),
-                (
-                    "kubeproxy_conntrack_reconciler_deleted_entries_total",
-                    o.conntrack_deleted,
-                ),
-            ] {
-                *m.counters.entry((name, fam.clone())).or_default() += v as f64;
-            }
-            for (policy, v) in [("internal", o.no_local_internal), ("external", o.no_local_external)] {
-                m.gauges.insert(
-                    (
-                        "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-                        format!("{fam},traffic_policy=\"{policy}\""),
-                    ),
-                    v as f64,
-                );
-            }
-        });
+        }
+        if o.conntrack_deleted > 0 || o.conntrack_duration > Duration::ZERO {
+            self.conntrack_duration
+                .get_or_create(&l)
+                .observe(o.conntrack_duration.as_secs_f64());
+        }
+        self.last_synced.get_or_create(&l).set(unix_seconds(now));
+        self.endpoint_changes.get_or_create(&l).inc_by(o.endpoint_changes);
+        self.service_changes.get_or_create(&l).inc_by(o.service_changes);
+        self.conntrack_deleted.get_or_create(&l).inc_by(o.conntrack_deleted);
+        for (traffic_policy, v) in [("internal", o.no_local_internal), ("external", o.no_local_external)] {
+            self.no_local_endpoints
+                .get_or_create(&PolicyLabels {
+                    ip_family: FamilyLabel(family),
+                    traffic_policy,
+                })
+                .set(i64::try_from(v).unwrap_or(i64::MAX));
+        }
     }
 
     /// Sets the pending-change gauges of `family`.
     pub fn set_pending(&self, family: IpFamily, endpoints: usize, services: usize) {
-        let fam = format!("ip_family=\"{}\"", family_label(family));
-        self.with(|m| {
-            m.gauges.insert(
-                ("kubeproxy_sync_proxy_rules_endpoint_changes_pending", fam.clone()),
-                endpoints as f64,
-            );
-            m.gauges.insert(
-                ("kubeproxy_sync_proxy_rules_service_changes_pending", fam),
-                services as f64,
-            );
-        });
+        let l = labels(family);
+        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.endpoint_changes_pending.get_or_create(&l).set(n(endpoints));
+        self.service_changes_pending.get_or_create(&l).set(n(services));
     }
 
-    /// Records that a change was queued (the first one since the last sync).
+    /// Records that a change was queued (the first one since the last
+    /// sync): a change can concern any family served.
     pub fn queued(&self, now: SystemTime) {
-        let unix = now
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_secs_f64();
-        self.with(|m| {
-            m.gauges.insert(
-                (
-                    "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-                    String::new(),
-                ),
-                unix,
-            );
-        });
+        for &f in &self.families {
+            self.last_queued.get_or_create(&labels(f)).set(unix_seconds(now));
+        }
+    }
+}
+
+/// Multus mode's families.
+#[derive(Clone, Debug, Default)]
+pub struct MultusMetrics {
+    programmed_pods: Family<FamilyLabels, Gauge>,
+    pod_sync_failures: Family<FamilyLabels, Counter>,
+    runtime_errors: Family<FamilyLabels, Counter>,
+}
+
+impl MultusMetrics {
+    /// Registers the families, with a zero series for each of `families`.
+    pub fn register(registry: &mut Registry, families: &[IpFamily]) -> Self {
+        let m = Self::default();
+        registry.register(
+            "proxyd_multus_programmed_pods",
+            "Pods on this node whose namespace holds proxyd's table (multus mode)",
+            m.programmed_pods.clone(),
+        );
+        registry.register(
+            "proxyd_multus_pod_sync_failures",
+            "Pod namespaces that could not be brought up to date (multus mode)",
+            m.pod_sync_failures.clone(),
+        );
+        registry.register(
+            "proxyd_multus_runtime_errors",
+            "Failed lookups of a pod's namespace in the container runtime (multus mode)",
+            m.runtime_errors.clone(),
+        );
+        for &f in families {
+            let l = labels(f);
+            let _ = m.programmed_pods.get_or_create(&l);
+            let _ = m.pod_sync_failures.get_or_create(&l);
+            let _ = m.runtime_errors.get_or_create(&l);
+        }
+        m
     }
 
-    /// Records one multus sync of `family`: pods programmed (gauge), pods
-    /// that failed and runtime errors (counters, kept here).
-    pub fn observe_multus(&self, family: IpFamily, programmed: usize, failures: usize, runtime_errors: usize) {
-        let fam = format!("ip_family=\"{}\"", family_label(family));
-        self.with(|m| {
-            m.gauges
-                .insert(("proxyd_multus_programmed_pods", fam.clone()), programmed as f64);
-            *m.counters
-                .entry(("proxyd_multus_pod_sync_failures_total", fam.clone()))
-                .or_default() += failures as f64;
-            *m.counters
-                .entry(("proxyd_multus_runtime_errors_total", fam))
-                .or_default() += runtime_errors as f64;
-        });
+    /// Records one multus sync of `family`: pods programmed, pods that
+    /// failed and runtime errors.
+    pub fn observe(&self, family: IpFamily, programmed: usize, failures: usize, runtime_errors: usize) {
+        let l = labels(family);
+        let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        self.programmed_pods
+            .get_or_create(&l)
+            .set(i64::try_from(programmed).unwrap_or(i64::MAX));
+        self.pod_sync_failures.get_or_create(&l).inc_by(n(failures));
+        self.runtime_errors.get_or_create(&l).inc_by(n(runtime_errors));
+    }
+}
+
+/// Every family of a run, on one registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// kube-proxy's sync families.
+    pub sync: SyncMetrics,
+    /// The watches' and handlers' families.
+    pub sources: SourceMetrics,
+    /// Multus mode's families (registered in multus mode only).
+    pub multus: Option<MultusMetrics>,
+}
+
+impl Metrics {
+    /// Registers every family of a run serving `families` (multus mode's
+    /// too when `multus`), and the process metrics.
+    pub fn new(families: &[IpFamily], multus: bool) -> Self {
+        let mut registry = Registry::default();
+        let sync = SyncMetrics::register(&mut registry, families);
+        let sources = SourceMetrics::register(&mut registry);
+        let multus = multus.then(|| MultusMetrics::register(&mut registry, families));
+        if let Err(e) = kubert_prometheus_process::register(registry.sub_registry_with_prefix("process")) {
+            tracing::warn!("process metrics are not available: {e}");
+        }
+        Self {
+            registry,
+            sync,
+            sources,
+            multus,
+        }
     }
 
-    /// Sets a counter that another component keeps (watch restarts,
-    /// relists, rejected objects), with its labels (`resource="…"`).
-    pub fn set_counter(&self, name: &'static str, labels: String, value: u64) {
-        self.with(|m| {
-            m.counters.insert((name, labels), value as f64);
-        });
-    }
-
-    /// The exposition text.
+    /// The exposition text (OpenMetrics).
     pub fn render(&self) -> String {
-        self.with(|m| {
-            let mut out = String::new();
-            let mut last = "";
-            let mut header = |out: &mut String, name: &'static str, kind: &str| {
-                if name != last {
-                    let _ = writeln!(out, "# HELP {name} {}", help(name));
-                    let _ = writeln!(out, "# TYPE {name} {kind}");
-                    last = name;
-                }
-            };
-            for ((name, labels), v) in &m.counters {
-                header(&mut out, name, "counter");
-                let _ = writeln!(out, "{name}{} {v}", braces(labels));
-            }
-            for ((name, labels), v) in &m.gauges {
-                header(&mut out, name, "gauge");
-                let _ = writeln!(out, "{name}{} {v}", braces(labels));
-            }
-            for ((name, labels), h) in &m.histograms {
-                header(&mut out, name, "histogram");
-                let sep = if labels.is_empty() { "" } else { "," };
-                for (b, c) in h.bounds.iter().zip(&h.counts) {
-                    let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {c}");
-                }
-                let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", h.count);
-                let _ = writeln!(out, "{name}_sum{} {}", braces(labels), h.sum);
-                let _ = writeln!(out, "{name}_count{} {}", braces(labels), h.count);
-            }
-            out
-        })
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!("cannot encode the metrics: {e}");
+        }
+        out
     }
 }
 
-fn braces(labels: &str) -> String {
-    if labels.is_empty() {
-        String::new()
-    } else {
-        format!("{{{labels}}}")
-    }
-}
-
-fn help(name: &str) -> &'static str {
-    match name {
-        "kubeproxy_sync_proxy_rules_duration_seconds" => "SyncProxyRules latency in seconds",
-        "kubeproxy_sync_full_proxy_rules_duration_seconds" => "SyncProxyRules latency in seconds for full resyncs",
-        "kubeproxy_sync_partial_proxy_rules_duration_seconds" => {
-            "SyncProxyRules latency in seconds for partial resyncs"
-        }
-        "kubeproxy_network_programming_duration_seconds" => "In Cluster Network Programming Latency in seconds",
-        "kubeproxy_sync_proxy_rules_last_timestamp_seconds" => "The last time proxy rules were successfully synced",
-        "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds" => "The last time a sync of proxy rules was queued",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_pending" => "Pending proxy rules Endpoint changes",
-        "kubeproxy_sync_proxy_rules_endpoint_changes_total" => "Cumulative proxy rules Endpoint changes",
-        "kubeproxy_sync_proxy_rules_service_changes_pending" => "Pending proxy rules Service changes",
-        "kubeproxy_sync_proxy_rules_service_changes_total" => "Cumulative proxy rules Service changes",
-        "kubeproxy_sync_proxy_rules_no_local_endpoints_total" => {
-            "Number of services with a Local traffic policy and no endpoints"
-        }
-        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total" => "Cumulative proxy nftables sync failures",
-        "kubeproxy_conntrack_reconciler_deleted_entries_total" => {
-            "Cumulative conntrack flows deleted by conntrack reconciler"
-        }
-        "kubeproxy_conntrack_reconciler_sync_duration_seconds" => "ReconcileConntrackFlowsLatency latency in seconds",
-        "proxyd_watch_restarts_total" => "Watch errors, each followed by a restart with backoff",
-        "proxyd_relists_total" => "Complete lists after the first one (after 410 Gone or a broken watch)",
-        "proxyd_rejected_objects_total" => "Objects skipped as unusable (see the warnings in the log)",
-        "proxyd_multus_programmed_pods" => "Pods on this node whose namespace holds proxyd's table (multus mode)",
-        "proxyd_multus_pod_sync_failures_total" => "Pod namespaces that could not be brought up to date (multus mode)",
-        "proxyd_multus_runtime_errors_total" => {
-            "Failed lookups of a pod's namespace in the container runtime (multus mode)"
-        }
-        _ => "proxyd metric",
-    }
-}
+/// The content type of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn has(text: &str, line: &str) {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+
+    #[test]
+    fn every_family_is_there_from_the_first_scrape() {
+        let m = Metrics::new(&[IpFamily::V4, IpFamily::V6], false);
+        let _ = m.sources.watch("services");
+        let text = m.render();
+        for fam in ["IPv4", "IPv6"] {
+            for line in [
+                format!("kubeproxy_sync_proxy_rules_nftables_sync_failures_total{{ip_family=\"{fam}\"}} 0"),
+                format!("kubeproxy_sync_partial_proxy_rules_duration_seconds_count{{ip_family=\"{fam}\"}} 0"),
+                format!("kubeproxy_network_programming_duration_seconds_count{{ip_family=\"{fam}\"}} 0"),
+                format!("kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{{ip_family=\"{fam}\"}} 0.0"),
+                format!(
+                    "kubeproxy_sync_proxy_rules_no_local_endpoints_total{{ip_family=\"{fam}\",traffic_policy=\"internal\"}} 0"
+                ),
+                format!("kubeproxy_conntrack_reconciler_deleted_entries_total{{ip_family=\"{fam}\"}} 0"),
+            ] {
+                has(&text, &line);
+            }
+        }
+        has(&text, "proxyd_watch_restarts_total{resource=\"services\"} 0");
+        assert!(text.contains("# TYPE process_resident_memory_bytes gauge"), "{text}");
+        assert!(text.contains("process_start_time_seconds"), "{text}");
+        assert!(!text.contains("proxyd_multus"), "multus families only in multus mode");
+    }
+
     #[test]
     fn kube_proxy_names_buckets_and_labels() {
-        let m = Metrics::default();
+        let m = Metrics::new(&[IpFamily::V4], false);
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
-        m.observe_sync(
+        m.sync.observe_sync(
             IpFamily::V4,
             &SyncObservation {
                 duration: Duration::from_millis(3),
@@ -332,7 +458,7 @@ mod tests {
             },
             now,
         );
-        m.observe_sync(
+        m.sync.observe_sync(
             IpFamily::V4,
             &SyncObservation {
                 failed: true,
@@ -340,24 +466,28 @@ mod tests {
             },
             now,
         );
+        m.sync.queued(now);
         let text = m.render();
         for line in [
             "# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram",
-            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.002\"} 0",
-            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.004\"} 1",
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.002\",ip_family=\"IPv4\"} 0",
+            "kubeproxy_sync_proxy_rules_duration_seconds_bucket{le=\"0.004\",ip_family=\"IPv4\"} 1",
             "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
-            "kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"0.5\"} 0",
-            "kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"1\"} 1",
+            "kubeproxy_network_programming_duration_seconds_bucket{le=\"0.5\",ip_family=\"IPv4\"} 0",
+            "kubeproxy_network_programming_duration_seconds_bucket{le=\"1.0\",ip_family=\"IPv4\"} 1",
             "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"} 1",
             "kubeproxy_sync_proxy_rules_endpoint_changes_total{ip_family=\"IPv4\"} 2",
             "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 1",
             "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 1",
             "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} 4",
-            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1000",
+            "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1000.0",
+            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv4\"} 1000.0",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            has(&text, line);
         }
-        assert_eq!(PROGRAMMING_BUCKETS.len(), 2 + 59 + 12 + 7);
-        assert!(PROGRAMMING_BUCKETS.windows(2).all(|w| w[0] < w[1]));
+        let buckets = programming_buckets();
+        assert_eq!(buckets.len(), 2 + 59 + 12 + 7);
+        assert!(buckets.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(buckets.last(), Some(&300.0));
     }
 }

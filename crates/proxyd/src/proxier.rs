@@ -45,8 +45,8 @@ pub struct SyncOutcome {
     pub report: SyncReport,
     /// For the metrics.
     pub observation: SyncObservation,
-    /// Services that changed.
-    pub changed: usize,
+    /// Services that changed (written, unless a full sync wrote all).
+    pub changed: BTreeSet<ServiceName>,
     /// Stale UDP conntrack flows cleaned up (each a `conntrack -D` filter).
     pub conntrack_flows: usize,
     /// Conntrack deletions that failed (logged; retried never: the entries
@@ -93,14 +93,7 @@ impl Proxier {
     /// Changes waiting for the next sync: (endpoint changes, service
     /// changes), counted in services.
     pub fn pending(&self) -> (usize, usize) {
-        let slices = self.engine.slices.lock().map(|c| c.pending_services()).unwrap_or(0);
-        let services = self
-            .engine
-            .service_changes
-            .lock()
-            .map(|t| t.pending_services())
-            .unwrap_or(0);
-        (slices, services)
+        self.engine.pending()
     }
 
     fn refresh_service(&mut self, name: &ServiceName) {
@@ -184,7 +177,7 @@ impl Proxier {
                 conntrack_started.elapsed()
             },
         };
-        let changed = std::mem::take(&mut self.pending_services).len();
+        let changed = std::mem::take(&mut self.pending_services);
         Ok(SyncOutcome {
             report,
             observation,

@@ -133,8 +133,8 @@ impl Snapshot {
             });
         }
         let client = client(source).await?;
-        let params = ListParams::default().labels(&selection.label_selector());
-        let slice_params = ListParams::default().labels(&selection.slice_label_selector());
+        let params = ListParams::default().labels_from(&selection.label_selector());
+        let slice_params = ListParams::default().labels_from(&selection.slice_label_selector());
         let services = Api::<Service>::all(client.clone())
             .list(&params)
             .await

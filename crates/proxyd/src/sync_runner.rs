@@ -32,6 +32,17 @@ pub enum SyncReason {
     Retry,
 }
 
+impl std::fmt::Display for SyncReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Initial => "initial",
+            Self::Requested => "requested",
+            Self::Periodic => "periodic",
+            Self::Retry => "retry",
+        })
+    }
+}
+
 /// Timing of a [`SyncRunner`].
 #[derive(Clone, Copy, Debug)]
 pub struct SyncTiming {

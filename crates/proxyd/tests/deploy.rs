@@ -31,11 +31,12 @@ fn strings(v: &Value) -> Vec<String> {
 }
 
 fn check(file: &str) -> proxyd::cli::RunArgs {
-    check_with(file, &[], &["NET_ADMIN"])
+    // This node's Node, watched for its zone label.
+    check_with(file, &[("", "nodes", &["get", "list", "watch"])], &["NET_ADMIN"])
 }
 
-/// As [`check`], with the resources beyond services, slices and nodes the
-/// mode reads, and the capabilities it needs.
+/// As [`check`], with the resources beyond services and slices the mode
+/// reads, and the capabilities it needs.
 fn check_with(file: &str, extra: &[(&str, &str, &[&str])], caps: &[&str]) -> proxyd::cli::RunArgs {
     let docs = deploy(file);
     // RBAC: read-only, exactly these resources.
@@ -56,7 +57,6 @@ fn check_with(file: &str, extra: &[(&str, &str, &[&str])], caps: &[&str]) -> pro
     let want: BTreeMap<(String, String), Vec<String>> = [
         (("", "services"), vec!["list", "watch"]),
         (("discovery.k8s.io", "endpointslices"), vec!["list", "watch"]),
-        (("", "nodes"), vec!["get"]),
     ]
     .into_iter()
     .map(|((g, r), v)| ((g.to_owned(), r.to_owned()), v.into_iter().map(String::from).collect()))
@@ -121,13 +121,7 @@ fn check_with(file: &str, extra: &[(&str, &str, &[&str])], caps: &[&str]) -> pro
     assert_eq!(args.proxy.hostname_override.as_deref(), Some("node-1"));
 
     // Probes hit the health server proxyd actually serves.
-    let port = args
-        .healthz_bind_address
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse::<u64>()
-        .unwrap();
+    let port = u64::from(args.healthz_bind_address.0.expect("health server on").port());
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/livez");
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["livenessProbe"]["httpGet"]["port"], port);
@@ -147,7 +141,9 @@ fn the_daemonset_is_least_privilege_and_its_flags_are_valid() {
 fn the_multus_daemonset_selects_its_own_services_and_reaches_pods_namespaces() {
     let args = check_with(
         "proxyd-multus.yaml",
-        &[("", "pods", &["list", "watch"])],
+        // Nodes: `explain` and `render` read this node's (topology is not
+        // used in pods' tables).
+        &[("", "pods", &["list", "watch"]), ("", "nodes", &["get"])],
         &["NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"],
     );
     assert!(args.proxy.multus);

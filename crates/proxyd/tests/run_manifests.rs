@@ -33,6 +33,10 @@ fn wait_for(path: &Path) -> String {
 
 /// GET over HTTP/1.0: (status, headers and body).
 fn get(port: u16, path: &str) -> (u16, String) {
+    request(port, "GET", path)
+}
+
+fn request(port: u16, method: &str, path: &str) -> (u16, String) {
     let start = Instant::now();
     let mut stream = loop {
         match TcpStream::connect(("127.0.0.1", port)) {
@@ -41,7 +45,7 @@ fn get(port: u16, path: &str) -> (u16, String) {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    write!(stream, "{method} {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
     let mut text = String::new();
     stream.read_to_string(&mut text).unwrap();
     let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
@@ -87,13 +91,27 @@ fn manifests_are_watched_and_each_sync_is_written() {
     );
     assert_eq!(get(healthz, "/livez").0, 200);
     assert_eq!(get(healthz, "/nope").0, 404);
+    let (status, text) = request(healthz, "HEAD", "/healthz");
+    assert_eq!(status, 200, "{text}");
+    assert!(!text.contains("nodeEligible"), "HEAD: headers only: {text}");
+    for method in ["POST", "DELETE", "PUT"] {
+        let (status, text) = request(metrics, method, "/metrics");
+        assert_eq!(status, 405, "{method}: {text}");
+        assert!(text.to_lowercase().contains("allow: get, head"), "{text}");
+    }
     let (status, text) = get(metrics, "/metrics");
     assert_eq!(status, 200);
     for needle in [
         "kubeproxy_sync_full_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} 1",
         "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"}",
         "kubeproxy_sync_proxy_rules_service_changes_total{ip_family=\"IPv4\"} 9",
-        "proxyd_watch_restarts_total{resource=\"endpointslices\"} 0",
+        // Failures are counted from zero, before the first one.
+        "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 0",
+        "proxyd_rejected_objects_total{kind=\"EndpointSlice\",reason=\"missing_service_name\"} 0",
+        "proxyd_skipped_fields_total{kind=\"Service\",reason=\"invalid_address\"} 0",
+        // No watches with manifests: the family is there, without series.
+        "# TYPE proxyd_watch_restarts counter",
+        "process_resident_memory_bytes ",
     ] {
         assert!(text.contains(needle), "{needle} missing from\n{text}");
     }

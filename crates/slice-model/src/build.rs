@@ -46,6 +46,9 @@ pub enum SliceError {
 }
 
 impl SliceError {
+    /// Every [`reason`](Self::reason), for metrics that start at zero.
+    pub const REASONS: &'static [&'static str] = &["missing_name", "missing_service_name", "fqdn"];
+
     /// A short label for metrics: `missing_name`, `missing_service_name`
     /// or `fqdn`.
     pub fn reason(&self) -> &'static str {
@@ -77,6 +80,34 @@ pub enum WarningKind {
     /// `endpoints[i].hints.forZones` is a new set of zones, and the process
     /// already keeps [`MAX_ZONE_SETS`](crate::MAX_ZONE_SETS).
     TooManyZoneSets,
+}
+
+impl WarningKind {
+    /// Every [`reason`](Self::reason), for metrics that start at zero.
+    pub const REASONS: &'static [&'static str] = &[
+        "port_without_name",
+        "port_without_number",
+        "port_out_of_range",
+        "unknown_protocol",
+        "no_address",
+        "invalid_address",
+        "invalid_trigger_time",
+        "too_many_zone_sets",
+    ];
+
+    /// A short label for metrics, e.g. `invalid_address`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::PortWithoutName => "port_without_name",
+            Self::PortWithoutNumber => "port_without_number",
+            Self::PortOutOfRange(_) => "port_out_of_range",
+            Self::UnknownProtocol(_) => "unknown_protocol",
+            Self::NoAddress => "no_address",
+            Self::InvalidAddress(_) => "invalid_address",
+            Self::InvalidTriggerTime(_) => "invalid_trigger_time",
+            Self::TooManyZoneSets => "too_many_zone_sets",
+        }
+    }
 }
 
 /// A skipped part of a slice, naming the slice and the field.

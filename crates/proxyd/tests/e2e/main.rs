@@ -223,6 +223,50 @@ async fn topology_hints_narrow_only_when_complete() {
     c.eventually("all three pods", || tally(&c.tcp("10.96.0.10", 80, 60)).len() == 3);
 }
 
+fn node(zone: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+           "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": zone}}})
+}
+
+/// kube-proxy follows its Node's zone label; so must proxyd: hinted
+/// traffic moves to the new zone's endpoints after a relabel, with no
+/// restart and no other change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+async fn a_relabelled_node_moves_hinted_traffic_to_its_new_zone() {
+    require();
+    let mut c = Cluster::new("relabel").await;
+    c.apply(node("zone-a"));
+    web(&c);
+    let z = |pod, zone| Ep {
+        zone: Some(zone),
+        ..Ep::ready(pod)
+    };
+    c.apply(slice(
+        "web-1",
+        "web",
+        "http",
+        "TCP",
+        &[z(0, "zone-a"), z(1, "zone-b"), z(2, "zone-b")],
+        false,
+    ));
+    c.start_proxyd();
+    c.eventually("only zone-a's pod", || {
+        let t = tally(&c.tcp("10.96.0.10", 80, 20));
+        t.len() == 1 && t.contains_key(PODS[0])
+    });
+    // `kubectl label node node-1 topology.kubernetes.io/zone=zone-b --overwrite`
+    c.apply(node("zone-b"));
+    c.eventually("only zone-b's pods", || {
+        let t = tally(&c.tcp("10.96.0.10", 80, 40));
+        t.len() == 2 && !t.contains_key(PODS[0])
+    });
+    assert!(c.logged("this node's zone changed: every service is rewritten"));
+    // The label removed: no zone, hints unused.
+    c.apply(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1"}}));
+    c.eventually("all three pods", || tally(&c.tcp("10.96.0.10", 80, 60)).len() == 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 async fn terminating_endpoints_serve_when_none_is_ready() {
@@ -473,16 +517,24 @@ async fn network_programming_latency_for_1000_services() {
         c.tcp(&vip(N - 1), 80, 1) == [PODS[N % 3]]
     });
     let text = metrics();
+    // `name{labels} value`, whatever the labels' order.
     let buckets: Vec<(f64, f64)> = text
         .lines()
+        .filter_map(|l| l.strip_prefix("kubeproxy_network_programming_duration_seconds_bucket{"))
         .filter_map(|l| {
-            l.strip_prefix("kubeproxy_network_programming_duration_seconds_bucket{ip_family=\"IPv4\",le=\"")
-        })
-        .filter_map(|l| {
-            let (le, n) = l.split_once("\"} ")?;
+            let (labels, n) = l.split_once("} ")?;
+            let labels: Vec<&str> = labels.split(',').collect();
+            if !labels.contains(&"ip_family=\"IPv4\"") {
+                return None;
+            }
+            let le = labels
+                .iter()
+                .find_map(|x| x.strip_prefix("le=\""))?
+                .trim_end_matches('"');
             Some((le.parse().unwrap_or(f64::INFINITY), n.trim().parse().ok()?))
         })
         .collect();
+    assert!(buckets.len() > 70, "kube-proxy's buckets: {buckets:?}");
     let quantile = |q: f64| {
         buckets
             .iter()

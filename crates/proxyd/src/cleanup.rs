@@ -1,0 +1,153 @@
+//! `proxyd cleanup`: removes what proxyd created, saying what it removed
+//! and what was not there.
+
+use std::process::ExitCode;
+
+use nft_dataplane::names::{POD_TABLE, TABLE};
+use slice_model::IpFamily;
+
+use crate::cli::CleanupArgs;
+use crate::dataplane::{NftCommand, Transaction};
+use crate::multus::PodBackend;
+use crate::multus::backend::Commands;
+use crate::netns::Netns;
+
+/// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
+/// entries are left to time out: deleting them would cut live connections.
+pub fn cleanup(args: CleanupArgs) -> ExitCode {
+    let problems = args.pods.problems(args.multus);
+    if !problems.is_empty() {
+        for p in &problems {
+            tracing::error!("{p}");
+        }
+        return ExitCode::FAILURE;
+    }
+    if args.multus {
+        return cleanup_multus(&args);
+    }
+    let netns = Netns::from_flag(args.netns);
+    let present = match tables(&netns) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!("cleanup: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (mut gone, mut absent) = (Vec::new(), Vec::new());
+    let mut script = String::new();
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let name = table_name(family, TABLE);
+        if present.contains(&name) {
+            script.push_str(&Transaction::remove_table(family, TABLE).text());
+            gone.push(name);
+        } else {
+            absent.push(name);
+        }
+    }
+    if !absent.is_empty() {
+        tracing::info!("not there (nothing to remove): {}", absent.join(", "));
+    }
+    if gone.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    // Both families in one nft run: one transaction.
+    match (NftCommand { netns }).apply_text(&script) {
+        Ok(_) => {
+            tracing::info!("removed {}", gone.join(", "));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("cleanup failed, nothing removed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `table ip proxyd`, as `nft list tables` prints it.
+fn table_name(family: IpFamily, table: &str) -> String {
+    format!("table {} {table}", nft_dataplane::names::FamilyWords::of(family).table)
+}
+
+/// The tables in `netns`, as `nft list tables` prints them.
+fn tables(netns: &Netns) -> Result<Vec<String>, String> {
+    let nft = netns.describe("nft");
+    let out = netns
+        .command("nft")
+        .args(["list", "tables"])
+        .output()
+        .map_err(|e| format!("cannot run {nft}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{nft} list tables: {}",
+            String::from_utf8_lossy(&out.stderr).trim().replace('\n', " ")
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_owned())
+        .collect())
+}
+
+/// `proxyd cleanup --multus`: multus mode's table and routes out of every
+/// pod namespace found; says what it removed and where nothing was.
+fn cleanup_multus(args: &CleanupArgs) -> ExitCode {
+    let mut backend = Commands { no_conntrack: true };
+    let namespaces = match multus_namespaces(args) {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::error!("cleanup --multus: cannot list pod namespaces: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut failed = false;
+    for path in namespaces {
+        let netns = Netns::Path(path.clone());
+        let tables = match tables(&netns) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(netns = %path.display(), "{e}");
+                failed = true;
+                continue;
+            }
+        };
+        let mut removed = Vec::new();
+        for family in [IpFamily::V4, IpFamily::V6] {
+            let name = table_name(family, POD_TABLE);
+            if tables.contains(&name) {
+                match backend.remove_table(&path.display().to_string(), &netns, family) {
+                    Ok(()) => removed.push(name),
+                    Err(e) => {
+                        tracing::error!(netns = %path.display(), "{name} not removed: {e}");
+                        failed = true;
+                    }
+                }
+            }
+            match backend.routes(&path.display().to_string(), &netns, family, &Default::default()) {
+                Ok(change) if change.removed > 0 => removed.push(format!("{} {family} route(s)", change.removed)),
+                Ok(_) => {}
+                Err(e) => tracing::debug!(netns = %path.display(), "routes: {e}"),
+            }
+        }
+        if removed.is_empty() {
+            tracing::info!(netns = %path.display(), "nothing of proxyd's there");
+        } else {
+            tracing::info!(netns = %path.display(), "removed {}", removed.join(", "));
+        }
+    }
+    if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
+/// The pod namespaces `cleanup --multus` visits.
+fn multus_namespaces(args: &CleanupArgs) -> anyhow::Result<Vec<std::path::PathBuf>> {
+    if let Some(dir) = &args.pods.pod_netns_dir {
+        let mut all: Vec<_> = std::fs::read_dir(dir)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .collect();
+        all.sort();
+        return Ok(all);
+    }
+    let mut cri = args.pods.runtime().map_err(anyhow::Error::msg)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(cri.all_namespaces()).map_err(anyhow::Error::msg)
+}

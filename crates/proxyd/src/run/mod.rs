@@ -1,0 +1,447 @@
+//! `proxyd run`: watch the cluster and keep the nftables table in step.
+//!
+//! ```text
+//!  API watches or --manifests ── ServiceHandler ───► ServiceChangeTracker ┐
+//!                             ├─ SliceCacheHandler ─► EndpointSliceCache ─┤ changes
+//!                             └─ NodeZoneHandler ──► this node's zone ────┤
+//!                                                                         ▼
+//!  SyncRunner: starts once every kind is listed; at most one sync per
+//!  --min-sync-period, at least one per --sync-period, retries with backoff
+//!  after a failure. Each sync applies the pending changes to the maps and
+//!  hands the changed services to the NftSyncer (full on the first sync,
+//!  after a failure and after a zone change; partial otherwise).
+//!  SIGTERM/SIGINT cancel every task; the rules stay in place.
+//! ```
+//!
+//! [`run`] is the steps in order: check the flags and the host, build the
+//! engines and handlers, start the sources, the admin servers and the
+//! health-check listeners, build the proxiers, wait for the first lists,
+//! then sync until cancelled.
+
+mod sources;
+mod sync;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use slice_model::IpFamily;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cli::RunArgs;
+use crate::dataplane::Netns;
+use crate::engine::Engine;
+use crate::health::{ProxierHealth, ServiceHealth};
+use crate::http::{Reply, serve};
+use crate::metrics::{CONTENT_TYPE, Metrics};
+use crate::proxier::HealthChecks;
+use crate::snapshot::{node_name, selection};
+use crate::sync_runner::{SyncRunner, SyncTiming};
+
+pub use sync::families_text;
+
+/// `proxyd run` from the command line.
+pub fn main(args: RunArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!("cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Checks the flags together; one message per problem.
+pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
+    let mut problems = Vec::new();
+    if args.min_sync_period > args.sync_period {
+        problems.push(format!(
+            "--min-sync-period ({:?}) is longer than --sync-period ({:?})",
+            args.min_sync_period, args.sync_period
+        ));
+    }
+    if args.sync_period.is_zero() {
+        problems.push("--sync-period must be more than 0".into());
+    }
+    let families = args.families();
+    let cidr_flags = [
+        ("--cluster-cidr", &args.proxy.cluster_cidr),
+        ("--service-cidr", &args.proxy.service_cidr),
+    ];
+    for (flag, cidrs) in cidr_flags {
+        for cidr in cidrs {
+            let f = match cidr {
+                ipnet::IpNet::V4(_) => IpFamily::V4,
+                ipnet::IpNet::V6(_) => IpFamily::V6,
+            };
+            if !families.contains(&f) {
+                problems.push(format!(
+                    "{flag} {cidr} is {f}, but proxyd serves only {}",
+                    families_text(&families)
+                ));
+            }
+        }
+    }
+    problems.extend(args.pods.problems(args.proxy.multus));
+    if args.proxy.multus && args.netns.is_some() {
+        problems.push("--netns has no effect with --multus (each pod's namespace is used)".into());
+    }
+    if args.is_dry_run() && args.netns.is_some() {
+        problems.push("--netns has no effect with --dry-run".into());
+    }
+    if let Some(path) = &args.source.manifests
+        && !path.exists()
+    {
+        problems.push(format!("--manifests {}: no such file or directory", path.display()));
+    }
+    if problems.is_empty() { Ok(()) } else { Err(problems) }
+}
+
+/// What the host must offer a run that applies rules: an `nft` that may
+/// change the ruleset (fatal), and `conntrack` for the stale UDP entries
+/// (a warning: the rules work without it).
+pub fn check_host(args: &RunArgs) -> Result<(), String> {
+    if args.is_dry_run() {
+        return Ok(());
+    }
+    let netns = if args.proxy.multus {
+        Netns::Current
+    } else {
+        Netns::from_flag(args.netns.clone())
+    };
+    check_nft(&netns)?;
+    if !args.no_conntrack && !tool_exists(&netns, "conntrack") {
+        tracing::warn!(
+            "{} cannot be run: stale UDP conntrack entries will not be deleted (install conntrack, or pass --no-conntrack to say that is intended)",
+            netns.describe("conntrack")
+        );
+    }
+    Ok(())
+}
+
+fn tool_exists(netns: &Netns, program: &str) -> bool {
+    netns
+        .command(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Runs `nft list tables`: a missing `nft`, or one that may not read the
+/// ruleset (not root, no CAP_NET_ADMIN), says so now instead of failing
+/// every sync.
+fn check_nft(netns: &Netns) -> Result<(), String> {
+    let nft = netns.describe("nft");
+    let out = netns.command("nft").args(["list", "tables"]).output();
+    match out {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "{nft}: not found; install nftables (Debian: apt-get install nftables), or use --dry-run"
+        )),
+        Err(e) => Err(format!("cannot run {nft}: {e}")),
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => {
+            let said = String::from_utf8_lossy(&o.stderr).trim().replace('\n', " ");
+            if said.contains("Operation not permitted") || said.contains("Permission denied") {
+                Err(format!(
+                    "{nft} may not read the ruleset ({said}): run proxyd as root or with CAP_NET_ADMIN, or use --dry-run"
+                ))
+            } else {
+                Err(format!("{nft} list tables failed: {said}"))
+            }
+        }
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if let Err(problems) = validate(&args) {
+        for p in &problems {
+            tracing::error!("{p}");
+        }
+        anyhow::bail!("{} problem(s) with the flags; nothing was started", problems.len());
+    }
+    check_host(&args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
+    let node = node_name(&args.proxy)?;
+    let families = args.families();
+    let selection = selection(&args.proxy);
+    tracing::info!(node = %node, families = %families_text(&families), selector = %selection.label_selector(), "starting");
+
+    let shutdown = CancellationToken::new();
+    let tasks = TaskTracker::new();
+    let metrics = Arc::new(Metrics::new(&families, args.proxy.multus));
+    // Handlers wake `changes`; a forwarder records the queueing time and
+    // wakes the runner.
+    let changes = Arc::new(Notify::new());
+    let engines: Vec<Engine> = families.iter().map(|f| Engine::new(&node, *f)).collect();
+    let (handlers, mut state) = sources::handlers(&args, &node, &engines, &metrics, &changes);
+    sources::start(&args, &selection, handlers, &mut state, &metrics, &tasks, &shutdown).await?;
+
+    let health = Arc::new(ProxierHealth::new(&families, 2 * args.sync_period));
+    for w in &state.watches {
+        health.watch(w.clone());
+    }
+    start_admin_servers(&args, &health, &metrics, &tasks, &shutdown).await?;
+    let health_checks = start_health_check_listeners(&args, families[0], &health, &tasks, &shutdown);
+    let sync_needed = forward_changes(changes, &health, &metrics, &tasks, &shutdown);
+    let proxiers = sync::Proxiers::new(&args, engines, state.pods.as_ref(), &state.networks)?;
+    if let Some(dir) = &args.dry_run_dir {
+        std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
+    }
+    tasks.spawn(stop_on_signal(shutdown.clone()));
+
+    if wait_for_initial_lists(&state, &sync_needed, &shutdown).await {
+        let mut sync_loop = sync::SyncLoop {
+            proxiers,
+            health,
+            metrics,
+            health_checks,
+            node_zone: state.node_zone.take(),
+        };
+        let timing = SyncTiming {
+            min_interval: args.min_sync_period,
+            max_interval: args.sync_period,
+            ..SyncTiming::default()
+        };
+        SyncRunner::new(timing, sync_needed)
+            .run(
+                |reason| std::future::ready(sync_loop.sync(reason)),
+                shutdown.clone().cancelled_owned(),
+            )
+            .await;
+    }
+    shutdown.cancel();
+    tasks.close();
+    tasks.wait().await;
+    if args.is_dry_run() {
+        tracing::info!("stopped (a dry run: nothing was applied)");
+    } else {
+        tracing::info!("stopped; the rules stay in place");
+    }
+    Ok(())
+}
+
+/// Binds a server address given on the command line.
+async fn bind(flag: &str, addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("{flag} {addr}: cannot listen: {e}"))
+}
+
+/// `/healthz` and `/livez`, and `/metrics`, where the flags ask for them.
+async fn start_admin_servers(
+    args: &RunArgs,
+    health: &Arc<ProxierHealth>,
+    metrics: &Arc<Metrics>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    if let Some(addr) = args.healthz_bind_address.0 {
+        let listener = bind("--healthz-bind-address", addr).await?;
+        tracing::info!(address = %addr, "serving /healthz and /livez");
+        tasks.spawn(serve(listener, health.handler(), shutdown.clone().cancelled_owned()));
+    }
+    if let Some(addr) = args.metrics_bind_address.0 {
+        let listener = bind("--metrics-bind-address", addr).await?;
+        tracing::info!(address = %addr, "serving /metrics");
+        let m = metrics.clone();
+        let handler: crate::http::Handler = Arc::new(move |path| match path {
+            "/metrics" => Reply {
+                status: 200,
+                headers: vec![("Content-Type", CONTENT_TYPE.into())],
+                body: m.render(),
+            },
+            _ => Reply::not_found(),
+        });
+        tasks.spawn(serve(listener, handler, shutdown.clone().cancelled_owned()));
+    }
+    Ok(())
+}
+
+/// The listeners on services' health-check node ports, opened and closed
+/// as the syncs say (none in a dry run: it opens no port on the node's
+/// behalf). Returns where the syncs say it.
+fn start_health_check_listeners(
+    args: &RunArgs,
+    primary: IpFamily,
+    health: &Arc<ProxierHealth>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> watch::Sender<HealthChecks> {
+    let (tx, mut rx) = watch::channel(HealthChecks::new());
+    if args.is_dry_run() {
+        return tx;
+    }
+    let any: std::net::IpAddr = match primary {
+        IpFamily::V4 => std::net::Ipv4Addr::UNSPECIFIED.into(),
+        IpFamily::V6 => std::net::Ipv6Addr::UNSPECIFIED.into(),
+    };
+    let mut listeners = ServiceHealth::new(any, health.clone());
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                r = rx.changed() => if r.is_err() { break },
+            }
+            let wanted = rx.borrow_and_update().clone();
+            listeners.sync(&wanted).await;
+        }
+    });
+    tx
+}
+
+/// Records when a change was queued (health, metrics) and wakes the sync
+/// runner through the returned `Notify` (which coalesces wake-ups).
+fn forward_changes(
+    changes: Arc<Notify>,
+    health: &Arc<ProxierHealth>,
+    metrics: &Arc<Metrics>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Arc<Notify> {
+    let sync_needed = Arc::new(Notify::new());
+    let (health, metrics, wake, shutdown) = (health.clone(), metrics.clone(), sync_needed.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = changes.notified() => {
+                    let now = SystemTime::now();
+                    health.queued(now);
+                    metrics.sync.queued(now);
+                    wake.notify_one();
+                }
+            }
+        }
+    });
+    sync_needed
+}
+
+/// Waits until every kind is listed; never syncs a half-known cluster
+/// (it would look like deleted services). False when cancelled first.
+async fn wait_for_initial_lists(
+    state: &sources::SourceState,
+    sync_needed: &Notify,
+    shutdown: &CancellationToken,
+) -> bool {
+    tracing::info!("waiting for the initial lists");
+    let mut said = tokio::time::Instant::now();
+    loop {
+        if state.all_listed() {
+            return true;
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return false,
+            () = sync_needed.notified() => {}
+            // The handlers wake on changes; a list that brings nothing
+            // new is noticed here.
+            () = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+        if said.elapsed() >= Duration::from_secs(30) {
+            tracing::info!("still waiting for the initial lists");
+            said = tokio::time::Instant::now();
+        }
+    }
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        () = wait_for_signal() => {
+            tracing::info!("shutting down");
+            shutdown.cancel();
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGTERM ({e}); only SIGINT stops proxyd");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn run_args(args: &[&str]) -> RunArgs {
+        let mut all = vec!["proxyd", "run"];
+        all.extend_from_slice(args);
+        match Cli::parse_from(all).command {
+            Command::Run(a) => *a,
+            _ => unreachable!("parsed `run`"),
+        }
+    }
+
+    #[test]
+    fn validation_reports_every_problem() {
+        assert!(validate(&run_args(&["--hostname-override", "n"])).is_ok());
+        let problems = validate(&run_args(&[
+            "--min-sync-period",
+            "1m",
+            "--sync-period",
+            "30s",
+            "--cluster-cidr",
+            "fd00::/48",
+            "--manifests",
+            "/nonexistent",
+        ]))
+        .unwrap_err();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].contains("--min-sync-period (60s) is longer than --sync-period (30s)"));
+        assert!(problems[1].contains("--cluster-cidr fd00::/48 is ipv6, but proxyd serves only ipv4"));
+        assert!(problems[2].contains("--manifests /nonexistent: no such file"));
+        let dual = run_args(&["--ip-families", "ipv4,ipv6,ipv4", "--cluster-cidr", "fd00::/48"]);
+        assert_eq!(dual.families(), [IpFamily::V4, IpFamily::V6]);
+        assert!(validate(&dual).is_ok());
+    }
+
+    #[test]
+    fn flags_that_cannot_be_parsed_say_which_and_why() {
+        let err = |args: &[&str]| {
+            let mut all = vec!["proxyd", "run"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).unwrap_err().to_string()
+        };
+        let e = err(&["--healthz-bind-address", "localhost"]);
+        assert!(
+            e.contains("--healthz-bind-address") && e.contains("is not ADDRESS:PORT"),
+            "{e}"
+        );
+        let e = err(&["--sync-period", "30"]);
+        assert!(e.contains("--sync-period") && e.contains("the unit is missing"), "{e}");
+        let e = err(&["--cluster-cidr", "10.244.0.0"]);
+        assert!(e.contains("the prefix length is missing"), "{e}");
+        let e = err(&["--manifests", "m", "--kubeconfig", "k"]);
+        assert!(e.contains("cannot be used with"), "{e}");
+        let off = run_args(&["--metrics-bind-address", ""]);
+        assert_eq!(off.metrics_bind_address.0, None);
+    }
+}

@@ -1,0 +1,245 @@
+//! Where a run's objects come from: the handlers that feed the engines,
+//! and the tasks that drive them, API watches or the manifest files.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use informer_glue::fold::{EventFold, Fanout};
+use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetworks};
+use informer_glue::node::{NodeZone, NodeZoneHandler};
+use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
+use informer_glue::selection::Selection;
+use informer_glue::tombstone::{SlimServices, SlimSlices};
+use informer_glue::{ServiceError, ServiceHandler, ServiceWarning, SliceCacheHandler};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use slice_model::{SliceError, WarningKind};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cli::RunArgs;
+use crate::engine::Engine;
+use crate::manifest_source::{self, ServiceSink};
+use crate::metrics::Metrics;
+use crate::snapshot::client;
+
+/// The handlers of a run, before a source drives them.
+pub struct Handlers {
+    slices: Fanout<SliceCacheHandler>,
+    services: ServiceSink,
+    pods: Option<PodHandler>,
+    /// This node's zone as the source reports it; `None` with
+    /// `--node-zone`, which wins.
+    node_zone: Option<NodeZone>,
+}
+
+/// What the rest of a run reads of its sources.
+pub struct SourceState {
+    /// Set once each kind's first complete list is handed over.
+    pub listed: Vec<Arc<AtomicBool>>,
+    /// Each watch's counters (none with manifests), for `/healthz`.
+    pub watches: Vec<Arc<WatchMetrics>>,
+    /// Multus mode: this node's pods.
+    pub pods: Option<Arc<Mutex<PodStore>>>,
+    /// Multus mode: each service's network.
+    pub networks: Arc<Mutex<ServiceNetworks>>,
+    /// This node's zone as the source reports it (`None` with
+    /// `--node-zone`).
+    pub node_zone: Option<watch::Receiver<Option<String>>>,
+}
+
+impl SourceState {
+    /// Whether every kind has been listed once.
+    pub fn all_listed(&self) -> bool {
+        self.listed.iter().all(|l| l.load(Ordering::Acquire))
+    }
+}
+
+/// Handlers feeding `engines` (one per family), waking `changes`; their
+/// rejections counted in `metrics`.
+pub fn handlers(
+    args: &RunArgs,
+    node: &str,
+    engines: &[Engine],
+    metrics: &Metrics,
+    changes: &Arc<Notify>,
+) -> (Handlers, SourceState) {
+    let slice_rejections = metrics
+        .sources
+        .rejections("EndpointSlice", SliceError::REASONS, WarningKind::REASONS);
+    // Every family's handler sees the same slices: count them once.
+    let slices: Vec<SliceCacheHandler> = engines
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let h = SliceCacheHandler::new(e.slices.clone(), changes.clone());
+            if i == 0 {
+                h.counting_into(slice_rejections.clone())
+            } else {
+                h
+            }
+        })
+        .collect();
+    let mut listed: Vec<_> = slices.iter().map(|h| h.synced.clone()).collect();
+    let store = ServiceHandler::new(
+        engines.iter().map(|e| e.service_changes.clone()).collect(),
+        changes.clone(),
+    )
+    .counting_into(
+        metrics
+            .sources
+            .rejections("Service", ServiceError::REASONS, ServiceWarning::REASONS),
+    );
+    listed.push(store.synced.clone());
+    // Multus mode: each service's network is recorded on its way to the
+    // engine, and this node's pods are kept.
+    let networks: Arc<Mutex<ServiceNetworks>> = Arc::default();
+    let services: ServiceSink = if args.proxy.multus {
+        Box::new(NetworkRecorder {
+            inner: store,
+            networks: networks.clone(),
+        })
+    } else {
+        Box::new(store)
+    };
+    let pods = args.proxy.multus.then(|| PodHandler::new(node, changes.clone()));
+    if let Some(p) = &pods {
+        listed.push(p.synced.clone());
+    }
+    // Pods' tables do not read topology hints: multus mode needs no zone.
+    let node_zone =
+        (args.proxy.node_zone.is_none() && !args.proxy.multus).then(|| NodeZone::new(node, changes.clone()));
+    let state = SourceState {
+        listed,
+        watches: Vec::new(),
+        pods: pods.as_ref().map(|p| p.store.clone()),
+        networks,
+        node_zone: node_zone.as_ref().map(NodeZone::subscribe),
+    };
+    let handlers = Handlers {
+        slices: Fanout(slices),
+        services,
+        pods,
+        node_zone,
+    };
+    (handlers, state)
+}
+
+/// Starts the source `args` name, driving `handlers` until `shutdown`.
+pub async fn start(
+    args: &RunArgs,
+    selection: &Selection,
+    handlers: Handlers,
+    state: &mut SourceState,
+    metrics: &Metrics,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    match &args.source.manifests {
+        Some(path) => start_manifests(path, selection, handlers, tasks, shutdown),
+        None => start_watches(args, selection, handlers, state, metrics, tasks, shutdown).await,
+    }
+}
+
+fn start_manifests(
+    path: &std::path::Path,
+    selection: &Selection,
+    h: Handlers,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let first = manifest_source::Read::new(path);
+    // At startup nothing was read before: a broken file stops the start
+    // (later, a broken edit keeps the last good read).
+    if let Some(e) = first.error() {
+        anyhow::bail!("--manifests: {e}; nothing was started");
+    }
+    if informer_glue::manifests::files(path).is_ok_and(|f| f.is_empty()) {
+        tracing::warn!(path = %path.display(), "no manifest files (.yaml, .yml, .json) there yet");
+    }
+    let sink = manifest_source::Sink::new(selection.clone(), h.slices, h.services, h.pods, h.node_zone);
+    tasks.spawn(manifest_source::watch_manifests(
+        path.to_owned(),
+        first,
+        sink,
+        shutdown.clone(),
+    ));
+    Ok(())
+}
+
+async fn start_watches(
+    args: &RunArgs,
+    selection: &Selection,
+    h: Handlers,
+    state: &mut SourceState,
+    metrics: &Metrics,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    let client = client(&args.source).await?;
+    let settings = WatchSettings {
+        label_selector: selection.label_selector(),
+        field_selector: None,
+        page_size: args.list_page_size,
+        relist_every: Some(args.config_sync_period),
+    };
+    let mut watch = |resource: &'static str| {
+        let w = metrics.sources.watch(resource);
+        state.watches.push(w.clone());
+        w
+    };
+    let sel = selection.clone();
+    tasks.spawn(run_watch(
+        Api::<EndpointSlice>::all(client.clone()),
+        WatchSettings {
+            label_selector: selection.slice_label_selector(),
+            ..settings.clone()
+        },
+        EventFold::with_selection(move |s| sel.selects_slice(s)).keeping(SlimSlices),
+        h.slices,
+        watch("endpointslices"),
+        shutdown.clone().cancelled_owned(),
+    ));
+    let sel = selection.clone();
+    tasks.spawn(run_watch(
+        Api::<Service>::all(client.clone()),
+        settings.clone(),
+        EventFold::with_selection(move |s| sel.selects_service(s)).keeping(SlimServices),
+        h.services,
+        watch("services"),
+        shutdown.clone().cancelled_owned(),
+    ));
+    // This node's objects only: the cluster's pods and nodes are never
+    // cached.
+    let on_this_node = |field: &str, name: &str| WatchSettings {
+        label_selector: kube::core::Selector::default(),
+        field_selector: Some(format!("{field}={name}")),
+        ..settings.clone()
+    };
+    if let Some(pods) = h.pods {
+        let node = pods.node.clone();
+        tasks.spawn(run_watch(
+            Api::<Pod>::all(client.clone()),
+            on_this_node("spec.nodeName", &node),
+            EventFold::new(),
+            pods,
+            watch("pods"),
+            shutdown.clone().cancelled_owned(),
+        ));
+    }
+    if let Some(zone) = h.node_zone {
+        let handler = NodeZoneHandler::new(zone.clone());
+        state.listed.push(handler.synced.clone());
+        tasks.spawn(run_watch(
+            Api::<Node>::all(client),
+            on_this_node("metadata.name", zone.node()),
+            EventFold::new(),
+            handler,
+            watch("nodes"),
+            shutdown.clone().cancelled_owned(),
+        ));
+    }
+    Ok(())
+}

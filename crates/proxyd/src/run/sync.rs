@@ -1,0 +1,325 @@
+//! The proxiers of a run and one sync of all of them: what the sync
+//! runner calls, once per sync.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use informer_glue::multus::{PodStore, ServiceNetworks};
+use slice_model::{IpFamily, ServiceName};
+use tokio::sync::watch;
+
+use crate::cli::RunArgs;
+use crate::conntrack::{Conntrack, ConntrackTool, NoConntrack};
+use crate::dataplane::{Dataplane, DataplaneConfig, DryRun, Netns, NftCommand, SyncKind};
+use crate::engine::Engine;
+use crate::health::ProxierHealth;
+use crate::metrics::{Metrics, SyncObservation};
+use crate::multus::backend::{Commands, DryRunPods};
+use crate::multus::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
+use crate::proxier::{HealthChecks, Proxier};
+use crate::snapshot::dataplane_config;
+use crate::sync_runner::SyncReason;
+
+/// The proxiers of a run: the node's tables, or (multus) pods' tables.
+pub enum Proxiers {
+    /// One per family, programming this node's namespace (or --netns).
+    Node(Vec<Proxier>),
+    /// One per family, programming each selected pod's namespace.
+    Multus(Vec<MultusProxier>),
+}
+
+impl Proxiers {
+    /// The proxiers `args` ask for, one per engine; multus mode's when
+    /// `pods` are kept.
+    pub fn new(
+        args: &RunArgs,
+        engines: Vec<Engine>,
+        pods: Option<&Arc<Mutex<PodStore>>>,
+        networks: &Arc<Mutex<ServiceNetworks>>,
+    ) -> anyhow::Result<Self> {
+        let Some(pods) = pods else {
+            return Ok(Self::Node(node_proxiers(args, engines)));
+        };
+        let mut all = Vec::new();
+        for engine in engines {
+            let family = engine.family();
+            let backend: Box<dyn PodBackend> = if args.is_dry_run() {
+                Box::new(DryRunPods {
+                    dir: args.dry_run_dir.clone(),
+                })
+            } else {
+                Box::new(Commands {
+                    no_conntrack: args.no_conntrack,
+                })
+            };
+            let resolver = resolver(args)?;
+            all.push(MultusProxier::new(
+                engine,
+                family,
+                pods.clone(),
+                networks.clone(),
+                resolver,
+                backend,
+            ));
+        }
+        Ok(Self::Multus(all))
+    }
+}
+
+/// How multus mode finds pods' namespaces: a directory, or the runtime.
+fn resolver(args: &RunArgs) -> anyhow::Result<Box<dyn PodNetnsResolver>> {
+    if let Some(dir) = &args.pods.pod_netns_dir {
+        return Ok(Box::new(NetnsDir { dir: dir.clone() }));
+    }
+    let runtime = args
+        .pods
+        .runtime()
+        .map_err(|why| anyhow::anyhow!("--container-runtime-endpoint: {why}"))?;
+    tracing::info!(endpoint = %runtime.endpoint(), "pod namespaces from the container runtime");
+    Ok(Box::new(runtime))
+}
+
+fn node_proxiers(args: &RunArgs, engines: Vec<Engine>) -> Vec<Proxier> {
+    let dual_stack = engines.len() > 1;
+    engines
+        .into_iter()
+        .map(|engine| {
+            let family = engine.family();
+            let config = DataplaneConfig {
+                family,
+                ..dataplane_config(&args.proxy, None)
+            };
+            let netns = Netns::from_flag(args.netns.clone());
+            let dataplane: Box<dyn Dataplane + Send> = if args.is_dry_run() {
+                Box::new(DryRun {
+                    dir: args.dry_run_dir.clone(),
+                    count: 0,
+                    prefix: if dual_stack {
+                        format!("{family}-")
+                    } else {
+                        String::new()
+                    },
+                })
+            } else {
+                Box::new(NftCommand { netns: netns.clone() })
+            };
+            let conntrack: Box<dyn Conntrack + Send> = if args.is_dry_run() || args.no_conntrack {
+                Box::new(NoConntrack)
+            } else {
+                Box::new(ConntrackTool { netns })
+            };
+            Proxier::new(engine, config, dataplane, conntrack)
+        })
+        .collect()
+}
+
+/// Everything one sync touches besides the proxiers.
+pub struct SyncLoop {
+    /// The proxiers.
+    pub proxiers: Proxiers,
+    /// `/healthz`'s state.
+    pub health: Arc<ProxierHealth>,
+    /// The metrics.
+    pub metrics: Arc<Metrics>,
+    /// Where the health-check listeners learn what to serve.
+    pub health_checks: watch::Sender<HealthChecks>,
+    /// This node's zone as the source reports it (`None` with
+    /// `--node-zone`).
+    pub node_zone: Option<watch::Receiver<Option<String>>>,
+}
+
+/// The periodic sync also re-asserts the fixed skeleton.
+fn sync_kind(reason: SyncReason) -> SyncKind {
+    if reason == SyncReason::Periodic {
+        SyncKind::Periodic
+    } else {
+        SyncKind::Changes
+    }
+}
+
+/// At most this many changed services are named in a sync's log line.
+const NAMED_SERVICES: usize = 5;
+
+/// The changed services, named when there are few.
+fn named(changed: &BTreeSet<ServiceName>) -> String {
+    if changed.len() > NAMED_SERVICES {
+        return format!("{} services", changed.len());
+    }
+    let names: Vec<String> = changed.iter().map(ToString::to_string).collect();
+    names.join(" ")
+}
+
+impl SyncLoop {
+    /// One sync of every family; the error (every family's that failed)
+    /// is logged once, by the runner, with its retry.
+    pub fn sync(&mut self, reason: SyncReason) -> Result<(), String> {
+        self.follow_node_zone(reason);
+        match &mut self.proxiers {
+            Proxiers::Node(p) => sync_node(reason, p, &self.health, &self.metrics, &self.health_checks),
+            Proxiers::Multus(p) => sync_multus(reason, p, &self.health, &self.metrics),
+        }
+    }
+
+    /// A relabelled Node reaches the proxiers here: each rewrites its table
+    /// on this sync when its zone changed.
+    fn follow_node_zone(&mut self, reason: SyncReason) {
+        let Some(rx) = &mut self.node_zone else {
+            return;
+        };
+        let zone = rx.borrow_and_update().clone();
+        let Proxiers::Node(proxiers) = &mut self.proxiers else {
+            // Multus mode does not read topology hints.
+            return;
+        };
+        let mut changed = false;
+        for p in proxiers.iter_mut() {
+            changed |= p.set_node_zone(zone.clone());
+        }
+        if changed && reason != SyncReason::Initial {
+            tracing::info!(
+                zone = zone.as_deref().unwrap_or("(none)"),
+                "this node's zone changed: every service is rewritten"
+            );
+        }
+    }
+}
+
+fn sync_node(
+    reason: SyncReason,
+    proxiers: &mut [Proxier],
+    health: &ProxierHealth,
+    metrics: &Metrics,
+    health_checks: &watch::Sender<HealthChecks>,
+) -> Result<(), String> {
+    let kind = sync_kind(reason);
+    let mut failures = Vec::new();
+    for p in proxiers.iter_mut() {
+        let started = Instant::now();
+        match p.sync(kind) {
+            Ok(out) => {
+                let now = SystemTime::now();
+                health.updated(p.family, now);
+                metrics.sync.observe_sync(p.family, &out.observation, now);
+                for e in &out.conntrack_errors {
+                    tracing::warn!(family = %p.family, "conntrack cleanup: {e}");
+                }
+                tracing::info!(
+                    family = %p.family,
+                    first = reason == SyncReason::Initial,
+                    reason = %reason,
+                    service_ports = p.engine.services.len(),
+                    service_ports_with_endpoints = p.engine.endpoints.len(),
+                    changed_services = out.changed.len(),
+                    services = %named(&out.changed),
+                    full = out.report.full,
+                    services_written = out.report.services_written,
+                    nft_bytes = out.report.script_bytes,
+                    conntrack_flows = out.conntrack_flows,
+                    conntrack_deleted = out.observation.conntrack_deleted,
+                    render_us = out.report.render.as_micros() as u64,
+                    apply_us = out.report.apply.as_micros() as u64,
+                    took_us = started.elapsed().as_micros() as u64,
+                    "synced"
+                );
+            }
+            Err(e) => {
+                let failed = SyncObservation {
+                    failed: true,
+                    ..SyncObservation::default()
+                };
+                metrics.sync.observe_sync(p.family, &failed, SystemTime::now());
+                failures.push(format!("{}: {e}", p.family));
+            }
+        }
+        let (eps, svcs) = p.pending();
+        metrics.sync.set_pending(p.family, eps, svcs);
+    }
+    // One listener per service; with two families, the larger local count.
+    let mut merged = HealthChecks::new();
+    for p in proxiers.iter() {
+        for (name, (port, count)) in p.health_checks() {
+            let e = merged.entry(name.clone()).or_insert((*port, 0));
+            e.1 = e.1.max(*count);
+        }
+    }
+    health_checks.send_if_modified(|current| {
+        let changed = *current != merged;
+        *current = merged;
+        changed
+    });
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}; the next sync rewrites the whole table",
+            failures.join("; ")
+        ))
+    }
+}
+
+/// One multus sync of every family. A pod that fails is logged and
+/// counted; it never fails the sync of the others (nor health).
+fn sync_multus(
+    reason: SyncReason,
+    proxiers: &mut [MultusProxier],
+    health: &ProxierHealth,
+    metrics: &Metrics,
+) -> Result<(), String> {
+    let kind = sync_kind(reason);
+    let mut runtime_down = None;
+    for p in proxiers.iter_mut() {
+        let started = Instant::now();
+        let out = p.sync(kind);
+        let now = SystemTime::now();
+        health.updated(p.family, now);
+        if let Some(m) = &metrics.multus {
+            m.observe(p.family, out.programmed_pods, out.failures.len(), out.runtime_errors);
+        }
+        tracing::info!(
+            family = %p.family,
+            reason = %reason,
+            changed_services = out.changed_services,
+            programmed_pods = out.programmed_pods,
+            pods_written = out.transactions,
+            route_changes = out.route_changes,
+            conntrack_deleted = out.conntrack_deleted,
+            failed_pods = out.failures.len(),
+            took_us = started.elapsed().as_micros() as u64,
+            "synced"
+        );
+        if out.runtime_errors > 0 {
+            runtime_down = Some(out.runtime_errors);
+        }
+    }
+    // Pods the runtime could not be asked about are retried with the
+    // runner's backoff, not only at the next periodic sync.
+    match runtime_down {
+        Some(n) => Err(format!(
+            "the container runtime could not be asked about {n} pod(s); retrying"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The families, as the log writes them: `ipv4`, `ipv4,ipv6`.
+pub fn families_text(families: &[IpFamily]) -> String {
+    let names: Vec<&str> = families.iter().map(|f| f.as_str()).collect();
+    names.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn few_changed_services_are_named() {
+        let few: BTreeSet<ServiceName> = [ServiceName::new("ns", "a"), ServiceName::new("ns", "b")].into();
+        assert_eq!(named(&few), "ns/a ns/b");
+        let many: BTreeSet<ServiceName> = (0..9)
+            .map(|i| ServiceName::new("ns", format!("s{i}").as_str()))
+            .collect();
+        assert_eq!(named(&many), "9 services");
+        assert_eq!(families_text(&[IpFamily::V4, IpFamily::V6]), "ipv4,ipv6");
+    }
+}
