@@ -179,7 +179,10 @@ impl<K: ResourceExt + Clone> EventFold<K> {
     }
 }
 
-impl<K: ResourceExt + Clone, P: Keep<K>> EventFold<K, P> {
+impl<K: ResourceExt + Clone, P: Keep<K>> EventFold<K, P>
+where
+    K::DynamicType: Default,
+{
     /// Whether the first complete list has been handed over.
     pub fn is_synced(&self) -> bool {
         self.synced
@@ -206,7 +209,11 @@ impl<K: ResourceExt + Clone, P: Keep<K>> EventFold<K, P> {
             Some(name) => Some((obj.namespace().unwrap_or_default(), name)),
             None => {
                 self.stats.unnamed += 1;
-                tracing::warn!(kind = %std::any::type_name::<K>(), "watched object without metadata.name; ignored");
+                tracing::warn!(
+                    kind = %K::kind(&K::DynamicType::default()),
+                    namespace = obj.namespace().unwrap_or_default(),
+                    "watched object without metadata.name; ignored"
+                );
                 None
             }
         }

@@ -277,7 +277,7 @@ pub fn parse_into(file: &Path, text: &str, out: &mut Manifests) -> Result<(), Ma
 pub fn parse_each(file: &Path, text: &str, f: &mut impl FnMut(Object)) -> Result<(), ManifestError> {
     let syntax = |message: String| ManifestError::Syntax {
         path: file.to_owned(),
-        message,
+        message: one_line(&message),
     };
     if is_json(file, text) {
         // Straight into the typed objects, without a `Value` tree: a
@@ -370,6 +370,13 @@ impl<'a> Doc<'a> {
     }
 }
 
+/// A parser's message on one line: its first line, without the `error:`
+/// prefix and the source excerpt some parsers add below it.
+fn one_line(message: &str) -> String {
+    let first = message.lines().next().unwrap_or_default().trim();
+    first.strip_prefix("error:").unwrap_or(first).trim().to_owned()
+}
+
 /// `metadata.namespace` defaults to `default`, as kubectl applies it.
 fn default_namespace(meta: &mut ObjectMeta) {
     if meta.namespace.as_deref().is_none_or(str::is_empty) {
@@ -402,6 +409,10 @@ fn add_document(file: &Path, document: usize, doc: Doc<'_>, f: &mut impl FnMut(O
         name: name.clone(),
         message,
     };
+    let needs_name = matches!(kind.as_str(), "Service" | "EndpointSlice" | "Node" | "Pod");
+    if needs_name && name == "(no name)" {
+        return Err(fail("metadata.name is missing".into()));
+    }
     if kind.ends_with("List") {
         for item in doc.items().map_err(fail)? {
             add_document(file, document, item, f)?;
@@ -439,6 +450,7 @@ pub fn relist<K, P: Keep<K>>(
     handler: &mut impl EventHandler<K>,
 ) where
     K: kube::Resource + Clone,
+    K::DynamicType: Default,
 {
     fold.apply(Event::Init, handler);
     for obj in objects {

@@ -1,6 +1,7 @@
 //! Logging through `tracing` to stderr, as text or JSON lines.
 
 use clap::{Args, ValueEnum};
+use tracing_subscriber::EnvFilter;
 
 /// How log lines look.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -15,7 +16,8 @@ pub enum LogFormat {
 /// Flags every subcommand takes.
 #[derive(Args, Debug, Clone, Default)]
 pub struct LogArgs {
-    /// More detail: -v for debug, -vv for trace (RUST_LOG, when set, wins).
+    /// More detail: -v for debug, -vv for trace (RUST_LOG, when set, wins:
+    /// full filter directives such as `proxyd=debug,kube=info`).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
@@ -24,16 +26,28 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
-/// The level: `RUST_LOG` (`error`, `warn`, `info`, `debug`, `trace`) if set
-/// and valid, else from `-v`.
-pub fn level(args: &LogArgs, rust_log: Option<&str>) -> tracing::Level {
-    if let Some(l) = rust_log.and_then(|l| l.trim().parse::<tracing::Level>().ok()) {
-        return l;
-    }
-    match args.verbose {
-        0 => tracing::Level::INFO,
-        1 => tracing::Level::DEBUG,
-        _ => tracing::Level::TRACE,
+/// The filter: `RUST_LOG` when set, with full directives
+/// (`proxyd=debug,kube=info`, `warn`), else the level `-v` asks for. A
+/// `RUST_LOG` that does not parse is not used; the second value says why.
+pub fn filter(args: &LogArgs, rust_log: Option<&str>) -> (EnvFilter, Option<String>) {
+    let from_flags = || {
+        EnvFilter::new(match args.verbose {
+            0 => "info",
+            1 => "debug",
+            _ => "trace",
+        })
+    };
+    match rust_log.map(str::trim).filter(|s| !s.is_empty()) {
+        None => (from_flags(), None),
+        Some(spec) => match EnvFilter::try_new(spec) {
+            Ok(f) => (f, None),
+            Err(e) => (
+                from_flags(),
+                Some(format!(
+                    "RUST_LOG={spec:?} is not a filter ({e}); using the level from -v"
+                )),
+            ),
+        },
     }
 }
 
@@ -46,33 +60,48 @@ pub fn say(line: &str) {
 
 /// Installs the subscriber (once; later calls do nothing).
 pub fn init(args: &LogArgs) {
-    let level = level(args, std::env::var("RUST_LOG").ok().as_deref());
+    let (filter, problem) = filter(args, std::env::var("RUST_LOG").ok().as_deref());
     // A log line that cannot be written (stderr closed) is dropped: the
     // subscriber's own report of it would panic on the same closed stderr.
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_max_level(level)
+        .with_env_filter(filter)
         .with_ansi(false)
         .log_internal_errors(false);
     let _ = match args.log_format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
+    if let Some(p) = problem {
+        tracing::warn!("{p}");
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use tracing::Level;
+    use tracing::level_filters::LevelFilter;
+
     use super::*;
 
     #[test]
-    fn rust_log_wins_over_verbosity() {
+    fn rust_log_takes_directives_and_wins_over_verbosity() {
         let v = LogArgs {
             verbose: 2,
             ..LogArgs::default()
         };
-        assert_eq!(level(&v, None), tracing::Level::TRACE);
-        assert_eq!(level(&v, Some("warn")), tracing::Level::WARN);
-        assert_eq!(level(&v, Some("nonsense")), tracing::Level::TRACE);
-        assert_eq!(level(&LogArgs::default(), None), tracing::Level::INFO);
+        assert_eq!(filter(&v, None).0.max_level_hint(), Some(LevelFilter::TRACE));
+        assert_eq!(
+            filter(&LogArgs::default(), None).0.max_level_hint(),
+            Some(LevelFilter::INFO)
+        );
+        let (f, problem) = filter(&v, Some("warn"));
+        assert_eq!((f.max_level_hint(), problem), (Some(LevelFilter::WARN), None));
+        let (f, problem) = filter(&LogArgs::default(), Some("proxyd=debug,kube=info"));
+        assert!(problem.is_none());
+        assert_eq!(f.max_level_hint(), Some(LevelFilter::from_level(Level::DEBUG)));
+        let (f, problem) = filter(&v, Some("proxyd=loud"));
+        assert_eq!(f.max_level_hint(), Some(LevelFilter::TRACE), "falls back to -vv");
+        assert!(problem.unwrap().contains("RUST_LOG=\"proxyd=loud\" is not a filter"));
     }
 }

@@ -413,20 +413,34 @@ fn cleanup_removes_both_tables() {
     let (mut engine, config) = example_cluster();
     let mut syncer = NftSyncer::new(config, ns.dataplane());
     sync(&mut syncer, &mut engine);
-    ns.exec("nft", &["add", "table", "ip6", "proxyd"]);
-    let status = Command::new(env!("CARGO_BIN_EXE_proxyd"))
-        .args(["cleanup", "--netns", &ns.0])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    ns.exec("nft", &["add", "table", "ip", "other"]);
+    let cleanup = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["cleanup", "--netns", &ns.0])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let said = cleanup();
+    assert!(said.contains("removed table ip proxyd"), "{said}");
+    assert!(
+        said.contains("not there (nothing to remove): table ip6 proxyd"),
+        "{said}"
+    );
     let tables = ns.exec("nft", &["list", "tables"]);
-    assert!(!tables.contains("proxyd"), "{tables}");
+    assert!(
+        !tables.contains("proxyd") && tables.contains("table ip other"),
+        "{tables}"
+    );
+    ns.exec("nft", &["add", "table", "ip6", "proxyd"]);
+    assert!(cleanup().contains("removed table ip6 proxyd"));
     // And again, with nothing to remove.
-    let status = Command::new(env!("CARGO_BIN_EXE_proxyd"))
-        .args(["cleanup", "--netns", &ns.0])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let said = cleanup();
+    assert!(
+        said.contains("not there (nothing to remove): table ip proxyd, table ip6 proxyd") && !said.contains("removed"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -698,4 +712,40 @@ fn a_local_policy_node_port_splits_evenly_over_its_local_endpoints() {
         stat < critical,
         "{counts:?} is not a uniform split (chi-square {stat:.2} >= {critical})"
     );
+}
+
+/// Without the right to change the ruleset (not root, no CAP_NET_ADMIN),
+/// `run` says so at startup and stops, instead of retrying every sync.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn run_without_permission_for_nft_says_so_and_stops() {
+    require();
+    // The user must reach the binary and the files, wherever the checkout
+    // is: copies in a directory anyone may read.
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("proxyd-unprivileged-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (binary, cluster) = (dir.join("proxyd"), dir.join("cluster.yaml"));
+    std::fs::copy(env!("CARGO_BIN_EXE_proxyd"), &binary).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster/services.yaml");
+    std::fs::copy(example, &cluster).unwrap();
+    for (path, mode) in [(&dir, 0o755), (&binary, 0o755), (&cluster, 0o644)] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&binary)
+        .args(["run", "--hostname-override", "node-1", "--healthz-bind-address", ""])
+        .args(["--metrics-bind-address", ""])
+        .arg("--manifests")
+        .arg(&cluster)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("nft may not read the ruleset") && err.contains("run proxyd as root or with CAP_NET_ADMIN"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -126,27 +126,56 @@ fn explain_gives_a_reason_for_every_endpoint() {
     assert!(!ok && err.contains("expected NAMESPACE/SERVICE"), "{err}");
 }
 
-#[test]
-fn bad_manifests_fail_with_the_file_and_field() {
-    let dir = std::env::temp_dir().join(format!("proxyd-bad-manifests-{}", std::process::id()));
+/// `render` on a directory holding only `text` as `svc.yaml`: exit code and
+/// stderr.
+fn render_broken(tag: &str, text: &str) -> (Option<i32>, String) {
+    let dir = std::env::temp_dir().join(format!("proxyd-bad-manifests-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("svc.yaml"),
-        "kind: Service\nmetadata: {name: web}\nspec: {ports: [{port: eighty}]}\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("svc.yaml"), text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
         .args(["render", "--hostname-override", "n", "--manifests"])
         .arg(&dir)
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1));
+    let _ = std::fs::remove_dir_all(&dir);
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn bad_manifests_fail_with_the_file_and_field() {
+    let (code, err) = render_broken(
+        "field",
+        "kind: Service\nmetadata: {name: web}\nspec: {ports: [{port: eighty}]}\n",
+    );
+    assert_eq!(code, Some(1));
     assert!(
         err.contains("svc.yaml: document 1 (Service default/web): spec.ports[0].port: invalid type"),
         "{err}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+
+    // A syntax error: one line, the position, no parser excerpt.
+    let (code, err) = render_broken(
+        "syntax",
+        "kind: Service\nmetadata: {name: a, namespace: x\nspec:\n  ports: [{port: 80}]\n",
+    );
+    assert_eq!(code, Some(1));
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("svc.yaml: not valid YAML or JSON: line 3 column 5: while parsing a flow mapping"),
+        "{err}"
+    );
+
+    // No name: the file and the document, not a Rust type.
+    let (code, err) = render_broken(
+        "name",
+        "kind: Service\nmetadata: {name: ok}\n---\nkind: Service\nmetadata: {namespace: x}\nspec: {clusterIP: 10.96.0.1}\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("svc.yaml: document 2 (Service (no name)): metadata.name is missing"),
+        "{err}"
+    );
+    assert!(!err.contains("k8s_openapi"), "{err}");
 }
 
 fn multus(args: &[&str]) -> (bool, String, String) {

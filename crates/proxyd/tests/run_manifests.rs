@@ -337,3 +337,25 @@ impl AfterKill for std::process::Child {
         text
     }
 }
+
+/// A host without `nft` is told so at startup, once, instead of failing
+/// every sync.
+#[test]
+fn run_without_nft_says_so_and_stops() {
+    let empty = std::env::temp_dir().join(format!("proxyd-no-nft-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let cluster = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["run", "--hostname-override", "node-1", "--healthz-bind-address", ""])
+        .args(["--metrics-bind-address", ""])
+        .arg("--manifests")
+        .arg(&cluster)
+        .env("PATH", &empty)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("nft: not found; install nftables"), "{err}");
+    assert!(err.contains("nothing was started"), "{err}");
+    let _ = std::fs::remove_dir_all(&empty);
+}

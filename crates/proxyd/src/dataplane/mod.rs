@@ -74,7 +74,10 @@ impl NftCommand {
         let out = child.wait_with_output().map_err(spawn_err)?;
         if !out.status.success() {
             return Err(DataplaneError::Rejected {
-                status: out.status.to_string(),
+                status: out
+                    .status
+                    .code()
+                    .map_or_else(|| "killed by a signal".to_owned(), |c| format!("exit status {c}")),
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
             });
         }

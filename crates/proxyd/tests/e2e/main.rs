@@ -412,6 +412,15 @@ async fn a_failing_nft_is_retried_and_never_half_applied() {
     std::fs::remove_file(&flag).unwrap();
     c.eventually("the retry", || c.tcp("10.96.0.10", 80, 1) == [PODS[1]]);
     let log = c.log.lock().unwrap().join("\n");
+    // nft's words once per failed sync, on the line that says it failed.
+    for line in log.lines().filter(|l| l.contains("injected failure")) {
+        assert!(line.contains("sync failed") && line.contains("retry_in_ms"), "{line}");
+        assert_eq!(line.matches("injected failure").count(), 1, "{line}");
+        assert!(
+            line.contains("(exit status 1)") && !line.contains("exit exit"),
+            "{line}"
+        );
+    }
     let after = &log[log.find("sync failed").unwrap()..];
     assert!(
         after.contains("full=true"),
