@@ -117,11 +117,11 @@ pub fn explain(
             "it is headless (clusterIP: None): clients reach the pods directly"
         } else if spec.type_.as_deref() == Some("ExternalName") {
             "it is an ExternalName alias: there is nothing to proxy"
-        } else if !svc.metadata.labels.as_ref().is_none_or(|l| {
-            !l.contains_key("service.kubernetes.io/service-proxy-name")
-                && !l.contains_key("service.kubernetes.io/headless")
-        }) {
-            "its labels hand it to another proxy (service.kubernetes.io/service-proxy-name or headless)"
+        } else if !selection.selects_labels(svc.metadata.labels.as_ref()) {
+            &format!(
+                "its labels do not match this proxy's selector {}: another proxy handles it",
+                selection.label_selector()
+            )
         } else {
             "it has no cluster IP of this family, or no ports"
         };

@@ -126,6 +126,38 @@ fn explain_gives_a_reason_for_every_endpoint() {
     assert!(!ok && err.contains("expected NAMESPACE/SERVICE"), "{err}");
 }
 
+/// A service labelled for another proxy: explain says so, with the
+/// selector this proxy uses (the same one it lists and watches with).
+#[test]
+fn explain_names_the_selector_that_leaves_a_service_out() {
+    let dir = std::env::temp_dir().join(format!("proxyd-explain-other-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("svc.yaml"),
+        "kind: Service\nmetadata: {name: other, namespace: ns, labels: {service.kubernetes.io/service-proxy-name: cilium}}\nspec: {clusterIP: 10.96.0.7, ports: [{port: 80}]}\n",
+    )
+    .unwrap();
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["explain", "ns/other", "--hostname-override", "n", "--manifests"])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let out = run(&[]);
+    assert!(
+        out.contains(
+            "not programmed: its labels do not match this proxy's selector !service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
+        ),
+        "{out}"
+    );
+    let out = run(&["--service-proxy-name", "cilium"]);
+    assert!(!out.contains("not programmed"), "the named proxy takes it:\n{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `render` on a directory holding only `text` as `svc.yaml`: exit code and
 /// stderr.
 fn render_broken(tag: &str, text: &str) -> (Option<i32>, String) {
