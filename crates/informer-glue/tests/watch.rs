@@ -754,5 +754,16 @@ async fn recovery_after_an_api_server_outage_and_restart() {
         })
         .await;
     }
+    // No outage, only a 410: the watch is cut and its resourceVersion has
+    // left the server's window (compacted), so it must relist.
+    let relists_before = w.metrics.relists.get();
+    server.expire_next_watches(1);
+    server.drop_watches();
+    let applied = Instant::now();
+    server.apply(service("ns", "after-410", json!({}), "10.96.0.3")).unwrap();
+    let took = seen_after(&rec, "ns/after-410", applied).await;
+    eprintln!("410 Gone: a change made with it seen in {took:?}");
+    assert!(took < Duration::from_secs(8), "recovery took {took:?} after a 410");
+    wait_for("the relist counted", || w.metrics.relists.get() > relists_before).await;
     w.stop().await;
 }
