@@ -26,7 +26,7 @@ fn loaded(shape: Shape) -> (Workload, EndpointSliceCache, EndpointsMap) {
     let mut w = Workload::new(shape);
     let mut cache = load(w.all_slices());
     let mut map = EndpointsMap::new();
-    map.update(&mut cache);
+    let _ = map.update(&mut cache);
     (w, cache, map)
 }
 
@@ -43,7 +43,7 @@ fn initial_load_sync(b: Bencher) {
     let slices = Workload::new(Shape::new(10_000, 10)).all_slices();
     b.with_inputs(|| (load(slices.clone()), EndpointsMap::new()))
         .bench_local_values(|(mut cache, mut map)| {
-            map.update(&mut cache);
+            let _ = map.update(&mut cache);
             (cache, map)
         });
 }

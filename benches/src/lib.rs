@@ -77,7 +77,11 @@ impl Workload {
             let n = service.wrapping_mul(7919).wrapping_add(i).wrapping_add(generation);
             let addr = IpAddr::V4(Ipv4Addr::from(0x0a00_0000 | (service << 12 | i) & 0x00ff_ffff));
             let node = self.interner.node(&format!("node-{}", n % s.nodes));
-            let mut ep = SliceEndpoint::new(addr).with_conditions(n % 17 != 0, true, false);
+            let mut ep = SliceEndpoint::new(addr).with_conditions(slice_model::Conditions {
+                ready: n % 17 != 0,
+                serving: true,
+                terminating: false,
+            });
             ep.node = Some(node);
             ep.zone_hints = self
                 .interner

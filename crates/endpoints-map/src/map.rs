@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use slice_cache::{EndpointSliceCache, PortEndpoints, ServiceChange, ServiceEndpoints};
-use slice_model::{BaseEndpointInfo, FastHash, Protocol, ServiceName, ServicePortName};
+use slice_model::internal::FastHash;
+use slice_model::{BaseEndpointInfo, Protocol, ServiceName, ServicePortName};
 
 use crate::stale::detect_stale;
 
@@ -29,6 +30,8 @@ impl fmt::Display for ServiceEndpoint {
 
 /// What one [`EndpointsMap::update`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use = "the stale endpoints and changed services are what the proxier must act on"]
+#[non_exhaustive]
 pub struct UpdateResult {
     /// UDP endpoints that are gone, or whose locality flipped: their
     /// conntrack entries would keep sending traffic to the wrong place.

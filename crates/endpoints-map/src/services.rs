@@ -8,6 +8,8 @@ use slice_model::{Protocol, ServiceName, ServicePortInfo, ServicePortName};
 
 /// What one [`ServicesMap::update`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[must_use = "the changed services and stale cluster IPs are what the proxier must act on"]
+#[non_exhaustive]
 pub struct ServicesUpdateResult {
     /// Services whose ports changed, sorted.
     pub updated_services: Vec<ServiceName>,
@@ -147,8 +149,8 @@ mod tests {
         for n in ["c", "a", "b"] {
             t.update(&svc(n, &[("p", Protocol::Tcp)]));
         }
-        m.update(&mut t);
+        let _ = m.update(&mut t);
         let names: Vec<String> = m.iter().map(|p| p.name.to_string()).collect();
-        assert_eq!(names, ["ns/a:p", "ns/b:p", "ns/c:p"]);
+        assert_eq!(names, ["ns/a:p/TCP", "ns/b:p/TCP", "ns/c:p/TCP"]);
     }
 }

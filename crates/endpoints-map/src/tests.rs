@@ -66,11 +66,11 @@ fn udp_endpoint_removed_is_stale_tcp_is_not() {
     let mut f = Fixture::new();
     f.put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1"), mk_ep("10.0.0.2")]))
         .put(mk_tcp("web-a", "web", vec![mk_ep("10.0.1.1")]));
-    f.sync();
+    let _ = f.sync();
     f.put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.2")]))
         .put(mk_tcp("web-a", "web", vec![]));
     let r = f.sync();
-    assert_eq!(stale(&r), ["ns/dns:dns -> 10.0.0.1:53"]);
+    assert_eq!(stale(&r), ["ns/dns:dns/UDP -> 10.0.0.1:53"]);
     assert!(r.stale_service_names.is_empty());
     assert_eq!(
         r.changed_services,
@@ -102,9 +102,9 @@ fn udp_service_from_zero_endpoints_is_stale() {
 fn deleting_the_last_udp_slice_makes_all_endpoints_stale() {
     let mut f = Fixture::new();
     f.put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1")]));
-    f.sync();
+    let _ = f.sync();
     let r = f.del("dns-a").sync();
-    assert_eq!(stale(&r), ["ns/dns:dns -> 10.0.0.1:53"]);
+    assert_eq!(stale(&r), ["ns/dns:dns/UDP -> 10.0.0.1:53"]);
     assert!(f.map.is_empty());
     assert!(f.map.service(&ServiceName::new("ns", "dns")).is_none());
 }
@@ -113,12 +113,20 @@ fn deleting_the_last_udp_slice_makes_all_endpoints_stale() {
 fn locality_flip_is_stale_readiness_flip_is_not() {
     let mut f = Fixture::new();
     f.put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1").on_node("node-2")]));
-    f.sync();
+    let _ = f.sync();
     let r = f
         .put(mk_udp(
             "dns-a",
             "dns",
-            vec![mk_ep("10.0.0.1").on_node("node-2").with_conditions(false, false, false)],
+            vec![
+                mk_ep("10.0.0.1")
+                    .on_node("node-2")
+                    .with_conditions(slice_model::Conditions {
+                        ready: false,
+                        serving: false,
+                        terminating: false,
+                    }),
+            ],
         ))
         .sync();
     assert!(r.stale_endpoints.is_empty());
@@ -126,7 +134,7 @@ fn locality_flip_is_stale_readiness_flip_is_not() {
     let r = f
         .put(mk_udp("dns-a", "dns", vec![mk_ep("10.0.0.1").on_node(NODE)]))
         .sync();
-    assert_eq!(stale(&r), ["ns/dns:dns -> 10.0.0.1:53"]);
+    assert_eq!(stale(&r), ["ns/dns:dns/UDP -> 10.0.0.1:53"]);
 }
 
 #[test]
@@ -134,7 +142,7 @@ fn endpoint_moving_between_slices_is_not_stale_nor_a_change() {
     let mut f = Fixture::new();
     f.put(mk_udp("a", "dns", vec![mk_ep("10.0.0.1"), mk_ep("10.0.0.2")]))
         .put(mk_udp("b", "dns", vec![]));
-    f.sync();
+    let _ = f.sync();
     let r = f
         .put(mk_udp("b", "dns", vec![mk_ep("10.0.0.2")]))
         .put(mk_udp("a", "dns", vec![mk_ep("10.0.0.1")]))
@@ -149,7 +157,15 @@ fn local_ready_counts_distinct_ips_across_ports() {
         .with_port("http", Protocol::Tcp, 80)
         .with_port("https", Protocol::Tcp, 443)
         .with_endpoint(mk_ep("10.0.0.1").on_node(NODE))
-        .with_endpoint(mk_ep("10.0.0.2").on_node(NODE).with_conditions(false, true, true))
+        .with_endpoint(
+            mk_ep("10.0.0.2")
+                .on_node(NODE)
+                .with_conditions(slice_model::Conditions {
+                    ready: false,
+                    serving: true,
+                    terminating: true,
+                }),
+        )
         .with_endpoint(mk_ep("10.0.0.3").on_node("node-2"));
     let r = f.put(s).sync();
     let web = ServiceName::new("ns", "web");
@@ -172,14 +188,14 @@ fn lookups_and_ordering() {
     let mut f = Fixture::new();
     f.put(mk_tcp("b-1", "b", vec![mk_ep("10.0.0.10"), mk_ep("10.0.0.2")]))
         .put(mk_udp("a-1", "a", vec![mk_ep("10.0.0.1")]));
-    f.sync();
+    let _ = f.sync();
     assert_eq!(f.map.len(), 2);
     let order: Vec<String> = f
         .map
         .iter()
         .map(|(s, p)| EndpointsMap::port_name(s, p).to_string())
         .collect();
-    assert_eq!(order, ["ns/a:dns", "ns/b:http"]);
+    assert_eq!(order, ["ns/a:dns/UDP", "ns/b:http/TCP"]);
     let eps = f.map.get(&spn("b", "http", Protocol::Tcp)).unwrap();
     let addrs: Vec<String> = eps.iter().map(|e| e.addr.to_string()).collect();
     assert_eq!(addrs, ["10.0.0.2:80", "10.0.0.10:80"], "sorted by address, not text");

@@ -230,12 +230,20 @@ mod tests {
     fn ep(addr: &str, zones: &[&str], ready: bool, local: bool) -> BaseEndpointInfo {
         BaseEndpointInfo::new(addr.parse().unwrap())
             .local(local)
-            .with_conditions(ready, ready, false)
+            .with_conditions(slice_model::Conditions {
+                ready: ready,
+                serving: ready,
+                terminating: false,
+            })
             .with_zones(zones.iter().copied())
     }
 
     fn terminating(addr: &str, local: bool) -> BaseEndpointInfo {
-        ep(addr, &[], false, local).with_conditions(false, true, true)
+        ep(addr, &[], false, local).with_conditions(slice_model::Conditions {
+            ready: false,
+            serving: true,
+            terminating: true,
+        })
     }
 
     fn names(v: &[&BaseEndpointInfo]) -> Vec<String> {
@@ -529,7 +537,11 @@ mod tests {
         );
         // An unready endpoint without a hint does not count.
         let mut e = node_hinted([No, This, Other, Other]);
-        e[0] = e[0].with_conditions(false, false, false);
+        e[0] = e[0].with_conditions(slice_model::Conditions {
+            ready: false,
+            serving: false,
+            terminating: false,
+        });
         assert_eq!(
             chosen(&e, "zone-z"),
             (vec!["10.1.2.4:80".into()], TopologyDecision::UsingNodeHints)

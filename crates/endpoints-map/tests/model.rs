@@ -54,9 +54,11 @@ fn endpoint() -> impl Strategy<Value = SliceEndpoint> {
     )
         .prop_map(|(a, n, topo, (ready, serving, terminating), zones)| {
             let mut e = SliceEndpoint::new(ADDRS[a].parse().expect("the fixed addresses parse")).with_conditions(
-                ready,
-                serving,
-                terminating,
+                slice_model::Conditions {
+                    ready,
+                    serving,
+                    terminating,
+                },
             );
             // Rule 2's fallback is resolved by the slice builder; here the
             // topology hostname only stands in when there is no node name.
@@ -286,7 +288,7 @@ fn run(ops: Vec<Op>, family: IpFamily) {
     for name in model.slices.keys() {
         assert!(cache.remove(name));
     }
-    map.update(&mut cache);
+    let _ = map.update(&mut cache);
     assert_eq!(cache.tracked_services(), 0, "trackers left behind");
     assert_eq!(cache.known_slices(), 0);
     assert!(map.is_empty());

@@ -7,7 +7,7 @@ use slice_model::{
 };
 
 /// Converts an EndpointSlice from an ADDED or MODIFIED event, applying the
-/// replay contract's rules. Parts that cannot be used are skipped and named
+/// [slice rules](slice_model::rules). Parts that cannot be used are skipped and named
 /// in the warnings; a slice that cannot be filed under a service (or is of
 /// type FQDN) is rejected. Node names and zone sets are shared through
 /// `interner`.
@@ -62,7 +62,7 @@ pub fn slice_from_k8s(
 }
 
 /// The name of a slice from a DELETED event: namespace and name are all a
-/// delete needs (contract rule 6); FQDN slices are ignored (rule 4).
+/// delete needs ([rule 6](slice_model::rules)); FQDN slices are ignored ([rule 4](slice_model::rules)).
 pub fn slice_name_of(slice: &discovery::EndpointSlice) -> Result<SliceName, SliceError> {
     slice_model::deleted_slice_name(
         slice.metadata.namespace.as_deref(),

@@ -10,7 +10,7 @@
 //! ```
 //!
 //! Both slice paths go through [`slice_model::SliceBuilder`], so the replay
-//! contract's rules (FQDN ignored, invalid IPs skipped with a warning that
+//! [slice rules](slice_model::rules) (FQDN ignored, invalid IPs skipped with a warning that
 //! names slice and field, canonical IP text, TCP by default, `serving`
 //! defaulting to `ready`, a missing service-name label rejected) hold the
 //! same whether objects come from a live watch or a recorded trace.

@@ -295,7 +295,7 @@ impl<'a> WireObject<'a> {
     }
 
     /// The slice's name, for a DELETED event: namespace and name are all a
-    /// delete needs (rule 6); FQDN slices are ignored (rule 4).
+    /// delete needs ([rule 6](slice_model::rules)); FQDN slices are ignored ([rule 4](slice_model::rules)).
     pub fn deleted_slice_name(&self) -> Result<SliceName, SliceError> {
         slice_model::deleted_slice_name(
             self.meta_str(|m| m.namespace.as_ref()),

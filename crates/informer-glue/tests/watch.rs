@@ -563,12 +563,12 @@ async fn soak_with_random_faults() {
         direct.update(slice_from_k8s(&s, &mut interner).unwrap().0);
     }
     let mut want = EndpointsMap::new();
-    want.update(&mut direct);
+    let _ = want.update(&mut direct);
     let want: Vec<String> = want.iter().map(|(s, p)| format!("{s} {p:?}")).collect();
 
     let mut got_map = EndpointsMap::new();
     wait_for("the watched engine to converge", || {
-        got_map.update(&mut cache.lock().unwrap());
+        let _ = got_map.update(&mut cache.lock().unwrap());
         got_map.iter().map(|(s, p)| format!("{s} {p:?}")).collect::<Vec<_>>() == want
     })
     .await;
@@ -760,7 +760,9 @@ async fn recovery_after_an_api_server_outage_and_restart() {
     server.expire_next_watches(1);
     server.drop_watches();
     let applied = Instant::now();
-    server.apply(service("ns", "after-410", json!({}), "10.96.0.3")).unwrap();
+    server
+        .apply(service("ns", "after-410", json!({}), "10.96.0.3"))
+        .unwrap();
     let took = seen_after(&rec, "ns/after-410", applied).await;
     eprintln!("410 Gone: a change made with it seen in {took:?}");
     assert!(took < Duration::from_secs(8), "recovery took {took:?} after a 410");

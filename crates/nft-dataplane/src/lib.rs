@@ -1,43 +1,4 @@
-//! # nft-dataplane
-//!
-//! The nftables dataplane of a Kubernetes service proxy, as a library:
-//! from the endpoint tracking crates' maps to the transactions that keep
-//! one nftables table in step with them, rewriting only what changed.
-//!
-//! ```text
-//!  desired      ServicesMap + EndpointsMap ─► ServiceTarget per port
-//!  fragment     ServiceTarget ─► what one service adds to the table
-//!  skeleton     the fixed sets, maps and chains
-//!  syncer       NftSyncer: full or partial sync ─► one Transaction
-//!  transaction  typed operations (names, rule) ─► nft text, streamed
-//!  kernel       KernelModel: applies Transactions under nft's rules
-//!  tracer       KernelModel::trace: what happens to a packet
-//!  conntrack    which UDP conntrack entries a sync makes stale
-//! ```
-//!
-//! Nothing here runs `nft` or needs root: a [`Dataplane`] applies
-//! transactions (the binary's runs `nft -f -`; [`KernelModel`] applies
-//! them to a model, [`Recording`] keeps them). It depends on no Kubernetes
-//! client, no async runtime and no JSON library.
-//!
-//! Load balancing is exact: every ready endpoint of a service port gets
-//! 1/N of its new connections, for any N, as kube-proxy's
-//! `numgen random mod N` does.
-//!
-//! ```
-//! use std::collections::BTreeSet;
-//! use endpoints_map::{EndpointsMap, ServicesMap};
-//! use nft_dataplane::{DataplaneConfig, KernelModel, NftSyncer, SyncKind};
-//! use slice_model::IpFamily;
-//!
-//! let config = DataplaneConfig::new(IpFamily::V4);
-//! let mut syncer = NftSyncer::new(config, KernelModel::default());
-//! let report = syncer
-//!     .sync(&ServicesMap::new(), &EndpointsMap::new(), &BTreeSet::new(), SyncKind::Changes)
-//!     .expect("an empty ruleset applies");
-//! assert!(report.full);
-//! assert!(syncer.dataplane().table(IpFamily::V4).is_some());
-//! ```
+#![doc = include_str!("../README.md")]
 
 pub mod conntrack;
 pub mod desired;

@@ -122,7 +122,7 @@ pub fn services_table(engine: &Engine, config: &DataplaneConfig) -> String {
         let eps = engine.endpoints.get(&port.name).unwrap_or(&[]);
         let t = ServiceTarget::plan(port, eps, config);
         rows.push([
-            port.name.to_string(),
+            port.name.short(),
             proto(port.name.protocol).to_uppercase(),
             frontends_text(&t),
             group_text(Some(&t.internal)),

@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use slice_model::{EndpointSlice, FastHash, IpFamily, ServiceName, SliceContent, SliceName};
+use slice_model::internal::FastHash;
+use slice_model::{EndpointSlice, IpFamily, ServiceName, SliceContent, SliceName};
 
 use crate::ServiceEndpoints;
 use crate::by_name::ByName;
@@ -27,7 +28,7 @@ impl Pending {
 }
 
 /// One service's slices, by slice name (so merging visits them in name
-/// order, as contract rule 11 asks).
+/// order, as [rule 11](slice_model::rules) asks).
 #[derive(Debug, Default)]
 struct ServiceTracker {
     /// Content in normal form ([`SliceContent::normalize`]), which the
@@ -72,7 +73,7 @@ pub struct ServiceChange {
 ///
 /// Past the seed it implements: a slice is one object named by namespace
 /// and name, so a new `kubernetes.io/service-name` label moves it to its new
-/// service (rule 7); a service whose last slice is gone is forgotten
+/// service ([rule 7](slice_model::rules)); a service whose last slice is gone is forgotten
 /// (kubernetes#128928); endpoints of the other IP family are dropped on the
 /// way in, so changes to them cost nothing.
 #[derive(Debug)]
@@ -254,6 +255,7 @@ impl EndpointSliceCache {
 
     /// Applies every pending change and returns one [`ServiceChange`] per
     /// service that had any, sorted by service name.
+    #[must_use = "checked-out changes are no longer pending: dropping them loses them"]
     pub fn checkout(&mut self) -> Vec<ServiceChange> {
         let mut changes = Vec::with_capacity(self.pending_services);
         self.checkout_each(|change| changes.push(change));

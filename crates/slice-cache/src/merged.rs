@@ -7,7 +7,8 @@ use std::collections::binary_heap::PeekMut;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use slice_model::{BaseEndpointInfo, Protocol, SliceContent, SliceEndpoint, ip_sort_key, is_sorted_by_address};
+use slice_model::internal::{ip_sort_key, is_sorted_by_address};
+use slice_model::{BaseEndpointInfo, Protocol, SliceContent, SliceEndpoint};
 
 /// The endpoints of one service port (port name + protocol), sorted by
 /// address and port, one entry per address and port.
@@ -79,7 +80,7 @@ impl ServiceEndpoints {
     /// Merges a service's slices, visited in the order given (by slice name,
     /// in the cache). One address and port appears once per service port:
     /// the first copy wins, except that a local copy beats a non-local one
-    /// (contract rule 11). Slices whose endpoints are not in address order
+    /// ([rule 11](slice_model::rules)). Slices whose endpoints are not in address order
     /// ([`SliceContent::normalize`]) are sorted on a copy first.
     pub fn merge<'a>(slices: impl IntoIterator<Item = &'a SliceContent>, node_name: &str) -> Self {
         let slices: Vec<Cow<'a, SliceContent>> = slices
@@ -142,7 +143,7 @@ struct Run<'a> {
 
 /// Merges sorted runs into one list sorted by address and port, keeping one
 /// endpoint per address and port: the first copy in run order, unless a
-/// later copy is local and the first is not (rule 11).
+/// later copy is local and the first is not ([rule 11](slice_model::rules)).
 ///
 /// Each endpoint is converted and written once, in order. Appending the
 /// runs and sorting the result moved every endpoint several times: for the
@@ -200,7 +201,11 @@ mod tests {
     fn ep(addr: &str, node: &str, ready: bool) -> SliceEndpoint {
         SliceEndpoint::new(addr.parse().unwrap())
             .on_node(node)
-            .with_conditions(ready, ready, false)
+            .with_conditions(slice_model::Conditions {
+                ready: ready,
+                serving: ready,
+                terminating: false,
+            })
     }
 
     fn merged(runs: &[(&[SliceEndpoint], u16)]) -> Vec<(String, bool, bool)> {
@@ -266,7 +271,7 @@ mod tests {
         let a = [ep("10.0.0.1", "a", true), ep("10.0.0.2", "a", true)];
         let b = [ep("10.0.0.1", "a", false)];
         let mut c = vec![ep("fd00::1", "a", true), ep("10.0.0.2", "a", true)];
-        slice_model::sort_by_address(&mut c);
+        c.sort_by_key(|e| ip_sort_key(e.addr));
         assert_eq!(
             merged(&[(&a, 8080), (&b, 80), (&c, 80)]),
             [

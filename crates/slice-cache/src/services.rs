@@ -85,6 +85,7 @@ impl ServiceChangeTracker {
     }
 
     /// Applies the pending changes, returning them sorted by service.
+    #[must_use = "checked-out changes are no longer pending: dropping them loses them"]
     pub fn checkout(&mut self) -> Vec<ServicePortsChange> {
         let mut changes: Vec<ServicePortsChange> = std::mem::take(&mut self.pending)
             .into_iter()
@@ -161,7 +162,7 @@ mod tests {
         let a = svc("web", "10.96.0.1", &[("http", Protocol::Tcp, 80)]);
         let b = svc("web", "10.96.0.1", &[("http", Protocol::Tcp, 8080)]);
         t.update(&a);
-        t.checkout();
+        let _ = t.checkout();
         assert!(t.update(&b));
         assert!(t.update(&a));
         assert!(!t.has_pending(), "back to what is applied");

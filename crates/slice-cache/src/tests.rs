@@ -64,7 +64,7 @@ fn update_that_changes_nothing_queues_nothing() {
     let s = mk_slice("web-a", "web", &["10.0.0.1"]);
     assert!(c.update(s.clone()));
     assert!(!c.update(s.clone()), "same as pending");
-    c.checkout();
+    let _ = c.checkout();
     assert!(!c.update(s.clone()), "same as applied");
     assert!(!c.has_pending());
     // The trigger time is not part of the content.
@@ -84,7 +84,7 @@ fn delete_drops_the_service_tracker() {
     let mut c = mk_cache();
     c.update(mk_slice("web-a", "web", &["10.0.0.1"]));
     c.update(mk_slice("web-b", "web", &["10.0.0.2"]));
-    c.checkout();
+    let _ = c.checkout();
     assert!(c.remove(&SliceName::new("ns", "web-a")));
     let ch = c.checkout();
     assert_eq!(current(&ch[0], "http"), ["10.0.0.2:80"]);
@@ -110,7 +110,7 @@ fn add_then_delete_before_sync_leaves_nothing_to_do() {
 fn modify_and_revert_before_sync_leaves_nothing_to_do() {
     let mut c = mk_cache();
     c.update(mk_slice("web-a", "web", &["10.0.0.1"]));
-    c.checkout();
+    let _ = c.checkout();
     assert!(c.update(mk_slice("web-a", "web", &["10.0.0.2"])));
     assert!(c.update(mk_slice("web-a", "web", &["10.0.0.1"])));
     assert!(!c.has_pending());
@@ -121,7 +121,7 @@ fn endpoint_moving_between_slices_keeps_the_service_unchanged() {
     let mut c = mk_cache();
     c.update(mk_slice("web-a", "web", &["10.0.0.1", "10.0.0.2"]));
     c.update(mk_slice("web-b", "web", &["10.0.0.3"]));
-    c.checkout();
+    let _ = c.checkout();
     // 10.0.0.2 moves from a to b: b gets it first, then a drops it.
     c.update(mk_slice("web-b", "web", &["10.0.0.3", "10.0.0.2"]));
     c.update(mk_slice("web-a", "web", &["10.0.0.1"]));
@@ -178,8 +178,13 @@ fn duplicates_prefer_local_then_first_slice_by_name() {
     // is not ready).
     c.update(mk_slice("b", "web", &[]).with_endpoint(mk_ep("10.0.0.1").on_node("node-2")));
     c.update(
-        mk_slice("a", "web", &[])
-            .with_endpoint(mk_ep("10.0.0.1").on_node("node-3").with_conditions(false, false, false)),
+        mk_slice("a", "web", &[]).with_endpoint(mk_ep("10.0.0.1").on_node("node-3").with_conditions(
+            slice_model::Conditions {
+                ready: false,
+                serving: false,
+                terminating: false,
+            },
+        )),
     );
     let ch = c.checkout();
     let e = &ch[0].current.port("http", Protocol::Tcp).unwrap().endpoints;
@@ -194,7 +199,13 @@ fn duplicates_prefer_local_then_first_slice_by_name() {
 
     // Local in both: the first slice by name wins again.
     c.update(
-        mk_slice("a", "web", &[]).with_endpoint(mk_ep("10.0.0.1").on_node(NODE).with_conditions(false, true, true)),
+        mk_slice("a", "web", &[]).with_endpoint(mk_ep("10.0.0.1").on_node(NODE).with_conditions(
+            slice_model::Conditions {
+                ready: false,
+                serving: true,
+                terminating: true,
+            },
+        )),
     );
     let ch = c.checkout();
     let e = &ch[0].current.port("http", Protocol::Tcp).unwrap().endpoints;
@@ -207,7 +218,15 @@ fn duplicates_within_one_slice_prefer_local() {
     c.update(
         mk_slice("a", "web", &[])
             .with_endpoint(mk_ep("10.0.0.1").on_node("node-2"))
-            .with_endpoint(mk_ep("10.0.0.1").on_node(NODE).with_conditions(false, false, false)),
+            .with_endpoint(
+                mk_ep("10.0.0.1")
+                    .on_node(NODE)
+                    .with_conditions(slice_model::Conditions {
+                        ready: false,
+                        serving: false,
+                        terminating: false,
+                    }),
+            ),
     );
     let ch = c.checkout();
     let e = &ch[0].current.port("http", Protocol::Tcp).unwrap().endpoints;
@@ -255,7 +274,11 @@ fn conditions_and_zone_hints_are_carried() {
     c.update(
         mk_slice("a", "web", &[]).with_endpoint(
             mk_ep("10.0.0.1")
-                .with_conditions(false, true, true)
+                .with_conditions(slice_model::Conditions {
+                    ready: false,
+                    serving: true,
+                    terminating: true,
+                })
                 .with_zones(["zone-b", "zone-a"]),
         ),
     );
@@ -272,7 +295,7 @@ fn conditions_and_zone_hints_are_carried() {
 fn relabelled_slice_moves_to_its_new_service() {
     let mut c = mk_cache();
     c.update(mk_slice("s1", "old", &["10.0.0.1"]));
-    c.checkout();
+    let _ = c.checkout();
     assert!(c.update(mk_slice("s1", "new", &["10.0.0.1"])));
     let ch = c.checkout();
     let names: Vec<_> = ch.iter().map(|c| c.service.clone()).collect();
@@ -291,7 +314,7 @@ fn relabelled_slice_moves_to_its_new_service() {
 fn relabel_away_and_back_within_one_sync() {
     let mut c = mk_cache();
     c.update(mk_slice("s1", "a", &["10.0.0.1"]));
-    c.checkout();
+    let _ = c.checkout();
     c.update(mk_slice("s1", "b", &["10.0.0.1"]));
     c.update(mk_slice("s1", "a", &["10.0.0.2"]));
     let ch = c.checkout();

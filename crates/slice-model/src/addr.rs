@@ -1,8 +1,8 @@
-//! Endpoint addresses as the replay contract's rule 5 reads them.
+//! Endpoint addresses as [rule 5](crate::rules) reads them.
 
 use std::net::{IpAddr, Ipv4Addr};
 
-/// Parses an endpoint address by the contract's rule 5: an IPv4 dotted quad
+/// Parses an endpoint address by [rule 5](crate::rules): an IPv4 dotted quad
 /// without leading zeros, or an IPv6 address without a zone. The result's
 /// `Display` is the canonical text (RFC 5952; `::ffff:a.b.c.d` for mapped
 /// addresses, which stay IPv6).

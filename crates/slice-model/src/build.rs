@@ -1,5 +1,5 @@
 //! [`SliceBuilder`]: turns the fields of an EndpointSlice, however they were
-//! decoded, into an [`EndpointSlice`], applying the replay contract's rules
+//! decoded, into an [`EndpointSlice`], applying the [slice rules](crate::rules)
 //! in one place.
 //!
 //! Whole-object problems reject the slice ([`SliceError`]); problems with
@@ -23,11 +23,12 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// The annotation that stamps when the change behind a slice was triggered.
 pub const TRIGGER_TIME_ANNOTATION: &str = "endpoints.kubernetes.io/last-change-trigger-time";
 
-/// The topology key whose value is the endpoint's node (contract rule 2).
+/// The topology key whose value is the endpoint's node ([rule 2](crate::rules)).
 pub const HOSTNAME_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
 
 /// Why an ADDED or MODIFIED slice is not accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SliceError {
     /// `metadata.namespace` or `metadata.name` is missing or empty.
     #[error("endpoint slice {namespace:?}/{name:?}: metadata.namespace and metadata.name must be set")]
@@ -40,7 +41,7 @@ pub enum SliceError {
     /// The `kubernetes.io/service-name` label is missing or empty.
     #[error("endpoint slice {0}: label {SERVICE_NAME_LABEL} is missing or empty; slice ignored")]
     MissingServiceName(SliceName),
-    /// `addressType: FQDN`: such slices carry no IPs to proxy (rule 4).
+    /// `addressType: FQDN`: such slices carry no IPs to proxy ([rule 4](crate::rules)).
     #[error("endpoint slice {0}: addressType FQDN is not proxied; slice ignored")]
     Fqdn(SliceName),
 }
@@ -62,6 +63,7 @@ impl SliceError {
 
 /// What was wrong with one part of an accepted slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WarningKind {
     /// `ports[i].name` is absent (only `""` names an unnamed port).
     PortWithoutName,
@@ -73,7 +75,7 @@ pub enum WarningKind {
     UnknownProtocol(String),
     /// `endpoints[i].addresses` is absent or empty.
     NoAddress,
-    /// `endpoints[i].addresses[0]` is not a valid IP (rule 5).
+    /// `endpoints[i].addresses[0]` is not a valid IP ([rule 5](crate::rules)).
     InvalidAddress(String),
     /// The trigger-time annotation is not an RFC 3339 time.
     InvalidTriggerTime(String),
@@ -182,7 +184,38 @@ pub struct RawEndpoint<'a> {
     pub topology_hostname: Option<&'a str>,
 }
 
-/// Builds one [`EndpointSlice`]; see the module docs.
+/// Builds one [`EndpointSlice`] from the fields of an API object, however
+/// they were decoded, applying the [slice rules](crate::rules) in one
+/// place: [`new`](Self::new) checks the metadata, [`port`](Self::port) and
+/// [`endpoint`](Self::endpoint) add the parts (skipping what cannot be
+/// used, with a [`SliceWarning`] naming the field), [`finish`](Self::finish)
+/// hands back the slice and the warnings.
+///
+/// ```
+/// use slice_model::{Interner, RawEndpoint, SliceBuilder, WarningKind};
+///
+/// let mut interner = Interner::new();
+/// let mut b = SliceBuilder::new(&mut interner, Some("shop"), Some("web-x1"), Some("web"), Some("IPv4"))
+///     .expect("named, labelled, not FQDN");
+/// b.port(0, Some("http"), None, Some(8080)); // no protocol: TCP (rule 3)
+/// let ep = |address| RawEndpoint {
+///     first_address: Some(address),
+///     node_name: Some("node-1"),
+///     ..RawEndpoint::default()
+/// };
+/// b.endpoint(0, ep("10.244.1.5"), ["zone-a"]);
+/// b.endpoint(1, ep("10.244.1.300"), []); // not an IP (rule 5): skipped
+/// let (slice, warnings) = b.finish(None);
+/// assert_eq!(slice.content.endpoints.len(), 1);
+/// assert!(matches!(warnings[0].kind, WarningKind::InvalidAddress(_)));
+/// assert_eq!(
+///     warnings[0].to_string(),
+///     "endpoint slice shop/web-x1: endpoints[1].addresses[0] \"10.244.1.300\" is not a valid IP address; endpoint ignored"
+/// );
+///
+/// // Whole-object problems reject the slice.
+/// assert!(SliceBuilder::new(&mut interner, Some("shop"), Some("web-x2"), None, None).is_err());
+/// ```
 #[derive(Debug)]
 pub struct SliceBuilder<'i> {
     interner: &'i mut Interner,
@@ -247,7 +280,7 @@ impl<'i> SliceBuilder<'i> {
 
     /// Adds `ports[index]`. A port without a name or a usable number, or with
     /// an unknown protocol, is skipped with a warning; a missing protocol is
-    /// TCP (rule 3).
+    /// TCP ([rule 3](crate::rules)).
     pub fn port(&mut self, index: usize, name: Option<&str>, protocol: Option<&str>, port: Option<i64>) {
         let Some(name) = name else {
             return self.warn(index, WarningKind::PortWithoutName);
@@ -313,6 +346,7 @@ impl<'i> SliceBuilder<'i> {
 
     /// Finishes the slice with its trigger-time annotation, returning it with
     /// the warnings for what was skipped.
+    #[must_use = "the slice and its warnings are the result of the build"]
     pub fn finish(mut self, trigger_time: Option<&str>) -> (EndpointSlice, Vec<SliceWarning>) {
         let trigger_time = trigger_time.and_then(|t| {
             let parsed = parse_rfc3339(t);
@@ -334,9 +368,9 @@ impl<'i> SliceBuilder<'i> {
     }
 }
 
-/// The name of a slice for a DELETED event, which needs only that (rule 6:
+/// The name of a slice for a DELETED event, which needs only that ([rule 6](crate::rules):
 /// a DELETED slice is removed by namespace and name, whatever its labels).
-/// An FQDN slice is ignored here too (rule 4: entirely, deletes included).
+/// An FQDN slice is ignored here too ([rule 4](crate::rules): entirely, deletes included).
 pub fn deleted_slice_name(
     namespace: Option<&str>,
     name: Option<&str>,

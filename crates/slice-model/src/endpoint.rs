@@ -97,14 +97,16 @@ impl BaseEndpointInfo {
     }
 
     /// Sets locality.
+    #[must_use]
     pub fn local(mut self, is_local: bool) -> Self {
         self.is_local = is_local;
         self
     }
 
     /// Sets the conditions.
-    pub fn with_conditions(mut self, ready: bool, serving: bool, terminating: bool) -> Self {
-        (self.ready, self.serving, self.terminating) = (ready, serving, terminating);
+    #[must_use]
+    pub fn with_conditions(mut self, c: crate::Conditions) -> Self {
+        (self.ready, self.serving, self.terminating) = (c.ready, c.serving, c.terminating);
         self
     }
 
@@ -115,6 +117,7 @@ impl BaseEndpointInfo {
     }
 
     /// Sets what the node hints say to this proxy's node.
+    #[must_use]
     pub fn with_node_hint(mut self, hint: NodeHint) -> Self {
         self.node_hint = hint;
         self
@@ -158,7 +161,11 @@ mod tests {
     fn ep(addr: &str, local: bool, ready: bool) -> BaseEndpointInfo {
         BaseEndpointInfo::new(addr.parse().unwrap())
             .local(local)
-            .with_conditions(ready, ready, false)
+            .with_conditions(crate::Conditions {
+                ready: ready,
+                serving: ready,
+                terminating: false,
+            })
     }
 
     #[test]

@@ -39,11 +39,70 @@ impl fmt::Debug for NamespacedName {
     }
 }
 
-/// The name of a service (an alias that says what a [`NamespacedName`] names).
-pub type ServiceName = NamespacedName;
+/// A [`NamespacedName`] that says what it names, so that one kind of name
+/// cannot be passed where the other is meant. Reads as the name it wraps
+/// (`.namespace`, `.name`).
+///
+/// ```compile_fail
+/// use slice_model::{ServiceName, SliceName};
+/// fn remove(_slice: &SliceName) {}
+/// remove(&ServiceName::new("ns", "web")); // a service is not a slice
+/// ```
+macro_rules! kind_of_name {
+    ($(#[$doc:meta])* $ty:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $ty(NamespacedName);
 
-/// The name of an EndpointSlice object.
-pub type SliceName = NamespacedName;
+        impl $ty {
+            /// Builds a name from anything string-like.
+            pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
+                Self(NamespacedName::new(namespace, name))
+            }
+
+            /// The plain namespaced name.
+            pub fn as_namespaced(&self) -> &NamespacedName {
+                &self.0
+            }
+        }
+
+        impl std::ops::Deref for $ty {
+            type Target = NamespacedName;
+
+            fn deref(&self) -> &NamespacedName {
+                &self.0
+            }
+        }
+
+        impl From<NamespacedName> for $ty {
+            fn from(n: NamespacedName) -> Self {
+                Self(n)
+            }
+        }
+
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+
+        impl fmt::Debug for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Display::fmt(&self.0, f)
+            }
+        }
+    };
+}
+
+kind_of_name!(
+    /// The name of a Service (`namespace/name`).
+    ServiceName
+);
+
+kind_of_name!(
+    /// The name of an EndpointSlice object (`namespace/name`).
+    SliceName
+);
 
 /// A service port as the proxy load-balances it: service, port name and
 /// protocol. Port names may be empty (a service with a single unnamed port).
@@ -68,21 +127,30 @@ impl ServicePortName {
     }
 }
 
-/// Displays as `ns/name:port`, or `ns/name` when the port name is empty (as
-/// kube-proxy does); the protocol is not shown.
+impl ServicePortName {
+    /// kube-proxy's short form, `ns/name:port` (`ns/name` for an unnamed
+    /// port), without the protocol: for tables that show the protocol in a
+    /// column of its own.
+    pub fn short(&self) -> String {
+        if self.port.is_empty() {
+            self.service.to_string()
+        } else {
+            format!("{}:{}", self.service, self.port)
+        }
+    }
+}
+
+/// Displays as `ns/name:port/PROTOCOL` (`ns/name/PROTOCOL` for an unnamed
+/// port): two ports that differ only by protocol never print the same.
 impl fmt::Display for ServicePortName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.port.is_empty() {
-            write!(f, "{}", self.service)
-        } else {
-            write!(f, "{}:{}", self.service, self.port)
-        }
+        write!(f, "{}/{}", self.short(), self.protocol)
     }
 }
 
 impl fmt::Debug for ServicePortName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self}/{}", self.protocol)
+        fmt::Display::fmt(self, f)
     }
 }
 
@@ -91,13 +159,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn service_port_name_display_omits_empty_port() {
-        let svc = NamespacedName::new("ns", "web");
+    fn service_port_names_show_the_protocol() {
+        let svc = ServiceName::new("ns", "web");
+        let tcp = ServicePortName::new(svc.clone(), "dns", Protocol::Tcp);
+        let udp = ServicePortName::new(svc.clone(), "dns", Protocol::Udp);
+        assert_eq!(tcp.to_string(), "ns/web:dns/TCP");
+        assert_ne!(tcp.to_string(), udp.to_string());
+        assert_eq!(tcp.short(), "ns/web:dns");
+        let unnamed = ServicePortName::new(svc, "", Protocol::Udp);
         assert_eq!(
-            ServicePortName::new(svc.clone(), "http", Protocol::Tcp).to_string(),
-            "ns/web:http"
+            (unnamed.to_string(), unnamed.short()),
+            ("ns/web/UDP".into(), "ns/web".into())
         );
-        assert_eq!(ServicePortName::new(svc, "", Protocol::Udp).to_string(), "ns/web");
     }
 
     #[test]

@@ -10,18 +10,41 @@ use crate::{IpFamily, NodeHints, NodeName, Protocol, ServiceName, SliceName, Zon
 /// An endpoint's conditions, with the API's defaults already applied.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Conditions {
-    /// Ready (and so not terminating).
+    /// Ready to take new connections. The API means "serving and not
+    /// terminating", but an object may say ready and terminating at once;
+    /// such an endpoint is counted as ready, as kube-proxy counts it.
     pub ready: bool,
-    /// Ready regardless of terminating.
+    /// Able to serve, whether or not it is terminating.
     pub serving: bool,
-    /// Terminating.
+    /// Shutting down (its pod is being deleted).
     pub terminating: bool,
 }
 
 impl Conditions {
+    /// Ready, serving, not terminating: an endpoint in normal service.
+    pub const READY: Self = Self {
+        ready: true,
+        serving: true,
+        terminating: false,
+    };
+
+    /// Neither ready nor serving (starting, or failing its probe).
+    pub const NOT_READY: Self = Self {
+        ready: false,
+        serving: false,
+        terminating: false,
+    };
+
+    /// Terminating but still serving: used only when no endpoint is ready.
+    pub const SERVING_TERMINATING: Self = Self {
+        ready: false,
+        serving: true,
+        terminating: true,
+    };
+
     /// Applies the discovery/v1 defaults: a missing `ready` is `true`, a
     /// missing `serving` takes the value of `ready`, a missing `terminating`
-    /// is `false` (contract rule 8).
+    /// is `false` ([rule 8](crate::rules)).
     pub fn from_api(ready: Option<bool>, serving: Option<bool>, terminating: Option<bool>) -> Self {
         let ready = ready.unwrap_or(true);
         Self {
@@ -60,7 +83,7 @@ pub struct SliceEndpoint {
     /// Conditions, defaults applied.
     pub conditions: Conditions,
     /// The node it runs on: `nodeName` when present (even if empty), else
-    /// `deprecatedTopology["kubernetes.io/hostname"]` (contract rule 2).
+    /// `deprecatedTopology["kubernetes.io/hostname"]` ([rule 2](crate::rules)).
     pub node: Option<NodeName>,
     /// `hints.forZones[].name`.
     pub zone_hints: ZoneHints,
@@ -99,11 +122,11 @@ pub struct SliceContent {
 /// Whether the endpoints are in address order (the order of
 /// [`ip_sort_key`](crate::ip_sort_key), which is `IpAddr`'s).
 pub fn is_sorted_by_address(endpoints: &[SliceEndpoint]) -> bool {
-    endpoints.is_sorted_by_key(|e| crate::ip_sort_key(e.addr))
+    endpoints.is_sorted_by_key(|e| crate::addr::ip_sort_key(e.addr))
 }
 
 /// Puts the endpoints in address order, copies of one address in the order
-/// they came (contract rule 11); endpoints already in order are only checked.
+/// they came ([rule 11](crate::rules)); endpoints already in order are only checked.
 pub fn sort_by_address(endpoints: &mut [SliceEndpoint]) {
     if is_sorted_by_address(endpoints) {
         return;
@@ -120,7 +143,7 @@ pub fn sort_by_address(endpoints: &mut [SliceEndpoint]) {
         }
         None => {
             let mut from: Vec<usize> = (0..endpoints.len()).collect();
-            from.sort_unstable_by_key(|&i| (crate::ip_sort_key(endpoints[i].addr), i));
+            from.sort_unstable_by_key(|&i| (crate::addr::ip_sort_key(endpoints[i].addr), i));
             from
         }
     };
@@ -226,18 +249,16 @@ impl SliceEndpoint {
     }
 
     /// Sets the node.
+    #[must_use]
     pub fn on_node(mut self, node: &str) -> Self {
         self.node = Some(node.into());
         self
     }
 
     /// Sets the conditions.
-    pub fn with_conditions(mut self, ready: bool, serving: bool, terminating: bool) -> Self {
-        self.conditions = Conditions {
-            ready,
-            serving,
-            terminating,
-        };
+    #[must_use]
+    pub fn with_conditions(mut self, conditions: Conditions) -> Self {
+        self.conditions = conditions;
         self
     }
 
@@ -269,6 +290,7 @@ impl EndpointSlice {
     ///
     /// # Panics
     /// If `port` is 0: the model holds only ports that carry traffic.
+    #[must_use]
     pub fn with_port(mut self, name: &str, protocol: Protocol, port: u16) -> Self {
         let port = NonZeroU16::new(port).expect("EndpointSlice::with_port: port 0 carries no traffic");
         self.content.ports.push(SlicePort {
@@ -280,12 +302,14 @@ impl EndpointSlice {
     }
 
     /// Adds an endpoint.
+    #[must_use]
     pub fn with_endpoint(mut self, endpoint: SliceEndpoint) -> Self {
         self.content.endpoints.push(endpoint);
         self
     }
 
     /// Sets the trigger time.
+    #[must_use]
     pub fn with_trigger_time(mut self, t: SystemTime) -> Self {
         self.trigger_time = Some(t);
         self
@@ -425,7 +449,7 @@ mod tests {
                 })
                 .collect();
             let mut want = endpoints.clone();
-            want.sort_by_key(|e| crate::ip_sort_key(e.addr));
+            want.sort_by_key(|e| crate::addr::ip_sort_key(e.addr));
             let mut got = endpoints;
             sort_by_address(&mut got);
             proptest::prop_assert_eq!(got, want);

@@ -141,7 +141,11 @@ pub(crate) fn slice(ns: &str, svc: &str, protocol: Protocol, port: u16, eps: &[E
             Ep::NotReady(a) => (a, false, (false, false, false)),
         };
         let ep = SliceEndpoint::new(addr.parse().expect("test address"))
-            .with_conditions(ready, serving, terminating)
+            .with_conditions(slice_model::Conditions {
+                ready: ready,
+                serving: serving,
+                terminating: terminating,
+            })
             .on_node(if local { NODE } else { "node-2" });
         s = s.with_endpoint(ep);
     }

@@ -159,7 +159,7 @@ mod tests {
             t.update(&s);
         }
         let mut m = ServicesMap::new();
-        m.update(&mut t);
+        let _ = m.update(&mut t);
         m
     }
 

@@ -69,7 +69,7 @@ pub struct Replayer<W: Write> {
     cache: EndpointSliceCache,
     map: EndpointsMap,
     interner: Interner,
-    /// Services are tracked but do not change the output (contract rule 10).
+    /// Services are tracked but do not change the output ([rule 10](slice_model::rules)).
     services: BTreeMap<ServiceName, ServiceInfo>,
     opts: Options,
     out: W,
@@ -183,7 +183,7 @@ impl<W: Write> Replayer<W> {
     fn service(&mut self, line_no: u64, action: Action, object: &WireObject<'_>) {
         if action == Action::Deleted {
             if let Some(name) = object.name() {
-                self.services.remove(&name);
+                self.services.remove(&ServiceName::from(name));
             }
             return;
         }
