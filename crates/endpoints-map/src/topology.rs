@@ -231,7 +231,7 @@ mod tests {
         BaseEndpointInfo::new(addr.parse().unwrap())
             .local(local)
             .with_conditions(slice_model::Conditions {
-                ready: ready,
+                ready,
                 serving: ready,
                 terminating: false,
             })

@@ -202,7 +202,7 @@ mod tests {
         SliceEndpoint::new(addr.parse().unwrap())
             .on_node(node)
             .with_conditions(slice_model::Conditions {
-                ready: ready,
+                ready,
                 serving: ready,
                 terminating: false,
             })

@@ -162,7 +162,7 @@ mod tests {
         BaseEndpointInfo::new(addr.parse().unwrap())
             .local(local)
             .with_conditions(crate::Conditions {
-                ready: ready,
+                ready,
                 serving: ready,
                 terminating: false,
             })

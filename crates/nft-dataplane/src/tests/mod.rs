@@ -142,9 +142,9 @@ pub(crate) fn slice(ns: &str, svc: &str, protocol: Protocol, port: u16, eps: &[E
         };
         let ep = SliceEndpoint::new(addr.parse().expect("test address"))
             .with_conditions(slice_model::Conditions {
-                ready: ready,
-                serving: serving,
-                terminating: terminating,
+                ready,
+                serving,
+                terminating,
             })
             .on_node(if local { NODE } else { "node-2" });
         s = s.with_endpoint(ep);
