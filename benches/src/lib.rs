@@ -70,6 +70,7 @@ impl Workload {
             Protocol::Tcp
         };
         let mut out = EndpointSlice::new("ns", &format!("svc-{service}-{slice}"), &format!("svc-{service}"))
+            .expect("a named slice")
             .with_port("p", protocol, 8080);
         let first = slice * s.slice_size;
         let last = (first + s.slice_size).min(s.endpoints);

@@ -35,8 +35,9 @@ fn service(i: u32) -> ServiceInfo {
 }
 
 fn slice(i: u32, generation: u32) -> EndpointSlice {
-    let mut s =
-        EndpointSlice::new("bench", &format!("svc-{i}-1"), &format!("svc-{i}")).with_port("p", Protocol::Tcp, 8080);
+    let mut s = EndpointSlice::new("bench", &format!("svc-{i}-1"), &format!("svc-{i}"))
+        .expect("a named slice")
+        .with_port("p", Protocol::Tcp, 8080);
     for k in 0..3 {
         let addr = IpAddr::V4(Ipv4Addr::from(0xc0a8_0000 + i * 8 + k + generation));
         s = s.with_endpoint(SliceEndpoint::new(addr).on_node("node-2"));

@@ -22,8 +22,9 @@ fn service(i: u32) -> ServiceInfo {
 }
 
 fn slice(i: u32, endpoints: u32, generation: u32) -> EndpointSlice {
-    let mut s =
-        EndpointSlice::new("ns", &format!("svc-{i}-1"), &format!("svc-{i}")).with_port("p", Protocol::Tcp, 8080);
+    let mut s = EndpointSlice::new("ns", &format!("svc-{i}-1"), &format!("svc-{i}"))
+        .expect("a named slice")
+        .with_port("p", Protocol::Tcp, 8080);
     for k in 0..endpoints {
         let ip = IpAddr::V4(Ipv4Addr::from(0x0a01_0000 + i * 64 + k + generation));
         s = s.with_endpoint(SliceEndpoint::new(ip).on_node("node-2"));

@@ -41,14 +41,18 @@ fn mk_ep(addr: &str) -> SliceEndpoint {
 
 fn mk_udp(name: &str, svc: &str, eps: Vec<SliceEndpoint>) -> EndpointSlice {
     eps.into_iter().fold(
-        EndpointSlice::new("ns", name, svc).with_port("dns", Protocol::Udp, 53),
+        EndpointSlice::new("ns", name, svc)
+            .unwrap()
+            .with_port("dns", Protocol::Udp, 53),
         |s, e| s.with_endpoint(e),
     )
 }
 
 fn mk_tcp(name: &str, svc: &str, eps: Vec<SliceEndpoint>) -> EndpointSlice {
     eps.into_iter().fold(
-        EndpointSlice::new("ns", name, svc).with_port("http", Protocol::Tcp, 80),
+        EndpointSlice::new("ns", name, svc)
+            .unwrap()
+            .with_port("http", Protocol::Tcp, 80),
         |s, e| s.with_endpoint(e),
     )
 }
@@ -154,6 +158,7 @@ fn endpoint_moving_between_slices_is_not_stale_nor_a_change() {
 fn local_ready_counts_distinct_ips_across_ports() {
     let mut f = Fixture::new();
     let s = EndpointSlice::new("ns", "web-a", "web")
+        .unwrap()
         .with_port("http", Protocol::Tcp, 80)
         .with_port("https", Protocol::Tcp, 443)
         .with_endpoint(mk_ep("10.0.0.1").on_node(NODE))

@@ -30,7 +30,7 @@ pub struct Cli {
 pub enum Command {
     /// Feed a JSON-lines trace of watch events through the endpoint cache and
     /// print what the proxy would see after each sync (see
-    /// replay-format.md).
+    /// docs/replay-format.md in the repository).
     Replay(ReplayArgs),
     /// Run the proxy: watch Services and EndpointSlices (from the API
     /// server or manifest files) and keep the nftables table in step.

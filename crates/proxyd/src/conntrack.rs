@@ -139,7 +139,9 @@ mod tests {
     }
 
     fn slice(ips: &[&str]) -> EndpointSlice {
-        let mut s = EndpointSlice::new("ns", "dns-1", "dns").with_port("dns", Protocol::Udp, 53);
+        let mut s = EndpointSlice::new("ns", "dns-1", "dns")
+            .unwrap()
+            .with_port("dns", Protocol::Udp, 53);
         for ip in ips {
             s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()));
         }

@@ -6,7 +6,7 @@
 //! ```text
 //!  cli       clap arguments, one struct per subcommand
 //!  replay    `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
-//!            ─► EndpointsMap ─► one JSON line per sync (replay-format.md)
+//!            ─► EndpointsMap ─► one JSON line per sync (docs/replay-format.md)
 //!  engine    the caches and maps every command drives
 //!  snapshot  one read of the cluster (manifests or API) into an engine
 //!  run       `proxyd run`: watches or --manifests ─► engine ─► sync loop

@@ -236,7 +236,9 @@ mod tests {
     }
 
     fn slice(eps: &[(&str, &str)]) -> EndpointSlice {
-        let mut s = EndpointSlice::new("ns", "dns-1", "dns").with_port("dns", Protocol::Udp, 53);
+        let mut s = EndpointSlice::new("ns", "dns-1", "dns")
+            .unwrap()
+            .with_port("dns", Protocol::Udp, 53);
         for (ip, node) in eps {
             s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).on_node(node));
         }
@@ -321,7 +323,9 @@ mod tests {
         svc.external_traffic_policy = TrafficPolicy::Cluster;
         svc.health_check_node_port = None;
         p.engine.update_service(&svc);
-        let mut s = EndpointSlice::new("ns", "dns-1", "dns").with_port("dns", Protocol::Udp, 53);
+        let mut s = EndpointSlice::new("ns", "dns-1", "dns")
+            .unwrap()
+            .with_port("dns", Protocol::Udp, 53);
         for (ip, zone) in [("10.1.0.1", "zone-a"), ("10.1.0.2", "zone-b"), ("10.1.0.3", "zone-b")] {
             s = s.with_endpoint(
                 SliceEndpoint::new(ip.parse().unwrap())

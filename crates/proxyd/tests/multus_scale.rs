@@ -98,8 +98,9 @@ fn service(i: u32) -> ServiceInfo {
 }
 
 fn slice(i: u32, generation: u32) -> EndpointSlice {
-    let mut s =
-        EndpointSlice::new("scale", &format!("svc-{i}-1"), &format!("svc-{i}")).with_port("p", Protocol::Tcp, 8080);
+    let mut s = EndpointSlice::new("scale", &format!("svc-{i}-1"), &format!("svc-{i}"))
+        .unwrap()
+        .with_port("p", Protocol::Tcp, 8080);
     for k in 0..2 {
         let addr = IpAddr::V4(Ipv4Addr::from(0xc0a8_0000 + i * 8 + k + generation * 4));
         s = s.with_endpoint(SliceEndpoint::new(addr).on_node("node-2"));

@@ -109,7 +109,9 @@ fn service(name: &str, ip: &str) -> ServiceInfo {
 }
 
 fn slice(ns: &str, service: &str, name: &str, port: u16, ips: &[&str]) -> EndpointSlice {
-    let mut s = EndpointSlice::new(ns, name, service).with_port("p", Protocol::Tcp, port);
+    let mut s = EndpointSlice::new(ns, name, service)
+        .unwrap()
+        .with_port("p", Protocol::Tcp, port);
     for ip in ips {
         s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).on_node("node-2"));
     }
@@ -371,6 +373,7 @@ fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
     dns.ports[0].port = NonZeroU16::new(53).unwrap();
     let udp_slice = |ip: &str| {
         EndpointSlice::new("ns", "dns-1", "dns")
+            .unwrap()
             .with_port("p", Protocol::Udp, 53)
             .with_endpoint(SliceEndpoint::new(ip.parse().unwrap()))
     };
@@ -683,7 +686,9 @@ fn a_local_policy_node_port_splits_evenly_over_its_local_endpoints() {
     engine.update_service(&svc);
     // Three endpoints here, two on another node (unreachable from here: a
     // connection sent there would fail).
-    let mut s = EndpointSlice::new("ns", "web-1", "web").with_port("p", Protocol::Tcp, 8080);
+    let mut s = EndpointSlice::new("ns", "web-1", "web")
+        .unwrap()
+        .with_port("p", Protocol::Tcp, 8080);
     for (ip, node_name) in [
         ("10.1.0.1", "node-1"),
         ("10.1.0.2", "node-1"),

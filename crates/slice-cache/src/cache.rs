@@ -319,6 +319,7 @@ mod queue_tests {
 
     fn slice(name: &str, addr: &str) -> EndpointSlice {
         EndpointSlice::new("ns", name, "web")
+            .unwrap()
             .with_port("http", Protocol::Tcp, 80)
             .with_endpoint(SliceEndpoint::new(addr.parse().unwrap()))
     }

@@ -20,7 +20,9 @@ fn mk_ep(addr: &str) -> SliceEndpoint {
 /// A slice of `svc` in namespace `ns` with one TCP port `http`/80.
 fn mk_slice(name: &str, svc: &str, eps: &[&str]) -> EndpointSlice {
     eps.iter().fold(
-        EndpointSlice::new("ns", name, svc).with_port("http", Protocol::Tcp, 80),
+        EndpointSlice::new("ns", name, svc)
+            .unwrap()
+            .with_port("http", Protocol::Tcp, 80),
         |s, a| s.with_endpoint(mk_ep(a)),
     )
 }
@@ -135,6 +137,7 @@ fn endpoint_moving_between_slices_keeps_the_service_unchanged() {
 fn multiple_ports_named_and_unnamed() {
     let mut c = mk_cache();
     let s = EndpointSlice::new("ns", "dns-a", "dns")
+        .unwrap()
         .with_port("dns", Protocol::Udp, 53)
         .with_port("dns-tcp", Protocol::Tcp, 53)
         .with_port("", Protocol::Tcp, 8080)
@@ -162,6 +165,7 @@ fn same_port_name_with_two_protocols_is_two_service_ports() {
     let mut c = mk_cache();
     c.update(
         EndpointSlice::new("ns", "dns-a", "dns")
+            .unwrap()
             .with_port("dns", Protocol::Udp, 53)
             .with_port("dns", Protocol::Tcp, 53)
             .with_endpoint(mk_ep("10.0.0.9")),

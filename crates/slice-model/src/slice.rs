@@ -276,23 +276,35 @@ impl SliceEndpoint {
 }
 
 impl EndpointSlice {
-    /// An empty slice `namespace/name` of service `namespace/service`.
-    pub fn new(namespace: &str, name: &str, service: &str) -> Self {
-        Self {
-            name: SliceName::new(namespace, name),
+    /// An empty slice `namespace/name` of service `namespace/service`; all
+    /// three must be non-empty (as [rule 6](crate::rules) asks of decoded
+    /// slices).
+    pub fn new(namespace: &str, name: &str, service: &str) -> Result<Self, crate::SliceError> {
+        if namespace.is_empty() || name.is_empty() {
+            return Err(crate::SliceError::MissingName {
+                namespace: namespace.into(),
+                name: name.into(),
+            });
+        }
+        let slice = SliceName::new(namespace, name);
+        if service.is_empty() {
+            return Err(crate::SliceError::MissingServiceName(slice));
+        }
+        Ok(Self {
+            name: slice,
             service: service.into(),
             content: SliceContent::default(),
             trigger_time: None,
-        }
+        })
     }
 
-    /// Adds a port.
-    ///
-    /// # Panics
-    /// If `port` is 0: the model holds only ports that carry traffic.
+    /// Adds a port. Port 0 carries no traffic and adds nothing, as
+    /// [rule 9](crate::rules) reads it in decoded slices.
     #[must_use]
     pub fn with_port(mut self, name: &str, protocol: Protocol, port: u16) -> Self {
-        let port = NonZeroU16::new(port).expect("EndpointSlice::with_port: port 0 carries no traffic");
+        let Some(port) = NonZeroU16::new(port) else {
+            return self;
+        };
         self.content.ports.push(SlicePort {
             name: name.into(),
             protocol,
@@ -389,6 +401,7 @@ mod tests {
     #[test]
     fn normal_form_sorts_endpoints_and_ports_and_drops_duplicate_ports() {
         let mut s = EndpointSlice::new("ns", "web-1", "web")
+            .unwrap()
             .with_port("http", Protocol::Tcp, 80)
             .with_port("dns", Protocol::Udp, 53)
             .with_port("http", Protocol::Tcp, 80)
@@ -465,5 +478,23 @@ mod tests {
         e = e.on_node("");
         assert!(!e.is_on_node("n1"));
         assert!(!e.is_on_node(""), "an empty node name is nobody's");
+    }
+
+    #[test]
+    fn bad_data_is_an_error_not_a_panic() {
+        assert!(matches!(
+            EndpointSlice::new("", "", "x"),
+            Err(crate::SliceError::MissingName { .. })
+        ));
+        assert!(matches!(
+            EndpointSlice::new("ns", "a", ""),
+            Err(crate::SliceError::MissingServiceName(_))
+        ));
+        let s = EndpointSlice::new("ns", "a", "web")
+            .unwrap()
+            .with_port("zero", Protocol::Tcp, 0)
+            .with_port("http", Protocol::Tcp, 80);
+        let names: Vec<&str> = s.content.ports.iter().map(|p| &*p.name).collect();
+        assert_eq!(names, ["http"], "port 0 adds nothing (rule 9)");
     }
 }

@@ -189,6 +189,7 @@ fn cluster_ip_general() {
     ];
     e.service(&svc2);
     let mut s = slice_model::EndpointSlice::new("ns2", "svc2-1", "svc2")
+        .unwrap()
         .with_port("http", tcp, 80)
         .with_port("https", tcp, 8443)
         .with_port("dns-udp", Protocol::Udp, 53)

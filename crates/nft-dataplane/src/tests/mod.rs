@@ -132,7 +132,9 @@ pub(crate) enum Ep<'a> {
 
 /// The slice `name` of service `svc` with port `p` on `port`.
 pub(crate) fn slice(ns: &str, svc: &str, protocol: Protocol, port: u16, eps: &[Ep<'_>]) -> EndpointSlice {
-    let mut s = EndpointSlice::new(ns, &format!("{svc}-1"), svc).with_port("p", protocol, port);
+    let mut s = EndpointSlice::new(ns, &format!("{svc}-1"), svc)
+        .unwrap()
+        .with_port("p", protocol, port);
     for e in eps {
         let (addr, local, (ready, serving, terminating)) = match *e {
             Ep::Remote(a) => (a, false, (true, true, false)),

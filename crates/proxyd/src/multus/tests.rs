@@ -193,7 +193,9 @@ impl Setup {
     }
 
     fn endpoints(&mut self, service: &str, ips: &[&str]) {
-        let mut s = EndpointSlice::new("default", &format!("{service}-1"), service).with_port("p", Protocol::Udp, 5353);
+        let mut s = EndpointSlice::new("default", &format!("{service}-1"), service)
+            .unwrap()
+            .with_port("p", Protocol::Udp, 5353);
         for ip in ips {
             s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).on_node("node-2"));
         }

@@ -1,6 +1,6 @@
 //! `proxyd replay`: drives the cache and the endpoints map from a recorded
 //! JSON-lines watch trace and prints what the proxy would see after each
-//! sync. The format is a stable contract: see `replay-format.md`.
+//! sync. The format is a stable contract: see `docs/replay-format.md`.
 
 pub mod output;
 pub mod reader;
