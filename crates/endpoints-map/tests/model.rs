@@ -74,7 +74,7 @@ fn content() -> impl Strategy<Value = SliceContent> {
         proptest::collection::vec(endpoint(), 0..5),
     )
         .prop_map(|(ports, endpoints)| {
-            let mut s = EndpointSlice::new("ns", "n", "svc").unwrap();
+            let mut s = EndpointSlice::new("ns", "n", "svc").expect("named");
             for (name, proto, port) in ports {
                 s = s.with_port(name, proto, port);
             }
@@ -204,7 +204,7 @@ fn run(ops: Vec<Op>, family: IpFamily) {
                     Some((svc, old)) => svc != SERVICES[service] || model.filtered(old) != model.filtered(&content),
                     None => true,
                 };
-                let mut s = EndpointSlice::new(NAMESPACES[ns], SLICES[slice], SERVICES[service]).unwrap();
+                let mut s = EndpointSlice::new(NAMESPACES[ns], SLICES[slice], SERVICES[service]).expect("named");
                 s.content = content.clone();
                 assert_eq!(cache.update(s), expect_change, "update's return value");
                 model.slices.insert(name, (SERVICES[service].to_string(), content));
