@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod map;
+pub mod reference;
 mod services;
 mod stale;
 pub mod topology;

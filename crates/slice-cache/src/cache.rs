@@ -12,7 +12,7 @@ use crate::ServiceEndpoints;
 use crate::by_name::ByName;
 
 /// What a slice will be once pending changes are applied.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Pending {
     Update(SliceContent),
     Remove,
@@ -29,7 +29,7 @@ impl Pending {
 
 /// One service's slices, by slice name (so merging visits them in name
 /// order, as [rule 11](slice_model::rules) asks).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct ServiceTracker {
     /// Content in normal form ([`SliceContent::normalize`]), which the
     /// merge relies on.
@@ -76,7 +76,11 @@ pub struct ServiceChange {
 /// service ([rule 7](slice_model::rules)); a service whose last slice is gone is forgotten
 /// (kubernetes#128928); endpoints of the other IP family are dropped on the
 /// way in, so changes to them cost nothing.
-#[derive(Debug)]
+///
+/// `Clone` copies the whole cache (names and merged endpoint lists are
+/// shared, not copied), for properties that compare a cache with a fork of
+/// itself.
+#[derive(Debug, Clone)]
 pub struct EndpointSliceCache {
     node_name: Box<str>,
     family: IpFamily,

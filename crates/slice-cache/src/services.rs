@@ -26,7 +26,7 @@ pub struct ServicePortsChange {
 /// [`checkout`](Self::checkout); an update that changes nothing the proxier
 /// programs returns `false` and queues nothing, and a change reverted before
 /// the checkout leaves nothing to do.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ServiceChangeTracker {
     family: IpFamily,
     applied: HashMap<ServiceName, ServicePorts>,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 #[derive(Default, Clone, Copy, Debug)]
 pub struct FastHasher(u64);
 
-/// Builds [`FastHasher`]s: the hasher of the caches' maps.
+/// Builds `FastHasher`s: the hasher of the caches' maps.
 pub type FastHash = BuildHasherDefault<FastHasher>;
 
 impl FastHasher {

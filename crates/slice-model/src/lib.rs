@@ -13,6 +13,9 @@ mod slice;
 mod trigger_time;
 mod zones;
 
+#[cfg(feature = "proptest")]
+pub mod strategies;
+
 pub use addr::parse_endpoint_ip;
 pub use build::{
     HOSTNAME_TOPOLOGY_KEY, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError, SliceWarning,
