@@ -120,7 +120,7 @@ pub struct SliceContent {
 }
 
 /// Whether the endpoints are in address order (the order of
-/// [`ip_sort_key`](crate::ip_sort_key), which is `IpAddr`'s).
+/// [`ip_sort_key`](crate::internal::ip_sort_key), which is `IpAddr`'s).
 pub fn is_sorted_by_address(endpoints: &[SliceEndpoint]) -> bool {
     endpoints.is_sorted_by_key(|e| crate::addr::ip_sort_key(e.addr))
 }
