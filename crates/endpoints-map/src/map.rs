@@ -148,6 +148,13 @@ impl EndpointsMap {
         self.services().flat_map(|(n, s)| s.ports().iter().map(move |p| (n, p)))
     }
 
+    /// Every service port with endpoints, by its full name, in the order
+    /// of [`iter`](Self::iter): the lookup most users want.
+    pub fn ports(&self) -> impl Iterator<Item = (ServicePortName, &[BaseEndpointInfo])> {
+        self.iter()
+            .map(|(service, port)| (port.port_name(service), &port.endpoints[..]))
+    }
+
     /// The number of service ports with endpoints.
     pub fn len(&self) -> usize {
         self.port_count
@@ -172,9 +179,10 @@ impl EndpointsMap {
         self.local_ready.get(service).copied().unwrap_or(0)
     }
 
-    /// The service port name of a port of `service`.
+    /// The service port name of a port of `service` (also
+    /// [`PortEndpoints::port_name`]).
     pub fn port_name(service: &ServiceName, port: &PortEndpoints) -> ServicePortName {
-        ServicePortName::new(service.clone(), port.name.clone(), port.protocol)
+        port.port_name(service)
     }
 }
 

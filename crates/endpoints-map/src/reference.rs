@@ -112,11 +112,8 @@ impl EndpointsMap {
     /// The whole map as plain data (see [`MapSnapshot`]), to compare with
     /// another map or with a [`Reference`].
     pub fn snapshot(&self) -> MapSnapshot {
-        self.iter()
-            .map(|(service, port)| {
-                let name = ServicePortName::new(service.clone(), port.name.clone(), port.protocol);
-                (name, port.endpoints.clone())
-            })
+        self.ports()
+            .map(|(name, endpoints)| (name, endpoints.to_vec()))
             .collect()
     }
 }

@@ -196,6 +196,24 @@ pub struct ProxyArgs {
     pub node_zone: Option<String>,
 }
 
+impl ProxyArgs {
+    /// The flags' defaults, for a proxy on `node` (for code that builds
+    /// them without a command line: tests, tools).
+    pub fn for_node(node: &str) -> Self {
+        Self {
+            hostname_override: Some(node.into()),
+            service_proxy_name: None,
+            multus: false,
+            ip_family: IpFamily::V4,
+            cluster_cidr: Vec::new(),
+            masquerade_all: false,
+            nodeport_addresses: Vec::new(),
+            service_cidr: Vec::new(),
+            node_zone: None,
+        }
+    }
+}
+
 /// `proxyd render`.
 #[derive(Args, Debug)]
 pub struct RenderArgs {

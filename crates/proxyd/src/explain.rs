@@ -246,6 +246,24 @@ pub struct PortExplanation<'a> {
     pub endpoints: Vec<EndpointUse>,
 }
 
+impl PortExplanation<'_> {
+    /// The endpoints new connections reach: to the cluster IP, or (when
+    /// `external`) from outside.
+    pub fn used(&self, external: bool) -> impl Iterator<Item = &BaseEndpointInfo> {
+        self.endpoints
+            .iter()
+            .filter(move |e| {
+                if external {
+                    e.external.as_ref()
+                } else {
+                    Some(&e.internal)
+                }
+                .is_some_and(Use::is_used)
+            })
+            .map(|e| &e.endpoint)
+    }
+}
+
 /// What reaches each endpoint of `port`, from the decision the planner
 /// makes ([`choose`]).
 pub fn explain_port<'a>(
@@ -369,19 +387,7 @@ fn write_port(out: &mut String, x: &PortExplanation<'_>, slices: &[ModelSlice], 
         slice_lines(out, slice, x, config, node, &mut seen);
     }
     let used = |external: bool| {
-        let v: Vec<String> = x
-            .endpoints
-            .iter()
-            .filter(|e| {
-                if external {
-                    e.external.as_ref()
-                } else {
-                    Some(&e.internal)
-                }
-                .is_some_and(Use::is_used)
-            })
-            .map(|e| e.endpoint.socket_addr().to_string())
-            .collect();
+        let v: Vec<String> = x.used(external).map(|e| e.socket_addr().to_string()).collect();
         if v.is_empty() { "nothing".into() } else { v.join(", ") }
     };
     let _ = write!(out, "  result: to the cluster IP -> {}", used(false));

@@ -19,21 +19,14 @@ use proxyd::cli::ProxyArgs;
 use proxyd::explain::explain_port;
 use proxyd::snapshot::{Snapshot, dataplane_config};
 use serde_json::{Value, json};
-use slice_model::IpFamily;
 
 const NODE_IP: &str = "192.168.0.1";
 
 fn proxy_args(node: &str, zone: Option<&str>) -> ProxyArgs {
     ProxyArgs {
-        hostname_override: Some(node.into()),
-        service_proxy_name: None,
-        multus: false,
-        ip_family: IpFamily::V4,
         cluster_cidr: vec!["10.244.0.0/16".parse().unwrap()],
-        masquerade_all: false,
-        nodeport_addresses: Vec::new(),
-        service_cidr: Vec::new(),
         node_zone: zone.map(Into::into),
+        ..ProxyArgs::for_node(node)
     }
 }
 
@@ -76,20 +69,7 @@ fn check(snapshot: &Snapshot, node: &str, zone: Option<&str>) -> usize {
         let name = &port.name;
         let eps = engine.endpoints.get(name).unwrap_or(&[]);
         let x = explain_port(port, eps, &config);
-        let used = |external: bool| -> BTreeSet<SocketAddr> {
-            x.endpoints
-                .iter()
-                .filter(|e| {
-                    if external {
-                        e.external.as_ref()
-                    } else {
-                        Some(&e.internal)
-                    }
-                    .is_some_and(|u| u.is_used())
-                })
-                .map(|e| e.endpoint.addr)
-                .collect()
-        };
+        let used = |external: bool| -> BTreeSet<SocketAddr> { x.used(external).map(|e| e.addr).collect() };
         let at = format!("{name} on {node} (zone {zone:?})");
         assert_eq!(x.endpoints.len(), eps.len(), "{at}: every endpoint explained");
         let internal = traced(model, "10.244.250.250", port.cluster_ip, port.port.get(), name.protocol);

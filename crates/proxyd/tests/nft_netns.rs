@@ -70,15 +70,8 @@ impl Netns {
 
 fn proxy_args() -> ProxyArgs {
     ProxyArgs {
-        hostname_override: Some("node-1".into()),
-        service_proxy_name: None,
-        multus: false,
-        ip_family: IpFamily::V4,
         cluster_cidr: vec!["10.244.0.0/16".parse().unwrap()],
-        masquerade_all: false,
-        nodeport_addresses: Vec::new(),
-        service_cidr: Vec::new(),
-        node_zone: None,
+        ..ProxyArgs::for_node("node-1")
     }
 }
 

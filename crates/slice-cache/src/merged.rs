@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use slice_model::internal::{ip_sort_key, is_sorted_by_address};
-use slice_model::{BaseEndpointInfo, Protocol, SliceContent, SliceEndpoint};
+use slice_model::{BaseEndpointInfo, Protocol, ServiceName, ServicePortName, SliceContent, SliceEndpoint};
 
 /// The endpoints of one service port (port name + protocol), sorted by
 /// address and port, one entry per address and port.
@@ -37,6 +37,13 @@ impl PortEndpoints {
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct ServiceEndpoints {
     ports: Vec<PortEndpoints>,
+}
+
+impl PortEndpoints {
+    /// This port's full name, as a port of `service`.
+    pub fn port_name(&self, service: &ServiceName) -> ServicePortName {
+        ServicePortName::new(service.clone(), self.name.clone(), self.protocol)
+    }
 }
 
 impl ServiceEndpoints {

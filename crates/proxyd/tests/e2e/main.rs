@@ -187,19 +187,7 @@ async fn topology_hints_narrow_only_when_complete() {
     require();
     let mut c = Cluster::new("zones").await;
     c.args = vec!["--node-zone".into(), "zone-a".into()];
-    web(&c);
-    let z = |pod, zone| Ep {
-        zone: Some(zone),
-        ..Ep::ready(pod)
-    };
-    c.apply(slice(
-        "web-1",
-        "web",
-        "http",
-        "TCP",
-        &[z(0, "zone-a"), z(1, "zone-b"), z(2, "zone-a")],
-        false,
-    ));
+    zoned_web(&c, ["zone-a", "zone-b", "zone-a"]);
     c.start_proxyd();
     c.eventually("the zone's pods", || {
         let t = tally(&c.tcp("10.96.0.10", 80, 40));
@@ -217,10 +205,31 @@ async fn topology_hints_narrow_only_when_complete() {
         "web",
         "http",
         "TCP",
-        &[z(0, "zone-a"), z(1, "zone-b"), Ep::ready(2)],
+        &[zoned(0, "zone-a"), zoned(1, "zone-b"), Ep::ready(2)],
         false,
     ));
     c.eventually("all three pods", || tally(&c.tcp("10.96.0.10", 80, 60)).len() == 3);
+}
+
+/// A ready endpoint of `pod` hinted for `zone`.
+fn zoned(pod: usize, zone: &'static str) -> Ep {
+    Ep {
+        zone: Some(zone),
+        ..Ep::ready(pod)
+    }
+}
+
+/// Service web with one slice: pods 0, 1, 2 hinted for these zones.
+fn zoned_web(c: &Cluster, zones: [&'static str; 3]) {
+    web(c);
+    c.apply(slice(
+        "web-1",
+        "web",
+        "http",
+        "TCP",
+        &[zoned(0, zones[0]), zoned(1, zones[1]), zoned(2, zones[2])],
+        false,
+    ));
 }
 
 fn node(zone: &str) -> serde_json::Value {
@@ -237,19 +246,7 @@ async fn a_relabelled_node_moves_hinted_traffic_to_its_new_zone() {
     require();
     let mut c = Cluster::new("relabel").await;
     c.apply(node("zone-a"));
-    web(&c);
-    let z = |pod, zone| Ep {
-        zone: Some(zone),
-        ..Ep::ready(pod)
-    };
-    c.apply(slice(
-        "web-1",
-        "web",
-        "http",
-        "TCP",
-        &[z(0, "zone-a"), z(1, "zone-b"), z(2, "zone-b")],
-        false,
-    ));
+    zoned_web(&c, ["zone-a", "zone-b", "zone-b"]);
     c.start_proxyd();
     c.eventually("only zone-a's pod", || {
         let t = tally(&c.tcp("10.96.0.10", 80, 20));
