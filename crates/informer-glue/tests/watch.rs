@@ -597,6 +597,34 @@ fn pod(name: &str, node: &str, ip: &str) -> Value {
     })
 }
 
+/// A watch of `api` restricted by a field selector (as proxyd watches this
+/// node's pods and its Node), until the returned sender fires.
+fn watch_by_field<K, H>(api: Api<K>, fields: &str, handler: H) -> (oneshot::Sender<()>, tokio::task::JoinHandle<H>)
+where
+    K: kube::Resource + ResourceExt + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+    H: EventHandler<K> + Send + 'static,
+{
+    let (stop, stopped) = oneshot::channel::<()>();
+    let settings = WatchSettings {
+        label_selector: kube::core::Selector::default(),
+        field_selector: Some(fields.into()),
+        page_size: 100,
+        relist_every: None,
+    };
+    let task = tokio::spawn(run_watch(
+        api,
+        settings,
+        EventFold::new(),
+        handler,
+        Arc::new(WatchMetrics::default()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (stop, task)
+}
+
 /// Multus mode watches this node's pods only (a field selector the server
 /// applies), through drops and a pod moving away.
 #[tokio::test]
@@ -607,24 +635,11 @@ async fn only_this_nodes_pods_are_watched() {
     server.apply(pod("b", "node-2", "192.168.10.2")).unwrap();
     let handler = PodHandler::new("node-1", Arc::default());
     let store = handler.store.clone();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let settings = WatchSettings {
-        label_selector: kube::core::Selector::default(),
-        field_selector: Some("spec.nodeName=node-1".into()),
-        page_size: 100,
-        relist_every: None,
-    };
-    let metrics = Arc::new(WatchMetrics::default());
-    let task = tokio::spawn(run_watch(
+    let (stop, task) = watch_by_field(
         Api::<k8s_openapi::api::core::v1::Pod>::all(server.client()),
-        settings,
-        EventFold::new(),
+        "spec.nodeName=node-1",
         handler,
-        metrics,
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    );
     let names = || store.lock().unwrap().pods.keys().cloned().collect::<Vec<_>>();
     wait_for("node-1's pod", || names() == ["apps/a"]).await;
     server.apply(pod("c", "node-1", "192.168.10.3")).unwrap();
@@ -658,23 +673,11 @@ async fn this_nodes_zone_is_followed() {
     let zone = NodeZone::new("node-1", changed.clone());
     let handler = NodeZoneHandler::new(zone.clone());
     let synced = handler.synced.clone();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let settings = WatchSettings {
-        label_selector: kube::core::Selector::default(),
-        field_selector: Some("metadata.name=node-1".into()),
-        page_size: 100,
-        relist_every: None,
-    };
-    let task = tokio::spawn(run_watch(
+    let (stop, task) = watch_by_field(
         Api::<k8s_openapi::api::core::v1::Node>::all(server.client()),
-        settings,
-        EventFold::new(),
+        "metadata.name=node-1",
         handler,
-        Arc::new(WatchMetrics::default()),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    );
     wait_for("the first list", || synced.load(Ordering::Acquire)).await;
     assert_eq!(zone.get().as_deref(), Some("zone-a"));
     server.apply(node("node-1", Some("zone-b"))).unwrap();
