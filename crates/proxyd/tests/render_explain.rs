@@ -126,51 +126,51 @@ fn explain_gives_a_reason_for_every_endpoint() {
     assert!(!ok && err.contains("expected NAMESPACE/SERVICE"), "{err}");
 }
 
+/// Runs `proxyd ARGS --manifests DIR --hostname-override n`, where DIR
+/// holds only `text` (as `svc.yaml`): exit code, stdout, stderr.
+fn on_one_file(tag: &str, text: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let dir = std::env::temp_dir().join(format!("proxyd-one-file-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("svc.yaml"), text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(args)
+        .args(["--hostname-override", "n", "--manifests"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (out.status.code(), text(out.stdout), text(out.stderr))
+}
+
 /// A service labelled for another proxy: explain says so, with the
 /// selector this proxy uses (the same one it lists and watches with).
 #[test]
 fn explain_names_the_selector_that_leaves_a_service_out() {
-    let dir = std::env::temp_dir().join(format!("proxyd-explain-other-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("svc.yaml"),
-        "kind: Service\nmetadata: {name: other, namespace: ns, labels: {service.kubernetes.io/service-proxy-name: cilium}}\nspec: {clusterIP: 10.96.0.7, ports: [{port: 80}]}\n",
-    )
-    .unwrap();
-    let run = |extra: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
-            .args(["explain", "ns/other", "--hostname-override", "n", "--manifests"])
-            .arg(&dir)
-            .args(extra)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let out = run(&[]);
+    let other = "kind: Service\nmetadata: {name: other, namespace: ns, labels: {service.kubernetes.io/service-proxy-name: cilium}}\nspec: {clusterIP: 10.96.0.7, ports: [{port: 80}]}\n";
+    let (_, out, _) = on_one_file("explain-other", other, &["explain", "ns/other"]);
     assert!(
         out.contains(
             "not programmed: its labels do not match this proxy's selector !service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless"
         ),
         "{out}"
     );
-    let out = run(&["--service-proxy-name", "cilium"]);
-    assert!(!out.contains("not programmed"), "the named proxy takes it:\n{out}");
-    let _ = std::fs::remove_dir_all(&dir);
+    let (code, out, err) = on_one_file(
+        "explain-named",
+        other,
+        &["explain", "ns/other", "--service-proxy-name", "cilium"],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        !out.contains("not programmed") && out.contains("result: to the cluster IP -> nothing"),
+        "the named proxy takes it (no endpoints yet):\n{out}"
+    );
 }
 
-/// `render` on a directory holding only `text` as `svc.yaml`: exit code and
-/// stderr.
+/// `render` on a directory holding only `text`: exit code and stderr.
 fn render_broken(tag: &str, text: &str) -> (Option<i32>, String) {
-    let dir = std::env::temp_dir().join(format!("proxyd-bad-manifests-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("svc.yaml"), text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
-        .args(["render", "--hostname-override", "n", "--manifests"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    let (code, _, err) = on_one_file(tag, text, &["render"]);
+    (code, err)
 }
 
 #[test]

@@ -410,7 +410,9 @@ async fn a_failing_nft_is_retried_and_never_half_applied() {
     c.eventually("the retry", || c.tcp("10.96.0.10", 80, 1) == [PODS[1]]);
     let log = c.log.lock().unwrap().join("\n");
     // nft's words once per failed sync, on the line that says it failed.
-    for line in log.lines().filter(|l| l.contains("injected failure")) {
+    let said: Vec<&str> = log.lines().filter(|l| l.contains("injected failure")).collect();
+    assert!(!said.is_empty(), "nft's words are in the log:\n{log}");
+    for line in said {
         assert!(line.contains("sync failed") && line.contains("retry_in_ms"), "{line}");
         assert_eq!(line.matches("injected failure").count(), 1, "{line}");
         assert!(
