@@ -131,11 +131,15 @@ impl EventHandler<Node> for NodeZoneHandler {
             );
         }
         self.synced.store(true, Ordering::Release);
+        // Like every handler: the run waits on this for its first sync.
+        self.zone.changed.notify_one();
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use futures::FutureExt;
+
     use super::*;
 
     fn node(name: &str, zone: Option<&str>) -> Node {
@@ -166,7 +170,9 @@ mod tests {
         h.on_update(&node("node-1", None), &node("node-1", Some("zone-c")));
         h.on_delete(&node("node-1", Some("zone-c")));
         assert_eq!(zone.get(), None);
+        let _ = changed.notified().now_or_never();
         h.on_synced();
         assert!(h.synced.load(Ordering::Acquire));
+        assert!(changed.notified().now_or_never().is_some(), "listed: the run is woken");
     }
 }

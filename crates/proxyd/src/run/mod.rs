@@ -24,7 +24,7 @@ mod sync;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use slice_model::IpFamily;
 use tokio::sync::{Notify, watch};
@@ -338,7 +338,7 @@ async fn wait_for_initial_lists(
     shutdown: &CancellationToken,
 ) -> bool {
     tracing::info!("waiting for the initial lists");
-    let mut said = tokio::time::Instant::now();
+    // Every handler wakes the loop when its first list is in.
     loop {
         if state.all_listed() {
             return true;
@@ -346,13 +346,6 @@ async fn wait_for_initial_lists(
         tokio::select! {
             () = shutdown.cancelled() => return false,
             () = sync_needed.notified() => {}
-            // The handlers wake on changes; a list that brings nothing
-            // new is noticed here.
-            () = tokio::time::sleep(Duration::from_millis(200)) => {}
-        }
-        if said.elapsed() >= Duration::from_secs(30) {
-            tracing::info!("still waiting for the initial lists");
-            said = tokio::time::Instant::now();
         }
     }
 }

@@ -154,34 +154,32 @@ impl SyncLoop {
     /// One sync of every family; the error (every family's that failed)
     /// is logged once, by the runner, with its retry.
     pub fn sync(&mut self, reason: SyncReason) -> Result<(), String> {
-        self.follow_node_zone(reason);
         match &mut self.proxiers {
-            Proxiers::Node(p) => sync_node(reason, p, &self.health, &self.metrics, &self.health_checks),
+            Proxiers::Node(p) => {
+                if let Some(zone) = &mut self.node_zone {
+                    follow_node_zone(zone, p, reason);
+                }
+                sync_node(reason, p, &self.health, &self.metrics, &self.health_checks)
+            }
+            // Pods' tables do not read topology hints.
             Proxiers::Multus(p) => sync_multus(reason, p, &self.health, &self.metrics),
         }
     }
+}
 
-    /// A relabelled Node reaches the proxiers here: each rewrites its table
-    /// on this sync when its zone changed.
-    fn follow_node_zone(&mut self, reason: SyncReason) {
-        let Some(rx) = &mut self.node_zone else {
-            return;
-        };
-        let zone = rx.borrow_and_update().clone();
-        let Proxiers::Node(proxiers) = &mut self.proxiers else {
-            // Multus mode does not read topology hints.
-            return;
-        };
-        let mut changed = false;
-        for p in proxiers.iter_mut() {
-            changed |= p.set_node_zone(zone.clone());
-        }
-        if changed && reason != SyncReason::Initial {
-            tracing::info!(
-                zone = zone.as_deref().unwrap_or("(none)"),
-                "this node's zone changed: every service is rewritten"
-            );
-        }
+/// A relabelled Node reaches the proxiers here: each rewrites its table on
+/// this sync when its zone changed.
+fn follow_node_zone(rx: &mut watch::Receiver<Option<String>>, proxiers: &mut [Proxier], reason: SyncReason) {
+    let zone = rx.borrow_and_update().clone();
+    let mut changed = false;
+    for p in proxiers.iter_mut() {
+        changed |= p.set_node_zone(zone.clone());
+    }
+    if changed && reason != SyncReason::Initial {
+        tracing::info!(
+            zone = zone.as_deref().unwrap_or("(none)"),
+            "this node's zone changed: every service is rewritten"
+        );
     }
 }
 
