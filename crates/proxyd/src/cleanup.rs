@@ -70,22 +70,7 @@ fn table_name(family: IpFamily, table: &str) -> String {
 
 /// The tables in `netns`, as `nft list tables` prints them.
 fn tables(netns: &Netns) -> Result<Vec<String>, String> {
-    let nft = netns.describe("nft");
-    let out = netns
-        .command("nft")
-        .args(["list", "tables"])
-        .output()
-        .map_err(|e| format!("cannot run {nft}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{nft} list tables: {}",
-            String::from_utf8_lossy(&out.stderr).trim().replace('\n', " ")
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| l.trim().to_owned())
-        .collect())
+    NftCommand { netns: netns.clone() }.tables().map_err(|e| e.to_string())
 }
 
 /// `proxyd cleanup --multus`: multus mode's table and routes out of every

@@ -73,21 +73,47 @@ impl NftCommand {
         // stdin is closed here: nft sees the end of its input.
         let out = child.wait_with_output().map_err(spawn_err)?;
         if !out.status.success() {
-            return Err(DataplaneError::Rejected {
-                status: out
-                    .status
-                    .code()
-                    .map_or_else(|| "killed by a signal".to_owned(), |c| format!("exit status {c}")),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            });
+            return Err(rejected(&out));
         }
         fed.map_err(spawn_err)
+    }
+
+    /// The tables in its namespace, one line each as `nft list tables`
+    /// prints them (`table ip proxyd`).
+    pub fn tables(&self) -> Result<Vec<String>, DataplaneError> {
+        let out = self
+            .netns
+            .command("nft")
+            .args(["list", "tables"])
+            .output()
+            .map_err(|source| DataplaneError::Spawn {
+                program: self.program(),
+                source,
+            })?;
+        if !out.status.success() {
+            return Err(rejected(&out));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| l.trim().to_owned())
+            .collect())
     }
 
     /// Applies raw nft text as one transaction (for commands that are not
     /// proxyd's own, e.g. in tests).
     pub fn apply_text(&self, script: &str) -> Result<usize, DataplaneError> {
         self.run(|stdin| stdin.write_all(script.as_bytes()).map(|()| script.len()))
+    }
+}
+
+/// What a failed `nft` said, and how it ended.
+fn rejected(out: &std::process::Output) -> DataplaneError {
+    DataplaneError::Rejected {
+        status: out
+            .status
+            .code()
+            .map_or_else(|| "killed by a signal".to_owned(), |c| format!("exit status {c}")),
+        stderr: String::from_utf8_lossy(&out.stderr).trim().replace('\n', " "),
     }
 }
 

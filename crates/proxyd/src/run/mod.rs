@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
-use crate::dataplane::Netns;
+use crate::dataplane::{DataplaneError, Netns, NftCommand};
 use crate::engine::Engine;
 use crate::health::{ProxierHealth, ServiceHealth};
 use crate::http::{Reply, serve};
@@ -146,23 +146,19 @@ fn tool_exists(netns: &Netns, program: &str) -> bool {
 /// every sync.
 fn check_nft(netns: &Netns) -> Result<(), String> {
     let nft = netns.describe("nft");
-    let out = netns.command("nft").args(["list", "tables"]).output();
-    match out {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+    match (NftCommand { netns: netns.clone() }).tables() {
+        Ok(_) => Ok(()),
+        Err(DataplaneError::Spawn { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Err(format!(
             "{nft}: not found; install nftables (Debian: apt-get install nftables), or use --dry-run"
         )),
-        Err(e) => Err(format!("cannot run {nft}: {e}")),
-        Ok(o) if o.status.success() => Ok(()),
-        Ok(o) => {
-            let said = String::from_utf8_lossy(&o.stderr).trim().replace('\n', " ");
-            if said.contains("Operation not permitted") || said.contains("Permission denied") {
-                Err(format!(
-                    "{nft} may not read the ruleset ({said}): run proxyd as root or with CAP_NET_ADMIN, or use --dry-run"
-                ))
-            } else {
-                Err(format!("{nft} list tables failed: {said}"))
-            }
+        Err(DataplaneError::Rejected { stderr, .. })
+            if stderr.contains("Operation not permitted") || stderr.contains("Permission denied") =>
+        {
+            Err(format!(
+                "{nft} may not read the ruleset ({stderr}): run proxyd as root or with CAP_NET_ADMIN, or use --dry-run"
+            ))
         }
+        Err(e) => Err(format!("{nft} list tables: {e}")),
     }
 }
 
