@@ -141,7 +141,7 @@ pub fn topology_mode<E: Endpoint>(endpoints: &[E], node_zone: Option<&str>) -> (
 }
 
 /// Whether an endpoint is in the topology `mode` chose for a node in `zone`.
-pub fn in_topology<E: Endpoint>(e: &E, mode: TopologyMode, zone: &str) -> bool {
+fn in_topology<E: Endpoint>(e: &E, mode: TopologyMode, zone: &str) -> bool {
     match mode {
         TopologyMode::None => true,
         TopologyMode::PreferSameNode => e.node_hint() == NodeHint::ThisNode,

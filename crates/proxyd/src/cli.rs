@@ -198,19 +198,16 @@ pub struct ProxyArgs {
 
 impl ProxyArgs {
     /// The flags' defaults, for a proxy on `node` (for code that builds
-    /// them without a command line: tests, tools).
+    /// them without a command line: tests, tools). The defaults are clap's,
+    /// so they cannot drift from the command line's.
     pub fn for_node(node: &str) -> Self {
-        Self {
-            hostname_override: Some(node.into()),
-            service_proxy_name: None,
-            multus: false,
-            ip_family: IpFamily::V4,
-            cluster_cidr: Vec::new(),
-            masquerade_all: false,
-            nodeport_addresses: Vec::new(),
-            service_cidr: Vec::new(),
-            node_zone: None,
-        }
+        use clap::FromArgMatches;
+        let parsed = Self::augment_args(clap::Command::new("proxyd"))
+            .try_get_matches_from(["proxyd"])
+            .and_then(|m| Self::from_arg_matches(&m));
+        let mut args = parsed.unwrap_or_else(|e| unreachable!("the flags' defaults parse: {e}"));
+        args.hostname_override = Some(node.into());
+        args
     }
 }
 
@@ -460,6 +457,17 @@ mod tests {
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("").is_err());
         assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn proxy_args_for_code_take_the_command_lines_defaults() {
+        use clap::Parser;
+        let parsed = match crate::cli::Cli::parse_from(["proxyd", "render", "--hostname-override", "n"]).command {
+            crate::cli::Command::Render(r) => r.proxy,
+            _ => unreachable!("parsed render"),
+        };
+        let built = super::ProxyArgs::for_node("n");
+        assert_eq!(format!("{built:?}"), format!("{parsed:?}"));
     }
 
     #[test]

@@ -100,7 +100,7 @@ pub async fn client(source: &SourceArgs) -> anyhow::Result<kube::Client> {
 /// warning) when it cannot be read.
 pub async fn api_node_zone(client: &kube::Client, name: &str) -> Option<String> {
     match Api::<Node>::all(client.clone()).get_opt(name).await {
-        Ok(Some(node)) => node.metadata.labels?.get("topology.kubernetes.io/zone").cloned(),
+        Ok(Some(node)) => informer_glue::node::zone_of(&node),
         Ok(None) => {
             tracing::warn!(node = name, "no Node object of this name: topology hints are not used");
             None

@@ -144,7 +144,11 @@ impl ServicePortName {
 /// port): two ports that differ only by protocol never print the same.
 impl fmt::Display for ServicePortName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.short(), self.protocol)
+        if self.port.is_empty() {
+            write!(f, "{}/{}", self.service, self.protocol)
+        } else {
+            write!(f, "{}:{}/{}", self.service, self.port, self.protocol)
+        }
     }
 }
 

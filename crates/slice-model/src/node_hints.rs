@@ -11,7 +11,7 @@ use crate::NodeName;
 /// Most endpoints carry none, so the empty set costs one word and no
 /// allocation; a hinted endpoint shares its set when its slice is cloned.
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]
-pub struct NodeHints(Option<Arc<Vec<NodeName>>>);
+pub struct NodeHints(Option<Arc<[NodeName]>>);
 
 impl NodeHints {
     /// The set of these node names, in any order; duplicates and empty
@@ -20,12 +20,12 @@ impl NodeHints {
         let mut v: Vec<NodeName> = nodes.into_iter().filter(|n| !n.is_empty()).map(NodeName::new).collect();
         v.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
         v.dedup();
-        Self((!v.is_empty()).then(|| Arc::new(v)))
+        Self((!v.is_empty()).then(|| Arc::from(v)))
     }
 
     /// The node names, sorted.
     pub fn as_slice(&self) -> &[NodeName] {
-        self.0.as_deref().map_or(&[], Vec::as_slice)
+        self.0.as_deref().unwrap_or(&[])
     }
 
     /// Whether the set names no node.
