@@ -11,7 +11,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::rejections::Rejections;
 use crate::runner::WatchMetrics;
@@ -32,9 +32,16 @@ pub struct RejectionLabels {
     pub reason: &'static str,
 }
 
+/// Registers `metric` on `registry` and hands it back (a family is a
+/// handle: the clone registered and the one kept are the same series).
+pub fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 /// The families, registered once; cheap to clone (handles to the same
 /// series).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct SourceMetrics {
     watch_restarts: Family<ResourceLabels, Counter>,
     relists: Family<ResourceLabels, Counter>,
@@ -44,29 +51,33 @@ pub struct SourceMetrics {
 
 impl SourceMetrics {
     /// Registers the families on `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
-        let m = Self::default();
-        registry.register(
-            "proxyd_watch_restarts",
-            "Watch errors, each followed by a restart with backoff",
-            m.watch_restarts.clone(),
-        );
-        registry.register(
-            "proxyd_relists",
-            "Complete lists after the first one (after 410 Gone, a broken watch or the periodic relist)",
-            m.relists.clone(),
-        );
-        registry.register(
-            "proxyd_rejected_objects",
-            "Objects skipped whole as unusable, by kind and reason (see the warnings in the log)",
-            m.rejected.clone(),
-        );
-        registry.register(
-            "proxyd_skipped_fields",
-            "Parts of accepted objects skipped as unusable (an endpoint with an invalid address, a port without a number, ...), by kind and reason",
-            m.skipped.clone(),
-        );
-        m
+    pub fn register(r: &mut Registry) -> Self {
+        Self {
+            watch_restarts: registered(
+                r,
+                "proxyd_watch_restarts",
+                "Watch errors, each followed by a restart with backoff",
+                Family::default(),
+            ),
+            relists: registered(
+                r,
+                "proxyd_relists",
+                "Complete lists after the first one (after 410 Gone, a broken watch or the periodic relist)",
+                Family::default(),
+            ),
+            rejected: registered(
+                r,
+                "proxyd_rejected_objects",
+                "Objects skipped whole as unusable, by kind and reason (see the warnings in the log)",
+                Family::default(),
+            ),
+            skipped: registered(
+                r,
+                "proxyd_skipped_fields",
+                "Parts of accepted objects skipped as unusable (an endpoint with an invalid address, a port without a number, ...), by kind and reason",
+                Family::default(),
+            ),
+        }
     }
 
     /// The counters of the watch of `resource` (its series start at zero).

@@ -11,7 +11,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
 
-use informer_glue::metrics::SourceMetrics;
+use informer_glue::metrics::{SourceMetrics, registered};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -136,96 +136,95 @@ fn labels(family: IpFamily) -> FamilyLabels {
 
 impl SyncMetrics {
     /// Registers the families, with a zero series for each of `families`.
-    pub fn register(registry: &mut Registry, families: &[IpFamily]) -> Self {
+    pub fn register(r: &mut Registry, families: &[IpFamily]) -> Self {
         let histograms = |f: fn() -> Histogram| Histograms::new_with_constructor(f);
         let m = Self {
-            duration: histograms(sync_histogram),
-            full_duration: histograms(sync_histogram),
-            partial_duration: histograms(sync_histogram),
-            programming: histograms(programming_histogram),
-            last_synced: FloatGauges::default(),
-            last_queued: FloatGauges::default(),
-            endpoint_changes_pending: Family::default(),
-            endpoint_changes: Family::default(),
-            service_changes_pending: Family::default(),
-            service_changes: Family::default(),
-            no_local_endpoints: Family::default(),
-            sync_failures: Family::default(),
-            conntrack_deleted: Family::default(),
-            conntrack_duration: histograms(sync_histogram),
+            duration: registered(
+                r,
+                "kubeproxy_sync_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds",
+                histograms(sync_histogram),
+            ),
+            full_duration: registered(
+                r,
+                "kubeproxy_sync_full_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds for full resyncs",
+                histograms(sync_histogram),
+            ),
+            partial_duration: registered(
+                r,
+                "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+                "SyncProxyRules latency in seconds for partial resyncs",
+                histograms(sync_histogram),
+            ),
+            programming: registered(
+                r,
+                "kubeproxy_network_programming_duration_seconds",
+                "In Cluster Network Programming Latency in seconds",
+                histograms(programming_histogram),
+            ),
+            last_synced: registered(
+                r,
+                "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+                "The last time proxy rules were successfully synced",
+                FloatGauges::default(),
+            ),
+            last_queued: registered(
+                r,
+                "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+                "The last time a sync of proxy rules was queued",
+                FloatGauges::default(),
+            ),
+            endpoint_changes_pending: registered(
+                r,
+                "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
+                "Pending proxy rules Endpoint changes",
+                Family::default(),
+            ),
+            endpoint_changes: registered(
+                r,
+                "kubeproxy_sync_proxy_rules_endpoint_changes",
+                "Cumulative proxy rules Endpoint changes",
+                Family::default(),
+            ),
+            service_changes_pending: registered(
+                r,
+                "kubeproxy_sync_proxy_rules_service_changes_pending",
+                "Pending proxy rules Service changes",
+                Family::default(),
+            ),
+            service_changes: registered(
+                r,
+                "kubeproxy_sync_proxy_rules_service_changes",
+                "Cumulative proxy rules Service changes",
+                Family::default(),
+            ),
+            no_local_endpoints: registered(
+                r,
+                "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+                "Number of services with a Local traffic policy and no endpoints",
+                Family::default(),
+            ),
+            sync_failures: registered(
+                r,
+                "kubeproxy_sync_proxy_rules_nftables_sync_failures",
+                "Cumulative proxy nftables sync failures",
+                Family::default(),
+            ),
+            conntrack_deleted: registered(
+                r,
+                "kubeproxy_conntrack_reconciler_deleted_entries",
+                "Cumulative conntrack flows deleted by conntrack reconciler",
+                Family::default(),
+            ),
+            conntrack_duration: registered(
+                r,
+                "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+                "ReconcileConntrackFlowsLatency latency in seconds",
+                histograms(sync_histogram),
+            ),
             families: families.to_vec(),
         };
-        let r = registry;
-        r.register(
-            "kubeproxy_sync_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds",
-            m.duration.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_full_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for full resyncs",
-            m.full_duration.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_partial_proxy_rules_duration_seconds",
-            "SyncProxyRules latency in seconds for partial resyncs",
-            m.partial_duration.clone(),
-        );
-        r.register(
-            "kubeproxy_network_programming_duration_seconds",
-            "In Cluster Network Programming Latency in seconds",
-            m.programming.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-            "The last time proxy rules were successfully synced",
-            m.last_synced.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
-            "The last time a sync of proxy rules was queued",
-            m.last_queued.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
-            "Pending proxy rules Endpoint changes",
-            m.endpoint_changes_pending.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_endpoint_changes",
-            "Cumulative proxy rules Endpoint changes",
-            m.endpoint_changes.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_service_changes_pending",
-            "Pending proxy rules Service changes",
-            m.service_changes_pending.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_service_changes",
-            "Cumulative proxy rules Service changes",
-            m.service_changes.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
-            "Number of services with a Local traffic policy and no endpoints",
-            m.no_local_endpoints.clone(),
-        );
-        r.register(
-            "kubeproxy_sync_proxy_rules_nftables_sync_failures",
-            "Cumulative proxy nftables sync failures",
-            m.sync_failures.clone(),
-        );
-        r.register(
-            "kubeproxy_conntrack_reconciler_deleted_entries",
-            "Cumulative conntrack flows deleted by conntrack reconciler",
-            m.conntrack_deleted.clone(),
-        );
-        r.register(
-            "kubeproxy_conntrack_reconciler_sync_duration_seconds",
-            "ReconcileConntrackFlowsLatency latency in seconds",
-            m.conntrack_duration.clone(),
-        );
         for &f in families {
             m.touch(f);
         }
@@ -315,7 +314,7 @@ impl SyncMetrics {
 }
 
 /// Multus mode's families.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct MultusMetrics {
     programmed_pods: Family<FamilyLabels, Gauge>,
     pod_sync_failures: Family<FamilyLabels, Counter>,
@@ -324,23 +323,27 @@ pub struct MultusMetrics {
 
 impl MultusMetrics {
     /// Registers the families, with a zero series for each of `families`.
-    pub fn register(registry: &mut Registry, families: &[IpFamily]) -> Self {
-        let m = Self::default();
-        registry.register(
-            "proxyd_multus_programmed_pods",
-            "Pods on this node whose namespace holds proxyd's table (multus mode)",
-            m.programmed_pods.clone(),
-        );
-        registry.register(
-            "proxyd_multus_pod_sync_failures",
-            "Pod namespaces that could not be brought up to date (multus mode)",
-            m.pod_sync_failures.clone(),
-        );
-        registry.register(
-            "proxyd_multus_runtime_errors",
-            "Failed lookups of a pod's namespace in the container runtime (multus mode)",
-            m.runtime_errors.clone(),
-        );
+    pub fn register(r: &mut Registry, families: &[IpFamily]) -> Self {
+        let m = Self {
+            programmed_pods: registered(
+                r,
+                "proxyd_multus_programmed_pods",
+                "Pods on this node whose namespace holds proxyd's table (multus mode)",
+                Family::default(),
+            ),
+            pod_sync_failures: registered(
+                r,
+                "proxyd_multus_pod_sync_failures",
+                "Pod namespaces that could not be brought up to date (multus mode)",
+                Family::default(),
+            ),
+            runtime_errors: registered(
+                r,
+                "proxyd_multus_runtime_errors",
+                "Failed lookups of a pod's namespace in the container runtime (multus mode)",
+                Family::default(),
+            ),
+        };
         for &f in families {
             let l = labels(f);
             let _ = m.programmed_pods.get_or_create(&l);
