@@ -59,11 +59,6 @@ macro_rules! kind_of_name {
             pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
                 Self(NamespacedName::new(namespace, name))
             }
-
-            /// The plain namespaced name.
-            pub fn as_namespaced(&self) -> &NamespacedName {
-                &self.0
-            }
         }
 
         impl std::ops::Deref for $ty {

@@ -170,6 +170,11 @@ impl SyncLoop {
 /// A relabelled Node reaches the proxiers here: each rewrites its table on
 /// this sync when its zone changed.
 fn follow_node_zone(rx: &mut watch::Receiver<Option<String>>, proxiers: &mut [Proxier], reason: SyncReason) {
+    // The proxiers start without a zone; the source's first report (before
+    // the first sync) is a change like any later one.
+    if !rx.has_changed().unwrap_or(false) {
+        return;
+    }
     let zone = rx.borrow_and_update().clone();
     let mut changed = false;
     for p in proxiers.iter_mut() {
