@@ -438,8 +438,21 @@ mod tests {
             }
         }
         has(&text, "proxyd_watch_restarts_total{resource=\"services\"} 0");
-        assert!(text.contains("# TYPE process_resident_memory_bytes gauge"), "{text}");
-        assert!(text.contains("process_start_time_seconds"), "{text}");
+        // The process metrics every Go component exports, with live values.
+        let value = |name: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+        };
+        assert!(
+            value("process_resident_memory_bytes") > 1e6,
+            "a running process has resident memory"
+        );
+        assert!(value("process_open_fds") >= 3.0, "stdin, stdout, stderr at least");
+        assert!(value("process_cpu_seconds_total") >= 0.0);
+        let now = unix_seconds(SystemTime::now());
+        let started = value("process_start_time_seconds");
+        assert!(started <= now && started > now - 3600.0, "started {started}, now {now}");
         assert!(!text.contains("proxyd_multus"), "multus families only in multus mode");
     }
 
