@@ -190,16 +190,21 @@ async fn seeded_server(n: usize) -> FakeApiServer {
     server
 }
 
-/// Watches every slice into a [`Recorder`] and waits for the first list.
-async fn watch_slices(server: &FakeApiServer, page_size: u32) -> (Recorder, Watch<Recorder>) {
-    let rec = Recorder::default();
-    let w = spawn(
+/// Every slice of `server`, watched with `page_size`, into `rec`.
+fn all_slices(server: &FakeApiServer, page_size: u32, rec: &Recorder) -> Watch<Recorder> {
+    spawn(
         slices_api(server),
         kube::core::Selector::default(),
         page_size,
         EventFold::new(),
         rec.clone(),
-    );
+    )
+}
+
+/// Watches every slice into a [`Recorder`] and waits for the first list.
+async fn watch_slices(server: &FakeApiServer, page_size: u32) -> (Recorder, Watch<Recorder>) {
+    let rec = Recorder::default();
+    let w = all_slices(server, page_size, &rec);
     wait_for("synced", || rec.get().synced == 1).await;
     (rec, w)
 }
@@ -303,13 +308,7 @@ async fn list_failing_part_way_loses_nothing() {
     // and the watch retries with backoff.
     server.fail_next_continues(2);
     let rec = Recorder::default();
-    let w = spawn(
-        slices_api(&server),
-        kube::core::Selector::default(),
-        10,
-        EventFold::new(),
-        rec.clone(),
-    );
+    let w = all_slices(&server, 10, &rec);
     wait_for("synced", || rec.get().synced == 1).await;
     assert_eq!(rec.get().objects, server_view(&server, Kind::EndpointSlice, |_| true));
     assert_eq!(rec.get().deletes, 0, "nothing invented or lost");
@@ -334,13 +333,7 @@ async fn failed_lists_are_retried() {
     server.apply(slice("ns", "a", "web", &["10.0.0.1"])).unwrap();
     server.fail_next_lists(2);
     let rec = Recorder::default();
-    let w = spawn(
-        slices_api(&server),
-        kube::core::Selector::default(),
-        500,
-        EventFold::new(),
-        rec.clone(),
-    );
+    let w = all_slices(&server, 500, &rec);
     wait_for("synced despite failing lists", || rec.get().synced == 1).await;
     assert_eq!(rec.get().objects.len(), 1);
     assert!(w.metrics.errors.get() >= 2);
@@ -445,13 +438,7 @@ async fn a_thousand_slices_across_chunked_lists() {
             .unwrap();
     }
     let rec = Recorder::default();
-    let w = spawn(
-        slices_api(&server),
-        kube::core::Selector::default(),
-        100,
-        EventFold::new(),
-        rec.clone(),
-    );
+    let w = all_slices(&server, 100, &rec);
     wait_for("synced", || rec.get().synced == 1).await;
     assert_eq!(rec.get().objects.len(), 1000);
     assert!(
