@@ -84,10 +84,7 @@ impl Workload {
                 terminating: false,
             });
             ep.node = Some(node);
-            ep.zone_hints = self
-                .interner
-                .zones([["zone-a", "zone-b", "zone-c"][(n % 3) as usize]])
-                .unwrap_or_default();
+            ep.zone_hints = self.interner.zones([["zone-a", "zone-b", "zone-c"][(n % 3) as usize]]);
             out = out.with_endpoint(ep);
         }
         out

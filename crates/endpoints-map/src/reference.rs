@@ -90,7 +90,7 @@ impl Reference {
                         ready: e.conditions.ready,
                         serving: e.conditions.serving,
                         terminating: e.conditions.terminating,
-                        zone_hints: e.zone_hints,
+                        zone_hints: e.zone_hints.clone(),
                         node_hint: e.node_hints.for_node(&self.node),
                     };
                     let replace = entry.get(&addr).is_none_or(|old| info.is_local && !old.is_local);

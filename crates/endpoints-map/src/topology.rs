@@ -537,11 +537,7 @@ mod tests {
         );
         // An unready endpoint without a hint does not count.
         let mut e = node_hinted([No, This, Other, Other]);
-        e[0] = e[0].with_conditions(slice_model::Conditions {
-            ready: false,
-            serving: false,
-            terminating: false,
-        });
+        e[0] = e[0].clone().with_conditions(slice_model::Conditions::NOT_READY);
         assert_eq!(
             chosen(&e, "zone-z"),
             (vec!["10.1.2.4:80".into()], TopologyDecision::UsingNodeHints)
@@ -549,7 +545,10 @@ mod tests {
         // Local policy ignores hints of both kinds.
         let e: Vec<_> = node_hinted([Other, This, Other, Other])
             .into_iter()
-            .map(|e| e.local(e.addr.port() == 80 && e.addr.ip().to_string() == "10.1.2.3"))
+            .map(|e| {
+                let local = e.addr.port() == 80 && e.addr.ip().to_string() == "10.1.2.3";
+                e.local(local)
+            })
             .collect();
         let c = categorize(&e, ETP_LOCAL, Some("zone-b"));
         assert_eq!(names(&c.local.unwrap()), ["10.1.2.3:80"]);

@@ -26,11 +26,27 @@ pub struct Table {
 }
 
 /// The tables proxyd owns, by family.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Two models are equal when their tables are; the generations are history.
+#[derive(Clone, Debug, Default)]
 pub struct KernelModel {
     /// The tables that exist.
     pub tables: BTreeMap<IpFamily, Table>,
+    /// Bumped by every committed transaction, as the kernel's ruleset
+    /// generation is, whoever commits it. (Tests that change `tables`
+    /// directly bypass it: tamper with [`Self::apply_transaction`].)
+    pub generation: u64,
+    /// The generation this model's own last [`Dataplane::apply`] made.
+    own_generation: Option<u64>,
 }
+
+impl PartialEq for KernelModel {
+    fn eq(&self, other: &Self) -> bool {
+        self.tables == other.tables
+    }
+}
+
+impl Eq for KernelModel {}
 
 fn reject(why: String) -> DataplaneError {
     DataplaneError::Rejected {
@@ -206,6 +222,7 @@ impl KernelModel {
                 }
             }
         }
+        next.generation += 1;
         *self = next;
         Ok(())
     }
@@ -213,6 +230,12 @@ impl KernelModel {
 
 impl Dataplane for KernelModel {
     fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
-        self.apply_transaction(tx).map(|()| 0)
+        self.apply_transaction(tx)?;
+        self.own_generation = Some(self.generation);
+        Ok(0)
+    }
+
+    fn may_have_changed(&mut self) -> bool {
+        self.own_generation != Some(self.generation)
     }
 }

@@ -54,11 +54,24 @@ pub trait Dataplane {
     /// Applies one transaction: all of it or none. Returns the size of the
     /// nft text it wrote (0 for a dataplane that does not render it).
     fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError>;
+
+    /// Whether anything may have changed the ruleset since this
+    /// dataplane's last successful [`apply`](Self::apply). A periodic sync
+    /// with nothing to write sends nothing when this says no; a dataplane
+    /// that cannot tell says yes (the default), and every periodic sync
+    /// then re-asserts the fixed chains.
+    fn may_have_changed(&mut self) -> bool {
+        true
+    }
 }
 
 impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
     fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
         (**self).apply(tx)
+    }
+
+    fn may_have_changed(&mut self) -> bool {
+        (**self).may_have_changed()
     }
 }
 

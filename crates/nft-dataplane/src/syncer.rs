@@ -253,8 +253,10 @@ impl<D: Dataplane> NftSyncer<D> {
             (tx, written)
         } else {
             let (tx, written) = self.partial(services, endpoints, changed, kind);
-            if written == 0 && kind == SyncKind::Changes {
-                // Nothing to write: don't spend an nft run on the canary alone.
+            // Nothing to write, and (for a periodic sync) nothing committed
+            // since our last transaction: don't run nft for the canary and
+            // the fixed chains alone.
+            if written == 0 && (kind == SyncKind::Changes || !self.dataplane.may_have_changed()) {
                 return Ok(SyncReport {
                     render: started.elapsed(),
                     ..SyncReport::default()

@@ -295,7 +295,7 @@ pub fn explain_port<'a>(
         endpoints: endpoints
             .iter()
             .map(|e| EndpointUse {
-                endpoint: *e,
+                endpoint: e.clone(),
                 internal: uses(e, port.internal_policy_local),
                 external: port
                     .externally_accessible()

@@ -19,7 +19,9 @@ use nft_dataplane::element::{Element, Key};
 use nft_dataplane::names::{ChainId, SetId};
 use nft_dataplane::{Op, Transaction};
 use proxyd::cli::ProxyArgs;
-use proxyd::dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftCommand, NftSyncer, SyncKind};
+use proxyd::dataplane::{
+    Dataplane, DataplaneConfig, DataplaneError, Generation, NftCommand, NftSyncer, SyncKind, WatchedNft,
+};
 use proxyd::engine::Engine;
 use proxyd::snapshot::Snapshot;
 use serde_json::Value;
@@ -224,6 +226,54 @@ for _ in range(n):
     except OSError as e:
         print("error:", e.__class__.__name__)
 "#;
+
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn an_idle_periodic_sync_runs_no_nft_and_repairs_what_others_commit() {
+    require();
+    let (mut engine, config) = example_cluster();
+    let ns = Netns::new("idle");
+    let netns = proxyd::netns::Netns::Named(ns.0.clone());
+    let mut generation = Generation::open(&netns).unwrap();
+    let mut syncer = NftSyncer::new(config, WatchedNft::new(netns));
+    let changed = engine.update().changed;
+    let first = syncer
+        .sync(&engine.services, &engine.endpoints, &changed, SyncKind::Changes)
+        .unwrap();
+    assert!(first.full);
+    let want = ns.table();
+    let mut periodic = || {
+        let before = generation.read().unwrap();
+        let r = syncer
+            .sync(
+                &engine.services,
+                &engine.endpoints,
+                &BTreeSet::new(),
+                SyncKind::Periodic,
+            )
+            .unwrap();
+        (r.script_bytes, generation.read().unwrap().wrapping_sub(before))
+    };
+    for _ in 0..3 {
+        assert_eq!(periodic(), (0, 0), "idle: nothing sent, nothing committed");
+    }
+    // Another program flushes a fixed chain: the next periodic sync
+    // repairs it with one transaction, and the one after is idle again.
+    ns.exec(
+        "nft",
+        &["flush", "chain", "ip", "proxyd", &ChainId::Services.to_string()],
+    );
+    assert_ne!(ns.table(), want);
+    let (bytes, commits) = periodic();
+    assert!(bytes > 0 && commits == 1, "{bytes} bytes, {commits} commits");
+    assert_eq!(ns.table(), want);
+    assert_eq!(periodic(), (0, 0));
+    // A commit to another table also counts (the generation is global):
+    // a re-assertion, harmless.
+    ns.exec("nft", &["add", "table", "ip", "someone-else"]);
+    assert_eq!(periodic().1, 1);
+    assert_eq!(ns.table(), want);
+}
 
 fn connect(ns: &Netns, vip: &str, n: u32) -> Vec<String> {
     connect_to(ns, vip, 80, n)

@@ -164,7 +164,7 @@ fn merge_runs(runs: &[Run<'_>], node_name: &str) -> Vec<BaseEndpointInfo> {
         ready: e.conditions.ready,
         serving: e.conditions.serving,
         terminating: e.conditions.terminating,
-        zone_hints: e.zone_hints,
+        zone_hints: e.zone_hints.clone(),
         node_hint: e.node_hints.for_node(node_name),
     };
     let push = |out: &mut Vec<BaseEndpointInfo>, e: &SliceEndpoint, port: u16| {

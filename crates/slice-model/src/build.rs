@@ -14,7 +14,6 @@ use crate::parse_endpoint_ip;
 use crate::trigger_time::parse_rfc3339;
 use crate::{
     Conditions, EndpointSlice, Interner, NodeHints, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort,
-    ZoneHints,
 };
 
 /// The label that names a slice's service.
@@ -79,9 +78,6 @@ pub enum WarningKind {
     InvalidAddress(String),
     /// The trigger-time annotation is not an RFC 3339 time.
     InvalidTriggerTime(String),
-    /// `endpoints[i].hints.forZones` is a new set of zones, and the process
-    /// already keeps [`MAX_ZONE_SETS`](crate::MAX_ZONE_SETS).
-    TooManyZoneSets,
 }
 
 impl WarningKind {
@@ -94,7 +90,6 @@ impl WarningKind {
         "no_address",
         "invalid_address",
         "invalid_trigger_time",
-        "too_many_zone_sets",
     ];
 
     /// A short label for metrics, e.g. `invalid_address`.
@@ -107,7 +102,6 @@ impl WarningKind {
             Self::NoAddress => "no_address",
             Self::InvalidAddress(_) => "invalid_address",
             Self::InvalidTriggerTime(_) => "invalid_trigger_time",
-            Self::TooManyZoneSets => "too_many_zone_sets",
         }
     }
 }
@@ -153,11 +147,6 @@ impl fmt::Display for SliceWarning {
                     "endpoint slice {s}: endpoints[{i}].addresses[0] {a:?} is not a valid IP address; endpoint ignored"
                 )
             }
-            WarningKind::TooManyZoneSets => write!(
-                f,
-                "endpoint slice {s}: endpoints[{i}].hints.forZones is one more set of zones than the {} kept; hints ignored",
-                crate::MAX_ZONE_SETS
-            ),
             WarningKind::InvalidTriggerTime(t) => write!(
                 f,
                 "endpoint slice {s}: annotation {TRIGGER_TIME_ANNOTATION} {t:?} is not an RFC 3339 time; ignored"
@@ -328,10 +317,7 @@ impl<'i> SliceBuilder<'i> {
         let Some(addr) = parse_endpoint_ip(text) else {
             return self.warn(index, WarningKind::InvalidAddress(text.to_owned()));
         };
-        let zone_hints = self.interner.zones(zones).unwrap_or_else(|| {
-            self.warn(index, WarningKind::TooManyZoneSets);
-            ZoneHints::default()
-        });
+        let zone_hints = self.interner.zones(zones);
         self.content.endpoints.push(SliceEndpoint {
             addr,
             conditions: Conditions::from_api(raw.ready, raw.serving, raw.terminating),

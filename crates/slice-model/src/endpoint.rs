@@ -60,9 +60,8 @@ pub trait Endpoint {
 }
 
 /// The base [`Endpoint`] implementation: everything the cache knows of an
-/// endpoint, per service port. Plain data: copying or dropping one touches
-/// nothing else.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+/// endpoint, per service port.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct BaseEndpointInfo {
     /// Address and port.
     pub addr: SocketAddr,

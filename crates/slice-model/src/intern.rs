@@ -56,7 +56,7 @@ impl Hasher for FastHasher {
 use crate::{NodeName, ZoneHints};
 
 /// How many single-zone sets are found by scanning; past that (a cluster
-/// with very many zones) they are looked up in the process-wide table.
+/// with very many zones) they are looked up by hashing, like larger sets.
 const MAX_SCANNED_ZONES: usize = 32;
 
 /// Shares the strings that repeat across slices (zone, namespace and port
@@ -80,8 +80,7 @@ pub struct Interner {
     /// exactly one, and a cluster has a handful of zones, so a short scan
     /// beats hashing on the path almost always taken.
     single_zones: Vec<ZoneHints>,
-    /// Sets of several zones found so far, so that the process-wide table
-    /// (behind a lock) is asked once per set.
+    /// Every other set handed out, so that each has one shared copy.
     zone_sets: HashMap<Box<[Arc<str>]>, ZoneHints, FastHash>,
     scratch: Vec<Arc<str>>,
     /// What [`Self::len`] was after the last prune.
@@ -113,38 +112,24 @@ impl Interner {
         NodeName::inline(name).unwrap_or_else(|| NodeName::shared(self.str(name)))
     }
 
-    /// The set of these zones (in any order, duplicates dropped), or `None`
-    /// when the set is new and the process already keeps
-    /// [`MAX_ZONE_SETS`](crate::MAX_ZONE_SETS) (see [`ZoneHints`]).
-    pub fn zones<'z>(&mut self, zones: impl IntoIterator<Item = &'z str>) -> Option<ZoneHints> {
+    /// The shared copy of the set of these zones (in any order, duplicates
+    /// dropped).
+    pub fn zones<'z>(&mut self, zones: impl IntoIterator<Item = &'z str>) -> ZoneHints {
         let mut zones = zones.into_iter();
         let Some(first) = zones.next() else {
-            return Some(ZoneHints::default());
+            return ZoneHints::default();
         };
         let Some(second) = zones.next() else {
-            let found = self
-                .single_zones
-                .iter()
-                .find(|set| set.as_slice().first().is_some_and(|z| &**z == first));
-            if let Some(set) = found {
-                return Some(*set);
-            }
-            let set = ZoneHints::of_sorted(vec![self.str(first)])?;
-            if self.single_zones.len() < MAX_SCANNED_ZONES {
-                self.single_zones.push(set);
-            }
-            return Some(set);
+            return self.single_zone(first);
         };
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         scratch.extend([first, second].into_iter().chain(zones).map(|z| self.str(z)));
         scratch.sort_unstable();
         scratch.dedup();
-        let set = match self.zone_sets.get(&scratch[..]) {
-            Some(set) => Some(*set),
-            None => ZoneHints::of_sorted(scratch.clone()).inspect(|set| {
-                self.zone_sets.insert(scratch.clone().into_boxed_slice(), *set);
-            }),
+        let set = match &scratch[..] {
+            [one] => self.single_zone(one),
+            _ => self.zone_set(&scratch),
         };
         // Keep the capacity, not the strings: they must stay prunable.
         scratch.clear();
@@ -152,11 +137,42 @@ impl Interner {
         set
     }
 
+    /// The shared copy of the set of one zone.
+    fn single_zone(&mut self, zone: &str) -> ZoneHints {
+        let found = self
+            .single_zones
+            .iter()
+            .find(|set| set.as_slice().first().is_some_and(|z| &**z == zone));
+        if let Some(set) = found {
+            return set.clone();
+        }
+        let zone = [self.str(zone)];
+        if self.single_zones.len() < MAX_SCANNED_ZONES {
+            let set = ZoneHints::of_sorted(&zone);
+            self.single_zones.push(set.clone());
+            return set;
+        }
+        self.zone_set(&zone)
+    }
+
+    /// The shared copy of a set of sorted, distinct zones.
+    fn zone_set(&mut self, zones: &[Arc<str>]) -> ZoneHints {
+        if let Some(set) = self.zone_sets.get(zones) {
+            return set.clone();
+        }
+        let set = ZoneHints::of_sorted(zones);
+        self.zone_sets.insert(zones.into(), set.clone());
+        set
+    }
+
     /// Forgets the strings that nothing outside the interner holds. Costs a
     /// pass over everything held.
     pub fn prune(&mut self) {
+        // Sets first: they hold zone names.
+        self.single_zones.retain(ZoneHints::is_shared);
+        self.zone_sets.retain(|_, set| set.is_shared());
         self.strings.retain(|s| Arc::strong_count(s) > 1);
-        self.pruned_len = self.len();
+        self.pruned_len = self.held();
     }
 
     /// Prunes once the interner has doubled since the last prune (and holds
@@ -164,9 +180,14 @@ impl Interner {
     /// amortised constant cost, where pruning every time would cost a pass
     /// over the whole cluster's names per call.
     pub fn prune_if_grown(&mut self) {
-        if self.len() >= PRUNE_FLOOR.max(2 * self.pruned_len) {
+        if self.held() >= PRUNE_FLOOR.max(2 * self.pruned_len) {
             self.prune();
         }
+    }
+
+    /// Strings and zone sets held: what a prune can free.
+    fn held(&self) -> usize {
+        self.strings.len() + self.single_zones.len() + self.zone_sets.len()
     }
 
     /// How many distinct strings are held.
@@ -214,11 +235,12 @@ mod tests {
         let z1 = i.zones(["b", "a", "a"]);
         let z2 = i.zones(["a", "b"]);
         assert_eq!(z1, z2);
-        assert_eq!(i.zones(["a"]), Some(ZoneHints::new(["a"])));
-        assert_eq!(i.zones(["a"]), i.zones(["a", "a"]));
-        assert_eq!(z1, Some(ZoneHints::new(["a", "b"])), "one copy per set, however made");
-        assert_eq!(Interner::new().zones(["b", "a"]), z1, "across interners too");
-        assert!(i.zones([]).is_some_and(|z| z.is_empty()));
+        assert!(std::ptr::eq(z1.as_slice(), z2.as_slice()), "one copy per set");
+        let single = i.zones(["a"]);
+        assert!(std::ptr::eq(single.as_slice(), i.zones(["a", "a"]).as_slice()));
+        assert_eq!(single, ZoneHints::new(["a"]));
+        assert_eq!(z1, ZoneHints::new(["a", "b"]), "equal however made");
+        assert!(i.zones([]).is_empty());
     }
 
     #[test]
@@ -247,12 +269,33 @@ mod tests {
     fn prune_forgets_what_nobody_holds() {
         let mut i = Interner::new();
         let kept = i.str("kept");
-        let zones = i.zones(["prune-test-z", "prune-test-y"]);
+        let zones = i.zones(["z", "y"]);
+        let single = i.zones(["x"]);
         drop(i.str("dropped"));
         i.prune();
-        assert_eq!(i.len(), 3, "kept, and the two zones of a set, which is never dropped");
-        drop((kept, zones));
+        assert_eq!(i.len(), 4, "kept, and the zones of the two sets still held");
+        drop((kept, zones, single));
         i.prune();
-        assert_eq!(i.len(), 2);
+        assert_eq!(i.len(), 0, "sets nobody holds go, and their zones with them");
+        assert_eq!(i.held(), 0);
+    }
+
+    #[test]
+    fn many_zone_sets_are_freed_as_they_go() {
+        // A property test generating zone names across cases: nothing is
+        // capped, nothing lost, and what is no longer held is freed.
+        let mut i = Interner::new();
+        for case in 0..3 * PRUNE_FLOOR {
+            let (a, b) = (format!("zone-{case}"), format!("zone-{}", case + 1));
+            let set = i.zones([a.as_str(), b.as_str()]);
+            assert!(set.contains(&a) && set.contains(&b), "case {case}: hints kept");
+            let one = i.zones([a.as_str()]);
+            assert_eq!(one.as_slice(), [Arc::from(a)], "case {case}: one zone kept");
+            drop((set, one));
+            i.prune_if_grown();
+        }
+        assert!(i.held() < 3 * PRUNE_FLOOR, "pruned along the way: {} held", i.held());
+        i.prune();
+        assert_eq!(i.held(), 0);
     }
 }

@@ -32,7 +32,7 @@ pub use node_hints::{NodeHint, NodeHints};
 pub use protocol::{IpFamily, Protocol, UnknownIpFamily, UnknownProtocol};
 pub use service::{ServiceInfo, ServicePort, ServicePortInfo, ServiceType, TrafficPolicy};
 pub use slice::{Conditions, EndpointSlice, SliceContent, SliceEndpoint, SlicePort};
-pub use zones::{MAX_ZONE_SETS, ZoneHints};
+pub use zones::ZoneHints;
 
 /// The numbered rules by which every decoder reads slices; other docs
 /// cite them as "rule N".

@@ -339,6 +339,43 @@ fn periodic_sync_repairs_the_skeleton_and_a_deleted_table_comes_back() {
 }
 
 #[test]
+fn an_idle_periodic_sync_sends_nothing_until_someone_else_commits() {
+    let mut engine = Engine::new(IpFamily::V4);
+    every_kind(&mut engine);
+    let mut syncer = NftSyncer::new(config(), KernelModel::default());
+    sync(&mut syncer, &mut engine);
+    let periodic = |syncer: &mut NftSyncer<KernelModel>, engine: &Engine| {
+        let before = syncer.dataplane().generation;
+        let r = syncer
+            .sync(
+                &engine.services,
+                &engine.endpoints,
+                &BTreeSet::new(),
+                SyncKind::Periodic,
+            )
+            .unwrap();
+        (r, syncer.dataplane().generation - before)
+    };
+    for _ in 0..3 {
+        let (r, commits) = periodic(&mut syncer, &engine);
+        assert_eq!((commits, r.script_bytes, r.full), (0, 0, false), "idle: no transaction");
+    }
+    // Someone else commits (here: flushes a fixed chain). The next
+    // periodic sync sees the generation move and repairs it, once.
+    let probe = forwarded(POD, "172.30.0.10", 80);
+    let before = trace(syncer.dataplane(), probe);
+    let mut tamper = Transaction::new(IpFamily::V4);
+    tamper.push(Op::FlushChain(ChainId::Services));
+    syncer.dataplane().apply_transaction(&tamper).unwrap();
+    let (_, commits) = periodic(&mut syncer, &engine);
+    assert_eq!(commits, 1, "one repairing transaction");
+    assert_eq!(trace(syncer.dataplane(), probe), before);
+    assert_eq!(*syncer.dataplane(), fresh(&engine, &config()));
+    let (_, commits) = periodic(&mut syncer, &engine);
+    assert_eq!(commits, 0, "idle again");
+}
+
+#[test]
 fn a_shared_external_ip_goes_to_the_next_service_when_freed() {
     let mut engine = Engine::new(IpFamily::V4);
     let mut a = service("ns", "a", "172.30.0.1", 80, Protocol::Tcp);

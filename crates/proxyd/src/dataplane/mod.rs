@@ -2,11 +2,14 @@
 //! `--dry-run` ([`DryRun`]). What to write, and the transactions that write
 //! it, come from the `nft-dataplane` crate, re-exported here.
 
+mod generation;
+
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
 
 pub use crate::netns::Netns;
+pub use generation::Generation;
 pub use nft_dataplane::{
     Dataplane, DataplaneConfig, DataplaneError, KernelModel, NftSyncer, Recording, ServiceTarget, SyncKind, SyncReport,
     Transaction, desired, fragment,
@@ -133,6 +136,68 @@ impl Dataplane for NftCommand {
                 (Err(_), None) => Err(std::io::Error::other("the transaction could not be rendered")),
             }
         })
+    }
+}
+
+/// [`NftCommand`] that can tell whether anyone committed to nftables since
+/// its own last transaction, by reading the ruleset [`Generation`] before
+/// and after each one: an idle periodic sync then runs no `nft` at all,
+/// and one after someone else's commit repairs what they may have changed.
+#[derive(Debug)]
+pub struct WatchedNft {
+    nft: NftCommand,
+    /// `None` when netlink could not be opened: every periodic sync then
+    /// re-asserts, as without it.
+    generation: Option<Generation>,
+    /// The generation our last transaction made, when nobody else committed
+    /// between its two reads.
+    own: Option<u32>,
+}
+
+impl WatchedNft {
+    /// `nft -f -` in `netns`, with a netlink socket there.
+    pub fn new(netns: Netns) -> Self {
+        let generation = Generation::open(&netns)
+            .inspect_err(|e| {
+                tracing::warn!(
+                    "cannot read the nftables generation over netlink ({e}); every periodic sync re-applies the fixed chains"
+                );
+            })
+            .ok();
+        Self {
+            nft: NftCommand { netns },
+            generation,
+            own: None,
+        }
+    }
+
+    fn read(&mut self) -> Option<u32> {
+        self.generation
+            .as_mut()?
+            .read()
+            .inspect_err(|e| tracing::debug!("reading the nftables generation: {e}"))
+            .ok()
+    }
+}
+
+impl Dataplane for WatchedNft {
+    fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
+        let before = self.read();
+        let applied = self.nft.apply(tx);
+        let after = self.read();
+        // Exactly one commit in between: ours.
+        self.own = match (&applied, before, after) {
+            (Ok(_), Some(b), Some(a)) if a == b.wrapping_add(1) => Some(a),
+            _ => None,
+        };
+        applied
+    }
+
+    fn may_have_changed(&mut self) -> bool {
+        match (self.own, self.read()) {
+            (Some(own), Some(now)) => now != own,
+            _ => true,
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::cli::RunArgs;
 use crate::conntrack::{Conntrack, ConntrackTool, NoConntrack};
-use crate::dataplane::{Dataplane, DataplaneConfig, DryRun, Netns, NftCommand, SyncKind};
+use crate::dataplane::{Dataplane, DataplaneConfig, DryRun, Netns, SyncKind, WatchedNft};
 use crate::engine::Engine;
 use crate::health::ProxierHealth;
 use crate::metrics::{Metrics, SyncObservation};
@@ -102,7 +102,7 @@ fn node_proxiers(args: &RunArgs, engines: Vec<Engine>) -> Vec<Proxier> {
                     },
                 })
             } else {
-                Box::new(NftCommand { netns: netns.clone() })
+                Box::new(WatchedNft::new(netns.clone()))
             };
             let conntrack: Box<dyn Conntrack + Send> = if args.is_dry_run() || args.no_conntrack {
                 Box::new(NoConntrack)

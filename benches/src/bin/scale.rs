@@ -1,0 +1,555 @@
+//! The daemon at scale: the real `proxyd run` (the release binary next to
+//! this one) in a network namespace of its own, applying its ruleset with
+//! the real `nft`, fed over HTTP by the fake API server (lists in pages of
+//! 500, then watches), or by `--manifests`. Prints the figures issue 19
+//! sets targets for. Needs root, `ip` and `nft`.
+//!
+//!     cargo build --release -p proxyd -p proxyd-benches
+//!     ./target/release/scale --services 50000 --endpoints 5
+//!     ./target/release/scale --services 0 --big-service 100000
+//!     ./target/release/scale --services 10000 --endpoints 2 --churn-rate 200 --churn-secs 600
+//!     ./target/release/scale --services 150000 --endpoints 2 --manifests
+//!
+//! The cluster: SERVICES ClusterIP services of ENDPOINTS ready endpoints
+//! each, spread over 100 nodes, of which every tenth is a NodePort service
+//! and every twentieth has `externalTrafficPolicy: Local`; optionally one
+//! more service (`big`) with BIG endpoints in slices of 100.
+//!
+//! Figures, in order: the first sync (time from start, its own time, its
+//! nft transaction), resident memory, one added service and one changed
+//! endpoint (five of each), one changed endpoint of the big service, an idle
+//! stretch (transactions sent while nothing changes), a restart with the
+//! table in place (time to the first sync, and whether an existing
+//! service's rules were ever missing meanwhile), churn (network
+//! programming p99 from the metrics, memory from minute 2 to the end), and
+//! the longest nft transaction of the whole run.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant, SystemTime};
+
+use clap::Parser;
+use fake_apiserver::FakeApiServer;
+use serde_json::{Value, json};
+
+/// What to build and measure.
+#[derive(Parser, Debug)]
+#[command(about = "proxyd at scale, in a network namespace, with the real nft")]
+struct Args {
+    /// Services of `--endpoints` endpoints.
+    #[arg(long, default_value_t = 50_000)]
+    services: u32,
+    /// Endpoints per service.
+    #[arg(long, default_value_t = 5)]
+    endpoints: u32,
+    /// One more service with this many endpoints (0: none).
+    #[arg(long, default_value_t = 0)]
+    big_service: u32,
+    /// Endpoint changes per second in the churn phase (0: no churn).
+    #[arg(long, default_value_t = 0)]
+    churn_rate: u32,
+    /// How long churn lasts, in seconds.
+    #[arg(long, default_value_t = 600)]
+    churn_secs: u64,
+    /// proxyd's `--sync-period`; the idle stretch lasts two of them.
+    #[arg(long, default_value_t = 10)]
+    sync_period_secs: u64,
+    /// Feed proxyd manifest files instead of the fake API server (no
+    /// changes, restart or churn: only the first sync and memory).
+    #[arg(long)]
+    manifests: bool,
+    /// Skip the restart phase.
+    #[arg(long)]
+    no_restart: bool,
+}
+
+const NODES: u32 = 100;
+const METRICS_PORT: u16 = 19_249;
+
+fn namespace(i: u32) -> String {
+    format!("ns-{}", i % 50)
+}
+
+fn cluster_ip(i: u32) -> String {
+    format!("10.{}.{}.{}", 96 + i / 65_536, (i / 256) % 256, i % 256)
+}
+
+fn pod_ip(n: u32) -> String {
+    format!("10.{}.{}.{}", 128 + n / 65_536, (n / 256) % 256, n % 256)
+}
+
+fn service(i: u32) -> Value {
+    let mut spec = json!({
+        "clusterIP": cluster_ip(i),
+        "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}],
+    });
+    if i.is_multiple_of(10) {
+        spec["type"] = json!("NodePort");
+        spec["ports"][0]["nodePort"] = json!(30_000 + i / 10);
+        if i.is_multiple_of(20) {
+            spec["externalTrafficPolicy"] = json!("Local");
+        }
+    }
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": format!("svc-{i}"), "namespace": namespace(i)},
+        "spec": spec,
+    })
+}
+
+/// A slice of `svc-{service}` holding pods `first..first + count`;
+/// `unready` (an index into it) is not ready.
+fn slice(service: u32, part: u32, first: u32, count: u32, unready: Option<u32>) -> Value {
+    let endpoints: Vec<Value> = (0..count)
+        .map(|k| {
+            let n = first + k;
+            json!({
+                "addresses": [pod_ip(n)],
+                "nodeName": format!("node-{}", n % NODES),
+                "conditions": {"ready": unready != Some(k)},
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {
+            "name": format!("svc-{service}-{part}"), "namespace": namespace(service),
+            "labels": {"kubernetes.io/service-name": format!("svc-{service}")},
+            "annotations": {
+                "endpoints.kubernetes.io/last-change-trigger-time": proxyd::health::rfc3339(SystemTime::now()),
+            },
+        },
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        "endpoints": endpoints,
+    })
+}
+
+/// The big service's number: after every other one.
+fn big_index(args: &Args) -> u32 {
+    args.services
+}
+
+fn objects(args: &Args) -> Vec<Value> {
+    let mut out = Vec::new();
+    for i in 0..args.services {
+        out.push(service(i));
+        out.push(slice(i, 0, i * args.endpoints, args.endpoints, None));
+    }
+    if args.big_service > 0 {
+        let big = big_index(args);
+        out.push(service(big));
+        let base = args.services * args.endpoints;
+        for part in 0..args.big_service.div_ceil(100) {
+            let count = (args.big_service - part * 100).min(100);
+            out.push(slice(big, part, base + part * 100, count, None));
+        }
+    }
+    out
+}
+
+/// One `synced` line of proxyd's log.
+#[derive(Clone, Debug, Default)]
+struct Sync {
+    full: bool,
+    nft_bytes: u64,
+    apply_us: u64,
+    took_us: u64,
+}
+
+impl Sync {
+    fn parse(line: &str) -> Option<Self> {
+        if !line.contains(" synced ") {
+            return None;
+        }
+        let fields: BTreeMap<&str, &str> = line.split_whitespace().filter_map(|w| w.split_once('=')).collect();
+        let num = |k: &str| fields.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
+        Some(Self {
+            full: fields.get("full") == Some(&"true"),
+            nft_bytes: num("nft_bytes"),
+            apply_us: num("apply_us"),
+            took_us: num("took_us"),
+        })
+    }
+}
+
+/// A running proxyd and the syncs it logs.
+struct Daemon {
+    child: Child,
+    syncs: mpsc::Receiver<Sync>,
+    started: Instant,
+}
+
+impl Daemon {
+    fn start(proxyd: &std::path::Path, ns: &str, source: &[String], sync_period: u64) -> Result<Self, String> {
+        let started = Instant::now();
+        let mut child = Command::new(proxyd)
+            .args(["run", "--hostname-override", "node-1", "--netns", ns])
+            .args(["--healthz-bind-address", ""])
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{METRICS_PORT}")])
+            .args(["--sync-period", &format!("{sync_period}s")])
+            .args(source)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", proxyd.display()))?;
+        let stderr = child.stderr.take().ok_or("no stderr")?;
+        let (tx, syncs) = mpsc::channel();
+        // Keep draining the log: a closed pipe would end the daemon.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(s) = Sync::parse(&line) {
+                    let _ = tx.send(s);
+                } else if line.contains("ERROR") || line.contains("WARN") {
+                    eprintln!("  proxyd: {line}");
+                }
+            }
+        });
+        Ok(Self { child, syncs, started })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next sync that wrote something, within `timeout`.
+    fn next_write(&self, timeout: Duration, longest: &mut u64) -> Result<Sync, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let s = self
+                .syncs
+                .recv_timeout(left)
+                .map_err(|_| format!("no sync within {timeout:?}"))?;
+            *longest = (*longest).max(s.apply_us);
+            if s.nft_bytes > 0 {
+                return Ok(s);
+            }
+        }
+    }
+
+    /// Every sync logged within `d`.
+    fn syncs_during(&self, d: Duration, longest: &mut u64) -> Vec<Sync> {
+        let deadline = Instant::now() + d;
+        let mut out = Vec::new();
+        while let Ok(s) = self
+            .syncs
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+        {
+            *longest = (*longest).max(s.apply_us);
+            out.push(s);
+        }
+        out
+    }
+
+    fn stop(mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.1} ms", us as f64 / 1000.0)
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// One GET of proxyd's metrics page (plain HTTP/1.0 on loopback).
+fn scrape() -> Result<String, String> {
+    let mut s = TcpStream::connect(("127.0.0.1", METRICS_PORT)).map_err(|e| format!("metrics: {e}"))?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .map_err(|e| format!("metrics: {e}"))?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).map_err(|e| format!("metrics: {e}"))?;
+    Ok(body)
+}
+
+/// The `q` quantile of a Prometheus histogram, as the upper bound of the
+/// bucket it falls in (what `histogram_quantile` would interpolate within).
+fn histogram_quantile(metrics: &str, name: &str, q: f64) -> Option<(f64, u64)> {
+    let mut buckets: Vec<(f64, u64)> = metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?;
+            let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+            let count = l.split_whitespace().last()?.parse::<f64>().ok()? as u64;
+            Some((le, count))
+        })
+        .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total = buckets.last()?.1;
+    let rank = (q * total as f64).ceil() as u64;
+    let (le, _) = buckets.iter().find(|(_, c)| *c >= rank)?;
+    Some((*le, total))
+}
+
+/// Whether `svc-0`'s frontend is in the service map, read with nft.
+fn frontend_present(ns: &str) -> bool {
+    let map = nft_dataplane::names::SetId::ServiceChains.to_string();
+    let element = format!("{{ {} . tcp . 80 }}", cluster_ip(1));
+    Command::new("ip")
+        .args([
+            "netns", "exec", ns, "nft", "get", "element", "ip", "proxyd", &map, &element,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn run(args: &Args, proxyd: &std::path::Path, ns: &str, dir: &std::path::Path) -> Result<(), String> {
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("no tokio runtime: {e}"))?;
+    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    let made = Instant::now();
+    let objects = objects(args);
+    let count = objects.len();
+    let mut source: Vec<String> = Vec::new();
+    let server = if args.manifests {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
+        let path = dir.join("cluster.json");
+        std::fs::write(&path, list.to_string()).map_err(|e| e.to_string())?;
+        source.extend(["--manifests".into(), dir.display().to_string()]);
+        None
+    } else {
+        let server = runtime
+            .block_on(FakeApiServer::start())
+            .map_err(|e| format!("fake API server: {e}"))?;
+        for obj in objects {
+            server.apply(obj).map_err(|e| format!("fake API server: {e:?}"))?;
+        }
+        let path = dir.join("kubeconfig");
+        std::fs::write(&path, server.kubeconfig()).map_err(|e| e.to_string())?;
+        source.extend(["--kubeconfig".into(), path.display().to_string()]);
+        Some(server)
+    };
+    println!(
+        "{} services x {} endpoints{}, {count} objects from {} (made in {:.1?})",
+        args.services,
+        args.endpoints,
+        if args.big_service > 0 {
+            format!(" + one of {}", args.big_service)
+        } else {
+            String::new()
+        },
+        if args.manifests {
+            "manifests"
+        } else {
+            "the fake API server"
+        },
+        made.elapsed()
+    );
+    let mut longest = 0u64;
+    let daemon = Daemon::start(proxyd, ns, &source, args.sync_period_secs)?;
+    let first = daemon.next_write(Duration::from_secs(600), &mut longest)?;
+    println!(
+        "first sync: {:.2?} after start; the sync took {} (nft transaction {}, {} KB, full={})",
+        daemon.started.elapsed(),
+        ms(first.took_us),
+        ms(first.apply_us),
+        first.nft_bytes / 1000,
+        first.full
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    println!(
+        "memory: VmRSS {:.0} MiB, VmHWM {:.0} MiB",
+        rss_mib(daemon.pid(), "VmRSS:"),
+        rss_mib(daemon.pid(), "VmHWM:")
+    );
+    let Some(server) = server else {
+        println!("longest nft transaction: {}", ms(longest));
+        daemon.stop();
+        return Ok(());
+    };
+    let apply = |obj: Value| server.apply(obj).map_err(|e| format!("fake API server: {e:?}"));
+    let wait = Duration::from_secs(60);
+
+    // One added service, five times.
+    let mut added = Vec::new();
+    for k in 0..5 {
+        let i = big_index(args) + 1 + k;
+        apply(service(i))?;
+        apply(slice(i, 0, 1_000_000 + k * args.endpoints, args.endpoints.max(1), None))?;
+        let s = daemon.next_write(wait, &mut longest)?;
+        added.push(s.took_us);
+    }
+    // One changed endpoint (made unready) of existing services.
+    let mut changed = Vec::new();
+    for k in 0..5u32 {
+        if args.services == 0 {
+            break;
+        }
+        let i = (k * 7919) % args.services;
+        apply(slice(i, 0, i * args.endpoints, args.endpoints, Some(0)))?;
+        let s = daemon.next_write(wait, &mut longest)?;
+        changed.push(s.took_us);
+    }
+    println!(
+        "one added service: median {} (of {:?} µs); one changed endpoint: median {} (of {:?} µs)",
+        ms(median(added.clone())),
+        added,
+        ms(median(changed.clone())),
+        changed
+    );
+    if args.big_service > 0 {
+        let big = big_index(args);
+        let base = args.services * args.endpoints;
+        let mut times = Vec::new();
+        for unready in [Some(5), None, Some(17)] {
+            apply(slice(
+                big,
+                3,
+                base + 300,
+                100.min(args.big_service.saturating_sub(300)),
+                unready,
+            ))?;
+            let s = daemon.next_write(wait, &mut longest)?;
+            times.push(format!(
+                "{} ({} KB, nft {})",
+                ms(s.took_us),
+                s.nft_bytes / 1000,
+                ms(s.apply_us)
+            ));
+        }
+        println!("one endpoint of the big service changed: {}", times.join(", "));
+    }
+
+    // Idle: two sync periods with nothing changing.
+    let idle = daemon.syncs_during(Duration::from_secs(2 * args.sync_period_secs + 1), &mut longest);
+    let sent: Vec<&Sync> = idle.iter().filter(|s| s.nft_bytes > 0).collect();
+    println!(
+        "idle for {} s: {} syncs, {} transactions sent ({} bytes)",
+        2 * args.sync_period_secs + 1,
+        idle.len(),
+        sent.len(),
+        sent.iter().map(|s| s.nft_bytes).sum::<u64>()
+    );
+
+    let daemon = if args.no_restart || args.services < 2 {
+        daemon
+    } else {
+        // Restart with the table in place, reading it meanwhile.
+        let watching = Arc::new(AtomicBool::new(true));
+        let (checks, misses) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let checker = {
+            let (watching, checks, misses, ns) = (watching.clone(), checks.clone(), misses.clone(), ns.to_owned());
+            std::thread::spawn(move || {
+                while watching.load(Ordering::Relaxed) {
+                    checks.fetch_add(1, Ordering::Relaxed);
+                    if !frontend_present(&ns) {
+                        misses.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        daemon.stop();
+        let daemon = Daemon::start(proxyd, ns, &source, args.sync_period_secs)?;
+        let first = daemon.next_write(Duration::from_secs(600), &mut longest)?;
+        let after = daemon.started.elapsed();
+        std::thread::sleep(Duration::from_millis(300));
+        watching.store(false, Ordering::Relaxed);
+        let _ = checker.join();
+        println!(
+            "restart with the table in place: first sync {after:.2?} after start (sync {}, nft {}); \
+             svc-1's frontend read {} times, missing {} times",
+            ms(first.took_us),
+            ms(first.apply_us),
+            checks.load(Ordering::Relaxed),
+            misses.load(Ordering::Relaxed)
+        );
+        daemon
+    };
+
+    if args.churn_rate > 0 && args.services > 0 {
+        let started = Instant::now();
+        let period = Duration::from_secs_f64(1.0 / f64::from(args.churn_rate));
+        let (mut n, mut rss_at_2, mut next) = (0u64, None, Instant::now());
+        let ready_before = scrape().ok();
+        while started.elapsed() < Duration::from_secs(args.churn_secs) {
+            let i = ((n * 7919) % u64::from(args.services)) as u32;
+            let unready = (n / u64::from(args.services)) % 2 == 0;
+            apply(slice(i, 0, i * args.endpoints, args.endpoints, unready.then_some(0)))?;
+            n += 1;
+            while let Ok(s) = daemon.syncs.try_recv() {
+                longest = longest.max(s.apply_us);
+            }
+            if rss_at_2.is_none() && started.elapsed() >= Duration::from_secs(120.min(args.churn_secs / 5)) {
+                rss_at_2 = Some((started.elapsed(), rss_mib(daemon.pid(), "VmRSS:")));
+            }
+            next += period;
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+        std::thread::sleep(Duration::from_secs(3));
+        let metrics = scrape()?;
+        let name = "kubeproxy_network_programming_duration_seconds";
+        let before = ready_before
+            .as_deref()
+            .and_then(|m| histogram_quantile(m, name, 0.99))
+            .map_or(0, |(_, n)| n);
+        let (p99, observed) = histogram_quantile(&metrics, name, 0.99).ok_or("no network programming histogram")?;
+        let end = rss_mib(daemon.pid(), "VmRSS:");
+        let (at, rss2) = rss_at_2.unwrap_or_default();
+        println!(
+            "churn: {n} endpoint changes in {:.0?} ({:.0}/s); network programming p99 <= {p99} s \
+             ({} observations, {before} before churn); VmRSS {rss2:.0} MiB at {at:.0?}, {end:.0} MiB at the end ({:+.1}%)",
+            started.elapsed(),
+            n as f64 / started.elapsed().as_secs_f64(),
+            observed,
+            (end - rss2) / rss2.max(1.0) * 100.0
+        );
+    }
+    println!("longest nft transaction: {}", ms(longest));
+    daemon.stop();
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let Some(proxyd) = std::env::current_exe()
+        .ok()
+        .and_then(|p| Some(p.parent()?.join("proxyd")))
+    else {
+        eprintln!("scale: cannot find the proxyd binary");
+        return ExitCode::FAILURE;
+    };
+    let id = std::process::id();
+    let dir = std::env::temp_dir().join(format!("proxyd-scale-{id}"));
+    let ns = format!("proxyd-scale-{id}");
+    if !Command::new("ip")
+        .args(["netns", "add", &ns])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        eprintln!("scale: cannot create a network namespace (needs root and iproute2)");
+        return ExitCode::FAILURE;
+    }
+    let result = run(&args, &proxyd, &ns, &dir);
+    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    let _ = std::fs::remove_dir_all(&dir);
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("scale: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
