@@ -12,7 +12,9 @@
 //! - to a cluster IP of a deleted UDP port: delete the entries to that IP.
 //!
 //! The cleanup runs only after the rules that replace the entries are in
-//! place (a successful apply), never before.
+//! place (a successful apply), never before. It talks to the kernel over
+//! netlink ([`NetlinkConntrack`]): one dump per sync, whatever the number of
+//! stale flows.
 
 use endpoints_map::ServicesMap;
 pub use nft_dataplane::conntrack::Flow;
@@ -42,50 +44,7 @@ pub trait Conntrack {
     fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>);
 }
 
-/// The `conntrack` tool (conntrack-tools), optionally in another network
-/// namespace.
-#[derive(Clone, Debug, Default)]
-pub struct ConntrackTool {
-    /// The network namespace.
-    pub netns: crate::netns::Netns,
-}
-
-/// Reads "N flow entries have been deleted" from conntrack's output.
-pub fn deleted_count(stderr: &str) -> Option<u64> {
-    stderr
-        .lines()
-        .find(|l| l.contains("flow entries have been deleted"))
-        .and_then(|l| l.split_whitespace().rev().nth(5))
-        .and_then(|n| n.parse().ok())
-}
-
-impl Conntrack for ConntrackTool {
-    fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
-        let mut total = 0;
-        let mut errors = Vec::new();
-        for flow in flows {
-            let args = flow.args(family);
-            let mut cmd = self.netns.command("conntrack");
-            let fail = |message: String| ConntrackError {
-                args: args.join(" "),
-                message,
-            };
-            match cmd.args(&args).output() {
-                Ok(out) => {
-                    let stderr = String::from_utf8_lossy(&out.stderr);
-                    // conntrack exits 1 when nothing matched; that is not an
-                    // error, the count says 0.
-                    match deleted_count(&stderr) {
-                        Some(n) => total += n,
-                        None => errors.push(fail(stderr.trim().to_owned())),
-                    }
-                }
-                Err(e) => errors.push(fail(format!("cannot run conntrack: {e}"))),
-            }
-        }
-        (total, errors)
-    }
-}
+pub use crate::netlink::NetlinkConntrack;
 
 /// No cleanup (`--dry-run`, `--no-conntrack`).
 #[derive(Clone, Copy, Debug, Default)]
@@ -193,18 +152,5 @@ mod tests {
                 addr: "10.96.0.10".parse().unwrap()
             }]
         );
-    }
-
-    #[test]
-    fn counts_are_read_from_conntrack_output() {
-        assert_eq!(
-            deleted_count("conntrack v1.4.7 (conntrack-tools): 3 flow entries have been deleted.\n"),
-            Some(3)
-        );
-        assert_eq!(
-            deleted_count("conntrack v1.4.7 (conntrack-tools): 0 flow entries have been deleted.\n"),
-            Some(0)
-        );
-        assert_eq!(deleted_count("conntrack: unknown option"), None);
     }
 }

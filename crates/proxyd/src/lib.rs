@@ -31,6 +31,7 @@ pub mod logging;
 pub mod manifest_source;
 pub mod metrics;
 pub mod multus;
+pub mod netlink;
 pub mod netns;
 pub mod proxier;
 pub mod render;

@@ -403,7 +403,7 @@ fn udp_flows_to(ns: &Netns, endpoint: &str) -> usize {
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
     require();
-    use proxyd::conntrack::ConntrackTool;
+    use proxyd::conntrack::NetlinkConntrack;
     use proxyd::proxier::Proxier;
 
     let ns = Netns::new("conntrack");
@@ -424,9 +424,7 @@ fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
         Engine::new("node-1", IpFamily::V4),
         DataplaneConfig::new(IpFamily::V4),
         Box::new(ns.dataplane()),
-        Box::new(ConntrackTool {
-            netns: proxyd::netns::Netns::Named(ns.0.clone()),
-        }),
+        Box::new(NetlinkConntrack::new(proxyd::netns::Netns::Named(ns.0.clone()))),
     );
     p.engine.update_service(&dns);
     p.engine.update_slice(udp_slice("10.1.0.1"));
@@ -792,7 +790,7 @@ fn run_without_permission_for_nft_says_so_and_stops() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("nft may not read the ruleset") && err.contains("run proxyd as root or with CAP_NET_ADMIN"),
+        err.contains("nft may not change the ruleset") && err.contains("run proxyd as root or with CAP_NET_ADMIN"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);

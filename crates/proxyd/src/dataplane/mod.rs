@@ -2,14 +2,12 @@
 //! `--dry-run` ([`DryRun`]). What to write, and the transactions that write
 //! it, come from the `nft-dataplane` crate, re-exported here.
 
-mod generation;
-
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
 
+pub use crate::netlink::Generation;
 pub use crate::netns::Netns;
-pub use generation::Generation;
 pub use nft_dataplane::{
     Dataplane, DataplaneConfig, DataplaneError, KernelModel, NftSyncer, Recording, ServiceTarget, SyncKind, SyncReport,
     Transaction, desired, fragment,
@@ -54,8 +52,16 @@ impl NftCommand {
     /// returns how much that was). nft reads all its input before it says
     /// anything, so writing everything before reading its stderr is safe.
     fn run(&self, feed: impl FnOnce(&mut dyn Write) -> std::io::Result<usize>) -> Result<usize, DataplaneError> {
+        self.run_with(&["-f", "-"], feed)
+    }
+
+    fn run_with(
+        &self,
+        args: &[&str],
+        feed: impl FnOnce(&mut dyn Write) -> std::io::Result<usize>,
+    ) -> Result<usize, DataplaneError> {
         let mut cmd = self.netns.command("nft");
-        cmd.args(["-f", "-"]);
+        cmd.args(args);
         let spawn_err = |source| DataplaneError::Spawn {
             program: self.program(),
             source,
@@ -79,6 +85,20 @@ impl NftCommand {
             return Err(rejected(&out));
         }
         fed.map_err(spawn_err)
+    }
+
+    /// Whether nft runs and may change the ruleset: a transaction that
+    /// creates the table, checked by the kernel and not committed
+    /// (`nft --check`). Unlike listing, it costs the same however large the
+    /// table is (nft 1.0.6 reads every element to list the tables).
+    pub fn check_access(&self) -> Result<(), DataplaneError> {
+        let mut probe = Transaction::for_table(slice_model::IpFamily::V4, nft_dataplane::names::TABLE);
+        probe.push(nft_dataplane::Op::AddTable(slice_model::IpFamily::V4));
+        let text = probe.text();
+        self.run_with(&["--check", "-f", "-"], |stdin| {
+            stdin.write_all(text.as_bytes()).map(|()| text.len())
+        })
+        .map(drop)
     }
 
     /// The tables in its namespace, one line each as `nft list tables`

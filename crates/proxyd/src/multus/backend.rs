@@ -12,11 +12,11 @@ use slice_model::IpFamily;
 use super::plan::Route;
 use super::proxier::PodBackend;
 use super::routes::{self, RouteChange};
-use crate::conntrack::{Conntrack, ConntrackError, ConntrackTool};
+use crate::conntrack::{Conntrack, ConntrackError, NetlinkConntrack};
 use crate::dataplane::{DryRun, NftCommand};
 use crate::netns::Netns;
 
-/// `nft`, `ip` and `conntrack` inside each pod's namespace.
+/// `nft`, `ip` and netlink conntrack inside each pod's namespace.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Commands {
     /// Skip conntrack cleanup (`--no-conntrack`).
@@ -42,7 +42,7 @@ impl PodBackend for Commands {
         if self.no_conntrack {
             return (0, Vec::new());
         }
-        ConntrackTool { netns: netns.clone() }.delete(family, flows)
+        NetlinkConntrack::new(netns.clone()).delete(family, flows)
     }
 
     fn remove_table(&mut self, _pod: &str, netns: &Netns, family: IpFamily) -> Result<(), String> {

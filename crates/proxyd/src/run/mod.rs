@@ -123,30 +123,15 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
     } else {
         Netns::from_flag(args.netns.clone())
     };
-    check_nft(&netns)?;
-    if !args.no_conntrack && !tool_exists(&netns, "conntrack") {
-        tracing::warn!(
-            "{} cannot be run: stale UDP conntrack entries will not be deleted (install conntrack, or pass --no-conntrack to say that is intended)",
-            netns.describe("conntrack")
-        );
-    }
-    Ok(())
+    check_nft(&netns)
 }
 
-fn tool_exists(netns: &Netns, program: &str) -> bool {
-    netns
-        .command(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// Runs `nft list tables`: a missing `nft`, or one that may not read the
-/// ruleset (not root, no CAP_NET_ADMIN), says so now instead of failing
-/// every sync.
+/// Checks a transaction with `nft --check`: a missing `nft`, or one that
+/// may not change the ruleset (not root, no CAP_NET_ADMIN), says so now
+/// instead of failing every sync.
 fn check_nft(netns: &Netns) -> Result<(), String> {
     let nft = netns.describe("nft");
-    match (NftCommand { netns: netns.clone() }).tables() {
+    match (NftCommand { netns: netns.clone() }).check_access() {
         Ok(_) => Ok(()),
         Err(DataplaneError::Spawn { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Err(format!(
             "{nft}: not found; install nftables (Debian: apt-get install nftables), or use --dry-run"
@@ -155,10 +140,10 @@ fn check_nft(netns: &Netns) -> Result<(), String> {
             if stderr.contains("Operation not permitted") || stderr.contains("Permission denied") =>
         {
             Err(format!(
-                "{nft} may not read the ruleset ({stderr}): run proxyd as root or with CAP_NET_ADMIN, or use --dry-run"
+                "{nft} may not change the ruleset ({stderr}): run proxyd as root or with CAP_NET_ADMIN, or use --dry-run"
             ))
         }
-        Err(e) => Err(format!("{nft} list tables: {e}")),
+        Err(e) => Err(format!("{nft} --check: {e}")),
     }
 }
 

@@ -10,7 +10,7 @@ use slice_model::{IpFamily, ServiceName};
 use tokio::sync::watch;
 
 use crate::cli::RunArgs;
-use crate::conntrack::{Conntrack, ConntrackTool, NoConntrack};
+use crate::conntrack::{Conntrack, NetlinkConntrack, NoConntrack};
 use crate::dataplane::{Dataplane, DataplaneConfig, DryRun, Netns, SyncKind, WatchedNft};
 use crate::engine::Engine;
 use crate::health::ProxierHealth;
@@ -107,7 +107,7 @@ fn node_proxiers(args: &RunArgs, engines: Vec<Engine>) -> Vec<Proxier> {
             let conntrack: Box<dyn Conntrack + Send> = if args.is_dry_run() || args.no_conntrack {
                 Box::new(NoConntrack)
             } else {
-                Box::new(ConntrackTool { netns })
+                Box::new(NetlinkConntrack::new(netns))
             };
             Proxier::new(engine, config, dataplane, conntrack)
         })

@@ -1,0 +1,117 @@
+//! The nftables ruleset generation: a counter the kernel bumps at every
+//! committed transaction, whoever commits it. Reading it is one netlink
+//! request, so an idle periodic sync can tell that nothing was committed
+//! since its own last transaction without running `nft`.
+
+use std::io;
+
+use super::{NFGENMSG, NLM_F_REQUEST, Next, Reply, Socket, find, malformed, message};
+use crate::netns::Netns;
+
+/// nfnetlink's nftables subsystem and its generation messages.
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+const NFT_MSG_NEWGEN: u16 = 15;
+const NFT_MSG_GETGEN: u16 = 16;
+const NFTA_GEN_ID: u16 = 1;
+
+/// Reads the generation of one network namespace.
+#[derive(Debug)]
+pub struct Generation(Socket);
+
+impl Generation {
+    /// A netlink socket in `netns`.
+    pub fn open(netns: &Netns) -> io::Result<Self> {
+        Socket::open(netns).map(Self)
+    }
+
+    /// The current generation.
+    pub fn read(&mut self) -> io::Result<u32> {
+        let seq = self.0.next_seq();
+        let mut req = Vec::with_capacity(32);
+        message(
+            &mut req,
+            NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETGEN,
+            NLM_F_REQUEST,
+            seq,
+            0,
+            |_| {},
+        );
+        self.0.send(&req)?;
+        let mut found = Err(malformed("no generation in the reply"));
+        self.0.receive(seq, |reply| {
+            found = match reply {
+                Reply::Message(kind, payload) if kind == NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN => {
+                    generation_of(payload).ok_or_else(|| malformed("no generation attribute"))
+                }
+                Reply::Error(errno) => Err(io::Error::from_raw_os_error(errno)),
+                _ => return Next::More,
+            };
+            Next::Stop
+        })?;
+        found
+    }
+}
+
+/// `NFTA_GEN_ID` (big-endian) of a `NFT_MSG_NEWGEN` payload.
+fn generation_of(payload: &[u8]) -> Option<u32> {
+    let value = find(payload.get(NFGENMSG..)?, NFTA_GEN_ID)?;
+    Some(u32::from_be_bytes(value.get(..4)?.try_into().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{HEADER, NLMSG_ERROR, attr, parse_datagram};
+    use super::*;
+
+    fn newgen(seq: u32, id: u32) -> Vec<u8> {
+        let mut m = Vec::new();
+        message(&mut m, NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN, 0, seq, 0, |b| {
+            attr(b, NFTA_GEN_ID, &id.to_be_bytes());
+        });
+        m
+    }
+
+    fn generation_in(data: &[u8], seq: u32) -> io::Result<Option<u32>> {
+        let mut got = None;
+        parse_datagram(data, seq, &mut |r| match r {
+            Reply::Message(_, p) => {
+                got = generation_of(p);
+                Next::Stop
+            }
+            Reply::Error(e) => {
+                got = Some(1000 + e as u32);
+                Next::Stop
+            }
+            _ => Next::More,
+        })?;
+        Ok(got)
+    }
+
+    #[test]
+    fn replies_are_read_for_their_request_only() {
+        assert_eq!(generation_in(&newgen(7, 42), 7).ok(), Some(Some(42)));
+        assert_eq!(generation_in(&newgen(6, 42), 7).ok(), Some(None), "an older answer");
+        let mut two = newgen(6, 1);
+        two.extend(newgen(7, 2));
+        assert_eq!(generation_in(&two, 7).ok(), Some(Some(2)));
+        let mut denied = Vec::new();
+        message(&mut denied, NLMSG_ERROR, 0, 7, 0, |_| {});
+        let at = HEADER;
+        denied[at..at + 4].copy_from_slice(&(-1i32).to_ne_bytes());
+        assert_eq!(generation_in(&denied, 7).ok(), Some(Some(1001)), "EPERM");
+    }
+
+    #[test]
+    fn garbage_is_an_error_or_nothing_never_a_panic() {
+        let good = newgen(1, 5);
+        for cut in 0..good.len() {
+            let _ = generation_in(&good[..cut], 1);
+        }
+        let mut bad = good.clone();
+        bad[0] = 200;
+        assert!(generation_in(&bad, 1).is_err());
+        let mut empty = Vec::new();
+        message(&mut empty, NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN, 0, 1, 0, |_| {});
+        assert_eq!(generation_in(&empty, 1).ok(), Some(None));
+    }
+}
