@@ -2,7 +2,7 @@
 //! this one) in a network namespace of its own, applying its ruleset with
 //! the real `nft`, fed over HTTP by the fake API server (lists in pages of
 //! 500, then watches), or by `--manifests`. Prints the figures issue 19
-//! sets targets for. Needs root, `ip` and `nft`.
+//! sets targets for. Needs root, `ip`, `nft` and `python3`.
 //!
 //!     cargo build --release -p proxyd -p proxyd-benches
 //!     ./target/release/scale --services 50000 --endpoints 5
@@ -19,8 +19,8 @@
 //! nft transaction), resident memory, one added service and one changed
 //! endpoint (five of each), one changed endpoint of the big service, an idle
 //! stretch (transactions sent while nothing changes), a restart with the
-//! table in place (time to the first sync, and whether an existing
-//! service's rules were ever missing meanwhile), churn (network
+//! table in place (time to the first sync, and real TCP connections to an
+//! existing service every 10 ms meanwhile: any that fail), churn (network
 //! programming p99 from the metrics, memory from minute 2 to the end), and
 //! the longest nft transaction of the whole run.
 
@@ -28,8 +28,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
@@ -158,6 +157,8 @@ struct Sync {
     full: bool,
     nft_bytes: u64,
     apply_us: u64,
+    transactions: u64,
+    longest_tx_us: u64,
     took_us: u64,
 }
 
@@ -172,6 +173,8 @@ impl Sync {
             full: fields.get("full") == Some(&"true"),
             nft_bytes: num("nft_bytes"),
             apply_us: num("apply_us"),
+            transactions: num("transactions"),
+            longest_tx_us: num("longest_tx_us"),
             took_us: num("took_us"),
         })
     }
@@ -226,7 +229,7 @@ impl Daemon {
                 .syncs
                 .recv_timeout(left)
                 .map_err(|_| format!("no sync within {timeout:?}"))?;
-            *longest = (*longest).max(s.apply_us);
+            *longest = (*longest).max(s.longest_tx_us);
             if s.nft_bytes > 0 {
                 return Ok(s);
             }
@@ -241,7 +244,7 @@ impl Daemon {
             .syncs
             .recv_timeout(deadline.saturating_duration_since(Instant::now()))
         {
-            *longest = (*longest).max(s.apply_us);
+            *longest = (*longest).max(s.longest_tx_us);
             out.push(s);
         }
         out
@@ -302,18 +305,54 @@ fn histogram_quantile(metrics: &str, name: &str, q: f64) -> Option<(f64, u64)> {
     Some((*le, total))
 }
 
-/// Whether `svc-0`'s frontend is in the service map, read with nft.
-fn frontend_present(ns: &str) -> bool {
-    let map = nft_dataplane::names::SetId::ServiceChains.to_string();
-    let element = format!("{{ {} . tcp . 80 }}", cluster_ip(1));
+/// Accepts TCP connections on port 8080 inside the namespace, on the
+/// addresses of `svc-1`'s endpoints.
+fn start_backend(ns: &str, args: &Args) -> Result<Child, String> {
+    for k in 0..args.endpoints {
+        let addr = format!("{}/32", pod_ip(args.endpoints + k));
+        run_ok("ip", &["netns", "exec", ns, "ip", "addr", "add", &addr, "dev", "lo"])?;
+    }
+    let server = "import socket\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n\
+                  s.bind(('0.0.0.0',8080))\ns.listen(1024)\nwhile True:\n c,_=s.accept()\n c.close()";
     Command::new("ip")
-        .args([
-            "netns", "exec", ns, "nft", "get", "element", "ip", "proxyd", &map, &element,
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+        .args(["netns", "exec", ns, "python3", "-c", server])
+        .spawn()
+        .map_err(|e| format!("python3: {e}"))
+}
+
+/// Connects to `svc-1`'s cluster IP from inside the namespace every 10 ms
+/// until its standard input closes, then prints "OK FAILED".
+fn start_prober(ns: &str) -> Result<Child, String> {
+    let probe = format!(
+        "import socket,sys,select,time\nok=fail=0\n\
+         while not select.select([sys.stdin],[],[],0)[0]:\n\
+         \ttry:\n\t\tc=socket.create_connection(('{}',80),timeout=0.5);c.close();ok+=1\n\
+         \texcept Exception:\n\t\tfail+=1\n\
+         \ttime.sleep(0.01)\nprint(ok,fail)",
+        cluster_ip(1)
+    );
+    Command::new("ip")
+        .args(["netns", "exec", ns, "python3", "-c", &probe])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("python3: {e}"))
+}
+
+fn run_ok(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
 }
 
 fn run(args: &Args, proxyd: &std::path::Path, ns: &str, dir: &std::path::Path) -> Result<(), String> {
@@ -361,10 +400,12 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &str, dir: &std::path::Path) -
     let daemon = Daemon::start(proxyd, ns, &source, args.sync_period_secs)?;
     let first = daemon.next_write(Duration::from_secs(600), &mut longest)?;
     println!(
-        "first sync: {:.2?} after start; the sync took {} (nft transaction {}, {} KB, full={})",
+        "first sync: {:.2?} after start; the sync took {} (nft {} in {} transactions, the longest {}; {} KB, full={})",
         daemon.started.elapsed(),
         ms(first.took_us),
         ms(first.apply_us),
+        first.transactions,
+        ms(first.longest_tx_us),
         first.nft_bytes / 1000,
         first.full
     );
@@ -446,35 +487,31 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &str, dir: &std::path::Path) -
     let daemon = if args.no_restart || args.services < 2 {
         daemon
     } else {
-        // Restart with the table in place, reading it meanwhile.
-        let watching = Arc::new(AtomicBool::new(true));
-        let (checks, misses) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let checker = {
-            let (watching, checks, misses, ns) = (watching.clone(), checks.clone(), misses.clone(), ns.to_owned());
-            std::thread::spawn(move || {
-                while watching.load(Ordering::Relaxed) {
-                    checks.fetch_add(1, Ordering::Relaxed);
-                    if !frontend_present(&ns) {
-                        misses.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        };
+        // Restart with the table in place, with traffic to svc-1 meanwhile.
+        let mut backend = start_backend(ns, args)?;
         std::thread::sleep(Duration::from_millis(300));
+        let mut prober = start_prober(ns)?;
+        std::thread::sleep(Duration::from_millis(500));
         daemon.stop();
         let daemon = Daemon::start(proxyd, ns, &source, args.sync_period_secs)?;
         let first = daemon.next_write(Duration::from_secs(600), &mut longest)?;
         let after = daemon.started.elapsed();
-        std::thread::sleep(Duration::from_millis(300));
-        watching.store(false, Ordering::Relaxed);
-        let _ = checker.join();
+        std::thread::sleep(Duration::from_millis(500));
+        drop(prober.stdin.take());
+        let mut counts = String::new();
+        if let Some(mut out) = prober.stdout.take() {
+            let _ = out.read_to_string(&mut counts);
+        }
+        let _ = prober.wait();
+        let _ = backend.kill();
+        let _ = backend.wait();
+        let (ok, failed) = counts.trim().split_once(' ').unwrap_or(("?", "?"));
         println!(
-            "restart with the table in place: first sync {after:.2?} after start (sync {}, nft {}); \
-             svc-1's frontend read {} times, missing {} times",
+            "restart with the table in place: first sync {after:.2?} after start (sync {}, nft {} in {} transactions); \
+             connections to svc-1 meanwhile: {ok} answered, {failed} failed",
             ms(first.took_us),
             ms(first.apply_us),
-            checks.load(Ordering::Relaxed),
-            misses.load(Ordering::Relaxed)
+            first.transactions,
         );
         daemon
     };
@@ -490,7 +527,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &str, dir: &std::path::Path) -
             apply(slice(i, 0, i * args.endpoints, args.endpoints, unready.then_some(0)))?;
             n += 1;
             while let Ok(s) = daemon.syncs.try_recv() {
-                longest = longest.max(s.apply_us);
+                longest = longest.max(s.longest_tx_us);
             }
             if rss_at_2.is_none() && started.elapsed() >= Duration::from_secs(120.min(args.churn_secs / 5)) {
                 rss_at_2 = Some((started.elapsed(), rss_mib(daemon.pid(), "VmRSS:")));
@@ -534,12 +571,28 @@ fn main() -> ExitCode {
     let id = std::process::id();
     let dir = std::env::temp_dir().join(format!("proxyd-scale-{id}"));
     let ns = format!("proxyd-scale-{id}");
-    if !Command::new("ip")
-        .args(["netns", "add", &ns])
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        eprintln!("scale: cannot create a network namespace (needs root and iproute2)");
+    let made = run_ok("ip", &["netns", "add", &ns])
+        .and_then(|()| run_ok("ip", &["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]))
+        .and_then(|()| {
+            run_ok(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &ns,
+                    "ip",
+                    "route",
+                    "add",
+                    "local",
+                    "10.96.0.0/12",
+                    "dev",
+                    "lo",
+                ],
+            )
+        });
+    if let Err(e) = made {
+        eprintln!("scale: cannot set up a network namespace (needs root and iproute2): {e}");
+        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
         return ExitCode::FAILURE;
     }
     let result = run(&args, &proxyd, &ns, &dir);

@@ -238,4 +238,8 @@ impl Dataplane for KernelModel {
     fn may_have_changed(&mut self) -> bool {
         self.own_generation != Some(self.generation)
     }
+
+    fn table_exists(&mut self, family: IpFamily, _table: &str) -> Option<bool> {
+        Some(self.tables.contains_key(&family))
+    }
 }

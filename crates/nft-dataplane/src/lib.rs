@@ -63,6 +63,15 @@ pub trait Dataplane {
     fn may_have_changed(&mut self) -> bool {
         true
     }
+
+    /// Whether the table `table` of `family` exists; `None` when the
+    /// dataplane cannot tell. A full sync into a table that does not exist
+    /// is split into short transactions (nothing is there to keep
+    /// consistent); any other full sync is one transaction.
+    fn table_exists(&mut self, family: slice_model::IpFamily, table: &str) -> Option<bool> {
+        let _ = (family, table);
+        None
+    }
 }
 
 impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
@@ -72,6 +81,10 @@ impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
 
     fn may_have_changed(&mut self) -> bool {
         (**self).may_have_changed()
+    }
+
+    fn table_exists(&mut self, family: slice_model::IpFamily, table: &str) -> Option<bool> {
+        (**self).table_exists(family, table)
     }
 }
 

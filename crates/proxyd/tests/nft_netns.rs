@@ -20,7 +20,7 @@ use nft_dataplane::names::{ChainId, SetId};
 use nft_dataplane::{Op, Transaction};
 use proxyd::cli::ProxyArgs;
 use proxyd::dataplane::{
-    Dataplane, DataplaneConfig, DataplaneError, Generation, NftCommand, NftSyncer, SyncKind, WatchedNft,
+    Dataplane, DataplaneConfig, DataplaneError, NftCommand, NftNetlink, NftSyncer, SyncKind, WatchedNft,
 };
 use proxyd::engine::Engine;
 use proxyd::snapshot::Snapshot;
@@ -229,12 +229,48 @@ for _ in range(n):
 
 #[test]
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn a_new_nodes_first_load_is_split_and_ends_as_one_transaction_would() {
+    require();
+    let (mut engine, config) = example_cluster();
+    let split = Netns::new("split");
+    let mut syncer = NftSyncer::new(
+        config.clone(),
+        WatchedNft::new(proxyd::netns::Netns::Named(split.0.clone())),
+    );
+    syncer.set_first_load_chunk(5);
+    let changed = engine.update().changed;
+    let r = syncer
+        .sync(&engine.services, &engine.endpoints, &changed, SyncKind::Changes)
+        .unwrap();
+    assert!(r.full && r.transactions > 3, "{r:?}");
+    let atomic = Netns::new("atomic");
+    let mut one = NftSyncer::new(config, atomic.dataplane());
+    let r = one
+        .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
+        .unwrap();
+    assert_eq!(r.transactions, 1, "nft alone cannot tell the table is new");
+    assert_eq!(split.table(), atomic.table());
+    // Restarted over the table it made: one transaction replaces it.
+    let mut again = NftSyncer::new(
+        syncer.config().clone(),
+        WatchedNft::new(proxyd::netns::Netns::Named(split.0.clone())),
+    );
+    again.set_first_load_chunk(5);
+    let r = again
+        .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
+        .unwrap();
+    assert_eq!((r.full, r.transactions), (true, 1));
+    assert_eq!(split.table(), atomic.table());
+}
+
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn an_idle_periodic_sync_runs_no_nft_and_repairs_what_others_commit() {
     require();
     let (mut engine, config) = example_cluster();
     let ns = Netns::new("idle");
     let netns = proxyd::netns::Netns::Named(ns.0.clone());
-    let mut generation = Generation::open(&netns).unwrap();
+    let mut netlink = NftNetlink::open(&netns).unwrap();
     let mut syncer = NftSyncer::new(config, WatchedNft::new(netns));
     let changed = engine.update().changed;
     let first = syncer
@@ -243,7 +279,7 @@ fn an_idle_periodic_sync_runs_no_nft_and_repairs_what_others_commit() {
     assert!(first.full);
     let want = ns.table();
     let mut periodic = || {
-        let before = generation.read().unwrap();
+        let before = netlink.generation().unwrap();
         let r = syncer
             .sync(
                 &engine.services,
@@ -252,7 +288,7 @@ fn an_idle_periodic_sync_runs_no_nft_and_repairs_what_others_commit() {
                 SyncKind::Periodic,
             )
             .unwrap();
-        (r.script_bytes, generation.read().unwrap().wrapping_sub(before))
+        (r.script_bytes, netlink.generation().unwrap().wrapping_sub(before))
     };
     for _ in 0..3 {
         assert_eq!(periodic(), (0, 0), "idle: nothing sent, nothing committed");

@@ -7,6 +7,7 @@
 //! 1.2.3.4 and 5.6.7.8, clients outside the cluster 203.0.113.0/24,
 //! endpoints 10.180.0.0/16.
 
+mod first_load;
 mod flows;
 mod pod;
 mod support;

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
 
-pub use crate::netlink::Generation;
+pub use crate::netlink::NftNetlink;
 pub use crate::netns::Netns;
 pub use nft_dataplane::{
     Dataplane, DataplaneConfig, DataplaneError, KernelModel, NftSyncer, Recording, ServiceTarget, SyncKind, SyncReport,
@@ -160,15 +160,17 @@ impl Dataplane for NftCommand {
 }
 
 /// [`NftCommand`] that can tell whether anyone committed to nftables since
-/// its own last transaction, by reading the ruleset [`Generation`] before
-/// and after each one: an idle periodic sync then runs no `nft` at all,
-/// and one after someone else's commit repairs what they may have changed.
+/// its own last transaction, by reading the ruleset generation
+/// ([`NftNetlink`]) before and after each one: an idle periodic sync then
+/// runs no `nft` at all, and one after someone else's commit repairs what
+/// they may have changed. It also tells whether the table exists, so that
+/// a new node's first load is split into short transactions.
 #[derive(Debug)]
 pub struct WatchedNft {
     nft: NftCommand,
     /// `None` when netlink could not be opened: every periodic sync then
     /// re-asserts, as without it.
-    generation: Option<Generation>,
+    netlink: Option<NftNetlink>,
     /// The generation our last transaction made, when nobody else committed
     /// between its two reads.
     own: Option<u32>,
@@ -177,7 +179,7 @@ pub struct WatchedNft {
 impl WatchedNft {
     /// `nft -f -` in `netns`, with a netlink socket there.
     pub fn new(netns: Netns) -> Self {
-        let generation = Generation::open(&netns)
+        let netlink = NftNetlink::open(&netns)
             .inspect_err(|e| {
                 tracing::warn!(
                     "cannot read the nftables generation over netlink ({e}); every periodic sync re-applies the fixed chains"
@@ -186,15 +188,15 @@ impl WatchedNft {
             .ok();
         Self {
             nft: NftCommand { netns },
-            generation,
+            netlink,
             own: None,
         }
     }
 
     fn read(&mut self) -> Option<u32> {
-        self.generation
+        self.netlink
             .as_mut()?
-            .read()
+            .generation()
             .inspect_err(|e| tracing::debug!("reading the nftables generation: {e}"))
             .ok()
     }
@@ -218,6 +220,14 @@ impl Dataplane for WatchedNft {
             (Some(own), Some(now)) => now != own,
             _ => true,
         }
+    }
+
+    fn table_exists(&mut self, family: slice_model::IpFamily, table: &str) -> Option<bool> {
+        self.netlink
+            .as_mut()?
+            .table_exists(family, table)
+            .inspect_err(|e| tracing::debug!("asking whether table {table} exists: {e}"))
+            .ok()
     }
 }
 

@@ -1,10 +1,10 @@
-//! netfilter over netlink, without running a program: the nftables
-//! ruleset generation ([`Generation`]) and conntrack deletions
+//! netfilter over netlink, without running a program: what nftables says
+//! of its ruleset ([`NftNetlink`]) and conntrack deletions
 //! ([`NetlinkConntrack`]). Messages are built and read here, bounds-checked:
 //! a malformed reply is an error, never a panic.
 
 mod conntrack;
-mod generation;
+mod nftables;
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -14,7 +14,7 @@ use rustix::net::netlink::{self as nl, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType};
 
 pub use conntrack::NetlinkConntrack;
-pub use generation::Generation;
+pub use nftables::NftNetlink;
 
 use crate::netns::Netns;
 

@@ -222,6 +222,8 @@ fn sync_node(
                     conntrack_deleted = out.observation.conntrack_deleted,
                     render_us = out.report.render.as_micros() as u64,
                     apply_us = out.report.apply.as_micros() as u64,
+                    transactions = out.report.transactions,
+                    longest_tx_us = out.report.longest_apply.as_micros() as u64,
                     took_us = started.elapsed().as_micros() as u64,
                     "synced"
                 );

@@ -1,31 +1,74 @@
-//! The nftables ruleset generation: a counter the kernel bumps at every
-//! committed transaction, whoever commits it. Reading it is one netlink
-//! request, so an idle periodic sync can tell that nothing was committed
-//! since its own last transaction without running `nft`.
+//! What nftables says over netlink, without running `nft`: the ruleset
+//! generation (a counter the kernel bumps at every committed transaction,
+//! whoever commits it, so an idle periodic sync can tell that nothing was
+//! committed since its own last transaction) and whether a table exists
+//! (so the first load of a new node's table can be split into short
+//! transactions). Both are one request, however large the ruleset: `nft`
+//! itself reads every element of it before it lists even the tables.
 
 use std::io;
 
-use super::{NFGENMSG, NLM_F_REQUEST, Next, Reply, Socket, find, malformed, message};
+use slice_model::IpFamily;
+
+use super::{NFGENMSG, NLM_F_REQUEST, Next, Reply, Socket, attr, find, malformed, message};
 use crate::netns::Netns;
 
 /// nfnetlink's nftables subsystem and its generation messages.
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
+const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_GETTABLE: u16 = 1;
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
+const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_GEN_ID: u16 = 1;
+const ENOENT: i32 = 2;
 
-/// Reads the generation of one network namespace.
+/// Asks the nftables of one network namespace.
 #[derive(Debug)]
-pub struct Generation(Socket);
+pub struct NftNetlink(Socket);
 
-impl Generation {
+impl NftNetlink {
     /// A netlink socket in `netns`.
     pub fn open(netns: &Netns) -> io::Result<Self> {
         Socket::open(netns).map(Self)
     }
 
+    /// Whether the table `name` of `family` exists.
+    pub fn table_exists(&mut self, family: IpFamily, name: &str) -> io::Result<bool> {
+        let seq = self.0.next_seq();
+        let nfproto = match family {
+            IpFamily::V4 => 2,
+            IpFamily::V6 => 10,
+        };
+        let mut req = Vec::with_capacity(64);
+        let mut text = name.as_bytes().to_vec();
+        text.push(0);
+        message(
+            &mut req,
+            NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETTABLE,
+            NLM_F_REQUEST,
+            seq,
+            nfproto,
+            |b| {
+                attr(b, NFTA_TABLE_NAME, &text);
+            },
+        );
+        self.0.send(&req)?;
+        let mut found = Err(malformed("no table in the reply"));
+        self.0.receive(seq, |reply| {
+            found = match reply {
+                Reply::Message(kind, _) if kind == NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWTABLE => Ok(true),
+                Reply::Error(ENOENT) => Ok(false),
+                Reply::Error(errno) => Err(io::Error::from_raw_os_error(errno)),
+                _ => return Next::More,
+            };
+            Next::Stop
+        })?;
+        found
+    }
+
     /// The current generation.
-    pub fn read(&mut self) -> io::Result<u32> {
+    pub fn generation(&mut self) -> io::Result<u32> {
         let seq = self.0.next_seq();
         let mut req = Vec::with_capacity(32);
         message(
@@ -60,7 +103,7 @@ fn generation_of(payload: &[u8]) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{HEADER, NLMSG_ERROR, attr, parse_datagram};
+    use super::super::{HEADER, NLMSG_ERROR, parse_datagram};
     use super::*;
 
     fn newgen(seq: u32, id: u32) -> Vec<u8> {
