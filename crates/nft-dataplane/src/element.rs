@@ -82,6 +82,8 @@ pub enum Key {
     Addr(IpAddr),
     /// Two addresses (`saddr . daddr`).
     AddrPair(IpAddr, IpAddr),
+    /// A position in a large group's backend map (`numgen` output).
+    Index(u32),
 }
 
 impl fmt::Display for Key {
@@ -95,6 +97,7 @@ impl fmt::Display for Key {
             Self::Port(p) => write!(f, "{p}"),
             Self::Addr(a) => write!(f, "{a}"),
             Self::AddrPair(a, b) => write!(f, "{a} . {b}"),
+            Self::Index(i) => write!(f, "{i}"),
         }
     }
 }

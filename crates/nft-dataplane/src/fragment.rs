@@ -9,7 +9,10 @@
 //! a few map elements whatever the cluster's size. A port gets chains only
 //! when a fixed rule cannot express it:
 //!
-//! - more than [`MAX_SLOTS`] endpoints (`numgen random mod N` inline),
+//! - more than [`MAX_SLOTS`] endpoints (`numgen random mod N` inline, or,
+//!   past [`INLINE_ENDPOINTS`], through a backend map of the chain's own
+//!   whose positions stay put: one endpoint changed is one element
+//!   changed, whatever the service's size),
 //! - ClientIP affinity (a timed set and a chain per endpoint),
 //! - `externalTrafficPolicy: Local` (pods and the node itself use the
 //!   cluster endpoints; others only local ones, with their source kept),
@@ -127,6 +130,12 @@ impl Entry {
     }
 }
 
+/// Up to this many endpoints, a chain picks one inline
+/// (`numgen random mod N map { … }`); past it, through a map of its own,
+/// so that a change to one endpoint is not a rewrite of the rule that
+/// holds them all.
+pub const INLINE_ENDPOINTS: usize = 64;
+
 /// The slot count for `n` endpoints (1..=MAX_SLOTS).
 fn slot_count(n: usize) -> u8 {
     u8::try_from(n).unwrap_or(MAX_SLOTS).clamp(1, MAX_SLOTS)
@@ -148,9 +157,12 @@ pub struct Fragment {
     pub entries: Vec<Entry>,
     /// Chains of its own.
     pub chains: Vec<ChainDef>,
-    /// ClientIP affinity sets of its own (one per endpoint: the clients
-    /// it served recently; each element times out on its own).
+    /// Sets of its own: ClientIP affinity sets (one per endpoint: the
+    /// clients it served recently; each element times out on its own) and
+    /// backend maps.
     pub affinity_sets: Vec<SetId>,
+    /// Backend maps' contents: endpoint `i` of the list is at position `i`.
+    pub backends: Vec<(SetId, Vec<SocketAddr>)>,
     /// Elements other services may also want (hairpin pairs of local
     /// endpoints, cluster IPs): the programmed view counts their users.
     pub shared: Vec<(SetId, Key)>,
@@ -166,19 +178,31 @@ impl Fragment {
         self.entries.is_empty()
             && self.chains.is_empty()
             && self.affinity_sets.is_empty()
+            && self.backends.is_empty()
             && self.shared.is_empty()
             && self.frontends.is_empty()
             && self.blocked.is_empty()
     }
 
-    /// Every element of its entries, keyed by set and key.
+    /// Calls `f(set, element)` for each element of its entries and
+    /// backend maps (not the shared ones).
+    pub fn for_each_element(&self, mut f: impl FnMut(SetId, Element)) {
+        for e in &self.entries {
+            e.for_each_element(&mut f);
+        }
+        for (set, endpoints) in &self.backends {
+            for (i, ep) in (0u32..).zip(endpoints) {
+                f(set.clone(), Element::map(Key::Index(i), Value::Endpoint(*ep)));
+            }
+        }
+    }
+
+    /// Every element of its entries and backend maps, keyed by set and key.
     pub fn elements(&self) -> HashMap<(SetId, Key), Option<Value>> {
         let mut all = HashMap::new();
-        for e in &self.entries {
-            e.for_each_element(|set, el| {
-                all.insert((set, el.key), el.value);
-            });
-        }
+        self.for_each_element(|set, el| {
+            all.insert((set, el.key), el.value);
+        });
         all
     }
 }
@@ -193,15 +217,18 @@ enum FrontendKind {
 }
 
 /// Builds a service's fragment; `claim` decides whether the service may
-/// use a frontend (another service may already hold it).
+/// use a frontend (another service may already hold it). `previous`, the
+/// fragment the table holds now, keeps backend maps' positions where they
+/// were.
 pub fn build(
     targets: &[ServiceTarget],
     config: &DataplaneConfig,
     mut claim: impl FnMut(&Frontend) -> bool,
+    previous: Option<&Fragment>,
 ) -> Fragment {
     let mut out = Fragment::default();
     for t in targets {
-        build_port(t, config, &mut claim, &mut out);
+        build_port(t, config, &mut claim, &mut out, previous);
     }
     out.shared.sort_unstable();
     out.shared.dedup();
@@ -253,6 +280,7 @@ fn build_port(
     config: &DataplaneConfig,
     claim: &mut impl FnMut(&Frontend) -> bool,
     out: &mut Fragment,
+    previous: Option<&Fragment>,
 ) {
     let chains = needs_chains(t);
     let base = chain_base(t);
@@ -330,7 +358,7 @@ fn build_port(
         } else if !cidrs.is_empty() {
             rules.push(Rule::new(vec![Match::SourceNotIn(cidrs.clone())], vec![mark()]));
         }
-        load_balance(t, &t.internal, &base, &mut rules, out);
+        load_balance(t, &t.internal, &svc, &base, &mut rules, out, previous);
         out.chains.push(ChainDef { id: svc.clone(), rules });
         hairpins(&t.internal, config, &mut out.shared);
     }
@@ -350,11 +378,9 @@ fn build_port(
         } else {
             rules.push(Rule::always(vec![mark()]));
         }
-        load_balance(t, group, &base, &mut rules, out);
-        out.chains.push(ChainDef {
-            id: ChainId::Ext(base.clone()),
-            rules,
-        });
+        let ext = ChainId::Ext(base.clone());
+        load_balance(t, group, &ext, &base, &mut rules, out, previous);
+        out.chains.push(ChainDef { id: ext, rules });
     }
     if used_firewall {
         out.chains.push(ChainDef {
@@ -384,13 +410,44 @@ fn hairpins(group: &EndpointGroup, config: &DataplaneConfig, shared: &mut Vec<(S
     }
 }
 
+/// The endpoints `now` in positions 0..now.len(), each that was in
+/// `before` where it was when it can be: a new endpoint takes a freed
+/// position, and when the list shrinks the last ones move into the gaps.
+/// One endpoint replaced, added or removed moves at most two positions.
+fn keep_positions(before: &[SocketAddr], now: &[SocketAddr]) -> Vec<SocketAddr> {
+    let wanted: std::collections::HashSet<&SocketAddr> = now.iter().collect();
+    let mut slots: Vec<Option<SocketAddr>> = before.iter().map(|e| wanted.contains(e).then_some(*e)).collect();
+    let placed: std::collections::HashSet<SocketAddr> = slots.iter().flatten().copied().collect();
+    let mut new = now.iter().filter(|e| !placed.contains(e)).copied();
+    for slot in slots.iter_mut().filter(|s| s.is_none()) {
+        *slot = new.next();
+    }
+    slots.extend(new.map(Some));
+    // More went than came: fill each gap with the last endpoint.
+    while let Some(gap) = slots.iter().position(Option::is_none) {
+        let last = slots.pop().flatten();
+        if gap < slots.len() {
+            slots[gap] = last;
+        }
+    }
+    slots.into_iter().flatten().collect()
+}
+
 /// A name part for an endpoint: nft identifiers allow letters, digits and
 /// `/ - _ .`, so an IPv6 address's colons become underscores.
 fn endpoint_part(ep: SocketAddr) -> String {
     format!("{}/{}", ep.ip().to_string().replace(':', "_"), ep.port())
 }
 
-fn load_balance(t: &ServiceTarget, group: &EndpointGroup, base: &str, rules: &mut Vec<Rule>, out: &mut Fragment) {
+fn load_balance(
+    t: &ServiceTarget,
+    group: &EndpointGroup,
+    chain: &ChainId,
+    base: &str,
+    rules: &mut Vec<Rule>,
+    out: &mut Fragment,
+    previous: Option<&Fragment>,
+) {
     let eps: Vec<SocketAddr> = group.backends.iter().map(|b| b.addr).collect();
     let protocol: Protocol = t.protocol();
     if eps.is_empty() {
@@ -400,6 +457,21 @@ fn load_balance(t: &ServiceTarget, group: &EndpointGroup, base: &str, rules: &mu
         return;
     }
     let Some(timeout) = t.affinity else {
+        if eps.len() > INLINE_ENDPOINTS {
+            let map = SetId::Backends(protocol, chain.to_string());
+            let before = previous
+                .and_then(|p| p.backends.iter().find(|(s, _)| *s == map))
+                .map(|(_, list)| &list[..]);
+            let positions = keep_positions(before.unwrap_or_default(), &eps);
+            rules.push(Rule::always(vec![Statement::DnatMap {
+                protocol,
+                map: map.clone(),
+                width: u32::try_from(positions.len()).unwrap_or(u32::MAX),
+            }]));
+            out.affinity_sets.push(map.clone());
+            out.backends.push((map, positions));
+            return;
+        }
         rules.push(Rule::always(vec![match &eps[..] {
             [only] => Statement::Dnat(protocol, *only),
             _ => Statement::DnatRandom(protocol, eps),
@@ -432,4 +504,74 @@ fn load_balance(t: &ServiceTarget, group: &EndpointGroup, base: &str, rules: &mu
         }
     }
     rules.push(Rule::always(vec![Statement::RandomGoto(picks)]));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eps(ids: &[u16]) -> Vec<SocketAddr> {
+        ids.iter()
+            .map(|i| SocketAddr::from(([10, 0, (i / 256) as u8, (i % 256) as u8], 80)))
+            .collect()
+    }
+
+    fn moved(before: &[SocketAddr], after: &[SocketAddr]) -> usize {
+        (0..before.len().max(after.len()))
+            .filter(|i| before.get(*i) != after.get(*i))
+            .count()
+    }
+
+    #[test]
+    fn positions_stay_put_and_one_change_moves_at_most_two() {
+        let all: Vec<u16> = (0..100).collect();
+        let start = keep_positions(&[], &eps(&all));
+        assert_eq!(start, eps(&all), "a first build keeps the given order");
+        // One replaced: one position changes.
+        let mut replaced = all.clone();
+        replaced[40] = 500;
+        let r = keep_positions(&start, &eps(&replaced));
+        assert_eq!(moved(&start, &r), 1);
+        // One removed from the middle: its gap takes the last one.
+        let mut removed = all.clone();
+        removed.remove(40);
+        let r = keep_positions(&start, &eps(&removed));
+        assert_eq!((r.len(), moved(&start, &r)), (99, 2));
+        assert_eq!(r[40], start[99]);
+        // One added: appended.
+        let mut added = all.clone();
+        added.push(700);
+        let r = keep_positions(&start, &eps(&added));
+        assert_eq!((r.len(), moved(&start, &r)), (101, 1));
+    }
+
+    #[test]
+    fn positions_hold_exactly_the_endpoints_whatever_the_change() {
+        // A small exhaustive sweep in place of a property test: every
+        // before/after pair of subsets of eight endpoints.
+        let pool = eps(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let subset = |mask: u32| -> Vec<SocketAddr> {
+            pool.iter()
+                .enumerate()
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, e)| *e)
+                .collect()
+        };
+        for a in 0..256u32 {
+            for b in (0..256u32).step_by(7) {
+                let before = keep_positions(&[], &subset(a));
+                let after = keep_positions(&before, &subset(b));
+                let mut sorted = after.clone();
+                sorted.sort();
+                assert_eq!(sorted, subset(b), "{a:#b} -> {b:#b}");
+                for (i, e) in after.iter().enumerate() {
+                    if let Some(j) = before.iter().position(|x| x == e)
+                        && j < after.len()
+                    {
+                        assert_eq!(i, j, "{e} moved although its place was still there");
+                    }
+                }
+            }
+        }
+    }
 }

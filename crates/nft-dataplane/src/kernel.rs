@@ -81,6 +81,7 @@ fn fits(family: IpFamily, set: &SetId, e: &Element) -> bool {
         (SetId::ServiceSlots(n), Key::Slot(f, slot)) => ip_frontend(f) && slot < n,
         (SetId::NodePortSlots(n), Key::Slot(f, slot)) => f.is_node_port() && slot < n,
         (SetId::Affinity(_), Key::Addr(a)) => addr_ok(*a),
+        (SetId::Backends(..), Key::Index(_)) => true,
         _ => false,
     };
     let value_ok = match (set.kind(), &e.value) {

@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use slice_model::IpFamily;
+use slice_model::{IpFamily, Protocol};
 
 /// The table every proxyd rule of a node lives in (`ip proxyd`, `ip6 proxyd`).
 pub const TABLE: &str = "proxyd";
@@ -92,6 +92,11 @@ pub enum SetId {
     /// The clients one endpoint of a ClientIP-affinity port served
     /// recently (`ns/name/proto/port/addr/port`).
     Affinity(String),
+    /// The endpoints of one chain of a port with more than
+    /// [`INLINE_ENDPOINTS`](crate::fragment::INLINE_ENDPOINTS) of them:
+    /// position -> endpoint (named after the chain). nft types its value
+    /// by the protocol's port (`tcp dport`), so the protocol is part of it.
+    Backends(Protocol, String),
 }
 
 impl SetId {
@@ -99,7 +104,7 @@ impl SetId {
     pub fn kind(&self) -> SetKind {
         match self {
             Self::ServiceChains | Self::NodePortChains => SetKind::VerdictMap,
-            Self::ServiceSlots(_) | Self::NodePortSlots(_) => SetKind::EndpointMap,
+            Self::ServiceSlots(_) | Self::NodePortSlots(_) | Self::Backends(..) => SetKind::EndpointMap,
             _ => SetKind::Set,
         }
     }
@@ -128,6 +133,10 @@ impl SetId {
                 format!("typeof meta l4proto . th dport . numgen random mod {n} : {a} daddr . th dport")
             }
             Self::Affinity(_) => format!("type {at}; flags dynamic,timeout"),
+            Self::Backends(p, _) => format!(
+                "typeof numgen random mod 2 : {a} daddr . {} dport",
+                crate::element::proto(*p)
+            ),
         }
     }
 
@@ -182,6 +191,7 @@ impl fmt::Display for SetId {
             Self::ServiceSlots(n) => write!(f, "service-slots-{n}"),
             Self::NodePortSlots(n) => write!(f, "nodeport-slots-{n}"),
             Self::Affinity(part) => write!(f, "aff-{part}"),
+            Self::Backends(_, part) => write!(f, "backends-{part}"),
         }
     }
 }

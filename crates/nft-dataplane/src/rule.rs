@@ -76,6 +76,16 @@ pub enum Statement {
     Dnat(Protocol, SocketAddr),
     /// DNAT to one of the endpoints, each equally likely.
     DnatRandom(Protocol, Vec<SocketAddr>),
+    /// DNAT to one of the `width` endpoints of a backend map, each equally
+    /// likely: `numgen random mod width` is the key.
+    DnatMap {
+        /// The protocol.
+        protocol: Protocol,
+        /// The map ([`SetId::Backends`]).
+        map: SetId,
+        /// How many endpoints it holds (positions 0..width).
+        width: u32,
+    },
     /// DNAT through the slot map of frontends with N endpoints (N = the
     /// map's width): the key is the frontend and a random slot in 0..N.
     DnatSlots {
@@ -128,6 +138,7 @@ impl Rule {
             match s {
                 Statement::Jump(c) | Statement::Goto(c) => chains.push(c.clone()),
                 Statement::VerdictMap(_, set) | Statement::RememberSource { set, .. } => sets.push(set.clone()),
+                Statement::DnatMap { map, .. } => sets.push(map.clone()),
                 Statement::DnatSlots { node_port, width } => sets.push(if *node_port {
                     SetId::NodePortSlots(*width)
                 } else {
@@ -232,6 +243,11 @@ fn write_statement(out: &mut (impl Write + ?Sized), s: &Statement, w: FamilyWord
             }
             out.write_str(" }")
         }
+        Statement::DnatMap { protocol, map, width } => write!(
+            out,
+            "meta l4proto {} dnat {a} to numgen random mod {width} map @{map}",
+            proto(*protocol)
+        ),
         Statement::DnatSlots { node_port, width } => {
             let (key, map) = if *node_port {
                 (selector(Selector::NodePort, a), SetId::NodePortSlots(*width))

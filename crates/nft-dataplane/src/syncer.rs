@@ -62,7 +62,7 @@ impl Programmed {
     fn replace(
         &mut self,
         name: &ServiceName,
-        build: impl FnOnce(&mut dyn FnMut(&Frontend) -> bool) -> Fragment,
+        build: impl FnOnce(&mut dyn FnMut(&Frontend) -> bool, Option<&Fragment>) -> Fragment,
     ) -> (Option<Fragment>, Vec<ServiceName>) {
         let old = self.fragments.remove(name);
         if let Some(o) = &old {
@@ -105,7 +105,7 @@ impl Programmed {
                 true
             }
         };
-        let mut new = build(&mut claim);
+        let mut new = build(&mut claim, old.as_ref());
         new.blocked = blocked;
         for f in &new.blocked {
             self.waiting.entry(*f).or_default().insert(name.clone());
@@ -320,7 +320,7 @@ impl<D: Dataplane> NftSyncer<D> {
         names.dedup();
         for name in names.into_iter().filter(|n| self.serves(n)) {
             let targets = plan_service(name, services, endpoints, &self.config);
-            view.replace(name, |claim| fragment::build(&targets, &self.config, claim));
+            view.replace(name, |claim, old| fragment::build(&targets, &self.config, claim, old));
         }
         // The full transaction writes every shared element; a fresh map
         // also drops the large allocation the build's changes grew.
@@ -360,7 +360,7 @@ impl<D: Dataplane> NftSyncer<D> {
             } else {
                 Vec::new()
             };
-            let (old, wake) = view.replace(&name, |claim| fragment::build(&targets, config, claim));
+            let (old, wake) = view.replace(&name, |claim, old| fragment::build(&targets, config, claim, old));
             originals.entry(name).or_insert(old);
             queue.extend(wake);
         }
@@ -510,15 +510,16 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     for (set, key) in shared {
         by_set.entry(set.clone()).or_default().push(Element::key(*key));
     }
-    for e in fragments.iter().flat_map(|f| &f.entries) {
-        e.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
+    for f in &fragments {
+        f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
     }
     for set in SetId::skeleton(config.scope) {
         let elements = by_set.remove(&set).unwrap_or_default();
         tx.push(Op::AddSet(set, elements));
     }
     for s in fragments.iter().flat_map(|f| &f.affinity_sets) {
-        tx.push(Op::AddSet(s.clone(), Vec::new()));
+        let elements = by_set.remove(s).unwrap_or_default();
+        tx.push(Op::AddSet(s.clone(), elements));
     }
     for (chain, rules) in fixed {
         for r in rules {
@@ -592,12 +593,10 @@ fn first_load(config: &DataplaneConfig, view: &Programmed, chunk: usize) -> Vec<
                 size += 1;
             }
         }
-        for e in &f.entries {
-            e.for_each_element(|set, el| {
-                by_set.entry(set).or_default().push(el);
-                size += 1;
-            });
-        }
+        f.for_each_element(|set, el| {
+            by_set.entry(set).or_default().push(el);
+            size += 1;
+        });
         for shared in &f.shared {
             if added.insert(shared) {
                 by_set.entry(shared.0.clone()).or_default().push(Element::key(shared.1));

@@ -307,6 +307,15 @@ impl Walk<'_> {
                 .iter()
                 .map(|ep| (dnat(split(st, eps.len()), *ep), Step::End(Flow::Accept)))
                 .collect(),
+            Statement::DnatMap { map, width, .. } => (0..*width)
+                .map(|i| {
+                    let mut s = split(st, *width as usize);
+                    match self.lookup(map, &Key::Index(i), &mut s) {
+                        Some(Some(Value::Endpoint(ep))) => (dnat(s, ep), Step::End(Flow::Accept)),
+                        _ => (s, Step::Next),
+                    }
+                })
+                .collect(),
             Statement::DnatSlots { node_port, width } => {
                 let sel = if *node_port {
                     Selector::NodePort

@@ -509,7 +509,7 @@ fn slice_lines<'s>(
 }
 
 fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig) {
-    let frag = fragment::build(std::slice::from_ref(t), config, |_| true);
+    let frag = fragment::build(std::slice::from_ref(t), config, |_| true, None);
     let words = FamilyWords::of(config.family);
     let _ = writeln!(out, "  nftables (table {} proxyd):", words.table);
     for e in &frag.entries {

@@ -623,3 +623,66 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn one_endpoint_of_a_service_of_thousands_is_a_few_elements() {
+    let mut engine = Engine::new(IpFamily::V4);
+    let addrs: Vec<String> = (0..3000u32)
+        .map(|i| format!("10.{}.{}.{}", 2 + i / 65536, (i / 256) % 256, i % 256))
+        .collect();
+    let all: Vec<Ep<'_>> = addrs.iter().map(|a| Ep::Remote(a)).collect();
+    engine
+        .service(&service("ns", "big", "172.30.0.10", 80, Protocol::Tcp))
+        .slice(slice("ns", "big", Protocol::Tcp, 80, &all));
+    let mut syncer = NftSyncer::new(config(), Measured::default());
+    assert!(sync(&mut syncer, &mut engine).full);
+    let probe = forwarded(POD, "172.30.0.10", 80);
+    assert_eq!(trace(&syncer.dataplane().0, probe).summary().split(", ").count(), 3000);
+    // Each step changes one endpoint of the list before it.
+    let mut eps = all.clone();
+    for (step, what) in ["one replaced", "one removed", "one added"].into_iter().enumerate() {
+        match step {
+            0 => eps[1234] = Ep::Remote("10.9.9.9"),
+            1 => {
+                eps.remove(1500);
+            }
+            _ => eps.push(Ep::Remote("10.9.9.8")),
+        }
+        engine.slice(slice("ns", "big", Protocol::Tcp, 80, &eps));
+        let r = sync(&mut syncer, &mut engine);
+        assert!(!r.full);
+        // The canary, and at most two positions deleted and added again;
+        // the chain's one rule is rewritten when the count changes.
+        assert!(r.elements <= 5, "{what}: {r:?}");
+        assert!(r.script_bytes < 2000, "{what}: {} bytes", r.script_bytes);
+        // Each endpoint reachable once, as from a fresh table (whose
+        // positions are in address order: compare the sets).
+        let sorted = |k: &KernelModel| {
+            let mut v: Vec<String> = trace(k, probe).summary().split(", ").map(str::to_owned).collect();
+            v.sort();
+            v
+        };
+        let now = sorted(&syncer.dataplane().0);
+        assert_eq!(now.len(), eps.len(), "{what}: each endpoint once");
+        assert_eq!(now, sorted(&fresh(&engine, &config())), "{what}");
+        let table = syncer.dataplane().0.table(IpFamily::V4).unwrap();
+        let map = table
+            .sets
+            .iter()
+            .find(|(id, _)| matches!(id, SetId::Backends(..)))
+            .unwrap()
+            .1;
+        assert_eq!(map.len(), eps.len(), "{what}: no position left behind");
+    }
+}
+
+/// The kernel model, reporting the size of each transaction's nft text.
+#[derive(Default)]
+struct Measured(KernelModel);
+
+impl crate::Dataplane for Measured {
+    fn apply(&mut self, tx: &Transaction) -> Result<usize, crate::DataplaneError> {
+        self.0.apply(tx)?;
+        Ok(tx.text().len())
+    }
+}
