@@ -197,12 +197,15 @@ impl Fragment {
         }
     }
 
-    /// Every element of its entries and backend maps, keyed by set and key.
-    pub fn elements(&self) -> HashMap<(SetId, Key), Option<Value>> {
+    /// Every element of its entries (not of its backend maps, which are
+    /// compared by position), keyed by set and key.
+    pub fn entry_elements(&self) -> HashMap<(SetId, Key), Option<Value>> {
         let mut all = HashMap::new();
-        self.for_each_element(|set, el| {
-            all.insert((set, el.key), el.value);
-        });
+        for e in &self.entries {
+            e.for_each_element(|set, el| {
+                all.insert((set, el.key), el.value);
+            });
+        }
         all
     }
 }

@@ -15,7 +15,7 @@ use endpoints_map::{EndpointsMap, ServicesMap};
 use slice_model::ServiceName;
 
 use crate::desired::{DataplaneConfig, plan_service};
-use crate::element::{Element, Frontend, Key};
+use crate::element::{Element, Frontend, Key, Value};
 use crate::fragment::{self, Fragment};
 use crate::names::{ChainId, SetId};
 use crate::skeleton;
@@ -404,7 +404,7 @@ impl<D: Dataplane> NftSyncer<D> {
         let mut deletes: BTreeMap<SetId, Vec<Element>> = BTreeMap::new();
         let mut adds: BTreeMap<SetId, Vec<Element>> = BTreeMap::new();
         for (old, new) in &pairs {
-            let (before, after) = (old.elements(), new.elements());
+            let (before, after) = (old.entry_elements(), new.entry_elements());
             for ((set, key), value) in &before {
                 if after.get(&(set.clone(), *key)) != Some(value) {
                     deletes.entry(set.clone()).or_default().push(Element {
@@ -421,6 +421,9 @@ impl<D: Dataplane> NftSyncer<D> {
                     });
                 }
             }
+        }
+        for (old, new) in &pairs {
+            backend_changes(old, new, &mut deletes, &mut adds);
         }
         for (set, key) in went {
             deletes.entry(set).or_default().push(Element::key(key));
@@ -459,6 +462,45 @@ impl<D: Dataplane> NftSyncer<D> {
             }
         }
         (tx, pairs.len())
+    }
+}
+
+/// The backend-map elements that differ between two versions of a
+/// fragment, position by position: a map of 100,000 endpoints is compared
+/// as two lists, not hashed element by element.
+fn backend_changes(
+    old: &Fragment,
+    new: &Fragment,
+    deletes: &mut BTreeMap<SetId, Vec<Element>>,
+    adds: &mut BTreeMap<SetId, Vec<Element>>,
+) {
+    fn find<'a>(f: &'a Fragment, set: &SetId) -> &'a [std::net::SocketAddr] {
+        f.backends
+            .iter()
+            .find(|(s, _)| s == set)
+            .map_or(&[], |(_, list)| &list[..])
+    }
+    let sets: BTreeSet<&SetId> = old.backends.iter().chain(&new.backends).map(|(s, _)| s).collect();
+    for set in sets {
+        let (before, after) = (find(old, set), find(new, set));
+        for i in 0..before.len().max(after.len()) {
+            let (b, a) = (before.get(i), after.get(i));
+            if b == a {
+                continue;
+            }
+            let key = Key::Index(u32::try_from(i).unwrap_or(u32::MAX));
+            if let Some(ep) = b {
+                deletes
+                    .entry(set.clone())
+                    .or_default()
+                    .push(Element::map(key, Value::Endpoint(*ep)));
+            }
+            if let Some(ep) = a {
+                adds.entry(set.clone())
+                    .or_default()
+                    .push(Element::map(key, Value::Endpoint(*ep)));
+            }
+        }
     }
 }
 
