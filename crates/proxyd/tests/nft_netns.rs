@@ -113,6 +113,18 @@ fn slice(ns: &str, service: &str, name: &str, port: u16, ips: &[&str]) -> Endpoi
     s
 }
 
+/// A periodic sync with no changes; panics if it fails.
+fn periodic<D: Dataplane>(syncer: &mut NftSyncer<D>, engine: &Engine) -> proxyd::dataplane::SyncReport {
+    syncer
+        .sync(
+            &engine.services,
+            &engine.endpoints,
+            &BTreeSet::new(),
+            SyncKind::Periodic,
+        )
+        .unwrap()
+}
+
 fn sync(syncer: &mut NftSyncer<NftCommand>, engine: &mut Engine) -> proxyd::dataplane::SyncReport {
     let changed = engine.update().changed;
     syncer
@@ -173,15 +185,7 @@ fn example_cluster_loads_and_partial_syncs_match_a_fresh_full_sync() {
     engine.remove_slice(&SliceName::new("shop", "ingress-b2v7n"));
     let r = sync(&mut syncer, &mut engine);
     assert!(!r.full && r.services_written == 1);
-    let periodic = syncer
-        .sync(
-            &engine.services,
-            &engine.endpoints,
-            &BTreeSet::new(),
-            SyncKind::Periodic,
-        )
-        .unwrap();
-    assert!(!periodic.full);
+    assert!(!periodic(&mut syncer, &engine).full);
 
     // The kernel now holds exactly what a fresh proxy would write.
     let fresh = Netns::new("fresh");
@@ -278,20 +282,13 @@ fn an_idle_periodic_sync_runs_no_nft_and_repairs_what_others_commit() {
         .unwrap();
     assert!(first.full);
     let want = ns.table();
-    let mut periodic = || {
+    let mut idle = || {
         let before = netlink.generation().unwrap();
-        let r = syncer
-            .sync(
-                &engine.services,
-                &engine.endpoints,
-                &BTreeSet::new(),
-                SyncKind::Periodic,
-            )
-            .unwrap();
+        let r = periodic(&mut syncer, &engine);
         (r.script_bytes, netlink.generation().unwrap().wrapping_sub(before))
     };
     for _ in 0..3 {
-        assert_eq!(periodic(), (0, 0), "idle: nothing sent, nothing committed");
+        assert_eq!(idle(), (0, 0), "idle: nothing sent, nothing committed");
     }
     // Another program flushes a fixed chain: the next periodic sync
     // repairs it with one transaction, and the one after is idle again.
@@ -300,14 +297,14 @@ fn an_idle_periodic_sync_runs_no_nft_and_repairs_what_others_commit() {
         &["flush", "chain", "ip", "proxyd", &ChainId::Services.to_string()],
     );
     assert_ne!(ns.table(), want);
-    let (bytes, commits) = periodic();
+    let (bytes, commits) = idle();
     assert!(bytes > 0 && commits == 1, "{bytes} bytes, {commits} commits");
     assert_eq!(ns.table(), want);
-    assert_eq!(periodic(), (0, 0));
+    assert_eq!(idle(), (0, 0));
     // A commit to another table also counts (the generation is global):
     // a re-assertion, harmless.
     ns.exec("nft", &["add", "table", "ip", "someone-else"]);
-    assert_eq!(periodic().1, 1);
+    assert_eq!(idle().1, 1);
     assert_eq!(ns.table(), want);
 }
 

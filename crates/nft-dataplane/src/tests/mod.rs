@@ -185,6 +185,19 @@ pub(crate) fn sync<D: crate::Dataplane>(syncer: &mut NftSyncer<D>, engine: &mut 
         .expect("sync applies")
 }
 
+/// A periodic sync with no changes.
+pub(crate) fn periodic<D: crate::Dataplane>(
+    syncer: &mut NftSyncer<D>,
+    engine: &Engine,
+) -> Result<SyncReport, crate::DataplaneError> {
+    syncer.sync(
+        &engine.services,
+        &engine.endpoints,
+        &BTreeSet::new(),
+        SyncKind::Periodic,
+    )
+}
+
 /// Traces a packet through a fresh full sync of the engine.
 pub(crate) fn trace(kernel: &KernelModel, p: Packet) -> Trace {
     kernel.trace(&host(), p)

@@ -233,14 +233,7 @@ fn a_sync_with_nothing_to_write_applies_nothing_and_the_periodic_one_reasserts()
         .unwrap();
     assert_eq!((r.full, r.services_written, r.script_bytes), (false, 0, 0));
     assert_eq!(syncer.dataplane().applied.len(), 1);
-    let r = syncer
-        .sync(
-            &engine.services,
-            &engine.endpoints,
-            &BTreeSet::new(),
-            SyncKind::Periodic,
-        )
-        .unwrap();
+    let r = periodic(&mut syncer, &engine).unwrap();
     assert!(r.script_bytes > 0, "the periodic sync always re-asserts");
     assert_eq!(syncer.dataplane().applied.len(), 2);
 }
@@ -300,14 +293,7 @@ fn periodic_sync_repairs_the_skeleton_and_a_deleted_table_comes_back() {
         "REJECT",
         "cluster IP guard, no DNAT"
     );
-    let r = syncer
-        .sync(
-            &engine.services,
-            &engine.endpoints,
-            &BTreeSet::new(),
-            SyncKind::Periodic,
-        )
-        .unwrap();
+    let r = periodic(&mut syncer, &engine).unwrap();
     assert!(!r.full && r.services_written == 0);
     assert_eq!(*syncer.dataplane(), fresh(&engine, &config()));
     assert_eq!(trace(syncer.dataplane(), probe), before);
@@ -316,24 +302,8 @@ fn periodic_sync_repairs_the_skeleton_and_a_deleted_table_comes_back() {
     let mut delete = Transaction::new(IpFamily::V4);
     delete.push(Op::DeleteTable(IpFamily::V4));
     syncer.dataplane().apply_transaction(&delete).unwrap();
-    assert!(
-        syncer
-            .sync(
-                &engine.services,
-                &engine.endpoints,
-                &BTreeSet::new(),
-                SyncKind::Periodic
-            )
-            .is_err()
-    );
-    let r = syncer
-        .sync(
-            &engine.services,
-            &engine.endpoints,
-            &BTreeSet::new(),
-            SyncKind::Periodic,
-        )
-        .unwrap();
+    assert!(periodic(&mut syncer, &engine).is_err());
+    let r = periodic(&mut syncer, &engine).unwrap();
     assert!(r.full);
     assert_eq!(trace(syncer.dataplane(), probe), before);
 }
@@ -344,20 +314,13 @@ fn an_idle_periodic_sync_sends_nothing_until_someone_else_commits() {
     every_kind(&mut engine);
     let mut syncer = NftSyncer::new(config(), KernelModel::default());
     sync(&mut syncer, &mut engine);
-    let periodic = |syncer: &mut NftSyncer<KernelModel>, engine: &Engine| {
+    let idle = |syncer: &mut NftSyncer<KernelModel>, engine: &Engine| {
         let before = syncer.dataplane().generation;
-        let r = syncer
-            .sync(
-                &engine.services,
-                &engine.endpoints,
-                &BTreeSet::new(),
-                SyncKind::Periodic,
-            )
-            .unwrap();
+        let r = periodic(syncer, engine).unwrap();
         (r, syncer.dataplane().generation - before)
     };
     for _ in 0..3 {
-        let (r, commits) = periodic(&mut syncer, &engine);
+        let (r, commits) = idle(&mut syncer, &engine);
         assert_eq!((commits, r.script_bytes, r.full), (0, 0, false), "idle: no transaction");
     }
     // Someone else commits (here: flushes a fixed chain). The next
@@ -367,11 +330,11 @@ fn an_idle_periodic_sync_sends_nothing_until_someone_else_commits() {
     let mut tamper = Transaction::new(IpFamily::V4);
     tamper.push(Op::FlushChain(ChainId::Services));
     syncer.dataplane().apply_transaction(&tamper).unwrap();
-    let (_, commits) = periodic(&mut syncer, &engine);
+    let (_, commits) = idle(&mut syncer, &engine);
     assert_eq!(commits, 1, "one repairing transaction");
     assert_eq!(trace(syncer.dataplane(), probe), before);
     assert_eq!(*syncer.dataplane(), fresh(&engine, &config()));
-    let (_, commits) = periodic(&mut syncer, &engine);
+    let (_, commits) = idle(&mut syncer, &engine);
     assert_eq!(commits, 0, "idle again");
 }
 
