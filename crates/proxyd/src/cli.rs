@@ -306,8 +306,8 @@ pub struct RunArgs {
     pub metrics_bind_address: BindAddress,
 
     /// Do not delete stale UDP conntrack entries after syncs (for hosts
-    /// without the conntrack tool; stale entries then live until they time
-    /// out).
+    /// where proxyd may not use netlink conntrack; stale entries then live
+    /// until they time out).
     #[arg(long)]
     pub no_conntrack: bool,
 }
