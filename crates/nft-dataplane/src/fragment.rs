@@ -157,10 +157,10 @@ pub struct Fragment {
     pub entries: Vec<Entry>,
     /// Chains of its own.
     pub chains: Vec<ChainDef>,
-    /// Sets of its own: ClientIP affinity sets (one per endpoint: the
-    /// clients it served recently; each element times out on its own) and
-    /// backend maps.
-    pub affinity_sets: Vec<SetId>,
+    /// Sets of its own, created and deleted with it: ClientIP affinity
+    /// sets (one per endpoint: the clients it served recently; each element
+    /// times out on its own) and backend maps.
+    pub own_sets: Vec<SetId>,
     /// Backend maps' contents: endpoint `i` of the list is at position `i`.
     pub backends: Vec<(SetId, Vec<SocketAddr>)>,
     /// Elements other services may also want (hairpin pairs of local
@@ -177,7 +177,7 @@ impl Fragment {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
             && self.chains.is_empty()
-            && self.affinity_sets.is_empty()
+            && self.own_sets.is_empty()
             && self.backends.is_empty()
             && self.shared.is_empty()
             && self.frontends.is_empty()
@@ -471,7 +471,7 @@ fn load_balance(
                 map: map.clone(),
                 width: u32::try_from(positions.len()).unwrap_or(u32::MAX),
             }]));
-            out.affinity_sets.push(map.clone());
+            out.own_sets.push(map.clone());
             out.backends.push((map, positions));
             return;
         }
@@ -503,7 +503,7 @@ fn load_balance(
                     Rule::always(vec![Statement::Dnat(protocol, ep)]),
                 ],
             });
-            out.affinity_sets.push(set);
+            out.own_sets.push(set);
         }
     }
     rules.push(Rule::always(vec![Statement::RandomGoto(picks)]));

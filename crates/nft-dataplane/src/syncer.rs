@@ -383,7 +383,7 @@ impl<D: Dataplane> NftSyncer<D> {
         }
         // 1. New sets and chains exist before anything refers to them.
         for (old, new) in &pairs {
-            for s in new.affinity_sets.iter().filter(|s| !old.affinity_sets.contains(s)) {
+            for s in new.own_sets.iter().filter(|s| !old.own_sets.contains(s)) {
                 tx.push(Op::AddSet(s.clone(), Vec::new()));
             }
             for c in new.chains.iter().filter(|c| !old.chains.iter().any(|o| o.id == c.id)) {
@@ -457,7 +457,7 @@ impl<D: Dataplane> NftSyncer<D> {
             for c in gone(old, new) {
                 tx.push(Op::DeleteChain(c));
             }
-            for s in old.affinity_sets.iter().filter(|s| !new.affinity_sets.contains(s)) {
+            for s in old.own_sets.iter().filter(|s| !new.own_sets.contains(s)) {
                 tx.push(Op::DeleteSet(s.clone()));
             }
         }
@@ -527,6 +527,44 @@ fn reassert_skeleton(config: &DataplaneConfig, tx: &mut Transaction) {
 /// transaction: there is no moment without rules. Chains are declared
 /// first, then sets with their elements (which may name chains), then
 /// rules (which name both).
+/// The fragments, in service-name order (transactions are deterministic).
+fn by_name(view: &Programmed) -> Vec<&Fragment> {
+    let mut names: Vec<&ServiceName> = view.fragments.keys().collect();
+    names.sort_unstable();
+    names.iter().filter_map(|n| view.fragments.get(*n)).collect()
+}
+
+/// Declares everything rules and elements may refer to, in an order nft
+/// accepts: the fixed chains and every fragment's chains, then the fixed
+/// sets and every fragment's own sets (each with what `elements` gives it),
+/// then the fixed chains' rules.
+fn declare(
+    config: &DataplaneConfig,
+    fragments: &[&Fragment],
+    tx: &mut Transaction,
+    mut elements: impl FnMut(&SetId) -> Vec<Element>,
+) {
+    let fixed = skeleton::chains(config);
+    for (chain, _) in &fixed {
+        tx.push(Op::AddChain(chain.clone()));
+    }
+    for c in fragments.iter().flat_map(|f| &f.chains) {
+        tx.push(Op::AddChain(c.id.clone()));
+    }
+    for set in SetId::skeleton(config.scope) {
+        let e = elements(&set);
+        tx.push(Op::AddSet(set, e));
+    }
+    for set in fragments.iter().flat_map(|f| &f.own_sets) {
+        tx.push(Op::AddSet(set.clone(), elements(set)));
+    }
+    for (chain, rules) in fixed {
+        for r in rules {
+            tx.push(Op::AddRule(chain.clone(), r));
+        }
+    }
+}
+
 fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction {
     let family = config.family;
     let mut tx = Transaction::for_table(family, config.table());
@@ -535,16 +573,7 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     tx.push(Op::AddTable(family));
     tx.push(Op::DeleteTable(family));
     tx.push(Op::AddTable(family));
-    let mut names: Vec<&ServiceName> = view.fragments.keys().collect();
-    names.sort_unstable();
-    let fragments: Vec<&Fragment> = names.iter().filter_map(|n| view.fragments.get(*n)).collect();
-    let fixed = skeleton::chains(config);
-    for (chain, _) in &fixed {
-        tx.push(Op::AddChain(chain.clone()));
-    }
-    for c in fragments.iter().flat_map(|f| &f.chains) {
-        tx.push(Op::AddChain(c.id.clone()));
-    }
+    let fragments = by_name(view);
     let mut by_set: HashMap<SetId, Vec<Element>> = HashMap::new();
     by_set.entry(SetId::Canary).or_default().push(canary());
     let mut shared: Vec<&SharedElement> = view.shared.keys().collect();
@@ -555,19 +584,9 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     for f in &fragments {
         f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
     }
-    for set in SetId::skeleton(config.scope) {
-        let elements = by_set.remove(&set).unwrap_or_default();
-        tx.push(Op::AddSet(set, elements));
-    }
-    for s in fragments.iter().flat_map(|f| &f.affinity_sets) {
-        let elements = by_set.remove(s).unwrap_or_default();
-        tx.push(Op::AddSet(s.clone(), elements));
-    }
-    for (chain, rules) in fixed {
-        for r in rules {
-            tx.push(Op::AddRule(chain.clone(), r));
-        }
-    }
+    declare(config, &fragments, &mut tx, |set| {
+        by_set.remove(set).unwrap_or_default()
+    });
     for c in fragments.iter().flat_map(|f| &f.chains) {
         for r in &c.rules {
             tx.push(Op::AddRule(c.id.clone(), r.clone()));
@@ -593,29 +612,10 @@ pub const FIRST_LOAD_CHUNK: usize = 25_000;
 fn first_load(config: &DataplaneConfig, view: &Programmed, chunk: usize) -> Vec<Transaction> {
     let family = config.family;
     let new = || Transaction::for_table(family, config.table());
-    let mut names: Vec<&ServiceName> = view.fragments.keys().collect();
-    names.sort_unstable();
-    let fragments: Vec<&Fragment> = names.iter().filter_map(|n| view.fragments.get(*n)).collect();
+    let fragments = by_name(view);
     let mut first = new();
     first.push(Op::AddTable(family));
-    let fixed = skeleton::chains(config);
-    for (chain, _) in &fixed {
-        first.push(Op::AddChain(chain.clone()));
-    }
-    for c in fragments.iter().flat_map(|f| &f.chains) {
-        first.push(Op::AddChain(c.id.clone()));
-    }
-    for set in SetId::skeleton(config.scope) {
-        first.push(Op::AddSet(set, Vec::new()));
-    }
-    for s in fragments.iter().flat_map(|f| &f.affinity_sets) {
-        first.push(Op::AddSet(s.clone(), Vec::new()));
-    }
-    for (chain, rules) in fixed {
-        for r in rules {
-            first.push(Op::AddRule(chain.clone(), r));
-        }
-    }
+    declare(config, &fragments, &mut first, |_| Vec::new());
     let mut out = vec![first];
     let mut tx = new();
     let mut by_set: BTreeMap<SetId, Vec<Element>> = BTreeMap::new();
