@@ -9,7 +9,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use slice_model::IpFamily;
 
-use super::{NFGENMSG, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Next, Reply, Socket, attr, find, message, nested};
+use super::{
+    ENOENT, NFGENMSG, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Next, Reply, Socket, attr, find, message, nested, nfproto,
+};
 use crate::conntrack::{Conntrack, ConntrackError, Flow};
 use crate::netns::Netns;
 
@@ -30,7 +32,6 @@ const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
 const IPPROTO_UDP: u8 = 17;
-const ENOENT: i32 = 2;
 /// Deletes per datagram; their acknowledgements are read before the next.
 const BATCH: usize = 128;
 
@@ -68,7 +69,7 @@ impl NetlinkConntrack {
                     CT_DELETE,
                     NLM_F_REQUEST | NLM_F_ACK,
                     seq,
-                    family_byte(family),
+                    nfproto(family),
                     |b| entry.write(b),
                 );
             }
@@ -101,13 +102,6 @@ impl NetlinkConntrack {
 }
 
 const CT_DELETE: u16 = NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_DELETE;
-
-fn family_byte(family: IpFamily) -> u8 {
-    match family {
-        IpFamily::V4 => 2,
-        IpFamily::V6 => 10,
-    }
-}
 
 impl Conntrack for NetlinkConntrack {
     fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
@@ -270,14 +264,7 @@ fn dump_udp(socket: &mut Socket, family: IpFamily, stale: &Stale) -> io::Result<
     let seq = socket.next_seq();
     let mut req = Vec::with_capacity(32);
     let get = NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_GET;
-    message(
-        &mut req,
-        get,
-        NLM_F_REQUEST | NLM_F_DUMP,
-        seq,
-        family_byte(family),
-        |_| {},
-    );
+    message(&mut req, get, NLM_F_REQUEST | NLM_F_DUMP, seq, nfproto(family), |_| {});
     socket.send(&req)?;
     let (mut found, mut failed) = (Vec::new(), None);
     socket.receive(seq, |reply| {

@@ -24,10 +24,21 @@ const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
 const NLM_F_DUMP: u16 = 0x300;
 const NLA_F_NESTED: u16 = 0x8000;
+/// "No such object": a table or conntrack entry that is not there.
+const ENOENT: i32 = 2;
 /// `nlmsghdr`.
 const HEADER: usize = 16;
 /// `nfgenmsg`, after the header of every nfnetlink message.
 const NFGENMSG: usize = 4;
+
+/// The netfilter protocol family (`NFPROTO_IPV4`, `NFPROTO_IPV6`) of
+/// `nfgenmsg`.
+fn nfproto(family: slice_model::IpFamily) -> u8 {
+    match family {
+        slice_model::IpFamily::V4 => 2,
+        slice_model::IpFamily::V6 => 10,
+    }
+}
 
 /// A `NETLINK_NETFILTER` socket in one network namespace.
 #[derive(Debug)]

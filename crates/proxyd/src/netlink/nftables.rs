@@ -10,7 +10,7 @@ use std::io;
 
 use slice_model::IpFamily;
 
-use super::{NFGENMSG, NLM_F_REQUEST, Next, Reply, Socket, attr, find, malformed, message};
+use super::{ENOENT, NFGENMSG, NLM_F_REQUEST, Next, Reply, Socket, attr, find, malformed, message, nfproto};
 use crate::netns::Netns;
 
 /// nfnetlink's nftables subsystem and its generation messages.
@@ -21,7 +21,6 @@ const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_GEN_ID: u16 = 1;
-const ENOENT: i32 = 2;
 
 /// Asks the nftables of one network namespace.
 #[derive(Debug)]
@@ -35,59 +34,62 @@ impl NftNetlink {
 
     /// Whether the table `name` of `family` exists.
     pub fn table_exists(&mut self, family: IpFamily, name: &str) -> io::Result<bool> {
-        let seq = self.0.next_seq();
-        let nfproto = match family {
-            IpFamily::V4 => 2,
-            IpFamily::V6 => 10,
-        };
-        let mut req = Vec::with_capacity(64);
         let mut text = name.as_bytes().to_vec();
         text.push(0);
-        message(
-            &mut req,
-            NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETTABLE,
-            NLM_F_REQUEST,
-            seq,
-            nfproto,
-            |b| {
-                attr(b, NFTA_TABLE_NAME, &text);
+        self.ask(
+            NFT_MSG_GETTABLE,
+            nfproto(family),
+            |b| attr(b, NFTA_TABLE_NAME, &text),
+            |reply| match reply {
+                Reply::Message(kind, _) if *kind == NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWTABLE => Some(Ok(true)),
+                Reply::Error(ENOENT) => Some(Ok(false)),
+                _ => None,
             },
-        );
-        self.0.send(&req)?;
-        let mut found = Err(malformed("no table in the reply"));
-        self.0.receive(seq, |reply| {
-            found = match reply {
-                Reply::Message(kind, _) if kind == NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWTABLE => Ok(true),
-                Reply::Error(ENOENT) => Ok(false),
-                Reply::Error(errno) => Err(io::Error::from_raw_os_error(errno)),
-                _ => return Next::More,
-            };
-            Next::Stop
-        })?;
-        found
+        )
     }
 
     /// The current generation.
     pub fn generation(&mut self) -> io::Result<u32> {
-        let seq = self.0.next_seq();
-        let mut req = Vec::with_capacity(32);
-        message(
-            &mut req,
-            NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETGEN,
-            NLM_F_REQUEST,
-            seq,
+        self.ask(
+            NFT_MSG_GETGEN,
             0,
             |_| {},
+            |reply| match reply {
+                Reply::Message(kind, payload) if *kind == NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN => {
+                    Some(generation_of(payload).ok_or_else(|| malformed("no generation attribute")))
+                }
+                _ => None,
+            },
+        )
+    }
+
+    /// Sends one nftables request `kind` for `family` with the attributes
+    /// `body` writes, and reads replies until `answer` makes something of
+    /// one; any other error the kernel reports is the result.
+    fn ask<T>(
+        &mut self,
+        kind: u16,
+        family: u8,
+        body: impl FnOnce(&mut Vec<u8>),
+        mut answer: impl FnMut(&Reply<'_>) -> Option<io::Result<T>>,
+    ) -> io::Result<T> {
+        let seq = self.0.next_seq();
+        let mut req = Vec::with_capacity(64);
+        message(
+            &mut req,
+            NFNL_SUBSYS_NFTABLES << 8 | kind,
+            NLM_F_REQUEST,
+            seq,
+            family,
+            body,
         );
         self.0.send(&req)?;
-        let mut found = Err(malformed("no generation in the reply"));
+        let mut found = Err(malformed("no answer in the reply"));
         self.0.receive(seq, |reply| {
-            found = match reply {
-                Reply::Message(kind, payload) if kind == NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN => {
-                    generation_of(payload).ok_or_else(|| malformed("no generation attribute"))
-                }
-                Reply::Error(errno) => Err(io::Error::from_raw_os_error(errno)),
-                _ => return Next::More,
+            found = match (answer(&reply), reply) {
+                (Some(result), _) => result,
+                (None, Reply::Error(errno)) => Err(io::Error::from_raw_os_error(errno)),
+                (None, _) => return Next::More,
             };
             Next::Stop
         })?;
