@@ -113,3 +113,63 @@ pub fn cluster_ip_service(namespace: &str, i: u32) -> slice_model::ServiceInfo {
     }];
     s
 }
+
+/// A network namespace of the harness's own (`PREFIX-PID`, loopback up),
+/// removed when dropped. Needs root and iproute2.
+#[derive(Debug)]
+pub struct ScratchNetns(pub String);
+
+impl ScratchNetns {
+    /// Creates it.
+    pub fn create(prefix: &str) -> Result<Self, String> {
+        let name = format!("{prefix}-{}", std::process::id());
+        run_ok("ip", &["netns", "add", &name])
+            .map_err(|e| format!("cannot create a network namespace (needs root and iproute2): {e}"))?;
+        let ns = Self(name);
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// `ip ARGS` inside it.
+    pub fn ip(&self, args: &[&str]) -> Result<(), String> {
+        let mut all = vec!["netns", "exec", &self.0, "ip"];
+        all.extend_from_slice(args);
+        run_ok("ip", &all)
+    }
+}
+
+impl Drop for ScratchNetns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &self.0])
+            .status();
+    }
+}
+
+/// Runs `program args`; its stderr is the error when it fails.
+pub fn run_ok(program: &str, args: &[&str]) -> Result<(), String> {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A harness's exit: its error, named, on stderr.
+pub fn exit(harness: &str, result: Result<(), String>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{harness}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

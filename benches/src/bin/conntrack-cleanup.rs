@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use proxyd::conntrack::{Conntrack, Flow, NetlinkConntrack};
 use proxyd::netns::Netns;
+use proxyd_benches::ScratchNetns;
 use slice_model::IpFamily;
 
 const VIP: &str = "10.96.0.10";
@@ -133,22 +134,6 @@ fn run(ns: &str, stale: u32, other: u32) -> Result<(), String> {
 fn main() -> ExitCode {
     let arg = |n: usize, default: u32| std::env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (stale, other) = (arg(1, 1000), arg(2, 5000));
-    let ns = format!("proxyd-ct-{}", std::process::id());
-    if !Command::new("ip")
-        .args(["netns", "add", &ns])
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        eprintln!("conntrack-cleanup: cannot create a network namespace (needs root and iproute2)");
-        return ExitCode::FAILURE;
-    }
-    let result = run(&ns, stale, other);
-    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("conntrack-cleanup: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let result = ScratchNetns::create("proxyd-ct").and_then(|ns| run(&ns.0, stale, other));
+    proxyd_benches::exit("conntrack-cleanup", result)
 }

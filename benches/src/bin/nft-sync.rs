@@ -11,7 +11,7 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 use proxyd::dataplane::{DataplaneConfig, NftCommand, NftSyncer, Recording, SyncKind, SyncReport};
 use proxyd::engine::Engine;
@@ -51,16 +51,8 @@ fn print(what: &str, r: &SyncReport) {
 fn main() -> ExitCode {
     let arg = |n: usize, default: u32| std::env::args().nth(n).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (services, endpoints) = (arg(1, 10_000), arg(2, 2));
-    let ns = format!("proxyd-bench-{}", std::process::id());
-    if !Command::new("ip")
-        .args(["netns", "add", &ns])
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        eprintln!("nft-sync: cannot create a network namespace (needs root and iproute2)");
-        return ExitCode::FAILURE;
-    }
-    let result = (|| -> Result<(), String> {
+    let result = proxyd_benches::ScratchNetns::create("proxyd-bench").and_then(|scratch| {
+        let ns = scratch.0.clone();
         let mut engine = Engine::new("node-1", IpFamily::V4);
         for i in 0..services {
             engine.update_service(&service(i));
@@ -107,13 +99,6 @@ fn main() -> ExitCode {
             .map_err(|e| e.to_string())?;
         print("periodic re-assertion, nothing changed", &r);
         Ok(())
-    })();
-    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("nft-sync: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    });
+    proxyd_benches::exit("nft-sync", result)
 }

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
 use fake_apiserver::FakeApiServer;
+use proxyd_benches::{ScratchNetns, run_ok};
 use serde_json::{Value, json};
 
 /// What to build and measure.
@@ -339,23 +340,8 @@ fn start_prober(ns: &str) -> Result<Child, String> {
         .map_err(|e| format!("python3: {e}"))
 }
 
-fn run_ok(program: &str, args: &[&str]) -> Result<(), String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("{program}: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn run(args: &Args, proxyd: &std::path::Path, ns: &str, dir: &std::path::Path) -> Result<(), String> {
+fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path::Path) -> Result<(), String> {
+    let ns = ns.0.as_str();
     let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("no tokio runtime: {e}"))?;
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     let made = Instant::now();
@@ -444,12 +430,15 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &str, dir: &std::path::Path) -
         changed.push(s.took_us);
     }
     println!(
-        "one added service: median {} (of {:?} µs); one changed endpoint: median {} (of {:?} µs)",
-        ms(median(added.clone())),
-        added,
-        ms(median(changed.clone())),
-        changed
+        "one added service: median {} (of {added:?} µs)",
+        ms(median(added.clone()))
     );
+    if !changed.is_empty() {
+        println!(
+            "one changed endpoint: median {} (of {changed:?} µs)",
+            ms(median(changed.clone()))
+        );
+    }
     if args.big_service > 0 {
         let big = big_index(args);
         let base = args.services * args.endpoints;
@@ -568,41 +557,13 @@ fn main() -> ExitCode {
         eprintln!("scale: cannot find the proxyd binary");
         return ExitCode::FAILURE;
     };
-    let id = std::process::id();
-    let dir = std::env::temp_dir().join(format!("proxyd-scale-{id}"));
-    let ns = format!("proxyd-scale-{id}");
-    let made = run_ok("ip", &["netns", "add", &ns])
-        .and_then(|()| run_ok("ip", &["netns", "exec", &ns, "ip", "link", "set", "lo", "up"]))
-        .and_then(|()| {
-            run_ok(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &ns,
-                    "ip",
-                    "route",
-                    "add",
-                    "local",
-                    "10.96.0.0/12",
-                    "dev",
-                    "lo",
-                ],
-            )
-        });
-    if let Err(e) = made {
-        eprintln!("scale: cannot set up a network namespace (needs root and iproute2): {e}");
-        let _ = Command::new("ip").args(["netns", "del", &ns]).status();
-        return ExitCode::FAILURE;
-    }
-    let result = run(&args, &proxyd, &ns, &dir);
-    let _ = Command::new("ip").args(["netns", "del", &ns]).status();
+    let dir = std::env::temp_dir().join(format!("proxyd-scale-{}", std::process::id()));
+    let result = ScratchNetns::create("proxyd-scale").and_then(|ns| {
+        // Cluster IPs are routed locally, so that probes from inside pass
+        // output NAT.
+        ns.ip(&["route", "add", "local", "10.96.0.0/12", "dev", "lo"])?;
+        run(&args, &proxyd, &ns, &dir)
+    });
     let _ = std::fs::remove_dir_all(&dir);
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("scale: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    proxyd_benches::exit("scale", result)
 }
