@@ -270,11 +270,15 @@ impl<D: Dataplane> NftSyncer<D> {
             self.view = Some(view);
             (txs, written)
         } else {
+            // Re-asserting the fixed chains repairs what others committed;
+            // when nobody has, a periodic sync is a sync of changes.
+            let kind = match kind {
+                SyncKind::Periodic if !self.dataplane.may_have_changed() => SyncKind::Changes,
+                k => k,
+            };
             let (tx, written) = self.partial(services, endpoints, changed, kind);
-            // Nothing to write, and (for a periodic sync) nothing committed
-            // since our last transaction: don't run nft for the canary and
-            // the fixed chains alone.
-            if written == 0 && (kind == SyncKind::Changes || !self.dataplane.may_have_changed()) {
+            if written == 0 && kind == SyncKind::Changes {
+                // Nothing to write: don't spend an nft run on the canary alone.
                 return Ok(SyncReport {
                     render: started.elapsed(),
                     ..SyncReport::default()
@@ -595,9 +599,10 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     tx
 }
 
-/// How many elements and rules one transaction of a first load holds:
-/// nft takes about a second for 40,000 of them on a small VM, and the
-/// kernel holds the nftables lock for all of one transaction.
+/// How many elements and rules one transaction of a first load holds: the
+/// kernel holds the nftables lock for all of one transaction, and this
+/// keeps each well under a second on a small node (figures in
+/// `benches/RESULTS.md`).
 pub const FIRST_LOAD_CHUNK: usize = 25_000;
 
 /// The whole ruleset for a table that does not exist yet, as short
