@@ -1,6 +1,6 @@
 //! [`Interner`]: one shared copy of the strings that repeat across slices.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -81,9 +81,9 @@ pub struct Interner {
     /// beats hashing on the path almost always taken.
     single_zones: Vec<ZoneHints>,
     /// Every other set handed out, so that each has one shared copy.
-    zone_sets: HashMap<Box<[Arc<str>]>, ZoneHints, FastHash>,
+    zone_sets: HashSet<ZoneHints, FastHash>,
     scratch: Vec<Arc<str>>,
-    /// What [`Self::len`] was after the last prune.
+    /// How much was held (strings and sets) after the last prune.
     pruned_len: usize,
 }
 
@@ -161,7 +161,7 @@ impl Interner {
             return set.clone();
         }
         let set = ZoneHints::of_sorted(zones);
-        self.zone_sets.insert(zones.into(), set.clone());
+        self.zone_sets.insert(set.clone());
         set
     }
 
@@ -170,7 +170,7 @@ impl Interner {
     pub fn prune(&mut self) {
         // Sets first: they hold zone names.
         self.single_zones.retain(ZoneHints::is_shared);
-        self.zone_sets.retain(|_, set| set.is_shared());
+        self.zone_sets.retain(ZoneHints::is_shared);
         self.strings.retain(|s| Arc::strong_count(s) > 1);
         self.pruned_len = self.held();
     }

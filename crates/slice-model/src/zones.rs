@@ -68,6 +68,14 @@ impl PartialEq for ZoneHints {
 
 impl Eq for ZoneHints {}
 
+/// Looked up by its zones (the interner keeps its sets in a hash set);
+/// hashing and equality are the zones', so this is consistent.
+impl std::borrow::Borrow<[Arc<str>]> for ZoneHints {
+    fn borrow(&self) -> &[Arc<str>] {
+        self.as_slice()
+    }
+}
+
 impl Hash for ZoneHints {
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.as_slice().hash(state);
