@@ -9,6 +9,7 @@ of each phase and the ratios the issues set targets for.
     python3 benches/compare.py                      # large profile, 3 runs each
     python3 benches/compare.py --profile medium --runs 5
     python3 benches/compare.py --trace my.jsonl --node-name node-7
+    python3 benches/compare.py --proxyd /tmp/proxyd-old   # an A/B: another build
 
 Needs Go (apt-get install -y golang-go) to build the reference; exits 2 when
 it is missing. Wall time and peak RSS come from the processes themselves
@@ -35,6 +36,8 @@ def build(args):
     ref = os.path.join(SHARED, "reference", "seedport")
     out = os.path.join(args.workdir, "seedport")
     subprocess.run(["go", "build", "-o", out, "."], cwd=ref, check=True)
+    if args.proxyd:
+        return out, args.proxyd
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "proxyd"], cwd=ROOT, check=True)
     return out, os.path.join(ROOT, "target", "release", "proxyd")
 
@@ -67,6 +70,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--node-name", default="node-1")
     ap.add_argument("--workdir", default="/tmp/proxyd-compare")
+    ap.add_argument("--proxyd", help="a built proxyd binary to compare (else the workspace's, built first)")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     go_bin, rs_bin = build(args)

@@ -286,9 +286,17 @@ fn scrape() -> Result<String, String> {
     Ok(body)
 }
 
-/// The `q` quantile of a Prometheus histogram, as the upper bound of the
-/// bucket it falls in (what `histogram_quantile` would interpolate within).
-fn histogram_quantile(metrics: &str, name: &str, q: f64) -> Option<(f64, u64)> {
+/// The `q` quantile of a Prometheus histogram's cumulative buckets, as the
+/// upper bound of the bucket it falls in (what `histogram_quantile` would interpolate within).
+fn histogram_quantile(buckets: &[(f64, u64)], q: f64) -> Option<(f64, u64)> {
+    let total = buckets.last()?.1;
+    let rank = (q * total as f64).ceil() as u64;
+    let (le, _) = buckets.iter().find(|(_, c)| *c >= rank)?;
+    Some((*le, total))
+}
+
+/// The cumulative buckets of histogram `name` in a scrape, by bound.
+fn histogram_buckets(metrics: &str, name: &str) -> Vec<(f64, u64)> {
     let mut buckets: Vec<(f64, u64)> = metrics
         .lines()
         .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
@@ -300,10 +308,19 @@ fn histogram_quantile(metrics: &str, name: &str, q: f64) -> Option<(f64, u64)> {
         })
         .collect();
     buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let total = buckets.last()?.1;
-    let rank = (q * total as f64).ceil() as u64;
-    let (le, _) = buckets.iter().find(|(_, c)| *c >= rank)?;
-    Some((*le, total))
+    buckets
+}
+
+/// What a histogram observed between two scrapes: `after`'s buckets less
+/// `before`'s.
+fn histogram_since(after: &[(f64, u64)], before: &[(f64, u64)]) -> Vec<(f64, u64)> {
+    after
+        .iter()
+        .map(|&(le, n)| {
+            let earlier = before.iter().find(|(b, _)| *b == le).map_or(0, |(_, c)| *c);
+            (le, n.saturating_sub(earlier))
+        })
+        .collect()
 }
 
 /// Accepts TCP connections on port 8080 inside the namespace, on the
@@ -527,16 +544,20 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         std::thread::sleep(Duration::from_secs(3));
         let metrics = scrape()?;
         let name = "kubeproxy_network_programming_duration_seconds";
+        // Only what was observed during the churn: the first sync's
+        // observations (objects made before proxyd started) are not.
         let before = ready_before
             .as_deref()
-            .and_then(|m| histogram_quantile(m, name, 0.99))
-            .map_or(0, |(_, n)| n);
-        let (p99, observed) = histogram_quantile(&metrics, name, 0.99).ok_or("no network programming histogram")?;
+            .map(|m| histogram_buckets(m, name))
+            .unwrap_or_default();
+        let during = histogram_since(&histogram_buckets(&metrics, name), &before);
+        let before = before.last().map_or(0, |(_, n)| *n);
+        let (p99, observed) = histogram_quantile(&during, 0.99).ok_or("no network programming histogram")?;
         let end = rss_mib(daemon.pid(), "VmRSS:");
         let (at, rss2) = rss_at_2.unwrap_or_default();
         println!(
             "churn: {n} endpoint changes in {:.0?} ({:.0}/s); network programming p99 <= {p99} s \
-             ({} observations, {before} before churn); VmRSS {rss2:.0} MiB at {at:.0?}, {end:.0} MiB at the end ({:+.1}%)",
+             ({} observations during the churn, {before} before it); VmRSS {rss2:.0} MiB at {at:.0?}, {end:.0} MiB at the end ({:+.1}%)",
             started.elapsed(),
             n as f64 / started.elapsed().as_secs_f64(),
             observed,

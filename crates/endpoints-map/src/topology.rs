@@ -212,11 +212,12 @@ pub fn categorize<'a, E: Endpoint>(
             // A set, not a scan of the cluster list per local endpoint: a
             // service of 100,000 endpoints has a thousand on a node.
             let mut all = cluster.clone();
-            let mut seen: std::collections::HashSet<std::net::SocketAddr> = if local.is_empty() {
-                Default::default()
-            } else {
-                cluster.iter().map(|c| c.socket_addr()).collect()
-            };
+            let mut seen: std::collections::HashSet<std::net::SocketAddr, slice_model::internal::FastHash> =
+                if local.is_empty() {
+                    Default::default()
+                } else {
+                    cluster.iter().map(|c| c.socket_addr()).collect()
+                };
             for e in &local {
                 if seen.insert(e.socket_addr()) {
                     all.push(e);

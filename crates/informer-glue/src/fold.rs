@@ -15,7 +15,7 @@
 //! `Init` before `InitDone`) may have updated objects but deletes nothing.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, HashSet};
 
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
@@ -128,7 +128,7 @@ pub struct EventFold<K: Clone, P: Keep<K> = Whole> {
     known: BTreeMap<Key, P::Kept>,
     /// The keys listed so far by the list under way (after `Init`, before
     /// `InitDone`).
-    listed: Option<BTreeSet<Key>>,
+    listed: Option<HashSet<Key>>,
     synced: bool,
     /// Objects the proxy does not handle; treated as absent.
     selected: Box<dyn Fn(&K) -> bool + Send>,
@@ -238,7 +238,7 @@ where
                 self.delete(&key, handler);
             }
             Event::Init => {
-                if self.listed.replace(BTreeSet::new()).is_some() {
+                if self.listed.replace(HashSet::new()).is_some() {
                     self.stats.aborted_lists += 1;
                     tracing::info!(kind = %std::any::type_name::<K>(), "list restarted before it completed; deletes wait for a complete one");
                 }

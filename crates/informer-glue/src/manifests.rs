@@ -358,14 +358,16 @@ impl<'a> Doc<'a> {
     }
 
     /// Converts with the failing field's path in the message
-    /// (`spec.ports[0].port: invalid type …`).
+    /// (`spec.ports[0].port: invalid type …`). Tracking the path slows
+    /// every field down, so it is done only again for a document that
+    /// failed without it.
     fn typed<K: DeserializeOwned>(self) -> Result<K, String> {
         let path = |e: serde_path_to_error::Error<_>| format!("{}: {}", e.path(), e.inner());
         match self {
-            Doc::Yaml(v) => serde_path_to_error::deserialize(v).map_err(path),
-            Doc::Json(raw) => {
+            Doc::Yaml(v) => K::deserialize(&v).or_else(|_| serde_path_to_error::deserialize(v).map_err(path)),
+            Doc::Json(raw) => serde_json::from_str(raw.get()).or_else(|_| {
                 serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(raw.get())).map_err(path)
-            }
+            }),
         }
     }
 }

@@ -18,10 +18,11 @@
 //!   cluster endpoints; others only local ones, with their source kept),
 //! - load-balancer source ranges (a firewall chain).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 
 use slice_model::Protocol;
+use slice_model::internal::FastHash;
 
 use crate::desired::{DataplaneConfig, EndpointGroup, GroupVerdict, Scope, ServiceTarget};
 pub use crate::element::Frontend;
@@ -418,9 +419,11 @@ fn hairpins(group: &EndpointGroup, config: &DataplaneConfig, shared: &mut Vec<(S
 /// position, and when the list shrinks the last ones move into the gaps.
 /// One endpoint replaced, added or removed moves at most two positions.
 fn keep_positions(before: &[SocketAddr], now: &[SocketAddr]) -> Vec<SocketAddr> {
-    let wanted: std::collections::HashSet<&SocketAddr> = now.iter().collect();
+    // A big group's endpoints are hashed twice per change: the caches'
+    // cheap hasher, not SipHash.
+    let wanted: HashSet<&SocketAddr, FastHash> = now.iter().collect();
     let mut slots: Vec<Option<SocketAddr>> = before.iter().map(|e| wanted.contains(e).then_some(*e)).collect();
-    let placed: std::collections::HashSet<SocketAddr> = slots.iter().flatten().copied().collect();
+    let placed: HashSet<SocketAddr, FastHash> = slots.iter().flatten().copied().collect();
     let mut new = now.iter().filter(|e| !placed.contains(e)).copied();
     for slot in slots.iter_mut().filter(|s| s.is_none()) {
         *slot = new.next();

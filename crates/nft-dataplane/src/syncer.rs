@@ -166,6 +166,13 @@ pub struct SyncReport {
     pub longest_apply: Duration,
 }
 
+/// What a sync writes: the whole table (as one transaction, or as a first
+/// load of several when the table does not exist), or the changes.
+enum Plan {
+    Full { view: Programmed, new_table: bool },
+    Partial { tx: Transaction, written: usize },
+}
+
 /// Why a sync is happening.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncKind {
@@ -258,17 +265,10 @@ impl<D: Dataplane> NftSyncer<D> {
     ) -> Result<SyncReport, DataplaneError> {
         let started = Instant::now();
         let full = self.needs_full_sync();
-        let (txs, written) = if full {
+        let plan = if full {
             let view = self.build_full(services, endpoints);
             let new_table = self.dataplane.table_exists(self.config.family, self.config.table()) == Some(false);
-            let txs = if new_table {
-                first_load(&self.config, &view, self.first_load_chunk)
-            } else {
-                vec![full_transaction(&self.config, &view)]
-            };
-            let written = view.fragments.len();
-            self.view = Some(view);
-            (txs, written)
+            Plan::Full { view, new_table }
         } else {
             // Re-asserting the fixed chains repairs what others committed;
             // when nobody has, a periodic sync is a sync of changes.
@@ -284,36 +284,46 @@ impl<D: Dataplane> NftSyncer<D> {
                     ..SyncReport::default()
                 });
             }
-            (vec![tx], written)
+            Plan::Partial { tx, written }
         };
         let mut report = SyncReport {
             full,
-            services_written: written,
-            render: started.elapsed(),
             ..SyncReport::default()
         };
-        for tx in &txs {
+        let dataplane = &mut self.dataplane;
+        let mut apply = |tx: &Transaction| -> Result<(), DataplaneError> {
             let applied = Instant::now();
-            match self.dataplane.apply(tx) {
-                Ok(bytes) => {
-                    let took = applied.elapsed();
-                    report.script_bytes += bytes;
-                    report.elements += tx.element_count();
-                    report.apply += took;
-                    report.transactions += 1;
-                    report.longest_apply = report.longest_apply.max(took);
-                }
-                Err(e) => {
-                    // The kernel kept its state before this transaction,
-                    // which no longer matches the view: forget it (the
-                    // next sync replaces the whole table).
-                    self.view = None;
-                    return Err(e);
-                }
-            }
+            let bytes = dataplane.apply(tx)?;
+            let took = applied.elapsed();
+            report.script_bytes += bytes;
+            report.elements += tx.element_count();
+            report.apply += took;
+            report.transactions += 1;
+            report.longest_apply = report.longest_apply.max(took);
+            Ok(())
+        };
+        let applied = match &plan {
+            // Each of a first load's transactions is applied as soon as it
+            // is built, so that memory holds one of them, not the table twice.
+            Plan::Full { view, new_table: true } => first_load(&self.config, view, self.first_load_chunk, &mut apply),
+            Plan::Full { view, new_table: false } => apply(&full_transaction(&self.config, view)),
+            Plan::Partial { tx, .. } => apply(tx),
+        };
+        if let Err(e) = applied {
+            // The kernel kept its state before the failed transaction,
+            // which no longer matches the view: forget it (the next sync
+            // replaces the whole table).
+            self.view = None;
+            return Err(e);
         }
-        if full {
-            self.last_full = Some(Instant::now());
+        report.render = started.elapsed().saturating_sub(report.apply);
+        match plan {
+            Plan::Full { view, .. } => {
+                report.services_written = view.fragments.len();
+                self.view = Some(view);
+                self.last_full = Some(Instant::now());
+            }
+            Plan::Partial { written, .. } => report.services_written = written,
         }
         Ok(report)
     }
@@ -612,16 +622,23 @@ pub const FIRST_LOAD_CHUNK: usize = 25_000;
 /// want: cluster IPs, hairpin pairs), about `chunk` elements and rules at
 /// most; the last adds the canary. A service is complete the moment its
 /// transaction commits, and until then its traffic passes the table
-/// untouched, as before the table existed. If one fails, the next sync
+/// untouched, as before the table existed. Each is handed to `apply` as
+/// soon as it is built; the first that fails ends the load, and the next sync
 /// replaces the whole table atomically.
-fn first_load(config: &DataplaneConfig, view: &Programmed, chunk: usize) -> Vec<Transaction> {
+fn first_load(
+    config: &DataplaneConfig,
+    view: &Programmed,
+    chunk: usize,
+    apply: &mut impl FnMut(&Transaction) -> Result<(), DataplaneError>,
+) -> Result<(), DataplaneError> {
     let family = config.family;
     let new = || Transaction::for_table(family, config.table());
     let fragments = by_name(view);
     let mut first = new();
     first.push(Op::AddTable(family));
     declare(config, &fragments, &mut first, |_| Vec::new());
-    let mut out = vec![first];
+    apply(&first)?;
+    drop(first);
     let mut tx = new();
     let mut by_set: BTreeMap<SetId, Vec<Element>> = BTreeMap::new();
     let mut size = 0;
@@ -652,14 +669,13 @@ fn first_load(config: &DataplaneConfig, view: &Programmed, chunk: usize) -> Vec<
         }
         if size >= chunk {
             flush(&mut tx, &mut by_set);
-            out.push(std::mem::replace(&mut tx, new()));
+            apply(&std::mem::replace(&mut tx, new()))?;
             size = 0;
         }
     }
     by_set.entry(SetId::Canary).or_default().push(canary());
     flush(&mut tx, &mut by_set);
-    out.push(tx);
-    out
+    apply(&tx)
 }
 
 /// Removes the table `table` of both families, whether or not they exist,

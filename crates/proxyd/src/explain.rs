@@ -26,12 +26,16 @@ use crate::dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_ser
 use crate::dataplane::fragment;
 use crate::engine::Engine;
 use crate::snapshot::{Snapshot, one_shot};
+use k8s_openapi::api::discovery::v1::EndpointSlice as K8sSlice;
 use nft_dataplane::element::proto;
 use nft_dataplane::names::FamilyWords;
 
 /// `proxyd explain` from the command line.
 pub fn main(args: ExplainArgs) -> ExitCode {
-    one_shot("explain", &args.source, &args.proxy, |l| {
+    // Only the asked-for service's slices are kept for the explanation.
+    let wanted = parse_query(&args.service).ok().map(|(name, _)| name);
+    let keep = |s: &K8sSlice| wanted.as_ref().is_some_and(|name| is_slice_of(s, name));
+    one_shot("explain", &args.source, &args.proxy, &keep, |l| {
         let selection = crate::snapshot::selection(&args.proxy);
         let mut text = explain(&l.snapshot, &l.engine, &l.config, &selection, &l.node, &args.service)?;
         if args.proxy.multus {
@@ -165,21 +169,25 @@ struct ModelSlice {
     converted: Result<(EndpointSlice, Vec<SliceWarning>), String>,
 }
 
+/// Whether `slice` is one of `service`'s (by its service-name label).
+fn is_slice_of(slice: &K8sSlice, service: &ServiceName) -> bool {
+    slice.metadata.namespace.as_deref() == Some(&*service.namespace)
+        && slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            .map(String::as_str)
+            == Some(&*service.name)
+}
+
 /// The service's slices, converted by the same code as the watch path.
 fn model_slices(snapshot: &Snapshot, service: &ServiceName, selection: &Selection) -> Vec<ModelSlice> {
     let mut interner = Interner::new();
     snapshot
         .slices
         .iter()
-        .filter(|s| {
-            s.metadata.namespace.as_deref() == Some(&*service.namespace)
-                && s.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                    .map(String::as_str)
-                    == Some(&*service.name)
-        })
+        .filter(|s| is_slice_of(s, service))
         .map(|raw| ModelSlice {
             name: raw.metadata.name.clone().unwrap_or_else(|| "(no name)".into()),
             address_type: raw.address_type.clone(),

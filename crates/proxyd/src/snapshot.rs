@@ -7,14 +7,16 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use informer_glue::fold::EventFold;
-use informer_glue::manifests::{self, relist};
+use informer_glue::manifests::{self, Object, relist};
 use informer_glue::multus::{NetworkName, PodInfo, pod_from_k8s, service_network};
 use informer_glue::selection::Selection;
+use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::{ServiceHandler, SliceCacheHandler};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::ListParams;
+use kube::runtime::watcher::Event;
 use slice_model::ServiceName;
 
 use crate::cli::{ProxyArgs, SourceArgs};
@@ -26,7 +28,8 @@ use crate::engine::Engine;
 pub struct Snapshot {
     /// Services.
     pub services: Vec<Service>,
-    /// EndpointSlices.
+    /// EndpointSlices: from [`Snapshot::fetch`], only those its caller
+    /// asked to keep (every slice goes to the engine as it is read).
     pub slices: Vec<EndpointSlice>,
     /// This node's zone label, if its Node object was found.
     pub node_zone: Option<String>,
@@ -116,26 +119,45 @@ pub async fn api_node_zone(client: &kube::Client, name: &str) -> Option<String> 
 }
 
 impl Snapshot {
-    /// Reads the objects once from `source`.
-    pub async fn fetch(source: &SourceArgs, node: &str, selection: &Selection) -> anyhow::Result<Self> {
+    /// Reads the objects once from `source`, handing each EndpointSlice to
+    /// the engine as it is read and keeping only those `keep` picks (a
+    /// cluster's worth of typed slices is never held at once); returns
+    /// them with the engine, applied.
+    pub async fn fetch(
+        source: &SourceArgs,
+        node: &str,
+        proxy: &ProxyArgs,
+        keep: &dyn Fn(&EndpointSlice) -> bool,
+    ) -> anyhow::Result<(Self, Engine)> {
+        let selection = selection(proxy);
+        let mut feed = EngineFeed::new(node, proxy);
+        let mut snapshot = Self::default();
         if let Some(path) = &source.manifests {
-            let m = manifests::load(path)?;
-            for s in &m.skipped {
-                tracing::debug!("skipped {s}");
-            }
-            let node_zone = m.node_zone(node);
-            let pods = if selection.multus { m.pods } else { Vec::new() };
-            return Ok(Self {
-                node_zone,
-                services: m.services,
-                slices: m.slices,
-                pods,
-            });
+            let mut nodes = Vec::new();
+            manifests::Texts::read(path)?.for_each(|object| match object {
+                Object::Service(s) => snapshot.services.push(*s),
+                Object::Slice(s) => {
+                    if keep(&s) {
+                        snapshot.slices.push((*s).clone());
+                    }
+                    feed.slice(*s);
+                }
+                Object::Node(n) => nodes.push(*n),
+                Object::Pod(p) if selection.multus => snapshot.pods.push(*p),
+                Object::Pod(_) => {}
+                Object::Skipped(s) => tracing::debug!("skipped {s}"),
+            })?;
+            snapshot.node_zone = nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(node))
+                .and_then(informer_glue::node::zone_of);
+            let engine = feed.finish(&snapshot.services);
+            return Ok((snapshot, engine));
         }
         let client = client(source).await?;
         let params = ListParams::default().labels_from(&selection.label_selector());
         let slice_params = ListParams::default().labels_from(&selection.slice_label_selector());
-        let services = Api::<Service>::all(client.clone())
+        snapshot.services = Api::<Service>::all(client.clone())
             .list(&params)
             .await
             .context("cannot list services")?
@@ -145,22 +167,23 @@ impl Snapshot {
             .await
             .context("cannot list endpoint slices")?
             .items;
-        let pods = if selection.multus {
+        for s in slices {
+            if keep(&s) {
+                snapshot.slices.push(s.clone());
+            }
+            feed.slice(s);
+        }
+        if selection.multus {
             let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
-            Api::<Pod>::all(client.clone())
+            snapshot.pods = Api::<Pod>::all(client.clone())
                 .list(&on_node)
                 .await
                 .context("cannot list this node's pods")?
-                .items
-        } else {
-            Vec::new()
-        };
-        Ok(Self {
-            node_zone: api_node_zone(&client, node).await,
-            services,
-            slices,
-            pods,
-        })
+                .items;
+        }
+        snapshot.node_zone = api_node_zone(&client, node).await;
+        let engine = feed.finish(&snapshot.services);
+        Ok((snapshot, engine))
     }
 
     /// Multus mode's view: this node's pods (converted; warnings logged)
@@ -191,26 +214,59 @@ impl Snapshot {
         (pods, networks)
     }
 
-    /// An engine holding these objects (applied), as proxy `node` of
-    /// `family` would see them.
+    /// An engine holding these objects (applied), as proxy `node` would
+    /// see them.
     pub fn engine(&self, node: &str, proxy: &ProxyArgs) -> Engine {
-        let mut engine = Engine::new(node, proxy.ip_family);
+        let mut feed = EngineFeed::new(node, proxy);
+        self.slices.iter().cloned().for_each(|s| feed.slice(s));
+        feed.finish(&self.services)
+    }
+}
+
+/// Builds an engine from EndpointSlices handed over one at a time, through
+/// the same handlers and selection as `proxyd run`, keeping of each slice
+/// only what `run` keeps.
+pub struct EngineFeed {
+    engine: Engine,
+    proxy: ProxyArgs,
+    handler: SliceCacheHandler,
+    fold: EventFold<EndpointSlice, SlimSlices>,
+}
+
+impl EngineFeed {
+    /// An empty engine for proxy `node`, its slice list begun.
+    pub fn new(node: &str, proxy: &ProxyArgs) -> Self {
+        let engine = Engine::new(node, proxy.ip_family);
+        let handler = SliceCacheHandler::new(engine.slices.clone(), Arc::default());
         let sel = selection(proxy);
-        let mut slices = SliceCacheHandler::new(engine.slices.clone(), Arc::default());
-        let mut store = ServiceHandler::new(vec![engine.service_changes.clone()], Arc::default());
-        let s = sel.clone();
+        let mut fold = EventFold::with_selection(move |x| sel.selects_slice(x)).keeping(SlimSlices);
+        let mut handler = handler;
+        fold.apply(Event::Init, &mut handler);
+        Self {
+            engine,
+            proxy: proxy.clone(),
+            handler,
+            fold,
+        }
+    }
+
+    /// Hands over one slice.
+    pub fn slice(&mut self, slice: EndpointSlice) {
+        self.fold.apply(Event::InitApply(slice), &mut self.handler);
+    }
+
+    /// Ends the slice list, hands over `services`, and applies it all.
+    pub fn finish(mut self, services: &[Service]) -> Engine {
+        self.fold.apply(Event::InitDone, &mut self.handler);
+        let sel = selection(&self.proxy);
+        let mut store = ServiceHandler::new(vec![self.engine.service_changes.clone()], Arc::default());
         relist(
-            &mut EventFold::with_selection(move |x| s.selects_service(x)),
-            self.services.iter().cloned(),
+            &mut EventFold::with_selection(move |x| sel.selects_service(x)).keeping(SlimServices),
+            services.iter().cloned(),
             &mut store,
         );
-        relist(
-            &mut EventFold::with_selection(move |x| sel.selects_slice(x)),
-            self.slices.iter().cloned(),
-            &mut slices,
-        );
-        engine.update();
-        engine
+        self.engine.update();
+        self.engine
     }
 }
 
@@ -232,20 +288,25 @@ pub fn one_shot(
     command: &str,
     source: &SourceArgs,
     proxy: &ProxyArgs,
+    keep_slices: &dyn Fn(&EndpointSlice) -> bool,
     body: impl FnOnce(&Loaded) -> anyhow::Result<String>,
 ) -> std::process::ExitCode {
     let result = (|| -> anyhow::Result<String> {
         let node = node_name(proxy)?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let snapshot = runtime.block_on(Snapshot::fetch(source, &node, &selection(proxy)))?;
-        let engine = snapshot.engine(&node, proxy);
+        let (snapshot, engine) = runtime.block_on(Snapshot::fetch(source, &node, proxy, keep_slices))?;
         let config = dataplane_config(proxy, snapshot.node_zone.clone());
-        body(&Loaded {
+        let loaded = Loaded {
             node,
             snapshot,
             engine,
             config,
-        })
+        };
+        let text = body(&loaded);
+        // The process ends next: freeing a cluster's worth of small
+        // allocations one by one would only cost time.
+        std::mem::forget(loaded);
+        text
     })();
     match result {
         Ok(text) => {
