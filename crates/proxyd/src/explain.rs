@@ -25,16 +25,14 @@ use crate::cli::ExplainArgs;
 use crate::dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_service};
 use crate::dataplane::fragment;
 use crate::engine::Engine;
-use crate::snapshot::{Snapshot, one_shot};
-use k8s_openapi::api::discovery::v1::EndpointSlice as K8sSlice;
+use crate::snapshot::{Snapshot, is_slice_of, one_shot, slices_of};
 use nft_dataplane::element::proto;
 use nft_dataplane::names::FamilyWords;
 
 /// `proxyd explain` from the command line.
 pub fn main(args: ExplainArgs) -> ExitCode {
     // Only the asked-for service's slices are kept for the explanation.
-    let wanted = parse_query(&args.service).ok().map(|(name, _)| name);
-    let keep = |s: &K8sSlice| wanted.as_ref().is_some_and(|name| is_slice_of(s, name));
+    let keep = slices_of(parse_query(&args.service).ok().map(|(name, _)| name));
     one_shot("explain", &args.source, &args.proxy, &keep, |l| {
         let selection = crate::snapshot::selection(&args.proxy);
         let mut text = explain(&l.snapshot, &l.engine, &l.config, &selection, &l.node, &args.service)?;
@@ -167,18 +165,6 @@ struct ModelSlice {
     name: String,
     address_type: String,
     converted: Result<(EndpointSlice, Vec<SliceWarning>), String>,
-}
-
-/// Whether `slice` is one of `service`'s (by its service-name label).
-fn is_slice_of(slice: &K8sSlice, service: &ServiceName) -> bool {
-    slice.metadata.namespace.as_deref() == Some(&*service.namespace)
-        && slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))
-            .map(String::as_str)
-            == Some(&*service.name)
 }
 
 /// The service's slices, converted by the same code as the watch path.

@@ -270,6 +270,24 @@ impl EngineFeed {
     }
 }
 
+/// Whether `slice` is one of `service`'s (by its service-name label).
+pub fn is_slice_of(slice: &EndpointSlice, service: &ServiceName) -> bool {
+    slice.metadata.namespace.as_deref() == Some(&*service.namespace)
+        && slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(slice_model::SERVICE_NAME_LABEL))
+            .map(String::as_str)
+            == Some(&*service.name)
+}
+
+/// A [`Snapshot::fetch`] filter keeping the slices of `service` (none
+/// when there is none).
+pub fn slices_of(service: Option<ServiceName>) -> impl Fn(&EndpointSlice) -> bool {
+    move |slice| service.as_ref().is_some_and(|name| is_slice_of(slice, name))
+}
+
 /// What a one-shot command (`render`, `explain`) works from.
 pub struct Loaded {
     /// The node this view is for.
