@@ -79,12 +79,8 @@ pub struct Manifests {
 impl Manifests {
     /// The zone label (`topology.kubernetes.io/zone`) of node `name`.
     pub fn node_zone(&self, name: &str) -> Option<String> {
-        zone_of(&self.nodes, name)
+        crate::node::zone_of_named(&self.nodes, name)
     }
-}
-
-fn zone_of(nodes: &[Node], name: &str) -> Option<String> {
-    crate::node::zone_of(nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name))?)
 }
 
 /// What a checking pass over [`Texts`] found: counts, the (few) Nodes and
@@ -106,7 +102,7 @@ pub struct Summary {
 impl Summary {
     /// The zone label (`topology.kubernetes.io/zone`) of node `name`.
     pub fn node_zone(&self, name: &str) -> Option<String> {
-        zone_of(&self.nodes, name)
+        crate::node::zone_of_named(&self.nodes, name)
     }
 }
 
@@ -359,8 +355,8 @@ impl<'a> Doc<'a> {
 
     /// Converts with the failing field's path in the message
     /// (`spec.ports[0].port: invalid type …`). Tracking the path slows
-    /// every field down, so it is done only again for a document that
-    /// failed without it.
+    /// every field down, so only a document that failed without it is
+    /// converted again with it.
     fn typed<K: DeserializeOwned>(self) -> Result<K, String> {
         let path = |e: serde_path_to_error::Error<_>| format!("{}: {}", e.path(), e.inner());
         match self {

@@ -28,6 +28,11 @@ pub fn zone_of(node: &Node) -> Option<String> {
         .cloned()
 }
 
+/// The zone of node `name` among `nodes`, if it is there and has one.
+pub fn zone_of_named(nodes: &[Node], name: &str) -> Option<String> {
+    zone_of(nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name))?)
+}
+
 /// The zone of the node the proxy runs on, as its source last reported it.
 #[derive(Debug, Clone)]
 pub struct NodeZone {

@@ -537,10 +537,6 @@ fn reassert_skeleton(config: &DataplaneConfig, tx: &mut Transaction) {
     }
 }
 
-/// The whole ruleset, replacing whatever the table held, as one
-/// transaction: there is no moment without rules. Chains are declared
-/// first, then sets with their elements (which may name chains), then
-/// rules (which name both).
 /// The fragments, in service-name order (transactions are deterministic).
 fn by_name(view: &Programmed) -> Vec<&Fragment> {
     let mut names: Vec<&ServiceName> = view.fragments.keys().collect();
@@ -579,6 +575,10 @@ fn declare(
     }
 }
 
+/// The whole ruleset, replacing whatever the table held, as one
+/// transaction: there is no moment without rules. Chains are declared
+/// first, then sets with their elements (which may name chains), then
+/// rules (which name both).
 fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction {
     let family = config.family;
     let mut tx = Transaction::for_table(family, config.table());

@@ -131,57 +131,52 @@ impl Snapshot {
     ) -> anyhow::Result<(Self, Engine)> {
         let selection = selection(proxy);
         let mut feed = EngineFeed::new(node, proxy);
+        let mut kept = Vec::new();
+        let mut take = |slice: EndpointSlice| {
+            if keep(&slice) {
+                kept.push(slice.clone());
+            }
+            feed.slice(slice);
+        };
         let mut snapshot = Self::default();
         if let Some(path) = &source.manifests {
             let mut nodes = Vec::new();
             manifests::Texts::read(path)?.for_each(|object| match object {
                 Object::Service(s) => snapshot.services.push(*s),
-                Object::Slice(s) => {
-                    if keep(&s) {
-                        snapshot.slices.push((*s).clone());
-                    }
-                    feed.slice(*s);
-                }
+                Object::Slice(s) => take(*s),
                 Object::Node(n) => nodes.push(*n),
                 Object::Pod(p) if selection.multus => snapshot.pods.push(*p),
                 Object::Pod(_) => {}
                 Object::Skipped(s) => tracing::debug!("skipped {s}"),
             })?;
-            snapshot.node_zone = nodes
-                .iter()
-                .find(|n| n.metadata.name.as_deref() == Some(node))
-                .and_then(informer_glue::node::zone_of);
-            let engine = feed.finish(&snapshot.services);
-            return Ok((snapshot, engine));
-        }
-        let client = client(source).await?;
-        let params = ListParams::default().labels_from(&selection.label_selector());
-        let slice_params = ListParams::default().labels_from(&selection.slice_label_selector());
-        snapshot.services = Api::<Service>::all(client.clone())
-            .list(&params)
-            .await
-            .context("cannot list services")?
-            .items;
-        let slices = Api::<EndpointSlice>::all(client.clone())
-            .list(&slice_params)
-            .await
-            .context("cannot list endpoint slices")?
-            .items;
-        for s in slices {
-            if keep(&s) {
-                snapshot.slices.push(s.clone());
-            }
-            feed.slice(s);
-        }
-        if selection.multus {
-            let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
-            snapshot.pods = Api::<Pod>::all(client.clone())
-                .list(&on_node)
+            snapshot.node_zone = informer_glue::node::zone_of_named(&nodes, node);
+        } else {
+            let client = client(source).await?;
+            let params = ListParams::default().labels_from(&selection.label_selector());
+            let slice_params = ListParams::default().labels_from(&selection.slice_label_selector());
+            snapshot.services = Api::<Service>::all(client.clone())
+                .list(&params)
                 .await
-                .context("cannot list this node's pods")?
+                .context("cannot list services")?
                 .items;
+            Api::<EndpointSlice>::all(client.clone())
+                .list(&slice_params)
+                .await
+                .context("cannot list endpoint slices")?
+                .items
+                .into_iter()
+                .for_each(&mut take);
+            if selection.multus {
+                let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+                snapshot.pods = Api::<Pod>::all(client.clone())
+                    .list(&on_node)
+                    .await
+                    .context("cannot list this node's pods")?
+                    .items;
+            }
+            snapshot.node_zone = api_node_zone(&client, node).await;
         }
-        snapshot.node_zone = api_node_zone(&client, node).await;
+        snapshot.slices = kept;
         let engine = feed.finish(&snapshot.services);
         Ok((snapshot, engine))
     }
@@ -228,7 +223,7 @@ impl Snapshot {
 /// only what `run` keeps.
 pub struct EngineFeed {
     engine: Engine,
-    proxy: ProxyArgs,
+    selection: Selection,
     handler: SliceCacheHandler,
     fold: EventFold<EndpointSlice, SlimSlices>,
 }
@@ -237,14 +232,14 @@ impl EngineFeed {
     /// An empty engine for proxy `node`, its slice list begun.
     pub fn new(node: &str, proxy: &ProxyArgs) -> Self {
         let engine = Engine::new(node, proxy.ip_family);
-        let handler = SliceCacheHandler::new(engine.slices.clone(), Arc::default());
-        let sel = selection(proxy);
+        let mut handler = SliceCacheHandler::new(engine.slices.clone(), Arc::default());
+        let selection = selection(proxy);
+        let sel = selection.clone();
         let mut fold = EventFold::with_selection(move |x| sel.selects_slice(x)).keeping(SlimSlices);
-        let mut handler = handler;
         fold.apply(Event::Init, &mut handler);
         Self {
             engine,
-            proxy: proxy.clone(),
+            selection,
             handler,
             fold,
         }
@@ -258,7 +253,7 @@ impl EngineFeed {
     /// Ends the slice list, hands over `services`, and applies it all.
     pub fn finish(mut self, services: &[Service]) -> Engine {
         self.fold.apply(Event::InitDone, &mut self.handler);
-        let sel = selection(&self.proxy);
+        let sel = self.selection;
         let mut store = ServiceHandler::new(vec![self.engine.service_changes.clone()], Arc::default());
         relist(
             &mut EventFold::with_selection(move |x| sel.selects_service(x)).keeping(SlimServices),
@@ -314,17 +309,12 @@ pub fn one_shot(
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (snapshot, engine) = runtime.block_on(Snapshot::fetch(source, &node, proxy, keep_slices))?;
         let config = dataplane_config(proxy, snapshot.node_zone.clone());
-        let loaded = Loaded {
+        body(&Loaded {
             node,
             snapshot,
             engine,
             config,
-        };
-        let text = body(&loaded);
-        // The process ends next: freeing a cluster's worth of small
-        // allocations one by one would only cost time.
-        std::mem::forget(loaded);
-        text
+        })
     })();
     match result {
         Ok(text) => {
