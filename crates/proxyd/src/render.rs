@@ -25,12 +25,26 @@ pub fn main(args: RenderArgs) -> ExitCode {
             let e = &l.engine;
             return crate::multus::view::render_pods(&e.services, &e.endpoints, l.config.family, &pods, &networks);
         }
-        render(&l.engine, &l.config, !args.nft_only)
+        let (text, syncer) = render_keeping_view(&l.engine, &l.config, !args.nft_only)?;
+        // The process ends next: freeing the view piece by piece would only
+        // cost time.
+        std::mem::forget(syncer);
+        Ok(text)
     })
 }
 
 /// The full nft ruleset, then (with `table`) the services table.
 pub fn render(engine: &Engine, config: &DataplaneConfig, table: bool) -> anyhow::Result<String> {
+    Ok(render_keeping_view(engine, config, table)?.0)
+}
+
+/// [`render`], and the syncer that holds the table's view, for a caller
+/// that would rather not spend the time to free it.
+fn render_keeping_view(
+    engine: &Engine,
+    config: &DataplaneConfig,
+    table: bool,
+) -> anyhow::Result<(String, NftSyncer<Recording>)> {
     let mut syncer = NftSyncer::new(config.clone(), Recording::default());
     syncer.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
     let mut out = syncer.dataplane().applied.pop().map(|t| t.text()).unwrap_or_default();
@@ -38,7 +52,7 @@ pub fn render(engine: &Engine, config: &DataplaneConfig, table: bool) -> anyhow:
         out.push('\n');
         out.push_str(&services_table(engine, config));
     }
-    Ok(out)
+    Ok((out, syncer))
 }
 
 fn group_text(group: Option<&EndpointGroup>) -> String {

@@ -309,12 +309,17 @@ pub fn one_shot(
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (snapshot, engine) = runtime.block_on(Snapshot::fetch(source, &node, proxy, keep_slices))?;
         let config = dataplane_config(proxy, snapshot.node_zone.clone());
-        body(&Loaded {
+        let loaded = Loaded {
             node,
             snapshot,
             engine,
             config,
-        })
+        };
+        let text = body(&loaded);
+        // The process ends next: freeing a cluster's worth of small
+        // allocations one by one would only cost time.
+        std::mem::forget(loaded);
+        text
     })();
     match result {
         Ok(text) => {
