@@ -107,14 +107,10 @@ impl Entry {
             Self::Slots { endpoints, .. } => {
                 let n = slot_count(endpoints.len());
                 f(
-                    chains,
-                    Element::map(Key::Frontend(frontend), Value::Goto(ChainId::slots(node_port, n))),
+                    SetId::slot_frontends(node_port, n),
+                    Element::key(Key::Frontend(frontend)),
                 );
-                let map = if node_port {
-                    SetId::NodePortSlots(n)
-                } else {
-                    SetId::ServiceSlots(n)
-                };
+                let map = SetId::slots(node_port, n);
                 for (slot, ep) in (0..n).zip(endpoints) {
                     f(
                         map.clone(),

@@ -71,11 +71,19 @@ fn fits(family: IpFamily, set: &SetId, e: &Element) -> bool {
         (SetId::ClusterIps, Key::Addr(a)) => addr_ok(*a),
         (SetId::Hairpin, Key::AddrPair(a, b)) => addr_ok(*a) && addr_ok(*b),
         (
-            SetId::ServiceChains | SetId::MasqFrontends | SetId::NoEndpoints | SetId::NoLocalEndpoints,
+            SetId::ServiceChains
+            | SetId::SlotFrontends(_)
+            | SetId::MasqFrontends
+            | SetId::NoEndpoints
+            | SetId::NoLocalEndpoints,
             Key::Frontend(f),
         ) => ip_frontend(f),
         (
-            SetId::NodePortChains | SetId::MasqNodePorts | SetId::NodePortNoEndpoints | SetId::NodePortNoLocalEndpoints,
+            SetId::NodePortChains
+            | SetId::NodePortSlotFrontends(_)
+            | SetId::MasqNodePorts
+            | SetId::NodePortNoEndpoints
+            | SetId::NodePortNoLocalEndpoints,
             Key::Frontend(f),
         ) => f.is_node_port(),
         (SetId::ServiceSlots(n), Key::Slot(f, slot)) => ip_frontend(f) && slot < n,

@@ -139,11 +139,7 @@ impl Rule {
                 Statement::Jump(c) | Statement::Goto(c) => chains.push(c.clone()),
                 Statement::VerdictMap(_, set) | Statement::RememberSource { set, .. } => sets.push(set.clone()),
                 Statement::DnatMap { map, .. } => sets.push(map.clone()),
-                Statement::DnatSlots { node_port, width } => sets.push(if *node_port {
-                    SetId::NodePortSlots(*width)
-                } else {
-                    SetId::ServiceSlots(*width)
-                }),
+                Statement::DnatSlots { node_port, width } => sets.push(SetId::slots(*node_port, *width)),
                 Statement::RandomGoto(cs) => chains.extend(cs.iter().cloned()),
                 _ => {}
             }

@@ -5,10 +5,12 @@
 //!  nat prerouting/output (-100) -> services:
 //!    @masq-frontends / @masq-nodeports -> mark
 //!    daddr @cluster-ips, saddr outside --cluster-cidr (or all) -> mark
+//!    daddr . proto . port @slot-frontends-N -> goto slots-N   (N = 1..=16)
+//!        (N endpoints: dnat via @service-slots-N, numgen mod N)
 //!    daddr . proto . port vmap @service-chains
-//!        -> goto slots-N   (N endpoints: dnat via @service-slots-N, numgen mod N)
 //!        -> goto svc-/ext-/fw-…   (ports that need chains of their own)
-//!    fib local: proto . port vmap @nodeport-chains  (the same for node ports)
+//!    fib local -> goto nodeports: the same for node ports, keyed by
+//!        proto . port (@nodeport-slot-frontends-N, @nodeport-chains)
 //!  nat postrouting (100): marked -> masquerade; hairpin -> masquerade
 //!  filter input/forward/output (-110), new connections:
 //!    @no-endpoints / @nodeport-no-endpoints -> reject
@@ -19,8 +21,12 @@
 //! ```
 //!
 //! A new connection passes the same number of rules and lookups whatever
-//! the number of services: three masquerade lookups, one or two verdict
-//! maps, one slot map (and the guards' lookups in the filter chains).
+//! the number of services: three masquerade lookups, up to sixteen
+//! slot-frontend sets and a verdict map (twice for node ports), one slot
+//! map (and the guards' lookups in the filter chains). Frontends balanced
+//! through the slot maps are plain set elements, not verdict-map elements,
+//! so adding or changing one does not make the kernel revalidate the
+//! table's jumps.
 
 use crate::desired::{DataplaneConfig, Scope};
 use crate::names::{ChainId, MASQUERADE_MARK, MAX_SLOTS, SetId};
@@ -46,13 +52,7 @@ pub fn chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
 fn pod_chains() -> Vec<(ChainId, Vec<Rule>)> {
     let new_to = |set| vec![Match::NewConnection, Match::InSet(Selector::Frontend, set)];
     let mut all = vec![
-        (
-            ChainId::Services,
-            vec![Rule::always(vec![Statement::VerdictMap(
-                Selector::Frontend,
-                SetId::ServiceChains,
-            )])],
-        ),
+        (ChainId::Services, dispatch(false)),
         (
             ChainId::ClusterIpsCheck,
             vec![Rule::new(
@@ -123,13 +123,10 @@ fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
             vec![Statement::Jump(ChainId::MarkForMasquerade)],
         ));
     }
-    services.push(Rule::always(vec![Statement::VerdictMap(
-        Selector::Frontend,
-        SetId::ServiceChains,
-    )]));
+    services.extend(dispatch(false));
     services.push(Rule::new(
         vec![local.clone()],
-        vec![Statement::VerdictMap(Selector::NodePort, SetId::NodePortChains)],
+        vec![Statement::Goto(ChainId::NodePorts)],
     ));
 
     let filter = vec![
@@ -185,6 +182,7 @@ fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
             vec![Rule::always(vec![Statement::SetMark(MASQUERADE_MARK)])],
         ),
         (ChainId::Services, services),
+        (ChainId::NodePorts, dispatch(true)),
         (ChainId::ClusterIpsCheck, cluster_ips_check),
         (
             ChainId::NatPrerouting,
@@ -224,6 +222,26 @@ fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
         }
     }
     all
+}
+
+/// The rules that send a frontend (or node port) to what balances it: the
+/// slot chain of its endpoint count, or the chain of its own.
+fn dispatch(node_port: bool) -> Vec<Rule> {
+    let (selector, chains) = if node_port {
+        (Selector::NodePort, SetId::NodePortChains)
+    } else {
+        (Selector::Frontend, SetId::ServiceChains)
+    };
+    let mut rules: Vec<Rule> = (1..=MAX_SLOTS)
+        .map(|n| {
+            Rule::new(
+                vec![Match::InSet(selector, SetId::slot_frontends(node_port, n))],
+                vec![Statement::Goto(ChainId::slots(node_port, n))],
+            )
+        })
+        .collect();
+    rules.push(Rule::always(vec![Statement::VerdictMap(selector, chains)]));
+    rules
 }
 
 /// Whether a fixed chain may be rewritten by a partial sync. nft 1.0.6

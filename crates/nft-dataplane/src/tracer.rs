@@ -325,11 +325,7 @@ impl Walk<'_> {
                 let Key::Frontend(frontend) = self.key(sel, &st) else {
                     return vec![(st, Step::Next)];
                 };
-                let map = if *node_port {
-                    crate::names::SetId::NodePortSlots(*width)
-                } else {
-                    crate::names::SetId::ServiceSlots(*width)
-                };
+                let map = crate::names::SetId::slots(*node_port, *width);
                 (0..*width)
                     .map(|slot| {
                         let mut s = split(st, usize::from(*width));

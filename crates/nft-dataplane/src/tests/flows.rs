@@ -656,10 +656,12 @@ fn a_new_connection_costs_the_same_whatever_the_cluster_size() {
         assert_eq!(small, large, "{n} endpoints: rules and lookups per new connection");
     }
     // The shape's whole cost (nat, filter and postrouting chains), which
-    // benches/RESULTS.md compares with the earlier shape.
+    // benches/RESULTS.md compares with the earlier shapes: the slot
+    // frontends' sets are looked up one width at a time, so a node port
+    // passes all sixteen of the addresses' before its own.
     let (ip_rules, ip_lookups, np_rules, np_lookups) = cost(10, 3);
     assert!(
-        ip_rules <= 15 && ip_lookups <= 8 && np_rules <= 16 && np_lookups <= 9,
+        ip_rules <= 17 && ip_lookups <= 10 && np_rules <= 35 && np_lookups <= 27,
         "cluster IP: {ip_rules} rules, {ip_lookups} lookups; node port: {np_rules} rules, {np_lookups} lookups"
     );
     eprintln!(

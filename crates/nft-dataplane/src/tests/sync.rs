@@ -8,7 +8,7 @@ use slice_model::{IpFamily, Protocol, ServiceInfo, TrafficPolicy};
 
 use super::support::{forwarded, local};
 use super::*;
-use crate::element::{Frontend, Key};
+use crate::element::{Frontend, Key, Value};
 use crate::names::{ChainId, SetId};
 use crate::transaction::{Op, Transaction};
 
@@ -73,6 +73,73 @@ fn the_partial_transaction_does_not_grow_with_the_cluster() {
         sizes[0], sizes[1],
         "same change, same transaction, at 10 and 1000 services"
     );
+}
+
+#[test]
+fn adding_a_service_or_an_endpoint_writes_no_verdict_and_no_rule() {
+    // A verdict element makes the kernel revalidate the whole table at
+    // commit, and anything but elements needs nft: services balanced by
+    // the slot maps are plain set and map elements.
+    let mut engine = Engine::new(IpFamily::V4);
+    for i in 0..100u32 {
+        let name = format!("svc-{i}");
+        let ip = format!("172.30.0.{}", i + 1);
+        engine
+            .service(&node_port(
+                service("ns", &name, &ip, 80, Protocol::Tcp),
+                30000 + i as u16,
+            ))
+            .slice(slice("ns", &name, Protocol::Tcp, 80, &[Ep::Remote("10.2.0.1")]));
+    }
+    let mut syncer = NftSyncer::new(config(), Recording::default());
+    sync(&mut syncer, &mut engine);
+    let elements_only = |tx: &Transaction| {
+        tx.ops.iter().all(|op| match op {
+            Op::AddElements(_, e) | Op::DeleteElements(_, e) => {
+                e.iter().all(|e| !matches!(e.value, Some(Value::Goto(_))))
+            }
+            _ => false,
+        })
+    };
+    engine
+        .service(&node_port(service("ns", "new", "172.30.1.1", 80, Protocol::Tcp), 31000))
+        .slice(slice(
+            "ns",
+            "new",
+            Protocol::Tcp,
+            80,
+            &[Ep::Remote("10.2.1.1"), Ep::Remote("10.2.1.2")],
+        ));
+    let added = sync(&mut syncer, &mut engine);
+    assert!(!added.full && added.services_written == 1);
+    assert!(
+        elements_only(ops_of(syncer.dataplane())),
+        "{}",
+        ops_of(syncer.dataplane())
+    );
+    engine.slice(slice(
+        "ns",
+        "new",
+        Protocol::Tcp,
+        80,
+        &[Ep::Remote("10.2.1.1"), Ep::Remote("10.2.1.2"), Ep::Remote("10.2.1.3")],
+    ));
+    sync(&mut syncer, &mut engine);
+    let tx = ops_of(syncer.dataplane());
+    assert!(elements_only(tx), "{tx}");
+    assert!(
+        tx.ops
+            .iter()
+            .any(|op| matches!(op, Op::AddElements(SetId::SlotFrontends(3), _))),
+        "the frontend moves to the sets of width 3: {tx}"
+    );
+    let mut kernel = KernelModel::default();
+    for tx in &syncer.dataplane().applied {
+        crate::Dataplane::apply(&mut kernel, tx).expect("the kernel model takes every transaction");
+    }
+    assert_eq!(kernel, fresh(&engine, &config()));
+    let t = trace(&kernel, forwarded(POD, "172.30.1.1", 80));
+    assert_eq!(t.summary(), "10.2.1.1:80, 10.2.1.2:80, 10.2.1.3:80");
 }
 
 /// The chains and sets an operation names.
