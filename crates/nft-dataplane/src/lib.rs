@@ -38,6 +38,17 @@ pub enum DataplaneError {
         /// What nft said.
         stderr: String,
     },
+    /// The kernel refused a transaction sent over netlink, or it could not
+    /// be sent; nothing of it was applied.
+    #[error("the kernel refused the transaction ({what}): {source}")]
+    Netlink {
+        /// The message it refused (`add 3 elements of set slot-frontends-2`),
+        /// or what could not be done.
+        what: String,
+        /// The kernel's error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A dry run could not write its script.
     #[error("cannot write {path}: {source}")]
     Write {

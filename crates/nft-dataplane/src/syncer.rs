@@ -617,14 +617,18 @@ pub const FIRST_LOAD_CHUNK: usize = 25_000;
 
 /// The whole ruleset for a table that does not exist yet, as short
 /// transactions: the first declares the table, every set and chain and the
-/// fixed rules; each of the next holds whole services (their chains'
-/// rules, their elements, and the shared elements they are the first to
-/// want: cluster IPs, hairpin pairs), about `chunk` elements and rules at
-/// most; the last adds the canary. A service is complete the moment its
-/// transaction commits, and until then its traffic passes the table
-/// untouched, as before the table existed. Each is handed to `apply` as
-/// soon as it is built; the first that fails ends the load, and the next sync
-/// replaces the whole table atomically.
+/// fixed rules; then, for whole services at a time (about `chunk` elements
+/// and rules at most), one transaction of their chains' rules and one of
+/// their elements and the shared elements they are the first to want
+/// (cluster IPs, hairpin pairs); the last adds the canary. The elements
+/// come apart from the rules because a transaction of elements alone needs
+/// no `nft` (a dataplane may send it over netlink), and they come second
+/// because nothing reaches a chain before an element points to it: a
+/// service is complete the moment its elements commit, and until then its
+/// traffic passes the table untouched, as before the table existed. Each
+/// transaction is handed to `apply` as soon as it is built; the first that
+/// fails ends the load, and the next sync replaces the whole table
+/// atomically.
 fn first_load(
     config: &DataplaneConfig,
     view: &Programmed,
@@ -639,21 +643,26 @@ fn first_load(
     declare(config, &fragments, &mut first, |_| Vec::new());
     apply(&first)?;
     drop(first);
-    let mut tx = new();
+    let mut rules = new();
     let mut by_set: BTreeMap<SetId, Vec<Element>> = BTreeMap::new();
     let mut size = 0;
     // A shared element (a cluster IP in the guard set, a hairpin pair)
     // comes with the first service that wants it.
     let mut added: std::collections::HashSet<&SharedElement> = std::collections::HashSet::new();
-    let flush = |tx: &mut Transaction, by_set: &mut BTreeMap<SetId, Vec<Element>>| {
-        for (set, elements) in std::mem::take(by_set) {
-            tx.push(Op::AddElements(set, elements));
+    let mut commit = |rules: &mut Transaction, by_set: &mut BTreeMap<SetId, Vec<Element>>| {
+        if !rules.is_empty() {
+            apply(&std::mem::replace(rules, new()))?;
         }
+        let mut elements = new();
+        for (set, e) in std::mem::take(by_set) {
+            elements.push(Op::AddElements(set, e));
+        }
+        apply(&elements)
     };
     for f in fragments {
         for c in &f.chains {
             for r in &c.rules {
-                tx.push(Op::AddRule(c.id.clone(), r.clone()));
+                rules.push(Op::AddRule(c.id.clone(), r.clone()));
                 size += 1;
             }
         }
@@ -668,14 +677,12 @@ fn first_load(
             }
         }
         if size >= chunk {
-            flush(&mut tx, &mut by_set);
-            apply(&std::mem::replace(&mut tx, new()))?;
+            commit(&mut rules, &mut by_set)?;
             size = 0;
         }
     }
     by_set.entry(SetId::Canary).or_default().push(canary());
-    flush(&mut tx, &mut by_set);
-    apply(&tx)
+    commit(&mut rules, &mut by_set)
 }
 
 /// Removes the table `table` of both families, whether or not they exist,

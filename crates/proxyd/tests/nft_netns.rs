@@ -44,10 +44,19 @@ impl Netns {
         }
     }
 
+    fn watched(&self) -> WatchedNft {
+        WatchedNft::new(proxyd::netns::Netns::Named(self.0.clone()))
+    }
+
     /// The table as nft reports it, normalised: set elements sorted, rules
     /// in order, handles dropped.
     fn table(&self) -> BTreeMap<String, Vec<String>> {
-        let json: Value = serde_json::from_str(&self.exec("nft", &["-j", "list", "table", "ip", "proxyd"])).unwrap();
+        self.table_of("ip")
+    }
+
+    /// The same for the table of a family (`ip`, `ip6`).
+    fn table_of(&self, family: &str) -> BTreeMap<String, Vec<String>> {
+        let json: Value = serde_json::from_str(&self.exec("nft", &["-j", "list", "table", family, "proxyd"])).unwrap();
         let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for item in json["nftables"].as_array().unwrap() {
             let obj = item.as_object().unwrap();
@@ -125,7 +134,7 @@ fn periodic<D: Dataplane>(syncer: &mut NftSyncer<D>, engine: &Engine) -> proxyd:
         .unwrap()
 }
 
-fn sync(syncer: &mut NftSyncer<NftCommand>, engine: &mut Engine) -> proxyd::dataplane::SyncReport {
+fn sync<D: Dataplane>(syncer: &mut NftSyncer<D>, engine: &mut Engine) -> proxyd::dataplane::SyncReport {
     let changed = engine.update().changed;
     syncer
         .sync(&engine.services, &engine.endpoints, &changed, SyncKind::Changes)
@@ -136,9 +145,21 @@ fn sync(syncer: &mut NftSyncer<NftCommand>, engine: &mut Engine) -> proxyd::data
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn example_cluster_loads_and_partial_syncs_match_a_fresh_full_sync() {
     require();
-    let (mut engine, config) = example_cluster();
     let live = Netns::new("live");
-    let mut syncer = NftSyncer::new(config.clone(), live.dataplane());
+    partial_syncs_match_a_fresh_full_sync(&live, live.dataplane());
+}
+
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn partial_syncs_sent_over_netlink_match_a_fresh_full_sync_by_nft() {
+    require();
+    let live = Netns::new("live-nl");
+    partial_syncs_match_a_fresh_full_sync(&live, live.watched());
+}
+
+fn partial_syncs_match_a_fresh_full_sync(live: &Netns, dataplane: impl Dataplane) {
+    let (mut engine, config) = example_cluster();
+    let mut syncer = NftSyncer::new(config.clone(), dataplane);
     let first = sync(&mut syncer, &mut engine);
     assert!(first.full);
 
@@ -237,10 +258,7 @@ fn a_new_nodes_first_load_is_split_and_ends_as_one_transaction_would() {
     require();
     let (mut engine, config) = example_cluster();
     let split = Netns::new("split");
-    let mut syncer = NftSyncer::new(
-        config.clone(),
-        WatchedNft::new(proxyd::netns::Netns::Named(split.0.clone())),
-    );
+    let mut syncer = NftSyncer::new(config.clone(), split.watched());
     syncer.set_first_load_chunk(5);
     let changed = engine.update().changed;
     let r = syncer
@@ -542,11 +560,58 @@ fn example_cluster_loads_as_ipv6() {
     let mut engine = snapshot.engine("node-1", &proxy);
     let config = proxyd::snapshot::dataplane_config(&proxy, None);
     let ns = Netns::new("v6");
-    let mut syncer = NftSyncer::new(config, ns.dataplane());
+    let mut syncer = NftSyncer::new(config.clone(), ns.dataplane());
     assert!(sync(&mut syncer, &mut engine).full);
     let json = ns.exec("nft", &["-j", "list", "map", "ip6", "proxyd", "service-slots-1"]);
     assert_eq!(json.matches("fd00:96::10").count(), 1, "{json}");
     assert_eq!(json.matches("fd00:10:244:1::11").count(), 1, "{json}");
+    // A first load split into transactions, its elements sent over netlink,
+    // reads back the same as the one nft transaction.
+    let split = Netns::new("v6-split");
+    let mut split_syncer = NftSyncer::new(config, split.watched());
+    split_syncer.set_first_load_chunk(1);
+    let r = split_syncer
+        .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
+        .unwrap();
+    assert!(r.full && r.transactions >= 2, "declarations, then elements: {r:?}");
+    assert_eq!(split.table_of("ip6"), ns.table_of("ip6"));
+}
+
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn a_refused_netlink_batch_names_its_set_and_applies_nothing() {
+    require();
+    let (mut engine, config) = example_cluster();
+    let ns = Netns::new("refused");
+    let mut syncer = NftSyncer::new(config, ns.watched());
+    assert!(sync(&mut syncer, &mut engine).full);
+    let before = ns.table();
+    let mut tx = Transaction::new(IpFamily::V4);
+    tx.push(Op::AddElements(
+        SetId::ClusterIps,
+        vec![Element::key(Key::Addr("10.96.99.99".parse().unwrap()))],
+    ));
+    let missing = nft_dataplane::element::Frontend::Ip {
+        addr: "10.96.99.98".parse().unwrap(),
+        protocol: Protocol::Tcp,
+        port: 1,
+    };
+    tx.push(Op::DeleteElements(
+        SetId::NoEndpoints,
+        vec![Element::key(Key::Frontend(missing))],
+    ));
+    let mut dataplane = ns.watched();
+    match dataplane.apply(&tx) {
+        Err(DataplaneError::Netlink { what, source }) => {
+            assert!(what.contains("set no-endpoints"), "{what}");
+            assert_eq!(source.raw_os_error(), Some(2), "ENOENT: {source}");
+        }
+        other => panic!("expected the kernel to refuse the delete: {other:?}"),
+    }
+    assert_eq!(ns.table(), before, "nothing of the batch was applied");
+    tx.ops.pop();
+    assert!(dataplane.apply(&tx).is_ok());
+    assert!(ns.table()["set cluster-ips"].iter().any(|e| e.contains("10.96.99.99")));
 }
 
 /// Waits (bounded) until `check` holds.

@@ -159,7 +159,9 @@ impl Dataplane for NftCommand {
     }
 }
 
-/// [`NftCommand`] that can tell whether anyone committed to nftables since
+/// [`NftCommand`] that commits transactions of elements alone over netlink
+/// ([`NftNetlink::commit`]: no `nft` process for a small sync), and can
+/// tell whether anyone committed to nftables since
 /// its own last transaction, by reading the ruleset generation
 /// ([`NftNetlink`]) before and after each one: an idle periodic sync then
 /// runs no `nft` at all, and one after someone else's commit repairs what
@@ -205,7 +207,10 @@ impl WatchedNft {
 impl Dataplane for WatchedNft {
     fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
         let before = self.read();
-        let applied = self.nft.apply(tx);
+        let applied = match self.netlink.as_mut().and_then(|n| n.commit(tx)) {
+            Some(committed) => committed,
+            None => self.nft.apply(tx),
+        };
         let after = self.read();
         // Exactly one commit in between: ours.
         self.own = match (&applied, before, after) {

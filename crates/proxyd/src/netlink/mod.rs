@@ -4,6 +4,7 @@
 //! a malformed reply is an error, never a panic.
 
 mod conntrack;
+mod elements;
 mod nftables;
 
 use std::io;
@@ -101,17 +102,32 @@ impl Socket {
 
     /// Reads replies to `seq` and hands each to `each` until it says stop.
     fn receive(&mut self, seq: u32, mut each: impl FnMut(Reply<'_>) -> Next) -> io::Result<()> {
+        self.receive_where(|s| s == seq, |_, reply| each(reply))
+    }
+
+    /// Reads replies whose sequence number is `wanted` and hands each, with
+    /// its number, to `each` until it says stop.
+    fn receive_where(
+        &mut self,
+        wanted: impl Fn(u32) -> bool,
+        mut each: impl FnMut(u32, Reply<'_>) -> Next,
+    ) -> io::Result<()> {
         loop {
             let (n, _) = rustix::net::recv(&self.fd, &mut self.buf[..], RecvFlags::empty())?;
-            if let Next::Stop = parse_datagram(self.buf.get(..n).unwrap_or_default(), seq, &mut each)? {
+            if let Next::Stop = parse_datagram(self.buf.get(..n).unwrap_or_default(), &wanted, &mut each)? {
                 return Ok(());
             }
         }
     }
 }
 
-/// Hands each message of one datagram that answers `seq` to `each`.
-fn parse_datagram(mut data: &[u8], seq: u32, each: &mut impl FnMut(Reply<'_>) -> Next) -> io::Result<Next> {
+/// Hands each message of one datagram whose sequence number is `wanted` to
+/// `each`.
+fn parse_datagram(
+    mut data: &[u8],
+    wanted: &impl Fn(u32) -> bool,
+    each: &mut impl FnMut(u32, Reply<'_>) -> Next,
+) -> io::Result<Next> {
     while data.len() >= HEADER {
         let len = u32_at(data, 0).ok_or_else(|| malformed("short header"))? as usize;
         if len < HEADER || len > data.len() {
@@ -119,9 +135,9 @@ fn parse_datagram(mut data: &[u8], seq: u32, each: &mut impl FnMut(Reply<'_>) ->
         }
         let (msg, rest) = data.split_at(len);
         data = rest.get(len.next_multiple_of(4) - len..).unwrap_or_default();
-        if u32_at(msg, 8) != Some(seq) {
+        let Some(seq) = u32_at(msg, 8).filter(|s| wanted(*s)) else {
             continue;
-        }
+        };
         let payload = msg.get(HEADER..).unwrap_or_default();
         let reply = match u16_at(msg, 4).unwrap_or(0) {
             NLMSG_DONE => Reply::Done,
@@ -132,7 +148,7 @@ fn parse_datagram(mut data: &[u8], seq: u32, each: &mut impl FnMut(Reply<'_>) ->
             },
             kind => Reply::Message(kind, payload),
         };
-        if let Next::Stop = each(reply) {
+        if let Next::Stop = each(seq, reply) {
             return Ok(Next::Stop);
         }
     }

@@ -5,21 +5,29 @@
 //! (so the first load of a new node's table can be split into short
 //! transactions). Both are one request, however large the ruleset: `nft`
 //! itself reads every element of it before it lists even the tables.
+//!
+//! It also commits transactions of elements alone ([`NftNetlink::commit`]),
+//! the bulk of a large first load and all of most small syncs.
 
 use std::io;
 
 use slice_model::IpFamily;
 
+use nft_dataplane::{DataplaneError, Transaction};
+
+use super::elements::{self, Batch};
 use super::{ENOENT, NFGENMSG, NLM_F_REQUEST, Next, Reply, Socket, attr, find, malformed, message, nfproto};
 use crate::netns::Netns;
 
 /// nfnetlink's nftables subsystem and its generation messages.
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
+pub(super) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFT_MSG_NEWTABLE: u16 = 0;
 const NFT_MSG_GETTABLE: u16 = 1;
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
 const NFTA_TABLE_NAME: u16 = 1;
+/// What a socket can send without a larger buffer (the kernel's default).
+const SEND_BUFFER: usize = 200 * 1024;
 const NFTA_GEN_ID: u16 = 1;
 
 /// Asks the nftables of one network namespace.
@@ -61,6 +69,68 @@ impl NftNetlink {
                 _ => None,
             },
         )
+    }
+
+    /// Commits `tx` as one netlink batch when it holds elements alone (and
+    /// returns the size of what it sent); `None` when it holds anything
+    /// else, which is `nft`'s to write. All of the batch is applied or none.
+    pub fn commit(&mut self, tx: &Transaction) -> Option<Result<usize, DataplaneError>> {
+        if tx.is_empty() {
+            return None;
+        }
+        let batch = elements::batch(tx, self.0.seq.wrapping_add(1))?;
+        self.0.seq = batch.last_seq();
+        Some(self.send_batch(&batch))
+    }
+
+    fn send_batch(&mut self, batch: &Batch) -> Result<usize, DataplaneError> {
+        let failed = |what: &str, source| DataplaneError::Netlink {
+            what: what.to_owned(),
+            source,
+        };
+        // A batch is one datagram; a large one needs a send buffer to match
+        // (the kernel refuses a datagram larger than the buffer).
+        if batch.bytes.len() > SEND_BUFFER {
+            let _ = rustix::net::sockopt::set_socket_send_buffer_size_force(&self.0.fd, batch.bytes.len() + 4096);
+        }
+        self.0.send(&batch.bytes).map_err(|e| failed("sending the batch", e))?;
+        // The kernel handles a batch while it is sent, and reports only
+        // failures: a generation request sent after it is answered after
+        // every error the batch caused.
+        let probe = self.0.next_seq();
+        let mut req = Vec::with_capacity(32);
+        message(
+            &mut req,
+            NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETGEN,
+            NLM_F_REQUEST,
+            probe,
+            0,
+            |_| {},
+        );
+        self.0.send(&req).map_err(|e| failed("asking for the generation", e))?;
+        let (first, last) = (batch.first_seq, batch.last_seq());
+        let mut refused: Option<(u32, i32)> = None;
+        let in_batch = |s: u32| s.wrapping_sub(first) <= last.wrapping_sub(first);
+        self.0
+            .receive_where(
+                |s| s == probe || in_batch(s),
+                |seq, reply| match reply {
+                    _ if seq == probe => Next::Stop,
+                    Reply::Error(errno) => {
+                        refused.get_or_insert((seq, errno));
+                        Next::More
+                    }
+                    _ => Next::More,
+                },
+            )
+            .map_err(|e| failed("reading the kernel's answer", e))?;
+        match refused {
+            None => Ok(batch.bytes.len()),
+            Some((seq, errno)) => Err(failed(
+                batch.describe(seq).unwrap_or("the batch"),
+                io::Error::from_raw_os_error(errno),
+            )),
+        }
     }
 
     /// Sends one nftables request `kind` for `family` with the attributes
@@ -118,7 +188,7 @@ mod tests {
 
     fn generation_in(data: &[u8], seq: u32) -> io::Result<Option<u32>> {
         let mut got = None;
-        parse_datagram(data, seq, &mut |r| match r {
+        parse_datagram(data, &|s| s == seq, &mut |_, r| match r {
             Reply::Message(_, p) => {
                 got = generation_of(p);
                 Next::Stop

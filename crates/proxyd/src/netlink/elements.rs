@@ -1,0 +1,321 @@
+//! A transaction of set and map elements as one nftables netlink batch,
+//! written without running `nft`. A small sync (an added service, a changed
+//! endpoint) is a handful of elements; `nft` spends most of its time on
+//! such a transaction starting up and reading the table's declarations,
+//! and a large load's elements are most of what `nft` parses.
+//!
+//! The bytes are what `nft` itself sends for these sets: each field of a
+//! concatenated key or value takes a multiple of four bytes, addresses and
+//! ports in network order, `numgen` slots and positions in host order.
+
+use std::net::{IpAddr, SocketAddr};
+
+use nft_dataplane::element::{Element, Frontend, Key, Value};
+use nft_dataplane::{Op, Transaction};
+use slice_model::Protocol;
+
+use super::nftables::NFNL_SUBSYS_NFTABLES;
+use super::{NLM_F_REQUEST, attr, message, nested, nfproto};
+
+/// nfnetlink's batch markers and nftables' element messages.
+const NFNL_MSG_BATCH_BEGIN: u16 = 16;
+const NFNL_MSG_BATCH_END: u16 = 17;
+const NFT_MSG_NEWSETELEM: u16 = 12;
+const NFT_MSG_DELSETELEM: u16 = 14;
+const NLM_F_CREATE: u16 = 0x400;
+const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
+const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
+const NFTA_LIST_ELEM: u16 = 1;
+const NFTA_SET_ELEM_KEY: u16 = 1;
+const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFTA_DATA_VALUE: u16 = 1;
+const NFTA_DATA_VERDICT: u16 = 2;
+const NFTA_VERDICT_CODE: u16 = 1;
+const NFTA_VERDICT_CHAIN: u16 = 2;
+/// `NFT_GOTO`.
+const VERDICT_GOTO: i32 = -4;
+/// An attribute's length is 16 bits: a message's element list stays well
+/// under it.
+const LIST_BYTES: usize = 48 * 1024;
+
+/// A transaction encoded as one batch, and what each of its messages does
+/// (to name it when the kernel rejects it).
+#[derive(Debug)]
+pub struct Batch {
+    /// The messages, batch markers included.
+    pub bytes: Vec<u8>,
+    /// The sequence number of the first message; message `i` of `what` has
+    /// `first_seq + 1 + i` (the begin marker has `first_seq`).
+    pub first_seq: u32,
+    /// What each element message does, in order (`add elements to set
+    /// service-slots-3`).
+    pub what: Vec<String>,
+}
+
+impl Batch {
+    /// The sequence number of the batch's end marker.
+    pub fn last_seq(&self) -> u32 {
+        self.first_seq.wrapping_add(self.what.len() as u32 + 1)
+    }
+
+    /// What the message with sequence number `seq` does.
+    pub fn describe(&self, seq: u32) -> Option<&str> {
+        let i = seq.wrapping_sub(self.first_seq).checked_sub(1)?;
+        self.what.get(i as usize).map(String::as_str)
+    }
+}
+
+/// The batch for `tx`, numbered from `first_seq`, when it holds only
+/// element operations; `None` when it holds anything else (declarations,
+/// chains, rules: those go to `nft`).
+pub fn batch(tx: &Transaction, first_seq: u32) -> Option<Batch> {
+    if !tx
+        .ops
+        .iter()
+        .all(|op| matches!(op, Op::AddElements(..) | Op::DeleteElements(..)))
+    {
+        return None;
+    }
+    let family = nfproto(tx.family);
+    let mut table = tx.table.as_bytes().to_vec();
+    table.push(0);
+    let mut out = Vec::with_capacity(256 + 64 * tx.element_count());
+    let mut what = Vec::new();
+    let mut seq = first_seq;
+    marker(&mut out, NFNL_MSG_BATCH_BEGIN, seq);
+    for op in &tx.ops {
+        let (kind, flags, verb, set, elements) = match op {
+            Op::AddElements(set, e) => (NFT_MSG_NEWSETELEM, NLM_F_CREATE, "add", set, e),
+            Op::DeleteElements(set, e) => (NFT_MSG_DELSETELEM, 0, "delete", set, e),
+            _ => return None,
+        };
+        let mut name = set.to_string().into_bytes();
+        name.push(0);
+        let mut rest = elements.as_slice();
+        while !rest.is_empty() {
+            seq = seq.wrapping_add(1);
+            let mut taken = 0;
+            message(
+                &mut out,
+                NFNL_SUBSYS_NFTABLES << 8 | kind,
+                NLM_F_REQUEST | flags,
+                seq,
+                family,
+                |b| {
+                    attr(b, NFTA_SET_ELEM_LIST_TABLE, &table);
+                    attr(b, NFTA_SET_ELEM_LIST_SET, &name);
+                    nested(b, NFTA_SET_ELEM_LIST_ELEMENTS, |b| {
+                        let start = b.len();
+                        for e in rest {
+                            if b.len() - start >= LIST_BYTES {
+                                break;
+                            }
+                            element(b, e, verb == "delete");
+                            taken += 1;
+                        }
+                    });
+                },
+            );
+            rest = rest.get(taken..).unwrap_or_default();
+            what.push(format!("{verb} {taken} elements of set {set}"));
+        }
+    }
+    seq = seq.wrapping_add(1);
+    marker(&mut out, NFNL_MSG_BATCH_END, seq);
+    Some(Batch {
+        bytes: out,
+        first_seq,
+        what,
+    })
+}
+
+/// A batch begin or end message (`res_id` names the nftables subsystem).
+fn marker(out: &mut Vec<u8>, kind: u16, seq: u32) {
+    message(out, kind, NLM_F_REQUEST, seq, 0, |_| {});
+    // `nfgenmsg.res_id`, big-endian, is the last two bytes of the message.
+    let at = out.len() - 2;
+    out[at..].copy_from_slice(&NFNL_SUBSYS_NFTABLES.to_be_bytes());
+}
+
+/// One element: its key, and for an add its value.
+fn element(out: &mut Vec<u8>, e: &Element, key_only: bool) {
+    nested(out, NFTA_LIST_ELEM, |b| {
+        nested(b, NFTA_SET_ELEM_KEY, |b| attr(b, NFTA_DATA_VALUE, &key_bytes(&e.key)));
+        match (&e.value, key_only) {
+            (Some(Value::Endpoint(ep)), false) => {
+                nested(b, NFTA_SET_ELEM_DATA, |b| {
+                    attr(b, NFTA_DATA_VALUE, &endpoint_bytes(*ep))
+                });
+            }
+            (Some(Value::Goto(chain)), false) => {
+                let mut name = chain.to_string().into_bytes();
+                name.push(0);
+                nested(b, NFTA_SET_ELEM_DATA, |b| {
+                    nested(b, NFTA_DATA_VERDICT, |b| {
+                        attr(b, NFTA_VERDICT_CODE, &VERDICT_GOTO.to_be_bytes());
+                        attr(b, NFTA_VERDICT_CHAIN, &name);
+                    });
+                });
+            }
+            _ => {}
+        }
+    });
+}
+
+/// A key's bytes: a single field as it is, each field of a concatenation
+/// padded to four bytes.
+pub fn key_bytes(key: &Key) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32);
+    match key {
+        Key::Frontend(f) => frontend(&mut out, f),
+        Key::Slot(f, slot) => {
+            frontend(&mut out, f);
+            out.extend(u32::from(*slot).to_ne_bytes());
+        }
+        Key::Port(p) => out.extend(p.to_be_bytes()),
+        Key::Addr(a) => addr(&mut out, *a),
+        Key::AddrPair(a, b) => {
+            addr(&mut out, *a);
+            addr(&mut out, *b);
+        }
+        Key::Index(i) => out.extend(i.to_ne_bytes()),
+    }
+    out
+}
+
+/// A DNAT target's bytes: `daddr . dport`.
+pub fn endpoint_bytes(ep: SocketAddr) -> Vec<u8> {
+    let mut out = Vec::with_capacity(20);
+    addr(&mut out, ep.ip());
+    port(&mut out, ep.port());
+    out
+}
+
+fn frontend(out: &mut Vec<u8>, f: &Frontend) {
+    match f {
+        Frontend::Ip {
+            addr: a,
+            protocol,
+            port: p,
+        } => {
+            addr(out, *a);
+            out.extend([protocol_number(*protocol), 0, 0, 0]);
+            port(out, *p);
+        }
+        Frontend::NodePort { protocol, port: p } => {
+            out.extend([protocol_number(*protocol), 0, 0, 0]);
+            port(out, *p);
+        }
+    }
+}
+
+fn addr(out: &mut Vec<u8>, a: IpAddr) {
+    match a {
+        IpAddr::V4(v4) => out.extend(v4.octets()),
+        IpAddr::V6(v6) => out.extend(v6.octets()),
+    }
+}
+
+/// A port as one field of a concatenation.
+fn port(out: &mut Vec<u8>, p: u16) {
+    out.extend(p.to_be_bytes());
+    out.extend([0, 0]);
+}
+
+fn protocol_number(p: Protocol) -> u8 {
+    match p {
+        Protocol::Tcp => 6,
+        Protocol::Udp => 17,
+        Protocol::Sctp => 132,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{HEADER, NFGENMSG, attrs, find, u16_at, u32_at};
+    use super::*;
+    use nft_dataplane::names::{ChainId, SetId};
+    use slice_model::IpFamily;
+
+    fn frontend_key() -> Key {
+        Key::Frontend(Frontend::Ip {
+            addr: "172.30.0.10".parse().unwrap_or(IpAddr::from([0, 0, 0, 0])),
+            protocol: Protocol::Udp,
+            port: 53,
+        })
+    }
+
+    #[test]
+    fn keys_and_values_have_the_layout_of_their_sets() {
+        assert_eq!(key_bytes(&frontend_key()), [172, 30, 0, 10, 17, 0, 0, 0, 0, 53, 0, 0]);
+        let slot = Key::Slot(
+            Frontend::NodePort {
+                protocol: Protocol::Tcp,
+                port: 30080,
+            },
+            2,
+        );
+        let mut want = vec![6, 0, 0, 0, 0x75, 0x80, 0, 0];
+        want.extend(2u32.to_ne_bytes());
+        assert_eq!(key_bytes(&slot), want);
+        assert_eq!(key_bytes(&Key::Port(9)), [0, 9], "a single field is not padded");
+        let ep = SocketAddr::from(([10, 1, 0, 1], 8080));
+        assert_eq!(endpoint_bytes(ep), [10, 1, 0, 1, 0x1f, 0x90, 0, 0]);
+        let v6: IpAddr = "fd00::1".parse().unwrap_or(IpAddr::from([0u16; 8]));
+        assert_eq!(key_bytes(&Key::AddrPair(v6, v6)).len(), 32);
+    }
+
+    /// The element messages of a batch, as (type, sequence, set, element count).
+    fn messages(b: &Batch) -> Vec<(u16, u32, String, usize)> {
+        let mut out = Vec::new();
+        let mut data = b.bytes.as_slice();
+        while let Some(len) = u32_at(data, 0) {
+            let (msg, rest) = data.split_at(len as usize);
+            data = rest;
+            let body = msg.get(HEADER + NFGENMSG..).unwrap_or_default();
+            let set = find(body, NFTA_SET_ELEM_LIST_SET)
+                .map(|s| String::from_utf8_lossy(s).trim_end_matches('\0').to_owned())
+                .unwrap_or_default();
+            let count = find(body, NFTA_SET_ELEM_LIST_ELEMENTS).map_or(0, |l| attrs(l).count());
+            out.push((u16_at(msg, 4).unwrap_or(0), u32_at(msg, 8).unwrap_or(0), set, count));
+        }
+        out
+    }
+
+    #[test]
+    fn a_batch_is_framed_numbered_and_split_under_the_attribute_limit() {
+        let many: Vec<Element> = (0..5000u32)
+            .map(|i| Element::map(Key::Index(i), Value::Endpoint(SocketAddr::from(([10, 0, 0, 1], 80)))))
+            .collect();
+        let mut tx = Transaction::new(IpFamily::V4);
+        tx.push(Op::DeleteElements(
+            SetId::ServiceChains,
+            vec![Element::map(
+                frontend_key(),
+                Value::Goto(ChainId::Svc("ns/a/tcp/80".into())),
+            )],
+        ));
+        tx.push(Op::AddElements(
+            SetId::Backends(Protocol::Tcp, "ns/a/tcp/80".into()),
+            many,
+        ));
+        let b = batch(&tx, 100).expect("elements only");
+        let m = messages(&b);
+        assert_eq!(m.first().map(|x| (x.0, x.1)), Some((NFNL_MSG_BATCH_BEGIN, 100)));
+        assert_eq!(m.last().map(|x| (x.0, x.1)), Some((NFNL_MSG_BATCH_END, b.last_seq())));
+        let body = &m[1..m.len() - 1];
+        assert_eq!(body[0].0, NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_DELSETELEM);
+        assert_eq!(body[0].2, "service-chains");
+        assert!(body.len() > 2, "5,000 elements take more than one message");
+        assert_eq!(body[1..].iter().map(|x| x.3).sum::<usize>(), 5000);
+        for (i, x) in body.iter().enumerate() {
+            assert_eq!(x.1, 101 + i as u32);
+            assert!(b.describe(x.1).is_some_and(|d| d.contains(&x.2)));
+        }
+        assert_eq!(b.describe(100), None);
+        let mut with_rule = tx.clone();
+        with_rule.push(Op::FlushChain(ChainId::Services));
+        assert!(batch(&with_rule, 1).is_none(), "anything but elements goes to nft");
+    }
+}
