@@ -194,6 +194,10 @@ impl Table {
                 Ok(())
             }
             Op::AddElements(set, elements) => self.add_elements(family, set, elements),
+            Op::FlushSet(set) => {
+                self.sets.get_mut(set).ok_or_else(|| format!("no set {set}"))?.clear();
+                Ok(())
+            }
             Op::DeleteElements(set, elements) => {
                 let items = self.sets.get_mut(set).ok_or_else(|| format!("no set {set}"))?;
                 for e in elements {
@@ -250,5 +254,17 @@ impl Dataplane for KernelModel {
 
     fn table_exists(&mut self, family: IpFamily, _table: &str) -> Option<bool> {
         Some(self.tables.contains_key(&family))
+    }
+
+    fn objects(&mut self, family: IpFamily, _table: &str) -> Option<Result<crate::TableObjects, DataplaneError>> {
+        let table = self.tables.get(&family)?;
+        Some(Ok(crate::TableObjects {
+            sets: table.sets.keys().map(ToString::to_string).collect(),
+            chains: table
+                .chains
+                .iter()
+                .map(|(c, rules)| (c.to_string(), rules.len()))
+                .collect(),
+        }))
     }
 }

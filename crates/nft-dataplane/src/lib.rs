@@ -83,6 +83,25 @@ pub trait Dataplane {
         let _ = (family, table);
         None
     }
+
+    /// The sets and chains the table `table` of `family` holds, read back;
+    /// `None` when the dataplane cannot read them (or the table does not
+    /// exist). A full sync over an existing table that can be read is
+    /// written in place, in short transactions; otherwise it replaces the
+    /// table in one.
+    fn objects(&mut self, family: slice_model::IpFamily, table: &str) -> Option<Result<TableObjects, DataplaneError>> {
+        let _ = (family, table);
+        None
+    }
+}
+
+/// What a table holds, by name, as a dataplane reads it back.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TableObjects {
+    /// Its sets and maps.
+    pub sets: Vec<String>,
+    /// Its chains, each with how many rules it holds.
+    pub chains: Vec<(String, usize)>,
 }
 
 impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
@@ -96,6 +115,10 @@ impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
 
     fn table_exists(&mut self, family: slice_model::IpFamily, table: &str) -> Option<bool> {
         (**self).table_exists(family, table)
+    }
+
+    fn objects(&mut self, family: slice_model::IpFamily, table: &str) -> Option<Result<TableObjects, DataplaneError>> {
+        (**self).objects(family, table)
     }
 }
 

@@ -12,6 +12,13 @@ pub const TABLE: &str = "proxyd";
 /// The table in each pod's namespace in multus mode.
 pub const POD_TABLE: &str = "proxyd-multus";
 
+/// The version of the table's fixed shape (its skeleton of sets and
+/// chains), in the canary's name. Bumped whenever the skeleton's rules
+/// change: a full sync rewrites a table in place only when it has this
+/// shape (the slot chains' rules cannot be rewritten once their maps hold
+/// elements).
+pub const SHAPE: u32 = 2;
+
 /// The largest endpoint count served by the shared slot maps; a frontend
 /// with more endpoints gets a chain of its own.
 pub const MAX_SLOTS: u8 = 16;
@@ -61,7 +68,9 @@ pub enum SetKind {
 pub enum SetId {
     /// One constant element that every incremental transaction re-adds: if
     /// the table was replaced from outside, the add fails and the next sync
-    /// is a full one.
+    /// is a full one. Its name carries [`SHAPE`]: a table whose canary has
+    /// another name was written with other fixed rules, and is replaced
+    /// whole rather than rewritten in place.
     Canary,
     /// Every cluster IP of this family: traffic to one from outside the
     /// cluster CIDRs is masqueraded, and on a port that is not a service
@@ -212,7 +221,7 @@ impl SetId {
 impl fmt::Display for SetId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Canary => f.write_str("canary"),
+            Self::Canary => write!(f, "canary-{SHAPE}"),
             Self::ClusterIps => f.write_str("cluster-ips"),
             Self::ServiceChains => f.write_str("service-chains"),
             Self::NodePortChains => f.write_str("nodeport-chains"),
@@ -230,6 +239,97 @@ impl fmt::Display for SetId {
             Self::Affinity(part) => write!(f, "aff-{part}"),
             Self::Backends(_, part) => write!(f, "backends-{part}"),
         }
+    }
+}
+
+impl SetId {
+    /// The set named `name` (what [`Display`](fmt::Display) writes), if it
+    /// is one of proxyd's.
+    pub fn from_name(name: &str) -> Option<Self> {
+        let width = |rest: &str| rest.parse::<u8>().ok().filter(|n| (1..=MAX_SLOTS).contains(n));
+        if let Some(fixed) = [
+            Self::Canary,
+            Self::ClusterIps,
+            Self::ServiceChains,
+            Self::NodePortChains,
+            Self::MasqFrontends,
+            Self::MasqNodePorts,
+            Self::NoEndpoints,
+            Self::NoLocalEndpoints,
+            Self::NodePortNoEndpoints,
+            Self::NodePortNoLocalEndpoints,
+            Self::Hairpin,
+        ]
+        .into_iter()
+        .find(|s| s.to_string() == name)
+        {
+            return Some(fixed);
+        }
+        if let Some(n) = name.strip_prefix("nodeport-slot-frontends-") {
+            return width(n).map(Self::NodePortSlotFrontends);
+        }
+        if let Some(n) = name.strip_prefix("slot-frontends-") {
+            return width(n).map(Self::SlotFrontends);
+        }
+        if let Some(n) = name.strip_prefix("service-slots-") {
+            return width(n).map(Self::ServiceSlots);
+        }
+        if let Some(n) = name.strip_prefix("nodeport-slots-") {
+            return width(n).map(Self::NodePortSlots);
+        }
+        if let Some(part) = name.strip_prefix("aff-") {
+            return Some(Self::Affinity(part.to_owned()));
+        }
+        // A backend map is named after its chain, `…/proto/port`: the
+        // protocol is the second part from the end.
+        let part = name.strip_prefix("backends-")?;
+        let protocol = match part.rsplit('/').nth(1)? {
+            "tcp" => Protocol::Tcp,
+            "udp" => Protocol::Udp,
+            "sctp" => Protocol::Sctp,
+            _ => return None,
+        };
+        Some(Self::Backends(protocol, part.to_owned()))
+    }
+}
+
+impl ChainId {
+    /// The chain named `name` (what [`Display`](fmt::Display) writes), if
+    /// it is one of proxyd's.
+    pub fn from_name(name: &str) -> Option<Self> {
+        let width = |rest: &str| rest.parse::<u8>().ok().filter(|n| (1..=MAX_SLOTS).contains(n));
+        if let Some(fixed) = [
+            Self::MarkForMasquerade,
+            Self::Services,
+            Self::NodePorts,
+            Self::ClusterIpsCheck,
+            Self::NatPrerouting,
+            Self::NatOutput,
+            Self::NatPostrouting,
+            Self::FilterInput,
+            Self::FilterForward,
+            Self::FilterOutput,
+            Self::FilterOutputPostDnat,
+        ]
+        .into_iter()
+        .find(|c| c.to_string() == name)
+        {
+            return Some(fixed);
+        }
+        if let Some(n) = name.strip_prefix("nodeport-slots-") {
+            return width(n).map(Self::NodePortSlots);
+        }
+        if let Some(n) = name.strip_prefix("slots-") {
+            return width(n).map(Self::ServiceSlots);
+        }
+        let own = [
+            ("svc-", Self::Svc as fn(String) -> Self),
+            ("ext-", Self::Ext),
+            ("fw-", Self::Fw),
+            ("ep-", Self::Endpoint),
+        ];
+        own.into_iter()
+            .find_map(|(prefix, make)| name.strip_prefix(prefix).map(|rest| make(rest.to_owned())))
     }
 }
 
@@ -352,5 +452,41 @@ impl fmt::Display for ChainId {
             Self::Fw(b) => write!(f, "fw-{b}"),
             Self::Endpoint(b) => write!(f, "ep-{b}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_read_back_as_what_wrote_them() {
+        let mut sets = SetId::skeleton(crate::desired::Scope::Node);
+        sets.push(SetId::Affinity("ns/a/tcp/80/10.0.0.1/8080".into()));
+        sets.push(SetId::Backends(Protocol::Udp, "svc-ns/a/udp/53".into()));
+        for set in sets {
+            assert_eq!(SetId::from_name(&set.to_string()), Some(set.clone()), "{set}");
+        }
+        let mut chains: Vec<ChainId> = crate::skeleton::chains(&crate::tests::config())
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        chains.extend([
+            ChainId::Svc("ns/a/tcp/80".into()),
+            ChainId::Ext("ns/a/tcp/80".into()),
+            ChainId::Fw("ns/a/tcp/80".into()),
+            ChainId::Endpoint("ns/a/tcp/80/10.0.0.1/8080".into()),
+        ]);
+        for chain in chains {
+            assert_eq!(ChainId::from_name(&chain.to_string()), Some(chain.clone()), "{chain}");
+        }
+        for foreign in ["canary", "slots-17", "slots-0", "backends-x", "KUBE-SERVICES", ""] {
+            assert!(
+                SetId::from_name(foreign).is_none() || ChainId::from_name(foreign).is_none(),
+                "{foreign}"
+            );
+        }
+        assert_eq!(SetId::from_name("canary"), None, "an older shape's canary");
+        assert_eq!(ChainId::from_name("slots-17"), None);
     }
 }

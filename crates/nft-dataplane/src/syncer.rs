@@ -4,9 +4,22 @@
 //! It remembers what it programmed, per service ([`Fragment`]s, frontend
 //! owners, shared elements with their users). A sync rewrites only the
 //! services the engine reports as changed; the first sync, a sync after any
-//! failed apply, and one per [`FULL_RESYNC_PERIOD`] replace the whole
-//! table. On a failed apply the remembered view is dropped: nothing partial
-//! is trusted.
+//! failed apply, and one per [`FULL_RESYNC_PERIOD`] write the whole table.
+//! On a failed apply the remembered view is dropped: nothing partial is
+//! trusted.
+//!
+//! A full sync writes the whole table one of three ways:
+//!
+//! - a table that does not exist gets a first load of short transactions
+//!   (nothing there to keep consistent);
+//! - a table of this shape ([`crate::names::SHAPE`]) that the dataplane can
+//!   read back is rewritten in place: declarations and every chain's rules
+//!   a few services at a time, then every set emptied and refilled in one
+//!   transaction of elements alone, then what no service wants any more
+//!   deleted. No transaction holds the whole ruleset, and no service is
+//!   ever without its rules and elements;
+//! - any other table (another shape, after a failed apply, unreadable) is
+//!   replaced in one transaction.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -169,8 +182,25 @@ pub struct SyncReport {
 /// What a sync writes: the whole table (as one transaction, or as a first
 /// load of several when the table does not exist), or the changes.
 enum Plan {
-    Full { view: Programmed, new_table: bool },
+    Full { view: Programmed, how: FullLoad },
     Partial { tx: Transaction, written: usize },
+}
+
+/// How a full sync writes the table.
+enum FullLoad {
+    /// It does not exist: short transactions.
+    FirstLoad,
+    /// It is readable and of this shape: in place, deleting these.
+    InPlace(Box<Stale>),
+    /// One transaction that deletes it and writes it again.
+    Replace,
+}
+
+/// What a table holds that the view does not want.
+#[derive(Default)]
+struct Stale {
+    chains: Vec<ChainId>,
+    sets: Vec<SetId>,
 }
 
 /// Why a sync is happening.
@@ -193,6 +223,9 @@ pub struct NftSyncer<D> {
     last_full: Option<Instant>,
     filter: Option<ServiceFilter>,
     first_load_chunk: usize,
+    /// An apply failed since the last full sync: the next replaces the
+    /// table whole, trusting nothing in it.
+    replace_next: bool,
 }
 
 impl<D: Dataplane> NftSyncer<D> {
@@ -205,6 +238,7 @@ impl<D: Dataplane> NftSyncer<D> {
             last_full: None,
             filter: None,
             first_load_chunk: FIRST_LOAD_CHUNK,
+            replace_next: false,
         }
     }
 
@@ -267,8 +301,13 @@ impl<D: Dataplane> NftSyncer<D> {
         let full = self.needs_full_sync();
         let plan = if full {
             let view = self.build_full(services, endpoints);
-            let new_table = self.dataplane.table_exists(self.config.family, self.config.table()) == Some(false);
-            Plan::Full { view, new_table }
+            let how = if self.dataplane.table_exists(self.config.family, self.config.table()) == Some(false) {
+                FullLoad::FirstLoad
+            } else {
+                self.stale_if_in_place(&view)
+                    .map_or(FullLoad::Replace, |stale| FullLoad::InPlace(Box::new(stale)))
+            };
+            Plan::Full { view, how }
         } else {
             // Re-asserting the fixed chains repairs what others committed;
             // when nobody has, a periodic sync is a sync of changes.
@@ -305,8 +344,18 @@ impl<D: Dataplane> NftSyncer<D> {
         let applied = match &plan {
             // Each of a first load's transactions is applied as soon as it
             // is built, so that memory holds one of them, not the table twice.
-            Plan::Full { view, new_table: true } => first_load(&self.config, view, self.first_load_chunk, &mut apply),
-            Plan::Full { view, new_table: false } => apply(&full_transaction(&self.config, view)),
+            Plan::Full {
+                view,
+                how: FullLoad::FirstLoad,
+            } => first_load(&self.config, view, self.first_load_chunk, &mut apply),
+            Plan::Full {
+                view,
+                how: FullLoad::InPlace(stale),
+            } => rewrite_in_place(&self.config, view, stale, self.first_load_chunk, &mut apply),
+            Plan::Full {
+                view,
+                how: FullLoad::Replace,
+            } => apply(&full_transaction(&self.config, view)),
             Plan::Partial { tx, .. } => apply(tx),
         };
         if let Err(e) = applied {
@@ -314,6 +363,7 @@ impl<D: Dataplane> NftSyncer<D> {
             // which no longer matches the view: forget it (the next sync
             // replaces the whole table).
             self.view = None;
+            self.replace_next = true;
             return Err(e);
         }
         report.render = started.elapsed().saturating_sub(report.apply);
@@ -322,10 +372,57 @@ impl<D: Dataplane> NftSyncer<D> {
                 report.services_written = view.fragments.len();
                 self.view = Some(view);
                 self.last_full = Some(Instant::now());
+                self.replace_next = false;
             }
             Plan::Partial { written, .. } => report.services_written = written,
         }
         Ok(report)
+    }
+
+    /// What the table holds beyond `view`, when it can be rewritten in
+    /// place: the dataplane reads it back, it has this shape's canary, its
+    /// slot chains have their one rule each (nft cannot rewrite them once
+    /// their maps hold elements), and everything in it is named as proxyd
+    /// names things.
+    fn stale_if_in_place(&mut self, view: &Programmed) -> Option<Stale> {
+        if self.replace_next {
+            return None;
+        }
+        let objects = self.dataplane.objects(self.config.family, self.config.table())?.ok()?;
+        let present_sets: std::collections::HashSet<&str> = objects.sets.iter().map(String::as_str).collect();
+        let rules: HashMap<&str, usize> = objects.chains.iter().map(|(c, n)| (c.as_str(), *n)).collect();
+        if !present_sets.contains(SetId::Canary.to_string().as_str()) {
+            return None;
+        }
+        let fixed = skeleton::chains(&self.config);
+        let intact = fixed
+            .iter()
+            .filter(|(c, _)| !skeleton::reassertable(c))
+            .all(|(c, r)| rules.get(c.to_string().as_str()) == Some(&r.len()));
+        if !intact {
+            return None;
+        }
+        let mut wanted_chains: std::collections::HashSet<ChainId> = fixed.into_iter().map(|(c, _)| c).collect();
+        let mut wanted_sets: std::collections::HashSet<SetId> =
+            SetId::skeleton(self.config.scope).into_iter().collect();
+        for f in view.fragments.values() {
+            wanted_chains.extend(f.chains.iter().map(|c| c.id.clone()));
+            wanted_sets.extend(f.own_sets.iter().cloned());
+        }
+        let mut stale = Stale::default();
+        for (name, _) in &objects.chains {
+            let chain = ChainId::from_name(name)?;
+            if !wanted_chains.contains(&chain) {
+                stale.chains.push(chain);
+            }
+        }
+        for name in &objects.sets {
+            let set = SetId::from_name(name)?;
+            if !wanted_sets.contains(&set) {
+                stale.sets.push(set);
+            }
+        }
+        Some(stale)
     }
 
     fn build_full(&self, services: &ServicesMap, endpoints: &EndpointsMap) -> Programmed {
@@ -588,16 +685,7 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     tx.push(Op::DeleteTable(family));
     tx.push(Op::AddTable(family));
     let fragments = by_name(view);
-    let mut by_set: HashMap<SetId, Vec<Element>> = HashMap::new();
-    by_set.entry(SetId::Canary).or_default().push(canary());
-    let mut shared: Vec<&SharedElement> = view.shared.keys().collect();
-    shared.sort_unstable();
-    for (set, key) in shared {
-        by_set.entry(set.clone()).or_default().push(Element::key(*key));
-    }
-    for f in &fragments {
-        f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
-    }
+    let mut by_set = every_element(view, &fragments);
     declare(config, &fragments, &mut tx, |set| {
         by_set.remove(set).unwrap_or_default()
     });
@@ -607,6 +695,104 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
         }
     }
     tx
+}
+
+/// Every element of the table, by set: the canary, the shared elements,
+/// and each fragment's.
+fn every_element(view: &Programmed, fragments: &[&Fragment]) -> HashMap<SetId, Vec<Element>> {
+    let mut by_set: HashMap<SetId, Vec<Element>> = HashMap::new();
+    by_set.entry(SetId::Canary).or_default().push(canary());
+    let mut shared: Vec<&SharedElement> = view.shared.keys().collect();
+    shared.sort_unstable();
+    for (set, key) in shared {
+        by_set.entry(set.clone()).or_default().push(Element::key(*key));
+    }
+    for f in fragments {
+        f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
+    }
+    by_set
+}
+
+/// The whole ruleset written over a table of this shape, in place (see the
+/// module's introduction):
+///
+/// 1. every set and chain declared (a no-op for those that exist), the
+///    fixed chains reasserted;
+/// 2. each service's chains flushed and refilled, whole services at a
+///    time, about `chunk` rules per transaction: a chain changes in one
+///    step, and a new one is not reached before its elements exist;
+/// 3. every set but the affinity sets (their clients stay sticky) emptied
+///    and refilled, in one transaction of elements alone;
+/// 4. the chains and sets no service wants any more, no longer referred
+///    to, deleted.
+fn rewrite_in_place(
+    config: &DataplaneConfig,
+    view: &Programmed,
+    stale: &Stale,
+    chunk: usize,
+    apply: &mut impl FnMut(&Transaction) -> Result<(), DataplaneError>,
+) -> Result<(), DataplaneError> {
+    let new = || Transaction::for_table(config.family, config.table());
+    let fragments = by_name(view);
+    let mut tx = new();
+    reassert_skeleton(config, &mut tx);
+    for f in &fragments {
+        for set in &f.own_sets {
+            tx.push(Op::AddSet(set.clone(), Vec::new()));
+        }
+        for c in &f.chains {
+            tx.push(Op::AddChain(c.id.clone()));
+        }
+    }
+    apply(&tx)?;
+    let mut rules = new();
+    let mut size = 0;
+    for f in &fragments {
+        for c in &f.chains {
+            rules.push(Op::FlushChain(c.id.clone()));
+            for r in &c.rules {
+                rules.push(Op::AddRule(c.id.clone(), r.clone()));
+                size += 1;
+            }
+        }
+        if size >= chunk {
+            apply(&std::mem::replace(&mut rules, new()))?;
+            size = 0;
+        }
+    }
+    if !rules.is_empty() {
+        apply(&rules)?;
+    }
+    drop(rules);
+    let mut by_set = every_element(view, &fragments);
+    let mut elements = new();
+    let sets = SetId::skeleton(config.scope)
+        .into_iter()
+        .chain(fragments.iter().flat_map(|f| f.own_sets.iter().cloned()))
+        .filter(|s| !matches!(s, SetId::Affinity(_)));
+    for set in sets {
+        elements.push(Op::FlushSet(set.clone()));
+        if let Some(e) = by_set.remove(&set) {
+            elements.push(Op::AddElements(set, e));
+        }
+    }
+    drop(by_set);
+    apply(&elements)?;
+    drop(elements);
+    let mut gone = new();
+    for c in &stale.chains {
+        gone.push(Op::FlushChain(c.clone()));
+    }
+    for c in &stale.chains {
+        gone.push(Op::DeleteChain(c.clone()));
+    }
+    for s in &stale.sets {
+        gone.push(Op::DeleteSet(s.clone()));
+    }
+    if gone.is_empty() {
+        return Ok(());
+    }
+    apply(&gone)
 }
 
 /// How many elements and rules one transaction of a first load holds: the

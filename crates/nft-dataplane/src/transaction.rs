@@ -35,6 +35,8 @@ pub enum Op {
     AddElements(SetId, Vec<Element>),
     /// Deletes elements by key (fails if one is missing).
     DeleteElements(SetId, Vec<Element>),
+    /// Empties a set (fails if it is missing).
+    FlushSet(SetId),
 }
 
 /// Operations on one family's table, applied as one nft transaction.
@@ -137,15 +139,12 @@ impl Transaction {
                     write_set_block(out, words, set, elements)?;
                 }
                 Op::AddSet(set, elements) => {
-                    let kind = if set.kind() == crate::names::SetKind::Set {
-                        "set"
-                    } else {
-                        "map"
-                    };
+                    let kind = set_word(set);
                     writeln!(out, "add {kind} {t} {name} {set} {{ {}; }}", set.declaration(words))?;
                     write_elements(out, t, name, "add", set, elements)?;
                 }
                 Op::DeleteSet(set) => writeln!(out, "delete set {t} {name} {set}")?,
+                Op::FlushSet(set) => writeln!(out, "flush {} {t} {name} {set}", set_word(set))?,
                 Op::AddChain(chain) if in_block => {
                     write!(out, "\tchain {chain} {{")?;
                     if let Some(h) = hook_text(chain) {
@@ -198,17 +197,22 @@ fn hook_text(chain: &ChainId) -> Option<String> {
     ))
 }
 
+/// nft's word for a set of this kind: `set` or `map`.
+fn set_word(set: &SetId) -> &'static str {
+    if set.kind() == crate::names::SetKind::Set {
+        "set"
+    } else {
+        "map"
+    }
+}
+
 fn write_set_block(
     out: &mut (impl Write + ?Sized),
     words: FamilyWords,
     set: &SetId,
     elements: &[Element],
 ) -> fmt::Result {
-    let kind = if set.kind() == crate::names::SetKind::Set {
-        "set"
-    } else {
-        "map"
-    };
+    let kind = set_word(set);
     write!(out, "\t{kind} {set} {{\n\t\t")?;
     // The block form takes one statement per line.
     out.write_str(&set.declaration(words).replace("; ", "\n\t\t"))?;

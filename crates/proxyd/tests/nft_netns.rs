@@ -272,17 +272,28 @@ fn a_new_nodes_first_load_is_split_and_ends_as_one_transaction_would() {
         .unwrap();
     assert_eq!(r.transactions, 1, "nft alone cannot tell the table is new");
     assert_eq!(split.table(), atomic.table());
-    // Restarted over the table it made: one transaction replaces it.
-    let mut again = NftSyncer::new(
-        syncer.config().clone(),
-        WatchedNft::new(proxyd::netns::Netns::Named(split.0.clone())),
-    );
+    // Restarted over the table it made, after changes while it was down:
+    // rewritten in place, read back over netlink, never replaced.
+    engine.remove_service(&ServiceName::new("shop", "cart"));
+    engine.update_service(&service("new", "10.96.0.70"));
+    engine.update_slice(slice("ns", "new", "new-1", 8080, &["10.244.3.70"]));
+    engine.update();
+    let mut again = NftSyncer::new(syncer.config().clone(), split.watched());
     again.set_first_load_chunk(5);
     let r = again
         .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
         .unwrap();
-    assert_eq!((r.full, r.transactions), (true, 1));
-    assert_eq!(split.table(), atomic.table());
+    assert!(r.full && r.transactions > 3, "{r:?}");
+    let fresh = Netns::new("fresh-after");
+    let mut fresh_syncer = NftSyncer::new(syncer.config().clone(), fresh.dataplane());
+    fresh_syncer
+        .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
+        .unwrap();
+    assert_eq!(split.table(), fresh.table());
+    assert!(
+        !split.table().contains_key("chain ep-shop/cart/tcp/80/10.244.1.61/8080"),
+        "cart is gone"
+    );
 }
 
 #[test]

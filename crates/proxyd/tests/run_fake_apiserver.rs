@@ -146,7 +146,13 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
         script(1)
     );
     let second = script(2);
-    assert!(second.starts_with("add element ip proxyd canary { 1 }\n"), "{second}");
+    assert!(
+        second.starts_with(&format!(
+            "add element ip proxyd {} {{ 1 }}\n",
+            nft_dataplane::names::SetId::Canary
+        )),
+        "{second}"
+    );
     assert!(
         second.contains("add element ip proxyd service-slots-1 { 10.96.0.10 . udp . 53 . 0 : 10.0.0.2 . 53 }"),
         "{second}"

@@ -157,7 +157,13 @@ fn manifests_are_watched_and_each_sync_is_written() {
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(partial.starts_with("add element ip proxyd canary { 1 }\n"), "{partial}");
+    assert!(
+        partial.starts_with(&format!(
+            "add element ip proxyd {} {{ 1 }}\n",
+            nft_dataplane::names::SetId::Canary
+        )),
+        "{partial}"
+    );
     assert!(
         partial.contains("add element ip proxyd service-slots-1 { 10.96.0.99 . tcp . 80 . 0 : 10.244.9.9 . 8080 }")
     );

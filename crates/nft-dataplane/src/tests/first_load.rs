@@ -1,6 +1,8 @@
-//! The first load of a table that does not exist: short transactions, the
-//! same table in the end as one transaction would give, and between any
-//! two of them every service either complete or untouched.
+//! Full syncs over a kernel: the first load of a table that does not exist
+//! (short transactions, the same table in the end as one transaction would
+//! give, and between any two of them every service either complete or
+//! untouched), and a restart over an existing table (rewritten in place
+//! when it can be read and trusted, replaced whole otherwise).
 
 use slice_model::{IpFamily, Protocol};
 
@@ -8,11 +10,13 @@ use super::support::forwarded;
 use super::*;
 use crate::transaction::{Op, Transaction};
 
-/// A kernel model that keeps each transaction it commits.
+/// A kernel model that keeps each transaction it commits; it reads the
+/// table back only when `readable`.
 #[derive(Default)]
 struct Kept {
     model: KernelModel,
     applied: Vec<Transaction>,
+    readable: bool,
 }
 
 impl crate::Dataplane for Kept {
@@ -23,6 +27,10 @@ impl crate::Dataplane for Kept {
 
     fn table_exists(&mut self, family: IpFamily, table: &str) -> Option<bool> {
         self.model.table_exists(family, table)
+    }
+
+    fn objects(&mut self, family: IpFamily, table: &str) -> Option<Result<crate::TableObjects, crate::DataplaneError>> {
+        self.model.objects(family, table).filter(|_| self.readable)
     }
 }
 
@@ -119,24 +127,193 @@ fn a_new_tables_first_load_is_short_transactions_each_leaving_whole_services() {
     assert!(complete.iter().all(|c| *c));
 }
 
-#[test]
-fn a_table_that_exists_is_replaced_in_one_transaction() {
-    let mut engine = Engine::new(IpFamily::V4);
-    cluster(&mut engine);
-    let mut syncer = NftSyncer::new(config(), Kept::default());
-    syncer.set_first_load_chunk(100);
-    sync(&mut syncer, &mut engine);
-    // A restart: a new syncer over the kernel that has the table.
-    let kernel = std::mem::take(&mut syncer.dataplane().model);
-    let mut restarted = NftSyncer::new(
+/// Services with chains and sets of their own, beside [`cluster`]'s.
+fn with_chains_and_sets(engine: &mut Engine) {
+    let tcp = Protocol::Tcp;
+    engine
+        .service(&affinity(service("ns", "sticky", "172.31.0.50", 80, tcp), 600))
+        .slice(slice(
+            "ns",
+            "sticky",
+            tcp,
+            8080,
+            &[Ep::Remote("10.1.5.1"), Ep::Remote("10.1.5.2")],
+        ));
+    let big: Vec<String> = (1..=70).map(|i| format!("10.1.6.{i}")).collect();
+    let big: Vec<Ep<'_>> = big.iter().map(|a| Ep::Remote(a)).collect();
+    engine
+        .service(&service("ns", "big", "172.31.0.60", 80, tcp))
+        .slice(slice("ns", "big", tcp, 8080, &big));
+    let lb = external_local(load_balancer(
+        service("ns", "lb-local", "172.31.0.40", 443, tcp),
+        30443,
+        &["1.2.3.4"],
+    ));
+    engine.service(&lb).slice(slice(
+        "ns",
+        "lb-local",
+        tcp,
+        8443,
+        &[Ep::Local("10.1.4.1"), Ep::Remote("10.1.4.2")],
+    ));
+}
+
+/// A syncer restarted over `kernel`: a new one, remembering nothing.
+fn restarted(kernel: &KernelModel, readable: bool) -> NftSyncer<Kept> {
+    let mut syncer = NftSyncer::new(
         config(),
         Kept {
-            model: kernel,
+            model: kernel.clone(),
             applied: Vec::new(),
+            readable,
         },
     );
-    restarted.set_first_load_chunk(100);
-    let r = sync(&mut restarted, &mut engine);
-    assert!(r.full);
-    assert_eq!(r.transactions, 1, "an existing table is never half replaced");
+    syncer.set_first_load_chunk(100);
+    syncer
+}
+
+fn replaces_the_table(tx: &Transaction) -> bool {
+    tx.ops.iter().any(|op| matches!(op, Op::DeleteTable(_)))
+}
+
+#[test]
+fn a_restart_rewrites_its_own_table_in_place_and_no_service_is_ever_without_rules() {
+    let mut engine = Engine::new(IpFamily::V4);
+    let ips = cluster(&mut engine);
+    with_chains_and_sets(&mut engine);
+    let mut first = NftSyncer::new(config(), Kept::default());
+    sync(&mut first, &mut engine);
+    let kernel = first.dataplane().model.clone();
+    let probe = |k: &KernelModel, ip: &str| trace(k, forwarded(POD, ip, 80)).summary();
+    let before: Vec<String> = ips.iter().map(|ip| probe(&kernel, ip)).collect();
+
+    // While it was down: services with chains and sets of their own went
+    // away (affinity, more endpoints than slots), one came, one's
+    // endpoints changed.
+    engine.remove_service("ns", "sticky");
+    engine.remove_service("ns", "big");
+    engine.remove_service("ns", "svc-10");
+    engine
+        .service(&service("ns", "new", "172.30.9.1", 80, Protocol::Tcp))
+        .slice(slice("ns", "new", Protocol::Tcp, 80, &[Ep::Remote("10.9.0.1")]));
+    engine.slice(slice("ns", "svc-7", Protocol::Tcp, 80, &[Ep::Remote("10.9.7.1")]));
+    engine.update();
+
+    let mut syncer = restarted(&kernel, true);
+    let r = sync(&mut syncer, &mut engine);
+    assert!(r.full && r.transactions >= 4, "{r:?}");
+    let applied = std::mem::take(&mut syncer.dataplane().applied);
+    assert!(!applied.iter().any(replaces_the_table), "rewritten in place");
+    assert_eq!(
+        syncer.dataplane().model,
+        fresh(&engine, &config()),
+        "the same table as a fresh one"
+    );
+    let model = &syncer.dataplane().model;
+    let table = model.table(IpFamily::V4).expect("the table");
+    assert!(
+        !table
+            .chains
+            .keys()
+            .any(|c| c.to_string().contains("sticky") || c.to_string().contains("/big/"))
+    );
+    assert!(!table.sets.keys().any(|s| s.to_string().contains("sticky")));
+
+    // After each transaction, every service that was there before and is
+    // still there answers as before or as at the end.
+    let end: Vec<String> = ips.iter().map(|ip| probe(model, ip)).collect();
+    let mut k = kernel.clone();
+    for tx in &applied {
+        k.apply_transaction(tx).expect("each transaction commits");
+        for (i, ip) in ips.iter().enumerate().filter(|(i, _)| *i != 10) {
+            let now = probe(&k, ip);
+            assert!(
+                now == before[i] || now == end[i],
+                "{ip}: {now} (before {}, after {})",
+                before[i],
+                end[i]
+            );
+        }
+    }
+    // No transaction but the elements' own holds the ruleset: the rules
+    // come a few services at a time.
+    let rules_per_tx = applied
+        .iter()
+        .map(|tx| tx.ops.iter().filter(|op| matches!(op, Op::AddRule(..))).count())
+        .max();
+    assert!(rules_per_tx < Some(100 + 30), "{rules_per_tx:?}");
+}
+
+#[test]
+fn a_table_it_cannot_read_or_trust_is_replaced_in_one_transaction() {
+    let mut engine = Engine::new(IpFamily::V4);
+    cluster(&mut engine);
+    let mut first = NftSyncer::new(config(), Kept::default());
+    sync(&mut first, &mut engine);
+    let kernel = first.dataplane().model.clone();
+    let one_replacement = |kernel: &KernelModel, readable: bool, engine: &mut Engine| {
+        let mut syncer = restarted(kernel, readable);
+        let r = sync(&mut syncer, engine);
+        assert_eq!(syncer.dataplane().model, fresh(engine, &config()));
+        r.full && r.transactions == 1 && replaces_the_table(&syncer.dataplane().applied[0])
+    };
+    assert!(
+        !one_replacement(&kernel, true, &mut engine),
+        "readable and intact: in place"
+    );
+    assert!(one_replacement(&kernel, false, &mut engine), "unreadable");
+    // A slot chain someone flushed: nft cannot refill it in place.
+    let mut damaged = kernel.clone();
+    if let Some(t) = damaged.tables.get_mut(&IpFamily::V4) {
+        t.chains.insert(crate::names::ChainId::ServiceSlots(2), Vec::new());
+    }
+    assert!(one_replacement(&damaged, true, &mut engine), "a damaged slot chain");
+    // A table of another shape: no canary of this one.
+    let mut older = kernel.clone();
+    if let Some(t) = older.tables.get_mut(&IpFamily::V4) {
+        t.sets.remove(&crate::names::SetId::Canary);
+    }
+    assert!(one_replacement(&older, true, &mut engine), "another shape");
+    // Something proxyd did not name.
+    let mut foreign = kernel.clone();
+    if let Some(t) = foreign.tables.get_mut(&IpFamily::V4) {
+        t.chains.insert(crate::names::ChainId::Svc(String::new()), Vec::new());
+    }
+    let mut syncer = restarted(&foreign, true);
+    sync(&mut syncer, &mut engine);
+    assert_eq!(
+        syncer.dataplane().model,
+        fresh(&engine, &config()),
+        "an unwanted chain is deleted"
+    );
+}
+
+#[test]
+fn after_a_failed_apply_the_next_full_sync_replaces_the_table() {
+    let mut engine = Engine::new(IpFamily::V4);
+    cluster(&mut engine);
+    let mut syncer = NftSyncer::new(
+        config(),
+        Kept {
+            readable: true,
+            ..Kept::default()
+        },
+    );
+    sync(&mut syncer, &mut engine);
+    // Someone deletes the table: the next partial sync fails.
+    let saved = std::mem::take(&mut syncer.dataplane().model.tables);
+    engine.slice(slice("ns", "svc-1", Protocol::Tcp, 80, &[Ep::Remote("10.9.1.1")]));
+    let changed = engine.update();
+    assert!(
+        syncer
+            .sync(&engine.services, &engine.endpoints, &changed, crate::SyncKind::Changes)
+            .is_err()
+    );
+    // It comes back as it was, looking like this shape's: after a failure
+    // nothing in it is trusted all the same.
+    syncer.dataplane().model.tables = saved;
+    syncer.dataplane().applied.clear();
+    let r = sync(&mut syncer, &mut engine);
+    assert!(r.full && r.transactions == 1 && replaces_the_table(&syncer.dataplane().applied[0]));
+    assert_eq!(syncer.dataplane().model, fresh(&engine, &config()));
 }

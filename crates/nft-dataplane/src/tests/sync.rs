@@ -151,7 +151,7 @@ fn names_of(op: &Op) -> (Vec<ChainId>, Vec<SetId>) {
             chains.push(c.clone());
             (chains, sets)
         }
-        Op::AddSet(s, _) | Op::DeleteSet(s) => (vec![], vec![s.clone()]),
+        Op::AddSet(s, _) | Op::DeleteSet(s) | Op::FlushSet(s) => (vec![], vec![s.clone()]),
         Op::AddElements(s, _) | Op::DeleteElements(s, _) => (vec![], vec![s.clone()]),
         Op::AddTable(_) | Op::DeleteTable(_) => (vec![], vec![]),
     }

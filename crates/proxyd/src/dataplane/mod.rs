@@ -234,6 +234,21 @@ impl Dataplane for WatchedNft {
             .inspect_err(|e| tracing::debug!("asking whether table {table} exists: {e}"))
             .ok()
     }
+
+    fn objects(
+        &mut self,
+        family: slice_model::IpFamily,
+        table: &str,
+    ) -> Option<Result<nft_dataplane::TableObjects, DataplaneError>> {
+        let read = self.netlink.as_mut()?.objects(family, table).map_err(|source| {
+            tracing::warn!("cannot read table {table} back ({source}): a full sync replaces it whole");
+            DataplaneError::Netlink {
+                what: format!("reading table {table} back"),
+                source,
+            }
+        });
+        Some(read)
+    }
 }
 
 /// `--dry-run`: writes each sync's transaction to standard output, or to

@@ -33,6 +33,8 @@ const NFTA_DATA_VALUE: u16 = 1;
 const NFTA_DATA_VERDICT: u16 = 2;
 const NFTA_VERDICT_CODE: u16 = 1;
 const NFTA_VERDICT_CHAIN: u16 = 2;
+/// The subsystem's part of an nftables message type.
+const NFT_SUBSYS_MESSAGE: u16 = NFNL_SUBSYS_NFTABLES << 8;
 /// `NFT_GOTO`.
 const VERDICT_GOTO: i32 = -4;
 /// An attribute's length is 16 bits: a message's element list stays well
@@ -73,7 +75,7 @@ pub fn batch(tx: &Transaction, first_seq: u32) -> Option<Batch> {
     if !tx
         .ops
         .iter()
-        .all(|op| matches!(op, Op::AddElements(..) | Op::DeleteElements(..)))
+        .all(|op| matches!(op, Op::AddElements(..) | Op::DeleteElements(..) | Op::FlushSet(_)))
     {
         return None;
     }
@@ -88,6 +90,25 @@ pub fn batch(tx: &Transaction, first_seq: u32) -> Option<Batch> {
         let (kind, flags, verb, set, elements) = match op {
             Op::AddElements(set, e) => (NFT_MSG_NEWSETELEM, NLM_F_CREATE, "add", set, e),
             Op::DeleteElements(set, e) => (NFT_MSG_DELSETELEM, 0, "delete", set, e),
+            Op::FlushSet(set) => {
+                // A delete that names no elements empties the set.
+                let mut name = set.to_string().into_bytes();
+                name.push(0);
+                seq = seq.wrapping_add(1);
+                message(
+                    &mut out,
+                    NFT_SUBSYS_MESSAGE | NFT_MSG_DELSETELEM,
+                    NLM_F_REQUEST,
+                    seq,
+                    family,
+                    |b| {
+                        attr(b, NFTA_SET_ELEM_LIST_TABLE, &table);
+                        attr(b, NFTA_SET_ELEM_LIST_SET, &name);
+                    },
+                );
+                what.push(format!("flush set {set}"));
+                continue;
+            }
             _ => return None,
         };
         let mut name = set.to_string().into_bytes();
@@ -98,7 +119,7 @@ pub fn batch(tx: &Transaction, first_seq: u32) -> Option<Batch> {
             let mut taken = 0;
             message(
                 &mut out,
-                NFNL_SUBSYS_NFTABLES << 8 | kind,
+                NFT_SUBSYS_MESSAGE | kind,
                 NLM_F_REQUEST | flags,
                 seq,
                 family,
@@ -314,6 +335,15 @@ mod tests {
             assert!(b.describe(x.1).is_some_and(|d| d.contains(&x.2)));
         }
         assert_eq!(b.describe(100), None);
+        let mut flush = Transaction::new(IpFamily::V4);
+        flush.push(Op::FlushSet(SetId::ClusterIps));
+        let f = batch(&flush, 1).expect("a flush is an element operation");
+        let m = messages(&f);
+        assert_eq!(m.len(), 3);
+        assert_eq!(
+            (m[1].0, m[1].2.as_str(), m[1].3),
+            (NFT_SUBSYS_MESSAGE | NFT_MSG_DELSETELEM, "cluster-ips", 0)
+        );
         let mut with_rule = tx.clone();
         with_rule.push(Op::FlushChain(ChainId::Services));
         assert!(batch(&with_rule, 1).is_none(), "anything but elements goes to nft");

@@ -13,16 +13,30 @@ use std::io;
 
 use slice_model::IpFamily;
 
-use nft_dataplane::{DataplaneError, Transaction};
+use nft_dataplane::{DataplaneError, TableObjects, Transaction};
 
 use super::elements::{self, Batch};
-use super::{ENOENT, NFGENMSG, NLM_F_REQUEST, Next, Reply, Socket, attr, find, malformed, message, nfproto};
+use super::{
+    ENOENT, NFGENMSG, NLM_F_DUMP, NLM_F_REQUEST, Next, Reply, Socket, attr, find, malformed, message, nfproto,
+};
 use crate::netns::Netns;
 
 /// nfnetlink's nftables subsystem and its generation messages.
 pub(super) const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFT_MSG_NEWTABLE: u16 = 0;
 const NFT_MSG_GETTABLE: u16 = 1;
+const NFT_MSG_GETCHAIN: u16 = 4;
+const NFT_MSG_GETRULE: u16 = 7;
+const NFT_MSG_GETSET: u16 = 10;
+/// The table and name attributes of chains, rules and sets.
+const NFTA_CHAIN_TABLE: u16 = 1;
+const NFTA_CHAIN_NAME: u16 = 3;
+const NFTA_RULE_TABLE: u16 = 1;
+const NFTA_RULE_CHAIN: u16 = 2;
+const NFTA_SET_TABLE: u16 = 1;
+const NFTA_SET_NAME: u16 = 2;
+const NFTA_SET_FLAGS: u16 = 3;
+const NFT_SET_ANONYMOUS: u32 = 1;
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
 const NFTA_TABLE_NAME: u16 = 1;
@@ -69,6 +83,81 @@ impl NftNetlink {
                 _ => None,
             },
         )
+    }
+
+    /// The sets and chains of the table `name` of `family`, each chain with
+    /// its rule count: three dumps, whatever the number of elements (which
+    /// are not read).
+    pub fn objects(&mut self, family: IpFamily, name: &str) -> io::Result<TableObjects> {
+        let mut table = name.as_bytes().to_vec();
+        table.push(0);
+        let family = nfproto(family);
+        let mut objects = TableObjects::default();
+        self.dump(NFT_MSG_GETSET, family, NFTA_SET_TABLE, &table, |a| {
+            // nft's own sets for a rule's inline `{ … }` are not proxyd's.
+            let flags = find(a, NFTA_SET_FLAGS).and_then(|f| Some(u32::from_be_bytes(f.get(..4)?.try_into().ok()?)));
+            let anonymous = flags.is_some_and(|f| f & NFT_SET_ANONYMOUS != 0);
+            if let Some(set) = string(a, NFTA_SET_NAME).filter(|_| !anonymous) {
+                objects.sets.push(set);
+            }
+        })?;
+        let mut rules: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        self.dump(NFT_MSG_GETCHAIN, family, NFTA_CHAIN_TABLE, &table, |a| {
+            if let Some(chain) = string(a, NFTA_CHAIN_NAME) {
+                rules.insert(chain, 0);
+            }
+        })?;
+        self.dump(NFT_MSG_GETRULE, family, NFTA_RULE_TABLE, &table, |a| {
+            if let Some(n) = string(a, NFTA_RULE_CHAIN).and_then(|c| rules.get_mut(&c)) {
+                *n += 1;
+            }
+        })?;
+        objects.chains = rules.into_iter().collect();
+        objects.chains.sort_unstable();
+        objects.sets.sort_unstable();
+        Ok(objects)
+    }
+
+    /// Dumps the objects of type `kind` (a get request) in `family`, asking
+    /// for those of `table` (attribute `table_attr`), and hands the
+    /// attributes of each of that table to `each` (the kernel filters some
+    /// dumps by table, not all).
+    fn dump(
+        &mut self,
+        kind: u16,
+        family: u8,
+        table_attr: u16,
+        table: &[u8],
+        mut each: impl FnMut(&[u8]),
+    ) -> io::Result<()> {
+        let seq = self.0.next_seq();
+        let mut req = Vec::with_capacity(64);
+        message(
+            &mut req,
+            NFNL_SUBSYS_NFTABLES << 8 | kind,
+            NLM_F_REQUEST | NLM_F_DUMP,
+            seq,
+            family,
+            |b| attr(b, table_attr, table),
+        );
+        self.0.send(&req)?;
+        let mut result = Ok(());
+        self.0.receive(seq, |reply| match reply {
+            Reply::Message(_, payload) => {
+                let attrs = payload.get(NFGENMSG..).unwrap_or_default();
+                if find(attrs, table_attr) == Some(table) {
+                    each(attrs);
+                }
+                Next::More
+            }
+            Reply::Ack => Next::More,
+            Reply::Done => Next::Stop,
+            Reply::Error(errno) => {
+                result = Err(io::Error::from_raw_os_error(errno));
+                Next::Stop
+            }
+        })?;
+        result
     }
 
     /// Commits `tx` as one netlink batch when it holds elements alone (and
@@ -165,6 +254,13 @@ impl NftNetlink {
         })?;
         found
     }
+}
+
+/// A NUL-terminated string attribute.
+fn string(attrs: &[u8], kind: u16) -> Option<String> {
+    let value = find(attrs, kind)?;
+    let text = value.strip_suffix(&[0]).unwrap_or(value);
+    std::str::from_utf8(text).ok().map(str::to_owned)
 }
 
 /// `NFTA_GEN_ID` (big-endian) of a `NFT_MSG_NEWGEN` payload.

@@ -397,7 +397,16 @@ async fn a_failing_nft_is_retried_and_never_half_applied() {
     harness::run("chmod", &["+x", &wrapper.display().to_string()]);
     let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
     c.env = vec![("PATH".into(), path)];
-    web(&c);
+    // ClientIP affinity gives the port chains of its own: a change of its
+    // endpoints rewrites them, which is nft's to do (a change of elements
+    // alone goes over netlink, past the wrapper).
+    c.apply(service(
+        "web",
+        json!({
+            "clusterIP": "10.96.0.10", "sessionAffinity": "ClientIP",
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+        }),
+    ));
     c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(0)], false));
     c.start_proxyd();
     c.eventually("web", || c.tcp("10.96.0.10", 80, 1) == [PODS[0]]);
