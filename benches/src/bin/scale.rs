@@ -197,7 +197,8 @@ impl Daemon {
             .args(["--metrics-bind-address", &format!("127.0.0.1:{METRICS_PORT}")])
             .args(["--sync-period", &format!("{sync_period}s")])
             .args(source)
-            .env("RUST_LOG", "info")
+            // RUST_LOG=info,nft_dataplane=debug shows each transaction.
+            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -209,7 +210,7 @@ impl Daemon {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(s) = Sync::parse(&line) {
                     let _ = tx.send(s);
-                } else if line.contains("ERROR") || line.contains("WARN") {
+                } else if ["ERROR", "WARN", "DEBUG"].iter().any(|level| line.contains(level)) {
                     eprintln!("  proxyd: {line}");
                 }
             }

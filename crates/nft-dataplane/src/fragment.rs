@@ -9,10 +9,9 @@
 //! a few map elements whatever the cluster's size. A port gets chains only
 //! when a fixed rule cannot express it:
 //!
-//! - more than [`MAX_SLOTS`] endpoints (`numgen random mod N` inline, or,
-//!   past [`INLINE_ENDPOINTS`], through a backend map of the chain's own
-//!   whose positions stay put: one endpoint changed is one element
-//!   changed, whatever the service's size),
+//! - more than [`MAX_SLOTS`] endpoints (`numgen random mod N` through a
+//!   backend map of the chain's own whose positions stay put: one endpoint
+//!   changed is one element changed, whatever the service's size),
 //! - ClientIP affinity (a timed set and a chain per endpoint),
 //! - `externalTrafficPolicy: Local` (pods and the node itself use the
 //!   cluster endpoints; others only local ones, with their source kept),
@@ -126,12 +125,6 @@ impl Entry {
         }
     }
 }
-
-/// Up to this many endpoints, a chain picks one inline
-/// (`numgen random mod N map { … }`); past it, through a map of its own,
-/// so that a change to one endpoint is not a rewrite of the rule that
-/// holds them all.
-pub const INLINE_ENDPOINTS: usize = 64;
 
 /// The slot count for `n` endpoints (1..=MAX_SLOTS).
 fn slot_count(n: usize) -> u8 {
@@ -459,25 +452,28 @@ fn load_balance(
         return;
     }
     let Some(timeout) = t.affinity else {
-        if eps.len() > INLINE_ENDPOINTS {
-            let map = SetId::Backends(protocol, chain.to_string());
-            let before = previous
-                .and_then(|p| p.backends.iter().find(|(s, _)| *s == map))
-                .map(|(_, list)| &list[..]);
-            let positions = keep_positions(before.unwrap_or_default(), &eps);
-            rules.push(Rule::always(vec![Statement::DnatMap {
-                protocol,
-                map: map.clone(),
-                width: u32::try_from(positions.len()).unwrap_or(u32::MAX),
-            }]));
-            out.own_sets.push(map.clone());
-            out.backends.push((map, positions));
+        // More than one endpoint: picked through a named map of the chain's
+        // own, never an inline one. A change to one endpoint is then an
+        // element, not a rewrite of the rule that holds them all; and an
+        // inline map is an anonymous set, which the kernel makes at a cost
+        // that grows with the sets the table has (a restart rewriting
+        // thousands of chains spent seconds in it).
+        if let [only] = &eps[..] {
+            rules.push(Rule::always(vec![Statement::Dnat(protocol, *only)]));
             return;
         }
-        rules.push(Rule::always(vec![match &eps[..] {
-            [only] => Statement::Dnat(protocol, *only),
-            _ => Statement::DnatRandom(protocol, eps),
+        let map = SetId::Backends(protocol, chain.to_string());
+        let before = previous
+            .and_then(|p| p.backends.iter().find(|(s, _)| *s == map))
+            .map(|(_, list)| &list[..]);
+        let positions = keep_positions(before.unwrap_or_default(), &eps);
+        rules.push(Rule::always(vec![Statement::DnatMap {
+            protocol,
+            map: map.clone(),
+            width: u32::try_from(positions.len()).unwrap_or(u32::MAX),
         }]));
+        out.own_sets.push(map.clone());
+        out.backends.push((map, positions));
         return;
     };
     // Affinity: a client seen recently goes back to its endpoint; a new

@@ -110,8 +110,7 @@ pub enum SetId {
     /// The clients one endpoint of a ClientIP-affinity port served
     /// recently (`ns/name/proto/port/addr/port`).
     Affinity(String),
-    /// The endpoints of one chain of a port with more than
-    /// [`INLINE_ENDPOINTS`](crate::fragment::INLINE_ENDPOINTS) of them:
+    /// The endpoints of one chain of a port with more than one of them:
     /// position -> endpoint (named after the chain). nft types its value
     /// by the protocol's port (`tcp dport`), so the protocol is part of it.
     Backends(Protocol, String),

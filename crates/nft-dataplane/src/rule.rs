@@ -74,8 +74,6 @@ pub enum Statement {
     Masquerade,
     /// DNAT to one endpoint.
     Dnat(Protocol, SocketAddr),
-    /// DNAT to one of the endpoints, each equally likely.
-    DnatRandom(Protocol, Vec<SocketAddr>),
     /// DNAT to one of the `width` endpoints of a backend map, each equally
     /// likely: `numgen random mod width` is the key.
     DnatMap {
@@ -191,10 +189,17 @@ fn selector(s: Selector, a: &str) -> String {
     }
 }
 
-/// `{ a/n, b/m }` with host bits cleared.
+/// `{ a/n, b/m }` with host bits cleared; one network alone is written
+/// bare (`a/n`), a prefix match, because braces make nft create an
+/// anonymous set for the rule, and the kernel's cost of creating one grows
+/// with the sets the table already has (a restart rewriting thousands of
+/// service chains spent seconds in it).
 pub(crate) fn net_set(nets: &[IpNet]) -> String {
     let items: Vec<String> = nets.iter().map(|n| n.trunc().to_string()).collect();
-    format!("{{ {} }}", items.join(", "))
+    match items.as_slice() {
+        [one] => one.clone(),
+        _ => format!("{{ {} }}", items.join(", ")),
+    }
 }
 
 fn write_match(out: &mut (impl Write + ?Sized), m: &Match, w: FamilyWords) -> fmt::Result {
@@ -226,19 +231,6 @@ fn write_statement(out: &mut (impl Write + ?Sized), s: &Statement, w: FamilyWord
         Statement::ClearMark(bits) => write!(out, "meta mark set meta mark & {:#x}", !bits),
         Statement::Masquerade => out.write_str("masquerade fully-random"),
         Statement::Dnat(p, ep) => write!(out, "meta l4proto {} dnat {a} to {ep}", proto(*p)),
-        Statement::DnatRandom(p, eps) => {
-            write!(
-                out,
-                "meta l4proto {} dnat {a} to numgen random mod {} map {{ ",
-                proto(*p),
-                eps.len()
-            )?;
-            for (i, ep) in eps.iter().enumerate() {
-                let sep = if i == 0 { "" } else { ", " };
-                write!(out, "{sep}{i} : {} . {}", ep.ip(), ep.port())?;
-            }
-            out.write_str(" }")
-        }
         Statement::DnatMap { protocol, map, width } => write!(
             out,
             "meta l4proto {} dnat {a} to numgen random mod {width} map @{map}",

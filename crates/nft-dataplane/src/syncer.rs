@@ -334,6 +334,13 @@ impl<D: Dataplane> NftSyncer<D> {
             let applied = Instant::now();
             let bytes = dataplane.apply(tx)?;
             let took = applied.elapsed();
+            tracing::debug!(
+                ops = tx.ops.len(),
+                elements = tx.element_count(),
+                bytes,
+                took_ms = took.as_secs_f64() * 1e3,
+                "transaction applied"
+            );
             report.script_bytes += bytes;
             report.elements += tx.element_count();
             report.apply += took;

@@ -303,10 +303,6 @@ impl Walk<'_> {
                 vec![(st, Step::End(Flow::Accept))]
             }
             Statement::Dnat(_, ep) => vec![(dnat(st, *ep), Step::End(Flow::Accept))],
-            Statement::DnatRandom(_, eps) => eps
-                .iter()
-                .map(|ep| (dnat(split(st, eps.len()), *ep), Step::End(Flow::Accept)))
-                .collect(),
             Statement::DnatMap { map, width, .. } => (0..*width)
                 .map(|i| {
                     let mut s = split(st, *width as usize);

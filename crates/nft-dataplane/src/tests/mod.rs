@@ -169,6 +169,26 @@ pub(crate) fn host() -> Host {
 }
 
 /// What a fresh proxy would write for the engine's current maps.
+/// `k` with each backend map's endpoints renumbered in sorted order: where
+/// an endpoint sits in such a map is history (positions stay put so that a
+/// change is one element), which endpoints it holds is not.
+pub(crate) fn positions_sorted(k: &KernelModel) -> KernelModel {
+    let mut k = k.clone();
+    for table in k.tables.values_mut() {
+        for (set, items) in &mut table.sets {
+            if matches!(set, crate::names::SetId::Backends(..)) {
+                let mut values: Vec<_> = std::mem::take(items).into_values().collect();
+                values.sort();
+                *items = (0u32..)
+                    .zip(values)
+                    .map(|(i, v)| (crate::element::Key::Index(i), v))
+                    .collect();
+            }
+        }
+    }
+    k
+}
+
 pub(crate) fn fresh(engine: &Engine, config: &DataplaneConfig) -> KernelModel {
     let mut syncer = NftSyncer::new(config.clone(), KernelModel::default());
     syncer

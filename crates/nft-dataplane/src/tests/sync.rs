@@ -626,7 +626,8 @@ proptest! {
 
     /// After any sequence of changes, the partial transactions leave the
     /// table exactly as a fresh full sync would write it (so every packet
-    /// meets the same fate), and the model accepts every one of them.
+    /// meets the same fate; backend maps' positions aside), and the model
+    /// accepts every one of them.
     #[test]
     fn partial_syncs_equal_a_fresh_full_sync(steps in proptest::collection::vec(step(), 1..40)) {
         let mut engine = Engine::new(IpFamily::V4);
@@ -649,7 +650,7 @@ proptest! {
             for p in &probes {
                 prop_assert_eq!(trace(syncer.dataplane(), *p), trace(&full, *p), "{:?}", p);
             }
-            prop_assert_eq!(syncer.dataplane(), &full);
+            prop_assert_eq!(positions_sorted(syncer.dataplane()), positions_sorted(&full));
         }
     }
 }
