@@ -241,40 +241,17 @@ impl fmt::Display for SetId {
     }
 }
 
+/// The one of `candidates` whose name is `name`.
+fn named<T: fmt::Display>(candidates: impl IntoIterator<Item = T>, name: &str) -> Option<T> {
+    candidates.into_iter().find(|c| c.to_string() == name)
+}
+
 impl SetId {
     /// The set named `name` (what [`Display`](fmt::Display) writes), if it
     /// is one of proxyd's.
     pub fn from_name(name: &str) -> Option<Self> {
-        let width = |rest: &str| rest.parse::<u8>().ok().filter(|n| (1..=MAX_SLOTS).contains(n));
-        if let Some(fixed) = [
-            Self::Canary,
-            Self::ClusterIps,
-            Self::ServiceChains,
-            Self::NodePortChains,
-            Self::MasqFrontends,
-            Self::MasqNodePorts,
-            Self::NoEndpoints,
-            Self::NoLocalEndpoints,
-            Self::NodePortNoEndpoints,
-            Self::NodePortNoLocalEndpoints,
-            Self::Hairpin,
-        ]
-        .into_iter()
-        .find(|s| s.to_string() == name)
-        {
+        if let Some(fixed) = named(Self::skeleton(crate::desired::Scope::Node), name) {
             return Some(fixed);
-        }
-        if let Some(n) = name.strip_prefix("nodeport-slot-frontends-") {
-            return width(n).map(Self::NodePortSlotFrontends);
-        }
-        if let Some(n) = name.strip_prefix("slot-frontends-") {
-            return width(n).map(Self::SlotFrontends);
-        }
-        if let Some(n) = name.strip_prefix("service-slots-") {
-            return width(n).map(Self::ServiceSlots);
-        }
-        if let Some(n) = name.strip_prefix("nodeport-slots-") {
-            return width(n).map(Self::NodePortSlots);
         }
         if let Some(part) = name.strip_prefix("aff-") {
             return Some(Self::Affinity(part.to_owned()));
@@ -296,8 +273,7 @@ impl ChainId {
     /// The chain named `name` (what [`Display`](fmt::Display) writes), if
     /// it is one of proxyd's.
     pub fn from_name(name: &str) -> Option<Self> {
-        let width = |rest: &str| rest.parse::<u8>().ok().filter(|n| (1..=MAX_SLOTS).contains(n));
-        if let Some(fixed) = [
+        let fixed = [
             Self::MarkForMasquerade,
             Self::Services,
             Self::NodePorts,
@@ -309,17 +285,10 @@ impl ChainId {
             Self::FilterForward,
             Self::FilterOutput,
             Self::FilterOutputPostDnat,
-        ]
-        .into_iter()
-        .find(|c| c.to_string() == name)
-        {
+        ];
+        let slots = (1..=MAX_SLOTS).flat_map(|n| [Self::ServiceSlots(n), Self::NodePortSlots(n)]);
+        if let Some(fixed) = named(fixed.into_iter().chain(slots), name) {
             return Some(fixed);
-        }
-        if let Some(n) = name.strip_prefix("nodeport-slots-") {
-            return width(n).map(Self::NodePortSlots);
-        }
-        if let Some(n) = name.strip_prefix("slots-") {
-            return width(n).map(Self::ServiceSlots);
         }
         let own = [
             ("svc-", Self::Svc as fn(String) -> Self),

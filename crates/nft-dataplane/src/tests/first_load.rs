@@ -53,7 +53,7 @@ fn cluster(engine: &mut Engine) -> Vec<String> {
     let mut ips = Vec::new();
     for i in 0..300u32 {
         let name = format!("svc-{i}");
-        let ip = format!("172.30.{}.{}", i / 250, i % 250 + 1);
+        let ip = format!("172.20.{}.{}", i / 250, i % 250 + 1);
         // Every tenth has a chain of its own (more endpoints than slots).
         let n = if i % 10 == 0 { 20 } else { 2 };
         let addrs: Vec<String> = (0..n)
@@ -127,37 +127,6 @@ fn a_new_tables_first_load_is_short_transactions_each_leaving_whole_services() {
     assert!(complete.iter().all(|c| *c));
 }
 
-/// Services with chains and sets of their own, beside [`cluster`]'s.
-fn with_chains_and_sets(engine: &mut Engine) {
-    let tcp = Protocol::Tcp;
-    engine
-        .service(&affinity(service("ns", "sticky", "172.31.0.50", 80, tcp), 600))
-        .slice(slice(
-            "ns",
-            "sticky",
-            tcp,
-            8080,
-            &[Ep::Remote("10.1.5.1"), Ep::Remote("10.1.5.2")],
-        ));
-    let big: Vec<String> = (1..=70).map(|i| format!("10.1.6.{i}")).collect();
-    let big: Vec<Ep<'_>> = big.iter().map(|a| Ep::Remote(a)).collect();
-    engine
-        .service(&service("ns", "big", "172.31.0.60", 80, tcp))
-        .slice(slice("ns", "big", tcp, 8080, &big));
-    let lb = external_local(load_balancer(
-        service("ns", "lb-local", "172.31.0.40", 443, tcp),
-        30443,
-        &["1.2.3.4"],
-    ));
-    engine.service(&lb).slice(slice(
-        "ns",
-        "lb-local",
-        tcp,
-        8443,
-        &[Ep::Local("10.1.4.1"), Ep::Remote("10.1.4.2")],
-    ));
-}
-
 /// A syncer restarted over `kernel`: a new one, remembering nothing.
 fn restarted(kernel: &KernelModel, readable: bool) -> NftSyncer<Kept> {
     let mut syncer = NftSyncer::new(
@@ -180,7 +149,7 @@ fn replaces_the_table(tx: &Transaction) -> bool {
 fn a_restart_rewrites_its_own_table_in_place_and_no_service_is_ever_without_rules() {
     let mut engine = Engine::new(IpFamily::V4);
     let ips = cluster(&mut engine);
-    with_chains_and_sets(&mut engine);
+    super::sync::every_kind(&mut engine);
     let mut first = NftSyncer::new(config(), Kept::default());
     sync(&mut first, &mut engine);
     let kernel = first.dataplane().model.clone();

@@ -157,7 +157,8 @@ fn names_of(op: &Op) -> (Vec<ChainId>, Vec<SetId>) {
     }
 }
 
-fn every_kind(engine: &mut Engine) {
+/// One service of every kind (every kind of chain and set).
+pub(crate) fn every_kind(engine: &mut Engine) {
     let tcp = Protocol::Tcp;
     engine
         .service(&service("ns", "web", "172.30.0.10", 80, tcp))
