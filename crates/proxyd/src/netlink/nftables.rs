@@ -94,12 +94,7 @@ impl NftNetlink {
         let family = nfproto(family);
         let mut objects = TableObjects::default();
         self.dump(NFT_MSG_GETSET, family, NFTA_SET_TABLE, &table, |a| {
-            // nft's own sets for a rule's inline `{ … }` are not proxyd's.
-            let flags = find(a, NFTA_SET_FLAGS).and_then(|f| Some(u32::from_be_bytes(f.get(..4)?.try_into().ok()?)));
-            let anonymous = flags.is_some_and(|f| f & NFT_SET_ANONYMOUS != 0);
-            if let Some(set) = string(a, NFTA_SET_NAME).filter(|_| !anonymous) {
-                objects.sets.push(set);
-            }
+            objects.sets.extend(named_set(a));
         })?;
         let mut rules: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         self.dump(NFT_MSG_GETCHAIN, family, NFTA_CHAIN_TABLE, &table, |a| {
@@ -142,20 +137,8 @@ impl NftNetlink {
         );
         self.0.send(&req)?;
         let mut result = Ok(());
-        self.0.receive(seq, |reply| match reply {
-            Reply::Message(_, payload) => {
-                let attrs = payload.get(NFGENMSG..).unwrap_or_default();
-                if find(attrs, table_attr) == Some(table) {
-                    each(attrs);
-                }
-                Next::More
-            }
-            Reply::Ack => Next::More,
-            Reply::Done => Next::Stop,
-            Reply::Error(errno) => {
-                result = Err(io::Error::from_raw_os_error(errno));
-                Next::Stop
-            }
+        self.0.receive(seq, |reply| {
+            dump_reply(reply, table_attr, table, &mut each, &mut result)
         })?;
         result
     }
@@ -256,6 +239,42 @@ impl NftNetlink {
     }
 }
 
+/// One reply of a dump: the attributes of an object of `table` go to
+/// `each`; the end or an error (kept in `result`) stops the dump.
+fn dump_reply(
+    reply: Reply<'_>,
+    table_attr: u16,
+    table: &[u8],
+    each: &mut impl FnMut(&[u8]),
+    result: &mut io::Result<()>,
+) -> Next {
+    match reply {
+        Reply::Message(_, payload) => {
+            let attrs = payload.get(NFGENMSG..).unwrap_or_default();
+            if find(attrs, table_attr) == Some(table) {
+                each(attrs);
+            }
+            Next::More
+        }
+        Reply::Ack => Next::More,
+        Reply::Done => Next::Stop,
+        Reply::Error(errno) => {
+            *result = Err(io::Error::from_raw_os_error(errno));
+            Next::Stop
+        }
+    }
+}
+
+/// The name of a set a `NFT_MSG_NEWSET` describes, unless it is one of
+/// nft's anonymous sets (a rule's inline `{ … }`), which are not proxyd's.
+fn named_set(attrs: &[u8]) -> Option<String> {
+    let flags = find(attrs, NFTA_SET_FLAGS).and_then(|f| Some(u32::from_be_bytes(f.get(..4)?.try_into().ok()?)));
+    if flags.is_some_and(|f| f & NFT_SET_ANONYMOUS != 0) {
+        return None;
+    }
+    string(attrs, NFTA_SET_NAME)
+}
+
 /// A NUL-terminated string attribute.
 fn string(attrs: &[u8], kind: u16) -> Option<String> {
     let value = find(attrs, kind)?;
@@ -310,6 +329,54 @@ mod tests {
         let at = HEADER;
         denied[at..at + 4].copy_from_slice(&(-1i32).to_ne_bytes());
         assert_eq!(generation_in(&denied, 7).ok(), Some(Some(1001)), "EPERM");
+    }
+
+    /// A dump's reply: sets of two tables, one anonymous, then the end.
+    fn set_dump(seq: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (table, name, flags) in [
+            (&b"proxyd\0"[..], &b"cluster-ips\0"[..], 0u32),
+            (b"proxyd\0", b"__set0\0", NFT_SET_ANONYMOUS),
+            (b"other\0", b"theirs\0", 0),
+        ] {
+            message(&mut out, NFNL_SUBSYS_NFTABLES << 8 | 9, 0, seq, 2, |b| {
+                attr(b, NFTA_SET_TABLE, table);
+                attr(b, NFTA_SET_NAME, name);
+                attr(b, NFTA_SET_FLAGS, &flags.to_be_bytes());
+            });
+        }
+        message(&mut out, super::super::NLMSG_DONE, 0, seq, 0, |_| {});
+        out
+    }
+
+    fn sets_in(data: &[u8]) -> io::Result<Vec<String>> {
+        let mut sets = Vec::new();
+        let mut result = Ok(());
+        parse_datagram(data, &|s| s == 3, &mut |_, r| {
+            dump_reply(
+                r,
+                NFTA_SET_TABLE,
+                b"proxyd\0",
+                &mut |a| sets.extend(named_set(a)),
+                &mut result,
+            )
+        })?;
+        result.map(|()| sets)
+    }
+
+    #[test]
+    fn a_dump_keeps_its_tables_named_sets_and_garbage_is_no_panic() {
+        let good = set_dump(3);
+        assert_eq!(sets_in(&good).ok(), Some(vec!["cluster-ips".to_owned()]));
+        for cut in 0..good.len() {
+            let _ = sets_in(&good[..cut]);
+        }
+        let mut flipped = good.clone();
+        for i in 0..flipped.len() {
+            flipped[i] ^= 0xa5;
+            let _ = sets_in(&flipped);
+            flipped[i] ^= 0xa5;
+        }
     }
 
     #[test]
