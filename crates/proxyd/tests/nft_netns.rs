@@ -586,6 +586,16 @@ fn example_cluster_loads_as_ipv6() {
         .unwrap();
     assert!(r.full && r.transactions >= 2, "declarations, then elements: {r:?}");
     assert_eq!(split.table_of("ip6"), ns.table_of("ip6"));
+    // Restarted over it: read back over netlink and rewritten in place.
+    let mut again = NftSyncer::new(split_syncer.config().clone(), split.watched());
+    let r = again
+        .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
+        .unwrap();
+    assert!(
+        r.full && r.transactions >= 2,
+        "in place (a replacement is one transaction): {r:?}"
+    );
+    assert_eq!(split.table_of("ip6"), ns.table_of("ip6"));
 }
 
 #[test]
