@@ -450,7 +450,7 @@ mod tests {
         }
         for foreign in ["canary", "slots-17", "slots-0", "backends-x", "KUBE-SERVICES", ""] {
             assert!(
-                SetId::from_name(foreign).is_none() || ChainId::from_name(foreign).is_none(),
+                SetId::from_name(foreign).is_none() && ChainId::from_name(foreign).is_none(),
                 "{foreign}"
             );
         }

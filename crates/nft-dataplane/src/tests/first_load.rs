@@ -11,12 +11,14 @@ use super::*;
 use crate::transaction::{Op, Transaction};
 
 /// A kernel model that keeps each transaction it commits; it reads the
-/// table back only when `readable`.
+/// table back only when `readable`, and then also reports a chain named
+/// `foreign` when one is given (one proxyd does not name).
 #[derive(Default)]
 struct Kept {
     model: KernelModel,
     applied: Vec<Transaction>,
     readable: bool,
+    foreign: Option<String>,
 }
 
 impl crate::Dataplane for Kept {
@@ -30,7 +32,11 @@ impl crate::Dataplane for Kept {
     }
 
     fn objects(&mut self, family: IpFamily, table: &str) -> Option<Result<crate::TableObjects, crate::DataplaneError>> {
-        self.model.objects(family, table).filter(|_| self.readable)
+        let mut read = self.model.objects(family, table).filter(|_| self.readable)?;
+        if let (Ok(objects), Some(name)) = (&mut read, &self.foreign) {
+            objects.chains.push((name.clone(), 0));
+        }
+        Some(read)
     }
 }
 
@@ -135,6 +141,7 @@ fn restarted(kernel: &KernelModel, readable: bool) -> NftSyncer<Kept> {
             model: kernel.clone(),
             applied: Vec::new(),
             readable,
+            foreign: None,
         },
     );
     syncer.set_first_load_chunk(100);
@@ -243,18 +250,24 @@ fn a_table_it_cannot_read_or_trust_is_replaced_in_one_transaction() {
         t.sets.remove(&crate::names::SetId::Canary);
     }
     assert!(one_replacement(&older, true, &mut engine), "another shape");
-    // Something proxyd did not name.
-    let mut foreign = kernel.clone();
-    if let Some(t) = foreign.tables.get_mut(&IpFamily::V4) {
+    // A chain of proxyd's that no service wants: deleted in place.
+    let mut unwanted = kernel.clone();
+    if let Some(t) = unwanted.tables.get_mut(&IpFamily::V4) {
         t.chains.insert(crate::names::ChainId::Svc(String::new()), Vec::new());
     }
-    let mut syncer = restarted(&foreign, true);
-    sync(&mut syncer, &mut engine);
+    let mut syncer = restarted(&unwanted, true);
+    let r = sync(&mut syncer, &mut engine);
+    assert!(r.transactions > 1 && !syncer.dataplane().applied.iter().any(replaces_the_table));
     assert_eq!(
         syncer.dataplane().model,
         fresh(&engine, &config()),
         "an unwanted chain is deleted"
     );
+    // Something proxyd did not name: it cannot tell what that is for.
+    let mut syncer = restarted(&kernel, true);
+    syncer.dataplane().foreign = Some("KUBE-SERVICES".into());
+    let r = sync(&mut syncer, &mut engine);
+    assert!(r.full && r.transactions == 1 && replaces_the_table(&syncer.dataplane().applied[0]));
 }
 
 #[test]

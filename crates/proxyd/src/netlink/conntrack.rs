@@ -31,7 +31,7 @@ const CTA_IP_V6_DST: u16 = 4;
 const CTA_PROTO_NUM: u16 = 1;
 const CTA_PROTO_SRC_PORT: u16 = 2;
 const CTA_PROTO_DST_PORT: u16 = 3;
-const IPPROTO_UDP: u8 = 17;
+const IPPROTO_UDP: u8 = super::ip_protocol(slice_model::Protocol::Udp);
 /// Deletes per datagram; their acknowledgements are read before the next.
 const BATCH: usize = 128;
 

@@ -8,14 +8,14 @@
 //! concatenated key or value takes a multiple of four bytes, addresses and
 //! ports in network order, `numgen` slots and positions in host order.
 
+use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 
 use nft_dataplane::element::{Element, Frontend, Key, Value};
 use nft_dataplane::{Op, Transaction};
-use slice_model::Protocol;
 
 use super::nftables::NFNL_SUBSYS_NFTABLES;
-use super::{NLM_F_REQUEST, attr, message, nested, nfproto};
+use super::{NLM_F_REQUEST, attr, attr_with, ip_protocol, message, nested, nfproto};
 
 /// nfnetlink's batch markers and nftables' element messages.
 const NFNL_MSG_BATCH_BEGIN: u16 = 16;
@@ -132,7 +132,7 @@ pub fn batch(tx: &Transaction, first_seq: u32) -> Option<Batch> {
                             if b.len() - start >= LIST_BYTES {
                                 break;
                             }
-                            element(b, e, verb == "delete");
+                            element(b, e, kind == NFT_MSG_DELSETELEM);
                             taken += 1;
                         }
                     });
@@ -159,23 +159,27 @@ fn marker(out: &mut Vec<u8>, kind: u16, seq: u32) {
     out[at..].copy_from_slice(&NFNL_SUBSYS_NFTABLES.to_be_bytes());
 }
 
-/// One element: its key, and for an add its value.
+/// One element: its key, and for an add its value. Written in place:
+/// a large load is hundreds of thousands of them.
 fn element(out: &mut Vec<u8>, e: &Element, key_only: bool) {
     nested(out, NFTA_LIST_ELEM, |b| {
-        nested(b, NFTA_SET_ELEM_KEY, |b| attr(b, NFTA_DATA_VALUE, &key_bytes(&e.key)));
+        nested(b, NFTA_SET_ELEM_KEY, |b| {
+            attr_with(b, NFTA_DATA_VALUE, |b| write_key(b, &e.key))
+        });
         match (&e.value, key_only) {
             (Some(Value::Endpoint(ep)), false) => {
                 nested(b, NFTA_SET_ELEM_DATA, |b| {
-                    attr(b, NFTA_DATA_VALUE, &endpoint_bytes(*ep))
+                    attr_with(b, NFTA_DATA_VALUE, |b| write_endpoint(b, *ep));
                 });
             }
             (Some(Value::Goto(chain)), false) => {
-                let mut name = chain.to_string().into_bytes();
-                name.push(0);
                 nested(b, NFTA_SET_ELEM_DATA, |b| {
                     nested(b, NFTA_DATA_VERDICT, |b| {
                         attr(b, NFTA_VERDICT_CODE, &VERDICT_GOTO.to_be_bytes());
-                        attr(b, NFTA_VERDICT_CHAIN, &name);
+                        attr_with(b, NFTA_VERDICT_CHAIN, |b| {
+                            // Writing to a Vec cannot fail.
+                            let _ = write!(b, "{chain}\0");
+                        });
                     });
                 });
             }
@@ -186,31 +190,27 @@ fn element(out: &mut Vec<u8>, e: &Element, key_only: bool) {
 
 /// A key's bytes: a single field as it is, each field of a concatenation
 /// padded to four bytes.
-pub fn key_bytes(key: &Key) -> Vec<u8> {
-    let mut out = Vec::with_capacity(32);
+fn write_key(out: &mut Vec<u8>, key: &Key) {
     match key {
-        Key::Frontend(f) => frontend(&mut out, f),
+        Key::Frontend(f) => frontend(out, f),
         Key::Slot(f, slot) => {
-            frontend(&mut out, f);
+            frontend(out, f);
             out.extend(u32::from(*slot).to_ne_bytes());
         }
         Key::Port(p) => out.extend(p.to_be_bytes()),
-        Key::Addr(a) => addr(&mut out, *a),
+        Key::Addr(a) => addr(out, *a),
         Key::AddrPair(a, b) => {
-            addr(&mut out, *a);
-            addr(&mut out, *b);
+            addr(out, *a);
+            addr(out, *b);
         }
         Key::Index(i) => out.extend(i.to_ne_bytes()),
     }
-    out
 }
 
 /// A DNAT target's bytes: `daddr . dport`.
-pub fn endpoint_bytes(ep: SocketAddr) -> Vec<u8> {
-    let mut out = Vec::with_capacity(20);
-    addr(&mut out, ep.ip());
-    port(&mut out, ep.port());
-    out
+fn write_endpoint(out: &mut Vec<u8>, ep: SocketAddr) {
+    addr(out, ep.ip());
+    port(out, ep.port());
 }
 
 fn frontend(out: &mut Vec<u8>, f: &Frontend) {
@@ -221,11 +221,11 @@ fn frontend(out: &mut Vec<u8>, f: &Frontend) {
             port: p,
         } => {
             addr(out, *a);
-            out.extend([protocol_number(*protocol), 0, 0, 0]);
+            out.extend([ip_protocol(*protocol), 0, 0, 0]);
             port(out, *p);
         }
         Frontend::NodePort { protocol, port: p } => {
-            out.extend([protocol_number(*protocol), 0, 0, 0]);
+            out.extend([ip_protocol(*protocol), 0, 0, 0]);
             port(out, *p);
         }
     }
@@ -244,20 +244,25 @@ fn port(out: &mut Vec<u8>, p: u16) {
     out.extend([0, 0]);
 }
 
-fn protocol_number(p: Protocol) -> u8 {
-    match p {
-        Protocol::Tcp => 6,
-        Protocol::Udp => 17,
-        Protocol::Sctp => 132,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::{HEADER, NFGENMSG, attrs, find, u16_at, u32_at};
     use super::*;
     use nft_dataplane::names::{ChainId, SetId};
     use slice_model::IpFamily;
+    use slice_model::Protocol;
+
+    fn key_bytes(key: &Key) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_key(&mut out, key);
+        out
+    }
+
+    fn endpoint_bytes(ep: SocketAddr) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_endpoint(&mut out, ep);
+        out
+    }
 
     fn frontend_key() -> Key {
         Key::Frontend(Frontend::Ip {

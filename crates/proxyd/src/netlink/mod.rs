@@ -191,10 +191,27 @@ fn message(out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: u8, body:
 
 /// Appends one attribute.
 fn attr(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
-    out.extend(((4 + value.len()) as u16).to_ne_bytes());
+    attr_with(out, kind, |b| b.extend(value));
+}
+
+/// Appends one attribute whose value `value` writes in place.
+fn attr_with(out: &mut Vec<u8>, kind: u16, value: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend([0u8; 2]);
     out.extend(kind.to_ne_bytes());
-    out.extend(value);
+    value(out);
+    let len = (out.len() - start) as u16;
+    out[start..start + 2].copy_from_slice(&len.to_ne_bytes());
     out.resize(out.len().next_multiple_of(4), 0);
+}
+
+/// The IP protocol number of a service protocol.
+const fn ip_protocol(p: slice_model::Protocol) -> u8 {
+    match p {
+        slice_model::Protocol::Tcp => 6,
+        slice_model::Protocol::Udp => 17,
+        slice_model::Protocol::Sctp => 132,
+    }
 }
 
 /// Appends a nested attribute holding what `inner` writes.
