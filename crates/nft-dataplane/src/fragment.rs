@@ -187,6 +187,30 @@ impl Fragment {
         }
     }
 
+    /// Frees the spare capacity of its lists. The programmed view keeps a
+    /// fragment per service for as long as the service exists, and lists
+    /// grown by pushing hold up to four times what they use.
+    pub fn shrink_to_fit(&mut self) {
+        for e in &mut self.entries {
+            if let Entry::Slots { endpoints, .. } = e {
+                endpoints.shrink_to_fit();
+            }
+        }
+        self.entries.shrink_to_fit();
+        for c in &mut self.chains {
+            c.rules.shrink_to_fit();
+        }
+        self.chains.shrink_to_fit();
+        self.own_sets.shrink_to_fit();
+        for (_, b) in &mut self.backends {
+            b.shrink_to_fit();
+        }
+        self.backends.shrink_to_fit();
+        self.shared.shrink_to_fit();
+        self.frontends.shrink_to_fit();
+        self.blocked.shrink_to_fit();
+    }
+
     /// Every element of its entries (not of its backend maps, which are
     /// compared by position), keyed by set and key.
     pub fn entry_elements(&self) -> HashMap<(SetId, Key), Option<Value>> {
@@ -225,6 +249,7 @@ pub fn build(
     }
     out.shared.sort_unstable();
     out.shared.dedup();
+    out.shrink_to_fit();
     out
 }
 
@@ -518,6 +543,72 @@ mod tests {
         (0..before.len().max(after.len()))
             .filter(|i| before.get(*i) != after.get(*i))
             .count()
+    }
+
+    #[test]
+    fn a_built_fragment_holds_no_spare_capacity() {
+        use crate::tests::{Engine, Ep, affinity, config, external_local, load_balancer, node_port, service, slice};
+        use slice_model::{IpFamily, Protocol, ServiceName};
+
+        let mut engine = Engine::new(IpFamily::V4);
+        let many: Vec<String> = (1..=40).map(|i| format!("10.1.0.{i}")).collect();
+        let many: Vec<Ep<'_>> = many.iter().map(|a| Ep::Remote(a)).collect();
+        engine
+            .service(&node_port(
+                service("ns", "slots", "172.30.0.1", 80, Protocol::Tcp),
+                30080,
+            ))
+            .slice(slice(
+                "ns",
+                "slots",
+                Protocol::Tcp,
+                80,
+                &[Ep::Remote("10.2.0.1"), Ep::Local("10.2.0.2")],
+            ))
+            .service(&affinity(
+                external_local(load_balancer(
+                    service("ns", "chains", "172.30.0.2", 80, Protocol::Tcp),
+                    30081,
+                    &["198.51.100.7"],
+                )),
+                60,
+            ))
+            .slice(slice("ns", "chains", Protocol::Tcp, 80, &many));
+        engine.update();
+        for name in ["slots", "chains"] {
+            let targets = crate::desired::plan_service(
+                &ServiceName::new("ns", name),
+                &engine.services,
+                &engine.endpoints,
+                &config(),
+            );
+            let f = build(&targets, &config(), |_| true, None);
+            assert!(!f.entries.is_empty(), "{name}: {f:?}");
+            let spare = |len: usize, cap: usize| cap - len;
+            let mut total = spare(f.entries.len(), f.entries.capacity())
+                + spare(f.chains.len(), f.chains.capacity())
+                + spare(f.own_sets.len(), f.own_sets.capacity())
+                + spare(f.backends.len(), f.backends.capacity())
+                + spare(f.shared.len(), f.shared.capacity())
+                + spare(f.frontends.len(), f.frontends.capacity())
+                + spare(f.blocked.len(), f.blocked.capacity());
+            total += f
+                .chains
+                .iter()
+                .map(|c| spare(c.rules.len(), c.rules.capacity()))
+                .sum::<usize>();
+            total += f
+                .backends
+                .iter()
+                .map(|(_, b)| spare(b.len(), b.capacity()))
+                .sum::<usize>();
+            for e in &f.entries {
+                if let Entry::Slots { endpoints, .. } = e {
+                    total += spare(endpoints.len(), endpoints.capacity());
+                }
+            }
+            assert_eq!(total, 0, "{name}: spare capacity in {f:?}");
+        }
     }
 
     #[test]

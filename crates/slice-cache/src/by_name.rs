@@ -2,6 +2,9 @@
 
 use std::sync::Arc;
 
+/// Up to this many entries, a map's capacity is its length.
+const EXACT_UP_TO: usize = 8;
+
 /// A map from slice name to `V`, sorted by name.
 ///
 /// A service has one slice, or a few; even big ones have a hundred. A sorted
@@ -34,6 +37,12 @@ impl<V> ByName<V> {
         match self.find(&name) {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),
             Err(i) => {
+                // Most services have one slice, or a few: a small map grows
+                // one entry at a time, so that it holds only what it uses
+                // (pushing would reserve four).
+                if self.0.len() == self.0.capacity() && self.0.len() < EXACT_UP_TO {
+                    self.0.reserve_exact(1);
+                }
                 self.0.insert(i, (name, value));
                 None
             }
@@ -80,5 +89,14 @@ mod tests {
         assert_eq!(m.remove("a"), None);
         assert_eq!(m.take().len(), 2);
         assert!(m.is_empty());
+    }
+
+    #[test]
+    fn a_small_map_holds_what_it_uses() {
+        let mut m = ByName::default();
+        for i in 0..EXACT_UP_TO {
+            m.insert(format!("s{i}").into(), i);
+            assert_eq!(m.0.capacity(), i + 1);
+        }
     }
 }

@@ -124,7 +124,7 @@ impl ServiceEndpoints {
             }));
         }
         runs.sort_by(|a, b| (a.name, a.protocol).cmp(&(b.name, b.protocol)));
-        let ports = runs
+        let mut ports: Vec<PortEndpoints> = runs
             .chunk_by(|a, b| a.name == b.name && a.protocol == b.protocol)
             .filter_map(|bucket| {
                 let first = bucket.first()?;
@@ -136,6 +136,8 @@ impl ServiceEndpoints {
                 })
             })
             .collect();
+        // Kept until the service changes again; collecting reserved four.
+        ports.shrink_to_fit();
         Self { ports }
     }
 }
@@ -213,6 +215,21 @@ mod tests {
                 serving: ready,
                 terminating: false,
             })
+    }
+
+    #[test]
+    fn a_merge_holds_no_spare_ports() {
+        let slice = SliceContent {
+            ports: vec![slice_model::SlicePort {
+                name: "p".into(),
+                protocol: Protocol::Tcp,
+                port: std::num::NonZeroU16::new(80).unwrap(),
+            }],
+            endpoints: vec![ep("10.0.0.1", "here", true)],
+        };
+        let m = ServiceEndpoints::merge_normalized([&slice], "here");
+        assert_eq!(m.ports.len(), 1);
+        assert_eq!(m.ports.capacity(), 1);
     }
 
     fn merged(runs: &[(&[SliceEndpoint], u16)]) -> Vec<(String, bool, bool)> {
