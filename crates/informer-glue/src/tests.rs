@@ -79,6 +79,27 @@ fn full_slice_converts_identically_on_both_paths() {
 }
 
 #[test]
+fn several_hints_convert_identically_on_both_paths() {
+    let (s, _) = both(slice_json(
+        json!([{"addresses": ["10.0.0.1"], "zone": null, "hostname": "h",
+                "hints": {"forZones": [{"name": "c"}, {}, {"name": "a"}, {"name": "c"}],
+                          "forNodes": [{"name": "n2"}, {"name": "n1"}, {"name": ""}]}},
+               {"addresses": ["10.0.0.2"], "hints": {"forZones": [], "forNodes": null}}]),
+        json!([{"name": "", "port": 80}]),
+    ));
+    let s = s.unwrap();
+    let zones: Vec<&str> = s.content.endpoints[0]
+        .zone_hints
+        .as_slice()
+        .iter()
+        .map(|z| &**z)
+        .collect();
+    assert_eq!(zones, ["", "a", "c"]);
+    assert_eq!(s.content.endpoints[0].node_hints.as_slice().len(), 2);
+    assert!(s.content.endpoints[1].zone_hints.is_empty());
+}
+
+#[test]
 fn null_lists_are_accepted() {
     let (s, warns) = both(slice_json(json!(null), json!(null)));
     let s = s.unwrap();
@@ -130,6 +151,12 @@ fn wire_rejects_wrong_types_in_slice_fields() {
         r#"{"kind":"EndpointSlice","metadata":{"labels":{"a":1}}}"#,
         r#"{"kind":"EndpointSlice","endpoints":[{"conditions":{"ready":"yes"}}]}"#,
         r#"{"kind":"EndpointSlice","ports":[{"port":99999999999}]}"#,
+        r#"{"kind":"EndpointSlice","endpoints":[{"zone":5}]}"#,
+        r#"{"kind":"EndpointSlice","endpoints":[{"hostname":["h"]}]}"#,
+        r#"{"kind":"EndpointSlice","endpoints":[{"hints":{"forZones":[{"name":1}]}}]}"#,
+        r#"{"kind":"EndpointSlice","endpoints":[{"hints":{"forZones":[{"name":"a"},"b"]}}]}"#,
+        r#"{"kind":"EndpointSlice","endpoints":[{"hints":{"forNodes":"n"}}]}"#,
+        r#"{"kind":"EndpointSlice","endpoints":{"a":1}}"#,
     ] {
         assert!(serde_json::from_str::<WireObject<'_>>(bad).is_err(), "{bad}");
     }

@@ -74,7 +74,7 @@ pub struct WireObject<'a> {
     #[serde(borrow, default)]
     pub address_type: Option<Str<'a>>,
     /// EndpointSlice `endpoints`.
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "endpoints_with_room")]
     pub endpoints: Option<Vec<WireEndpoint<'a>>>,
     /// EndpointSlice `ports`.
     #[serde(borrow, default)]
@@ -136,10 +136,12 @@ pub struct WireEndpoint<'a> {
     pub topology_hostname: Option<PickKey<'a, HostnameTopology>>,
     #[serde(borrow, default)]
     pub hints: Option<WireHints<'a>>,
-    #[serde(borrow, default)]
-    pub hostname: Option<Str<'a>>,
-    #[serde(borrow, default)]
-    pub zone: Option<Str<'a>>,
+    /// `hostname`, type-checked only.
+    #[serde(default)]
+    pub hostname: Option<CheckedStr>,
+    /// `zone`, type-checked only (the cache reads hints, not zones).
+    #[serde(default)]
+    pub zone: Option<CheckedStr>,
 }
 
 /// `conditions`.
@@ -160,9 +162,9 @@ pub struct WireConditions {
 #[allow(missing_docs)]
 pub struct WireHints<'a> {
     #[serde(borrow, default)]
-    pub for_zones: Option<Vec<WireZone<'a>>>,
+    pub for_zones: Option<Names<'a>>,
     #[serde(borrow, default)]
-    pub for_nodes: Option<Vec<WireZone<'a>>>,
+    pub for_nodes: Option<Names<'a>>,
 }
 
 /// `hints.forZones[]` and `hints.forNodes[]`: a name.
@@ -172,6 +174,108 @@ pub struct WireZone<'a> {
     #[serde(borrow, default)]
     pub name: Option<Str<'a>>,
 }
+
+/// The names of `hints.forZones` or `hints.forNodes` (a missing name reads
+/// as `""`). An endpoint has one hint, or a few: the first is kept inline,
+/// so that decoding one allocates nothing.
+#[derive(Debug, Default)]
+pub struct Names<'a> {
+    first: Option<Str<'a>>,
+    rest: Vec<Str<'a>>,
+}
+
+impl<'a> Names<'a> {
+    /// The names, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.first.iter().chain(&self.rest).map(|s| &**s)
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Names<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Names<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of objects with a name")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                let mut names = Names::default();
+                while let Some(z) = s.next_element::<WireZone<'de>>()? {
+                    let name = z.name.unwrap_or_default();
+                    if names.first.is_none() {
+                        names.first = Some(name);
+                    } else {
+                        names.rest.push(name);
+                    }
+                }
+                Ok(names)
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
+    }
+}
+
+/// A JSON string that is type-checked and not kept: a field the cache never
+/// reads, but whose wrong type makes the object invalid, as in Go.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedStr;
+
+impl<'de> Deserialize<'de> for CheckedStr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CheckedStr;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<CheckedStr, E> {
+                Ok(CheckedStr)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Endpoints, with room for as many as the EndpointSlice controller puts in
+/// a slice by default (`--max-endpoints-per-slice`, 100): the list then
+/// never grows (and moves) while it is decoded.
+fn endpoints_with_room<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<WireEndpoint<'a>>>, D::Error> {
+    struct Seq<'a>(PhantomData<&'a ()>);
+    impl<'de: 'a, 'a> Visitor<'de> for Seq<'a> {
+        type Value = Vec<WireEndpoint<'a>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array of endpoints")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+            let mut all = Vec::with_capacity(s.size_hint().unwrap_or(0).max(DEFAULT_MAX_ENDPOINTS_PER_SLICE));
+            while let Some(e) = s.next_element()? {
+                all.push(e);
+            }
+            Ok(all)
+        }
+    }
+    struct Opt<'a>(PhantomData<&'a ()>);
+    impl<'de: 'a, 'a> Visitor<'de> for Opt<'a> {
+        type Value = Option<Vec<WireEndpoint<'a>>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array of endpoints or null")
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_seq(Seq(PhantomData)).map(Some)
+        }
+    }
+    d.deserialize_option(Opt(PhantomData))
+}
+
+/// The EndpointSlice controller's default `--max-endpoints-per-slice`.
+const DEFAULT_MAX_ENDPOINTS_PER_SLICE: usize = 100;
 
 /// `ports[]`.
 #[derive(Deserialize, Debug, Default)]
@@ -333,16 +437,8 @@ impl<'a> WireObject<'a> {
                 node_name: e.node_name.as_deref(),
                 topology_hostname: e.topology_hostname.as_ref().and_then(PickKey::get),
             };
-            let zones = e
-                .hints
-                .iter()
-                .flat_map(|h| h.for_zones.iter().flatten())
-                .map(|z| z.name.as_deref().unwrap_or_default());
-            let nodes = e
-                .hints
-                .iter()
-                .flat_map(|h| h.for_nodes.iter().flatten())
-                .map(|n| n.name.as_deref().unwrap_or_default());
+            let zones = e.hints.iter().flat_map(|h| h.for_zones.iter().flat_map(Names::iter));
+            let nodes = e.hints.iter().flat_map(|h| h.for_nodes.iter().flat_map(Names::iter));
             b.endpoint_with_node_hints(i, raw, zones, nodes);
         }
         let trigger = meta.and_then(|m| m.trigger_time.as_ref()).and_then(PickKey::get);

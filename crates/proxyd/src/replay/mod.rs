@@ -113,15 +113,34 @@ impl<W: Write> Replayer<W> {
     /// Replays a whole input and runs the final sync.
     pub fn run(&mut self, input: impl Read) -> Result<(), ReplayError> {
         let mut reader = BufReader::with_capacity(1 << 20, input);
-        let mut buf = Vec::with_capacity(1 << 16);
+        // Lines are handled where they lie in the read buffer; only a line
+        // that straddles two reads is copied, into `partial`.
+        let mut partial = Vec::new();
         let mut line_no = 0u64;
         loop {
-            buf.clear();
-            if reader.read_until(b'\n', &mut buf)? == 0 {
+            let buf = reader.fill_buf()?;
+            if buf.is_empty() {
                 break;
             }
+            let mut start = 0;
+            for end in memchr::memchr_iter(b'\n', buf) {
+                line_no += 1;
+                if partial.is_empty() {
+                    self.line(line_no, &buf[start..end])?;
+                } else {
+                    partial.extend_from_slice(&buf[start..end]);
+                    self.line(line_no, &partial)?;
+                    partial.clear();
+                }
+                start = end + 1;
+            }
+            partial.extend_from_slice(&buf[start..]);
+            let read = buf.len();
+            reader.consume(read);
+        }
+        if !partial.is_empty() {
             line_no += 1;
-            self.line(line_no, &buf)?;
+            self.line(line_no, &partial)?;
         }
         self.finish()
     }
