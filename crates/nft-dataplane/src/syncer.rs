@@ -53,7 +53,9 @@ fn canary() -> Element {
 /// What the kernel holds, as far as proxyd knows.
 #[derive(Debug, Default)]
 struct Programmed {
-    fragments: HashMap<ServiceName, Fragment>,
+    /// Boxed: a hash table keeps up to half its slots empty, and a slot
+    /// would hold a whole fragment.
+    fragments: HashMap<ServiceName, Box<Fragment>>,
     /// Which service holds each frontend (first come, first served).
     owners: HashMap<Frontend, ServiceName>,
     /// Services that wanted a frontend another one held.
@@ -77,7 +79,7 @@ impl Programmed {
         name: &ServiceName,
         build: impl FnOnce(&mut dyn FnMut(&Frontend) -> bool, Option<&Fragment>) -> Fragment,
     ) -> (Option<Fragment>, Vec<ServiceName>) {
-        let old = self.fragments.remove(name);
+        let old = self.fragments.remove(name).map(|f| *f);
         if let Some(o) = &old {
             for f in &o.frontends {
                 if self.owners.get(f) == Some(name) {
@@ -119,6 +121,7 @@ impl Programmed {
             }
         };
         let mut new = build(&mut claim, old.as_ref());
+        blocked.shrink_to_fit();
         new.blocked = blocked;
         for f in &new.blocked {
             self.waiting.entry(*f).or_default().insert(name.clone());
@@ -137,7 +140,7 @@ impl Programmed {
             }
         }
         if !new.is_empty() {
-            self.fragments.insert(name.clone(), new);
+            self.fragments.insert(name.clone(), Box::new(new));
         }
         (old, wake)
     }
@@ -490,7 +493,7 @@ impl<D: Dataplane> NftSyncer<D> {
             .iter()
             .map(|n| {
                 let old = originals.get(*n).and_then(Option::as_ref).unwrap_or(&none);
-                (old, view.fragments.get(*n).unwrap_or(&none))
+                (old, view.fragments.get(*n).map_or(&none, |f| &**f))
             })
             .filter(|(o, n)| o != n)
             .collect();
@@ -645,7 +648,10 @@ fn reassert_skeleton(config: &DataplaneConfig, tx: &mut Transaction) {
 fn by_name(view: &Programmed) -> Vec<&Fragment> {
     let mut names: Vec<&ServiceName> = view.fragments.keys().collect();
     names.sort_unstable();
-    names.iter().filter_map(|n| view.fragments.get(*n)).collect()
+    names
+        .iter()
+        .filter_map(|n| view.fragments.get(*n).map(|f| &**f))
+        .collect()
 }
 
 /// Declares everything rules and elements may refer to, in an order nft
