@@ -24,6 +24,8 @@ const NLMSG_DONE: u16 = 3;
 const NLM_F_REQUEST: u16 = 1;
 const NLM_F_ACK: u16 = 4;
 const NLM_F_DUMP: u16 = 0x300;
+/// Set on a dump's messages when what was dumped changed during the dump.
+const NLM_F_DUMP_INTR: u16 = 0x10;
 const NLA_F_NESTED: u16 = 0x8000;
 /// "No such object": a table or conntrack entry that is not there.
 const ENOENT: i32 = 2;
@@ -139,6 +141,11 @@ fn parse_datagram(
             continue;
         };
         let payload = msg.get(HEADER..).unwrap_or_default();
+        if u16_at(msg, 6).unwrap_or(0) & NLM_F_DUMP_INTR != 0
+            && let Next::Stop = each(seq, Reply::Interrupted)
+        {
+            return Ok(Next::Stop);
+        }
         let reply = match u16_at(msg, 4).unwrap_or(0) {
             NLMSG_DONE => Reply::Done,
             NLMSG_ERROR => match u32_at(payload, 0).map(|c| c as i32) {
@@ -165,6 +172,9 @@ enum Reply<'a> {
     Error(i32),
     /// The end of a dump.
     Done,
+    /// The next message is of a dump during which what it dumps changed:
+    /// the dump is not a consistent picture.
+    Interrupted,
 }
 
 /// Whether to keep reading replies.

@@ -87,22 +87,34 @@ impl NftNetlink {
 
     /// The sets and chains of the table `name` of `family`, each chain with
     /// its rule count: three dumps, whatever the number of elements (which
-    /// are not read).
+    /// are not read). The three are one picture of the table: read again
+    /// when the ruleset's generation moved meanwhile or the kernel marked a
+    /// dump interrupted, and an error if it kept changing.
     pub fn objects(&mut self, family: IpFamily, name: &str) -> io::Result<TableObjects> {
+        read_consistently(self, READ_ATTEMPTS, Self::generation, |s| s.dump_objects(family, name))?.ok_or_else(|| {
+            io::Error::other(format!(
+                "table {name} changed each of the {READ_ATTEMPTS} times it was read"
+            ))
+        })
+    }
+
+    /// The three dumps of [`objects`](Self::objects), and whether any was
+    /// interrupted.
+    fn dump_objects(&mut self, family: IpFamily, name: &str) -> io::Result<(TableObjects, bool)> {
         let mut table = name.as_bytes().to_vec();
         table.push(0);
         let family = nfproto(family);
         let mut objects = TableObjects::default();
-        self.dump(NFT_MSG_GETSET, family, NFTA_SET_TABLE, &table, |a| {
+        let mut interrupted = self.dump(NFT_MSG_GETSET, family, NFTA_SET_TABLE, &table, |a| {
             objects.sets.extend(named_set(a));
         })?;
         let mut rules: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-        self.dump(NFT_MSG_GETCHAIN, family, NFTA_CHAIN_TABLE, &table, |a| {
+        interrupted |= self.dump(NFT_MSG_GETCHAIN, family, NFTA_CHAIN_TABLE, &table, |a| {
             if let Some(chain) = string(a, NFTA_CHAIN_NAME) {
                 rules.insert(chain, 0);
             }
         })?;
-        self.dump(NFT_MSG_GETRULE, family, NFTA_RULE_TABLE, &table, |a| {
+        interrupted |= self.dump(NFT_MSG_GETRULE, family, NFTA_RULE_TABLE, &table, |a| {
             if let Some(n) = string(a, NFTA_RULE_CHAIN).and_then(|c| rules.get_mut(&c)) {
                 *n += 1;
             }
@@ -110,13 +122,14 @@ impl NftNetlink {
         objects.chains = rules.into_iter().collect();
         objects.chains.sort_unstable();
         objects.sets.sort_unstable();
-        Ok(objects)
+        Ok((objects, interrupted))
     }
 
     /// Dumps the objects of type `kind` (a get request) in `family`, asking
     /// for those of `table` (attribute `table_attr`), and hands the
     /// attributes of each of that table to `each` (the kernel filters some
-    /// dumps by table, not all).
+    /// dumps by table, not all). Returns whether the kernel marked the dump
+    /// interrupted.
     fn dump(
         &mut self,
         kind: u16,
@@ -124,7 +137,7 @@ impl NftNetlink {
         table_attr: u16,
         table: &[u8],
         mut each: impl FnMut(&[u8]),
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         let seq = self.0.next_seq();
         let mut req = Vec::with_capacity(64);
         message(
@@ -136,11 +149,10 @@ impl NftNetlink {
             |b| attr(b, table_attr, table),
         );
         self.0.send(&req)?;
-        let mut result = Ok(());
-        self.0.receive(seq, |reply| {
-            dump_reply(reply, table_attr, table, &mut each, &mut result)
-        })?;
-        result
+        let mut state = DumpState::default();
+        self.0
+            .receive(seq, |reply| dump_reply(reply, table_attr, table, &mut each, &mut state))?;
+        state.result.map(|()| state.interrupted)
     }
 
     /// Commits `tx` as one netlink batch when it holds elements alone (and
@@ -239,14 +251,54 @@ impl NftNetlink {
     }
 }
 
+/// How many times [`NftNetlink::objects`] reads a table that keeps
+/// changing under it.
+const READ_ATTEMPTS: usize = 3;
+
+/// Reads with `read` (which also says whether the kernel marked the read
+/// interrupted) until a read saw the same generation before and after it,
+/// at most `attempts` times; `None` if none did.
+fn read_consistently<S, T>(
+    s: &mut S,
+    attempts: usize,
+    generation: impl Fn(&mut S) -> io::Result<u32>,
+    read: impl Fn(&mut S) -> io::Result<(T, bool)>,
+) -> io::Result<Option<T>> {
+    for _ in 0..attempts {
+        let before = generation(s)?;
+        let (value, interrupted) = read(s)?;
+        if !interrupted && generation(s)? == before {
+            return Ok(Some(value));
+        }
+    }
+    Ok(None)
+}
+
+/// What a dump came to: an error the kernel reported, and whether it said
+/// the dump was interrupted.
+#[derive(Debug)]
+struct DumpState {
+    result: io::Result<()>,
+    interrupted: bool,
+}
+
+impl Default for DumpState {
+    fn default() -> Self {
+        Self {
+            result: Ok(()),
+            interrupted: false,
+        }
+    }
+}
+
 /// One reply of a dump: the attributes of an object of `table` go to
-/// `each`; the end or an error (kept in `result`) stops the dump.
+/// `each`; the end or an error (kept in `state`) stops the dump.
 fn dump_reply(
     reply: Reply<'_>,
     table_attr: u16,
     table: &[u8],
     each: &mut impl FnMut(&[u8]),
-    result: &mut io::Result<()>,
+    state: &mut DumpState,
 ) -> Next {
     match reply {
         Reply::Message(_, payload) => {
@@ -256,10 +308,14 @@ fn dump_reply(
             }
             Next::More
         }
+        Reply::Interrupted => {
+            state.interrupted = true;
+            Next::More
+        }
         Reply::Ack => Next::More,
         Reply::Done => Next::Stop,
         Reply::Error(errno) => {
-            *result = Err(io::Error::from_raw_os_error(errno));
+            state.result = Err(io::Error::from_raw_os_error(errno));
             Next::Stop
         }
     }
@@ -290,7 +346,7 @@ fn generation_of(payload: &[u8]) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{HEADER, NLMSG_ERROR, parse_datagram};
+    use super::super::{HEADER, NLM_F_DUMP_INTR, NLMSG_ERROR, parse_datagram, u16_at, u32_at};
     use super::*;
 
     fn newgen(seq: u32, id: u32) -> Vec<u8> {
@@ -349,19 +405,88 @@ mod tests {
         out
     }
 
-    fn sets_in(data: &[u8]) -> io::Result<Vec<String>> {
+    fn dumped_sets(data: &[u8]) -> io::Result<(Vec<String>, bool)> {
         let mut sets = Vec::new();
-        let mut result = Ok(());
+        let mut state = DumpState::default();
         parse_datagram(data, &|s| s == 3, &mut |_, r| {
             dump_reply(
                 r,
                 NFTA_SET_TABLE,
                 b"proxyd\0",
                 &mut |a| sets.extend(named_set(a)),
-                &mut result,
+                &mut state,
             )
         })?;
-        result.map(|()| sets)
+        state.result.map(|()| (sets, state.interrupted))
+    }
+
+    fn sets_in(data: &[u8]) -> io::Result<Vec<String>> {
+        dumped_sets(data).map(|(sets, _)| sets)
+    }
+
+    #[test]
+    fn a_dump_the_kernel_marks_interrupted_says_so() {
+        let good = set_dump(3);
+        assert_eq!(dumped_sets(&good).ok().map(|(_, i)| i), Some(false));
+        // The second message's flags (`nlmsg_flags`, after length and type).
+        let second = u32_at(&good, 0).expect("a first message") as usize;
+        let mut marked = good.clone();
+        let flags = u16_at(&marked, second + 6).expect("a second message") | NLM_F_DUMP_INTR;
+        marked[second + 6..second + 8].copy_from_slice(&flags.to_ne_bytes());
+        let (sets, interrupted) = dumped_sets(&marked).expect("still a dump");
+        assert!(interrupted);
+        assert_eq!(sets, ["cluster-ips"], "the objects are still read");
+    }
+
+    /// A table whose generation moves `changes` times at the start of reads.
+    struct Moving {
+        generation: u32,
+        changes: usize,
+        interrupted_reads: usize,
+        reads: usize,
+    }
+
+    fn read_moving(m: &mut Moving) -> io::Result<Option<usize>> {
+        read_consistently(
+            m,
+            READ_ATTEMPTS,
+            |m| Ok(m.generation),
+            |m| {
+                m.reads += 1;
+                if m.changes > 0 {
+                    m.changes -= 1;
+                    m.generation += 1;
+                }
+                let interrupted = m.interrupted_reads > 0;
+                m.interrupted_reads = m.interrupted_reads.saturating_sub(1);
+                Ok((m.reads, interrupted))
+            },
+        )
+    }
+
+    #[test]
+    fn a_table_read_while_it_changes_is_read_again() {
+        let quiet = |changes, interrupted_reads| Moving {
+            generation: 7,
+            changes,
+            interrupted_reads,
+            reads: 0,
+        };
+        assert_eq!(read_moving(&mut quiet(0, 0)).ok(), Some(Some(1)));
+        assert_eq!(
+            read_moving(&mut quiet(1, 0)).ok(),
+            Some(Some(2)),
+            "the generation moved"
+        );
+        assert_eq!(
+            read_moving(&mut quiet(0, 2)).ok(),
+            Some(Some(3)),
+            "two dumps interrupted"
+        );
+        assert_eq!(read_moving(&mut quiet(5, 0)).ok(), Some(None), "it kept changing");
+        let mut failing = quiet(0, 0);
+        let err = read_consistently(&mut failing, 3, |_| Err(io::Error::other("gone")), |_| Ok(((), false)));
+        assert!(err.is_err());
     }
 
     #[test]
