@@ -184,7 +184,7 @@ pub struct Names<'a> {
     rest: Vec<Str<'a>>,
 }
 
-impl<'a> Names<'a> {
+impl Names<'_> {
     /// The names, in order.
     pub fn iter(&self) -> impl Iterator<Item = &str> {
         self.first.iter().chain(&self.rest).map(|s| &**s)
@@ -241,37 +241,27 @@ impl<'de> Deserialize<'de> for CheckedStr {
 /// a slice by default (`--max-endpoints-per-slice`, 100): the list then
 /// never grows (and moves) while it is decoded.
 fn endpoints_with_room<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<WireEndpoint<'a>>>, D::Error> {
-    struct Seq<'a>(PhantomData<&'a ()>);
-    impl<'de: 'a, 'a> Visitor<'de> for Seq<'a> {
-        type Value = Vec<WireEndpoint<'a>>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an array of endpoints")
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
-            let mut all = Vec::with_capacity(s.size_hint().unwrap_or(0).max(DEFAULT_MAX_ENDPOINTS_PER_SLICE));
-            while let Some(e) = s.next_element()? {
-                all.push(e);
+    struct WithRoom<'a>(Vec<WireEndpoint<'a>>);
+    impl<'de: 'a, 'a> Deserialize<'de> for WithRoom<'a> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<'a>(PhantomData<&'a ()>);
+            impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+                type Value = WithRoom<'a>;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("an array of endpoints")
+                }
+                fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                    let mut all = Vec::with_capacity(s.size_hint().unwrap_or(0).max(DEFAULT_MAX_ENDPOINTS_PER_SLICE));
+                    while let Some(e) = s.next_element()? {
+                        all.push(e);
+                    }
+                    Ok(WithRoom(all))
+                }
             }
-            Ok(all)
+            d.deserialize_seq(V(PhantomData))
         }
     }
-    struct Opt<'a>(PhantomData<&'a ()>);
-    impl<'de: 'a, 'a> Visitor<'de> for Opt<'a> {
-        type Value = Option<Vec<WireEndpoint<'a>>>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("an array of endpoints or null")
-        }
-        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
-            d.deserialize_seq(Seq(PhantomData)).map(Some)
-        }
-    }
-    d.deserialize_option(Opt(PhantomData))
+    Ok(Option::<WithRoom<'a>>::deserialize(d)?.map(|w| w.0))
 }
 
 /// The EndpointSlice controller's default `--max-endpoints-per-slice`.

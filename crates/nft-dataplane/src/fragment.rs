@@ -190,7 +190,7 @@ impl Fragment {
     /// Frees the spare capacity of its lists. The programmed view keeps a
     /// fragment per service for as long as the service exists, and lists
     /// grown by pushing hold up to four times what they use.
-    pub fn shrink_to_fit(&mut self) {
+    fn shrink_to_fit(&mut self) {
         for e in &mut self.entries {
             if let Entry::Slots { endpoints, .. } = e {
                 endpoints.shrink_to_fit();
@@ -584,29 +584,25 @@ mod tests {
             );
             let f = build(&targets, &config(), |_| true, None);
             assert!(!f.entries.is_empty(), "{name}: {f:?}");
-            let spare = |len: usize, cap: usize| cap - len;
-            let mut total = spare(f.entries.len(), f.entries.capacity())
-                + spare(f.chains.len(), f.chains.capacity())
-                + spare(f.own_sets.len(), f.own_sets.capacity())
-                + spare(f.backends.len(), f.backends.capacity())
-                + spare(f.shared.len(), f.shared.capacity())
-                + spare(f.frontends.len(), f.frontends.capacity())
-                + spare(f.blocked.len(), f.blocked.capacity());
-            total += f
-                .chains
-                .iter()
-                .map(|c| spare(c.rules.len(), c.rules.capacity()))
-                .sum::<usize>();
-            total += f
-                .backends
-                .iter()
-                .map(|(_, b)| spare(b.len(), b.capacity()))
-                .sum::<usize>();
-            for e in &f.entries {
-                if let Entry::Slots { endpoints, .. } = e {
-                    total += spare(endpoints.len(), endpoints.capacity());
-                }
+            fn spare<T>(v: &Vec<T>) -> usize {
+                v.capacity() - v.len()
             }
+            let total = spare(&f.entries)
+                + spare(&f.chains)
+                + spare(&f.own_sets)
+                + spare(&f.backends)
+                + spare(&f.shared)
+                + spare(&f.frontends)
+                + spare(&f.blocked)
+                + f.chains.iter().map(|c| spare(&c.rules)).sum::<usize>()
+                + f.backends.iter().map(|(_, b)| spare(b)).sum::<usize>()
+                + f.entries
+                    .iter()
+                    .map(|e| match e {
+                        Entry::Slots { endpoints, .. } => spare(endpoints),
+                        _ => 0,
+                    })
+                    .sum::<usize>();
             assert_eq!(total, 0, "{name}: spare capacity in {f:?}");
         }
     }

@@ -152,7 +152,7 @@ impl NftNetlink {
         let mut state = DumpState::default();
         self.0
             .receive(seq, |reply| dump_reply(reply, table_attr, table, &mut each, &mut state))?;
-        state.result.map(|()| state.interrupted)
+        state.outcome()
     }
 
     /// Commits `tx` as one netlink batch when it holds elements alone (and
@@ -276,18 +276,16 @@ fn read_consistently<S, T>(
 
 /// What a dump came to: an error the kernel reported, and whether it said
 /// the dump was interrupted.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct DumpState {
-    result: io::Result<()>,
+    error: Option<io::Error>,
     interrupted: bool,
 }
 
-impl Default for DumpState {
-    fn default() -> Self {
-        Self {
-            result: Ok(()),
-            interrupted: false,
-        }
+impl DumpState {
+    /// Whether the dump was interrupted, or the kernel's error.
+    fn outcome(self) -> io::Result<bool> {
+        self.error.map_or(Ok(self.interrupted), Err)
     }
 }
 
@@ -315,7 +313,7 @@ fn dump_reply(
         Reply::Ack => Next::More,
         Reply::Done => Next::Stop,
         Reply::Error(errno) => {
-            state.result = Err(io::Error::from_raw_os_error(errno));
+            state.error = Some(io::Error::from_raw_os_error(errno));
             Next::Stop
         }
     }
@@ -417,7 +415,7 @@ mod tests {
                 &mut state,
             )
         })?;
-        state.result.map(|()| (sets, state.interrupted))
+        state.outcome().map(|interrupted| (sets, interrupted))
     }
 
     fn sets_in(data: &[u8]) -> io::Result<Vec<String>> {

@@ -296,3 +296,95 @@ pub fn main(args: ReplayArgs) -> ExitCode {
     }
     code
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Hands out `data` a few bytes per read, so that lines straddle reads.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        sizes: Vec<usize>,
+        reads: usize,
+    }
+
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let size = self.sizes[self.reads % self.sizes.len()];
+            self.reads += 1;
+            let n = size.min(buf.len()).min(self.data.len() - self.at);
+            buf[..n].copy_from_slice(&self.data[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
+
+    /// What a replay printed and warned, and how it ended.
+    fn replayed(
+        drive: impl FnOnce(&mut Replayer<Vec<u8>>) -> Result<(), ReplayError>,
+    ) -> (String, Vec<String>, String) {
+        let warnings = Rc::new(RefCell::new(Vec::new()));
+        let seen = warnings.clone();
+        let opts = Options {
+            node_name: "node-1".into(),
+            ..Options::default()
+        };
+        let mut r = Replayer::new(
+            opts,
+            Vec::new(),
+            Box::new(move |w| seen.borrow_mut().push(w.to_owned())),
+        );
+        let end = match drive(&mut r) {
+            Ok(()) => "ok".to_owned(),
+            Err(e) => e.to_string(),
+        };
+        let out = String::from_utf8_lossy(&r.out).into_owned();
+        let warned = warnings.borrow().clone();
+        (out, warned, end)
+    }
+
+    const LINES: &[&str] = &[
+        r#"{"type":"ADDED","object":{"kind":"EndpointSlice","metadata":{"name":"s","namespace":"n","labels":{"kubernetes.io/service-name":"svc"}},"addressType":"IPv4","endpoints":[{"addresses":["10.0.0.1"],"nodeName":"node-1"}],"ports":[{"name":"p","port":80}]}}"#,
+        r#"{"type":"MODIFIED","object":{"kind":"EndpointSlice","metadata":{"name":"s","namespace":"n","labels":{"kubernetes.io/service-name":"svc"}},"addressType":"IPv4","endpoints":[{"addresses":["10.0.0.2"]}],"ports":[{"name":"p","port":80}]}}"#,
+        r#"{"type":"ADDED","object":{"kind":"Pod","metadata":{"name":"x","namespace":"n"}}}"#,
+        r#"{"type":"SYNC"}"#,
+        "",
+        "\r",
+        "  ",
+        r#"{"type":"ERROR","object":{}}"#,
+    ];
+
+    proptest! {
+        #[test]
+        fn lines_that_straddle_reads_replay_as_whole_lines(
+            picks in prop::collection::vec(0..LINES.len(), 0..12),
+            trailing_newline in any::<bool>(),
+            sizes in prop::collection::vec(1usize..40, 1..5),
+        ) {
+            let mut text = picks.iter().map(|i| LINES[*i]).collect::<Vec<_>>().join("\n");
+            if trailing_newline {
+                text.push('\n');
+            }
+            let trickled = replayed(|r| r.run(Trickle { data: text.clone().into_bytes(), at: 0, sizes, reads: 0 }));
+            // The reference: every newline-separated piece is a line, the
+            // last one too unless it is empty.
+            let by_line = replayed(|r| {
+                let mut pieces: Vec<&str> = text.split('\n').collect();
+                if pieces.last() == Some(&"") {
+                    pieces.pop();
+                }
+                for (i, piece) in pieces.iter().enumerate() {
+                    r.line(i as u64 + 1, piece.as_bytes())?;
+                }
+                r.finish()
+            });
+            prop_assert_eq!(trickled, by_line);
+        }
+    }
+}
