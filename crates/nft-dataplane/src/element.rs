@@ -17,13 +17,14 @@ pub fn proto(p: Protocol) -> &'static str {
 }
 
 /// Where traffic for a service arrives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Frontend {
     /// A cluster, external or load-balancer IP and port.
     Ip {
         /// The address.
         addr: IpAddr,
         /// The protocol.
+        #[serde(with = "crate::packed::protocol")]
         protocol: Protocol,
         /// The port.
         port: u16,
@@ -31,6 +32,7 @@ pub enum Frontend {
     /// A port on every local address of the node.
     NodePort {
         /// The protocol.
+        #[serde(with = "crate::packed::protocol")]
         protocol: Protocol,
         /// The node port.
         port: u16,
@@ -70,7 +72,7 @@ impl fmt::Display for Frontend {
 }
 
 /// An element's key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Key {
     /// `addr . proto . port` or `proto . port`.
     Frontend(Frontend),
@@ -103,7 +105,7 @@ impl fmt::Display for Key {
 }
 
 /// A map element's value.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Value {
     /// A verdict: continue in that chain.
     Goto(ChainId),

@@ -32,7 +32,7 @@ use crate::rule::{Match, Rule, Selector, Statement};
 /// The set an element of a frontend lives in. Each exists twice: keyed by
 /// address, protocol and port (`Ip` frontends) and by protocol and port
 /// (node ports).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Membership {
     /// Masquerade all traffic to the frontend (external addresses and
     /// node ports with Cluster policy; cluster IPs are masqueraded by the
@@ -59,7 +59,7 @@ impl Membership {
 }
 
 /// What one frontend of a service contributes to the shared sets and maps.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Entry {
     /// Exact load balancing through the slot map for its endpoint count.
     Slots {
@@ -132,7 +132,7 @@ fn slot_count(n: usize) -> u8 {
 }
 
 /// A chain owned by one service port.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ChainDef {
     /// The chain.
     pub id: ChainId,
@@ -141,7 +141,7 @@ pub struct ChainDef {
 }
 
 /// Everything one service contributes to the table.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Fragment {
     /// Elements of shared sets and maps, one per frontend.
     pub entries: Vec<Entry>,
@@ -187,30 +187,6 @@ impl Fragment {
         }
     }
 
-    /// Frees the spare capacity of its lists. The programmed view keeps a
-    /// fragment per service for as long as the service exists, and lists
-    /// grown by pushing hold up to four times what they use.
-    fn shrink_to_fit(&mut self) {
-        for e in &mut self.entries {
-            if let Entry::Slots { endpoints, .. } = e {
-                endpoints.shrink_to_fit();
-            }
-        }
-        self.entries.shrink_to_fit();
-        for c in &mut self.chains {
-            c.rules.shrink_to_fit();
-        }
-        self.chains.shrink_to_fit();
-        self.own_sets.shrink_to_fit();
-        for (_, b) in &mut self.backends {
-            b.shrink_to_fit();
-        }
-        self.backends.shrink_to_fit();
-        self.shared.shrink_to_fit();
-        self.frontends.shrink_to_fit();
-        self.blocked.shrink_to_fit();
-    }
-
     /// Every element of its entries (not of its backend maps, which are
     /// compared by position), keyed by set and key.
     pub fn entry_elements(&self) -> HashMap<(SetId, Key), Option<Value>> {
@@ -249,7 +225,6 @@ pub fn build(
     }
     out.shared.sort_unstable();
     out.shared.dedup();
-    out.shrink_to_fit();
     out
 }
 
@@ -543,68 +518,6 @@ mod tests {
         (0..before.len().max(after.len()))
             .filter(|i| before.get(*i) != after.get(*i))
             .count()
-    }
-
-    #[test]
-    fn a_built_fragment_holds_no_spare_capacity() {
-        use crate::tests::{Engine, Ep, affinity, config, external_local, load_balancer, node_port, service, slice};
-        use slice_model::{IpFamily, Protocol, ServiceName};
-
-        let mut engine = Engine::new(IpFamily::V4);
-        let many: Vec<String> = (1..=40).map(|i| format!("10.1.0.{i}")).collect();
-        let many: Vec<Ep<'_>> = many.iter().map(|a| Ep::Remote(a)).collect();
-        engine
-            .service(&node_port(
-                service("ns", "slots", "172.30.0.1", 80, Protocol::Tcp),
-                30080,
-            ))
-            .slice(slice(
-                "ns",
-                "slots",
-                Protocol::Tcp,
-                80,
-                &[Ep::Remote("10.2.0.1"), Ep::Local("10.2.0.2")],
-            ))
-            .service(&affinity(
-                external_local(load_balancer(
-                    service("ns", "chains", "172.30.0.2", 80, Protocol::Tcp),
-                    30081,
-                    &["198.51.100.7"],
-                )),
-                60,
-            ))
-            .slice(slice("ns", "chains", Protocol::Tcp, 80, &many));
-        engine.update();
-        for name in ["slots", "chains"] {
-            let targets = crate::desired::plan_service(
-                &ServiceName::new("ns", name),
-                &engine.services,
-                &engine.endpoints,
-                &config(),
-            );
-            let f = build(&targets, &config(), |_| true, None);
-            assert!(!f.entries.is_empty(), "{name}: {f:?}");
-            fn spare<T>(v: &Vec<T>) -> usize {
-                v.capacity() - v.len()
-            }
-            let total = spare(&f.entries)
-                + spare(&f.chains)
-                + spare(&f.own_sets)
-                + spare(&f.backends)
-                + spare(&f.shared)
-                + spare(&f.frontends)
-                + spare(&f.blocked)
-                + f.chains.iter().map(|c| spare(&c.rules)).sum::<usize>()
-                + f.backends.iter().map(|(_, b)| spare(b)).sum::<usize>()
-                + f.entries
-                    .iter()
-                    .map(|e| match e {
-                        Entry::Slots { endpoints, .. } => spare(endpoints),
-                        _ => 0,
-                    })
-                    .sum::<usize>();
-            assert_eq!(total, 0, "{name}: spare capacity in {f:?}");
-        }
     }
 
     #[test]

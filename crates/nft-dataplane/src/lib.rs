@@ -6,6 +6,7 @@ pub mod element;
 pub mod fragment;
 pub mod kernel;
 pub mod names;
+mod packed;
 pub mod rule;
 pub mod skeleton;
 pub mod syncer;

@@ -64,7 +64,7 @@ pub enum SetKind {
 }
 
 /// A set or map of the table.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum SetId {
     /// One constant element that every incremental transaction re-adds: if
     /// the table was replaced from outside, the add fails and the next sync
@@ -113,7 +113,7 @@ pub enum SetId {
     /// The endpoints of one chain of a port with more than one of them:
     /// position -> endpoint (named after the chain). nft types its value
     /// by the protocol's port (`tcp dport`), so the protocol is part of it.
-    Backends(Protocol, String),
+    Backends(#[serde(with = "crate::packed::protocol")] Protocol, String),
 }
 
 impl SetId {
@@ -328,7 +328,7 @@ pub struct BaseChain {
 }
 
 /// A chain of the table.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum ChainId {
     /// Sets the masquerade mark.
     MarkForMasquerade,

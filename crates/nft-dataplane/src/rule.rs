@@ -12,7 +12,7 @@ use crate::element::proto;
 use crate::names::{ChainId, FamilyWords, SetId};
 
 /// The part of a packet a set lookup is keyed by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Selector {
     /// `daddr . l4proto . dport`: a frontend.
     Frontend,
@@ -27,7 +27,7 @@ pub enum Selector {
 }
 
 /// A condition of a rule; a rule applies when all of them hold.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Match {
     /// The packet starts a connection (`ct state new`).
     NewConnection,
@@ -53,7 +53,7 @@ pub enum Match {
 }
 
 /// What a rule does, in order.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum Statement {
     /// Evaluate a chain, then continue here.
     Jump(ChainId),
@@ -73,11 +73,12 @@ pub enum Statement {
     /// Masquerade (source NAT to the outgoing address, random ports).
     Masquerade,
     /// DNAT to one endpoint.
-    Dnat(Protocol, SocketAddr),
+    Dnat(#[serde(with = "crate::packed::protocol")] Protocol, SocketAddr),
     /// DNAT to one of the `width` endpoints of a backend map, each equally
     /// likely: `numgen random mod width` is the key.
     DnatMap {
         /// The protocol.
+        #[serde(with = "crate::packed::protocol")]
         protocol: Protocol,
         /// The map ([`SetId::Backends`]).
         map: SetId,
@@ -104,7 +105,7 @@ pub enum Statement {
 }
 
 /// One rule.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct Rule {
     /// Conditions, all of which must hold.
     pub matches: Vec<Match>,

@@ -31,6 +31,7 @@ use crate::desired::{DataplaneConfig, plan_service};
 use crate::element::{Element, Frontend, Key, Value};
 use crate::fragment::{self, Fragment};
 use crate::names::{ChainId, SetId};
+use crate::packed::Packed;
 use crate::skeleton;
 use crate::transaction::{Op, Transaction};
 use crate::{Dataplane, DataplaneError};
@@ -53,9 +54,9 @@ fn canary() -> Element {
 /// What the kernel holds, as far as proxyd knows.
 #[derive(Debug, Default)]
 struct Programmed {
-    /// Boxed: a hash table keeps up to half its slots empty, and a slot
-    /// would hold a whole fragment.
-    fragments: HashMap<ServiceName, Box<Fragment>>,
+    /// Encoded: they are read back only when their service changes or
+    /// the whole table is written.
+    fragments: HashMap<ServiceName, Packed>,
     /// Which service holds each frontend (first come, first served).
     owners: HashMap<Frontend, ServiceName>,
     /// Services that wanted a frontend another one held.
@@ -79,7 +80,7 @@ impl Programmed {
         name: &ServiceName,
         build: impl FnOnce(&mut dyn FnMut(&Frontend) -> bool, Option<&Fragment>) -> Fragment,
     ) -> (Option<Fragment>, Vec<ServiceName>) {
-        let old = self.fragments.remove(name).map(|f| *f);
+        let old = self.fragments.remove(name).map(|p| p.unpack());
         if let Some(o) = &old {
             for f in &o.frontends {
                 if self.owners.get(f) == Some(name) {
@@ -140,7 +141,7 @@ impl Programmed {
             }
         }
         if !new.is_empty() {
-            self.fragments.insert(name.clone(), Box::new(new));
+            self.fragments.insert(name.clone(), Packed::pack(&new));
         }
         (old, wake)
     }
@@ -415,9 +416,9 @@ impl<D: Dataplane> NftSyncer<D> {
         let mut wanted_chains: std::collections::HashSet<ChainId> = fixed.into_iter().map(|(c, _)| c).collect();
         let mut wanted_sets: std::collections::HashSet<SetId> =
             SetId::skeleton(self.config.scope).into_iter().collect();
-        for f in view.fragments.values() {
-            wanted_chains.extend(f.chains.iter().map(|c| c.id.clone()));
-            wanted_sets.extend(f.own_sets.iter().cloned());
+        for f in view.fragments.values().map(Packed::unpack) {
+            wanted_chains.extend(f.chains.into_iter().map(|c| c.id));
+            wanted_sets.extend(f.own_sets);
         }
         let mut stale = Stale::default();
         for (name, _) in &objects.chains {
@@ -489,13 +490,13 @@ impl<D: Dataplane> NftSyncer<D> {
         let mut names: Vec<&ServiceName> = originals.keys().collect();
         names.sort_unstable();
         let none = Fragment::default();
-        let pairs: Vec<(&Fragment, &Fragment)> = names
+        let pairs: Vec<(&Fragment, Fragment)> = names
             .iter()
             .map(|n| {
                 let old = originals.get(*n).and_then(Option::as_ref).unwrap_or(&none);
-                (old, view.fragments.get(*n).map_or(&none, |f| &**f))
+                (old, view.fragments.get(*n).map(Packed::unpack).unwrap_or_default())
             })
-            .filter(|(o, n)| o != n)
+            .filter(|(o, n)| *o != n)
             .collect();
 
         tx.push(Op::AddElements(SetId::Canary, vec![canary()]));
@@ -644,14 +645,12 @@ fn reassert_skeleton(config: &DataplaneConfig, tx: &mut Transaction) {
     }
 }
 
-/// The fragments, in service-name order (transactions are deterministic).
-fn by_name(view: &Programmed) -> Vec<&Fragment> {
+/// The fragments, in service-name order (transactions are deterministic),
+/// each decoded as it is reached.
+fn by_name(view: &Programmed) -> Vec<&Packed> {
     let mut names: Vec<&ServiceName> = view.fragments.keys().collect();
     names.sort_unstable();
-    names
-        .iter()
-        .filter_map(|n| view.fragments.get(*n).map(|f| &**f))
-        .collect()
+    names.iter().filter_map(|n| view.fragments.get(*n)).collect()
 }
 
 /// Declares everything rules and elements may refer to, in an order nft
@@ -660,7 +659,7 @@ fn by_name(view: &Programmed) -> Vec<&Fragment> {
 /// then the fixed chains' rules.
 fn declare(
     config: &DataplaneConfig,
-    fragments: &[&Fragment],
+    fragments: &[&Packed],
     tx: &mut Transaction,
     mut elements: impl FnMut(&SetId) -> Vec<Element>,
 ) {
@@ -668,15 +667,20 @@ fn declare(
     for (chain, _) in &fixed {
         tx.push(Op::AddChain(chain.clone()));
     }
-    for c in fragments.iter().flat_map(|f| &f.chains) {
-        tx.push(Op::AddChain(c.id.clone()));
+    let mut own_sets = Vec::new();
+    for f in fragments.iter().map(|p| p.unpack()) {
+        for c in f.chains {
+            tx.push(Op::AddChain(c.id));
+        }
+        own_sets.extend(f.own_sets);
     }
     for set in SetId::skeleton(config.scope) {
         let e = elements(&set);
         tx.push(Op::AddSet(set, e));
     }
-    for set in fragments.iter().flat_map(|f| &f.own_sets) {
-        tx.push(Op::AddSet(set.clone(), elements(set)));
+    for set in own_sets {
+        let e = elements(&set);
+        tx.push(Op::AddSet(set, e));
     }
     for (chain, rules) in fixed {
         for r in rules {
@@ -702,9 +706,9 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     declare(config, &fragments, &mut tx, |set| {
         by_set.remove(set).unwrap_or_default()
     });
-    for c in fragments.iter().flat_map(|f| &f.chains) {
-        for r in &c.rules {
-            tx.push(Op::AddRule(c.id.clone(), r.clone()));
+    for c in fragments.iter().flat_map(|p| p.unpack().chains) {
+        for r in c.rules {
+            tx.push(Op::AddRule(c.id.clone(), r));
         }
     }
     tx
@@ -712,7 +716,7 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
 
 /// Every element of the table, by set: the canary, the shared elements,
 /// and each fragment's.
-fn every_element(view: &Programmed, fragments: &[&Fragment]) -> HashMap<SetId, Vec<Element>> {
+fn every_element(view: &Programmed, fragments: &[&Packed]) -> HashMap<SetId, Vec<Element>> {
     let mut by_set: HashMap<SetId, Vec<Element>> = HashMap::new();
     by_set.entry(SetId::Canary).or_default().push(canary());
     let mut shared: Vec<&SharedElement> = view.shared.keys().collect();
@@ -721,7 +725,8 @@ fn every_element(view: &Programmed, fragments: &[&Fragment]) -> HashMap<SetId, V
         by_set.entry(set.clone()).or_default().push(Element::key(*key));
     }
     for f in fragments {
-        f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
+        f.unpack()
+            .for_each_element(|set, el| by_set.entry(set).or_default().push(el));
     }
     by_set
 }
@@ -779,8 +784,10 @@ fn rewrite_in_place(
     apply(&tx)?;
     let mut rules = new();
     let mut size = 0;
-    for f in &fragments {
-        size += push_own_chains(f, &mut rules, true);
+    let mut own_sets = Vec::new();
+    for f in fragments.iter().map(|p| p.unpack()) {
+        size += push_own_chains(&f, &mut rules, true);
+        own_sets.extend(f.own_sets);
         if size >= chunk {
             apply(&std::mem::replace(&mut rules, new()))?;
             size = 0;
@@ -794,7 +801,7 @@ fn rewrite_in_place(
     let mut elements = new();
     let sets = SetId::skeleton(config.scope)
         .into_iter()
-        .chain(fragments.iter().flat_map(|f| f.own_sets.iter().cloned()))
+        .chain(own_sets)
         .filter(|s| !matches!(s, SetId::Affinity(_)));
     for set in sets {
         elements.push(Op::FlushSet(set.clone()));
@@ -861,7 +868,7 @@ fn first_load(
     let mut size = 0;
     // A shared element (a cluster IP in the guard set, a hairpin pair)
     // comes with the first service that wants it.
-    let mut added: std::collections::HashSet<&SharedElement> = std::collections::HashSet::new();
+    let mut added: std::collections::HashSet<SharedElement> = std::collections::HashSet::new();
     let mut commit = |rules: &mut Transaction, by_set: &mut BTreeMap<SetId, Vec<Element>>| {
         if !rules.is_empty() {
             apply(&std::mem::replace(rules, new()))?;
@@ -872,15 +879,16 @@ fn first_load(
         }
         apply(&elements)
     };
-    for f in fragments {
-        size += push_own_chains(f, &mut rules, false);
+    for f in fragments.iter().map(|p| p.unpack()) {
+        size += push_own_chains(&f, &mut rules, false);
         f.for_each_element(|set, el| {
             by_set.entry(set).or_default().push(el);
             size += 1;
         });
-        for shared in &f.shared {
-            if added.insert(shared) {
+        for shared in f.shared {
+            if !added.contains(&shared) {
                 by_set.entry(shared.0.clone()).or_default().push(Element::key(shared.1));
+                added.insert(shared);
                 size += 1;
             }
         }
