@@ -868,7 +868,7 @@ fn first_load(
     let mut size = 0;
     // A shared element (a cluster IP in the guard set, a hairpin pair)
     // comes with the first service that wants it.
-    let mut added: std::collections::HashSet<SharedElement> = std::collections::HashSet::new();
+    let mut added: std::collections::HashSet<&SharedElement> = std::collections::HashSet::new();
     let mut commit = |rules: &mut Transaction, by_set: &mut BTreeMap<SetId, Vec<Element>>| {
         if !rules.is_empty() {
             apply(&std::mem::replace(rules, new()))?;
@@ -885,10 +885,11 @@ fn first_load(
             by_set.entry(set).or_default().push(el);
             size += 1;
         });
-        for shared in f.shared {
-            if !added.contains(&shared) {
+        // Keyed by the view's own copy: a set of copies would cost as much
+        // as the view's map of them.
+        for shared in f.shared.iter().filter_map(|s| view.shared.get_key_value(s)).map(|(s, _)| s) {
+            if added.insert(shared) {
                 by_set.entry(shared.0.clone()).or_default().push(Element::key(shared.1));
-                added.insert(shared);
                 size += 1;
             }
         }
