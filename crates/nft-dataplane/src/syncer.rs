@@ -440,6 +440,12 @@ impl<D: Dataplane> NftSyncer<D> {
         let mut view = Programmed::default();
         let mut names: Vec<&ServiceName> = services.iter().map(|p| &p.name.service).collect();
         names.dedup();
+        // Sized up front: grown by doubling, each map would leave the
+        // tables it outgrew as holes among what the sync keeps. Most
+        // services have one frontend and one cluster IP.
+        view.fragments.reserve(names.len());
+        view.owners.reserve(names.len());
+        view.shared.reserve(names.len());
         for name in names.into_iter().filter(|n| self.serves(n)) {
             let targets = plan_service(name, services, endpoints, &self.config);
             view.replace(name, |claim, old| fragment::build(&targets, &self.config, claim, old));
