@@ -18,7 +18,7 @@
 //! - load-balancer source ranges (a firewall chain).
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use slice_model::Protocol;
 use slice_model::internal::FastHash;
@@ -55,6 +55,36 @@ impl Membership {
             (Self::Drop, false) => SetId::NoLocalEndpoints,
             (Self::Drop, true) => SetId::NodePortNoLocalEndpoints,
         }
+    }
+}
+
+/// An element several services may want; the programmed view counts its
+/// users, and it stays while one is left.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub enum Shared {
+    /// A cluster IP, in [`SetId::ClusterIps`]: other ports of the address
+    /// are rejected.
+    ClusterIp(IpAddr),
+    /// A local endpoint's hairpin pair (its address twice), in
+    /// [`SetId::Hairpin`]: an endpoint reaching itself is masqueraded.
+    Hairpin(IpAddr),
+}
+
+impl Shared {
+    /// The set it is an element of.
+    pub fn set(self) -> SetId {
+        match self {
+            Self::ClusterIp(_) => SetId::ClusterIps,
+            Self::Hairpin(_) => SetId::Hairpin,
+        }
+    }
+
+    /// The element.
+    pub fn element(self) -> Element {
+        Element::key(match self {
+            Self::ClusterIp(addr) => Key::Addr(addr),
+            Self::Hairpin(addr) => Key::AddrPair(addr, addr),
+        })
     }
 }
 
@@ -155,7 +185,7 @@ pub struct Fragment {
     pub backends: Vec<(SetId, Vec<SocketAddr>)>,
     /// Elements other services may also want (hairpin pairs of local
     /// endpoints, cluster IPs): the programmed view counts their users.
-    pub shared: Vec<(SetId, Key)>,
+    pub shared: Vec<Shared>,
     /// The frontends it claimed.
     pub frontends: Vec<Frontend>,
     /// Frontends it wanted that another service holds.
@@ -289,7 +319,7 @@ fn build_port(
         if let Frontend::Ip { addr, .. } = frontend
             && kind == FrontendKind::Cluster
         {
-            out.shared.push((SetId::ClusterIps, Key::Addr(addr)));
+            out.shared.push(Shared::ClusterIp(addr));
         }
         let (group, internal) = match (kind, external) {
             (FrontendKind::Cluster, _) => (&t.internal, true),
@@ -391,14 +421,14 @@ fn build_port(
 
 /// Local endpoints a group sends to: an endpoint reaching itself through
 /// the service is masqueraded (in a node's table; a pod has no hairpin).
-fn hairpins(group: &EndpointGroup, config: &DataplaneConfig, shared: &mut Vec<(SetId, Key)>) {
+fn hairpins(group: &EndpointGroup, config: &DataplaneConfig, shared: &mut Vec<Shared>) {
     if group.verdict() == GroupVerdict::Forward && config.scope == Scope::Node {
         shared.extend(
             group
                 .backends
                 .iter()
                 .filter(|b| b.local)
-                .map(|b| (SetId::Hairpin, Key::AddrPair(b.addr.ip(), b.addr.ip()))),
+                .map(|b| Shared::Hairpin(b.addr.ip())),
         );
     }
 }

@@ -29,7 +29,7 @@ use slice_model::ServiceName;
 
 use crate::desired::{DataplaneConfig, plan_service};
 use crate::element::{Element, Frontend, Key, Value};
-use crate::fragment::{self, Fragment};
+use crate::fragment::{self, Fragment, Shared};
 use crate::names::{ChainId, SetId};
 use crate::packed::Packed;
 use crate::skeleton;
@@ -62,15 +62,12 @@ struct Programmed {
     /// Services that wanted a frontend another one held.
     waiting: HashMap<Frontend, BTreeSet<ServiceName>>,
     /// How many services want each shared element.
-    shared: HashMap<SharedElement, u32>,
+    shared: HashMap<Shared, u32>,
     /// Shared elements that appeared (+1) or disappeared (-1) since the
     /// last [`Programmed::take_shared_changes`]: copying `shared` to diff it
     /// would cost a pass over every cluster IP per sync.
-    shared_changes: HashMap<SharedElement, i8>,
+    shared_changes: HashMap<Shared, i8>,
 }
-
-/// An element several services may want (a hairpin pair, a cluster IP).
-type SharedElement = (SetId, Key);
 
 impl Programmed {
     /// Replaces one service's fragment; returns the one it had and the
@@ -100,7 +97,7 @@ impl Programmed {
                     *n -= 1;
                     if *n == 0 {
                         self.shared.remove(item);
-                        *self.shared_changes.entry(item.clone()).or_default() -= 1;
+                        *self.shared_changes.entry(*item).or_default() -= 1;
                     }
                 }
             }
@@ -128,9 +125,9 @@ impl Programmed {
             self.waiting.entry(*f).or_default().insert(name.clone());
         }
         for item in &new.shared {
-            let n = self.shared.entry(item.clone()).or_default();
+            let n = self.shared.entry(*item).or_default();
             if *n == 0 {
-                *self.shared_changes.entry(item.clone()).or_default() += 1;
+                *self.shared_changes.entry(*item).or_default() += 1;
             }
             *n += 1;
         }
@@ -147,7 +144,7 @@ impl Programmed {
     }
 
     /// The shared elements to add and to delete since the last call.
-    fn take_shared_changes(&mut self) -> (Vec<SharedElement>, Vec<SharedElement>) {
+    fn take_shared_changes(&mut self) -> (Vec<Shared>, Vec<Shared>) {
         let (mut added, mut removed) = (Vec::new(), Vec::new());
         for (item, delta) in self.shared_changes.drain() {
             match delta {
@@ -553,11 +550,11 @@ impl<D: Dataplane> NftSyncer<D> {
         for (old, new) in &pairs {
             backend_changes(old, new, &mut deletes, &mut adds);
         }
-        for (set, key) in went {
-            deletes.entry(set).or_default().push(Element::key(key));
+        for s in went {
+            deletes.entry(s.set()).or_default().push(s.element());
         }
-        for (set, key) in came {
-            adds.entry(set).or_default().push(Element::key(key));
+        for s in came {
+            adds.entry(s.set()).or_default().push(s.element());
         }
         for (set, mut elements) in deletes {
             elements.sort_unstable();
@@ -725,10 +722,10 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
 fn every_element(view: &Programmed, fragments: &[&Packed]) -> HashMap<SetId, Vec<Element>> {
     let mut by_set: HashMap<SetId, Vec<Element>> = HashMap::new();
     by_set.entry(SetId::Canary).or_default().push(canary());
-    let mut shared: Vec<&SharedElement> = view.shared.keys().collect();
+    let mut shared: Vec<Shared> = view.shared.keys().copied().collect();
     shared.sort_unstable();
-    for (set, key) in shared {
-        by_set.entry(set.clone()).or_default().push(Element::key(*key));
+    for s in shared {
+        by_set.entry(s.set()).or_default().push(s.element());
     }
     for f in fragments {
         f.unpack()
@@ -874,7 +871,7 @@ fn first_load(
     let mut size = 0;
     // A shared element (a cluster IP in the guard set, a hairpin pair)
     // comes with the first service that wants it.
-    let mut added: std::collections::HashSet<&SharedElement> = std::collections::HashSet::new();
+    let mut added: std::collections::HashSet<Shared> = std::collections::HashSet::new();
     let mut commit = |rules: &mut Transaction, by_set: &mut BTreeMap<SetId, Vec<Element>>| {
         if !rules.is_empty() {
             apply(&std::mem::replace(rules, new()))?;
@@ -891,11 +888,9 @@ fn first_load(
             by_set.entry(set).or_default().push(el);
             size += 1;
         });
-        // Keyed by the view's own copy: a set of copies would cost as much
-        // as the view's map of them.
-        for shared in f.shared.iter().filter_map(|s| view.shared.get_key_value(s)).map(|(s, _)| s) {
+        for shared in f.shared {
             if added.insert(shared) {
-                by_set.entry(shared.0.clone()).or_default().push(Element::key(shared.1));
+                by_set.entry(shared.set()).or_default().push(shared.element());
                 size += 1;
             }
         }

@@ -527,13 +527,12 @@ fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig)
             let _ = writeln!(out, "      {}", r.text(words));
         }
     }
-    for (set, key) in &frag.shared {
-        let why = match set {
-            nft_dataplane::names::SetId::Hairpin => " (masquerade an endpoint reaching itself)",
-            nft_dataplane::names::SetId::ClusterIps => " (other ports of this address are rejected)",
-            _ => "",
+    for shared in &frag.shared {
+        let why = match shared {
+            nft_dataplane::fragment::Shared::Hairpin(_) => " (masquerade an endpoint reaching itself)",
+            nft_dataplane::fragment::Shared::ClusterIp(_) => " (other ports of this address are rejected)",
         };
-        let _ = writeln!(out, "    {set}: {key}{why}");
+        let _ = writeln!(out, "    {}: {}{why}", shared.set(), shared.element().key);
     }
     if frag.entries.is_empty() {
         let _ = writeln!(out, "    nothing");
