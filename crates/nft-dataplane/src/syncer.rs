@@ -76,7 +76,7 @@ impl Programmed {
         &mut self,
         name: &ServiceName,
         build: impl FnOnce(&mut dyn FnMut(&Frontend) -> bool, Option<&Fragment>) -> Fragment,
-    ) -> (Option<Fragment>, Vec<ServiceName>) {
+    ) -> Replaced {
         let old = self.fragments.remove(name).map(|p| p.unpack());
         if let Some(o) = &old {
             for f in &o.frontends {
@@ -140,7 +140,7 @@ impl Programmed {
         if !new.is_empty() {
             self.fragments.insert(name.clone(), Packed::pack(&new));
         }
-        (old, wake)
+        Replaced { old, new, wake }
     }
 
     /// The shared elements to add and to delete since the last call.
@@ -155,6 +155,17 @@ impl Programmed {
         }
         (added, removed)
     }
+}
+
+/// One service's fragment replaced in the view.
+struct Replaced {
+    /// The fragment it had.
+    old: Option<Fragment>,
+    /// The one it has now (the view keeps it packed; this spares a sync
+    /// that diffs them decoding it again).
+    new: Fragment,
+    /// Services waiting for frontends it gave up.
+    wake: Vec<ServiceName>,
 }
 
 /// What one sync did.
@@ -468,6 +479,8 @@ impl<D: Dataplane> NftSyncer<D> {
         };
         // What the kernel holds for each service touched, before this sync.
         let mut originals: HashMap<ServiceName, Option<Fragment>> = HashMap::new();
+        // And what it holds for them now.
+        let mut latest: HashMap<ServiceName, Fragment> = HashMap::new();
         let mut queue: Vec<ServiceName> = changed.iter().rev().cloned().collect();
         let cap = 4 * (changed.len() + view.waiting.len()) + 16;
         let mut rounds = 0usize;
@@ -485,7 +498,9 @@ impl<D: Dataplane> NftSyncer<D> {
             } else {
                 Vec::new()
             };
-            let (old, wake) = view.replace(&name, |claim, old| fragment::build(&targets, config, claim, old));
+            let Replaced { old, new, wake } =
+                view.replace(&name, |claim, old| fragment::build(&targets, config, claim, old));
+            latest.insert(name.clone(), new);
             originals.entry(name).or_insert(old);
             queue.extend(wake);
         }
@@ -493,13 +508,13 @@ impl<D: Dataplane> NftSyncer<D> {
         let mut names: Vec<&ServiceName> = originals.keys().collect();
         names.sort_unstable();
         let none = Fragment::default();
-        let pairs: Vec<(&Fragment, Fragment)> = names
+        let pairs: Vec<(&Fragment, &Fragment)> = names
             .iter()
             .map(|n| {
                 let old = originals.get(*n).and_then(Option::as_ref).unwrap_or(&none);
-                (old, view.fragments.get(*n).map(Packed::unpack).unwrap_or_default())
+                (old, latest.get(*n).unwrap_or(&none))
             })
-            .filter(|(o, n)| *o != n)
+            .filter(|(o, n)| o != n)
             .collect();
 
         tx.push(Op::AddElements(SetId::Canary, vec![canary()]));
