@@ -29,7 +29,7 @@ use slice_model::ServiceName;
 
 use crate::desired::{DataplaneConfig, plan_service};
 use crate::element::{Element, Frontend, Key, Value};
-use crate::fragment::{self, Fragment, Shared};
+use crate::fragment::{self, ChainDef, Fragment, Shared};
 use crate::names::{ChainId, SetId};
 use crate::packed::Packed;
 use crate::skeleton;
@@ -672,12 +672,13 @@ fn by_name(view: &Programmed) -> Vec<&Packed> {
 }
 
 /// Declares everything rules and elements may refer to, in an order nft
-/// accepts: the fixed chains and every fragment's chains, then the fixed
-/// sets and every fragment's own sets (each with what `elements` gives it),
-/// then the fixed chains' rules.
+/// accepts: the fixed chains and the fragments' `chains`, then the fixed
+/// sets and the fragments' `own_sets` (each with what `elements` gives
+/// it), then the fixed chains' rules.
 fn declare(
     config: &DataplaneConfig,
-    fragments: &[&Packed],
+    chains: &[ChainDef],
+    own_sets: Vec<SetId>,
     tx: &mut Transaction,
     mut elements: impl FnMut(&SetId) -> Vec<Element>,
 ) {
@@ -685,18 +686,10 @@ fn declare(
     for (chain, _) in &fixed {
         tx.push(Op::AddChain(chain.clone()));
     }
-    let mut own_sets = Vec::new();
-    for f in fragments.iter().map(|p| p.unpack()) {
-        for c in f.chains {
-            tx.push(Op::AddChain(c.id));
-        }
-        own_sets.extend(f.own_sets);
+    for c in chains {
+        tx.push(Op::AddChain(c.id.clone()));
     }
-    for set in SetId::skeleton(config.scope) {
-        let e = elements(&set);
-        tx.push(Op::AddSet(set, e));
-    }
-    for set in own_sets {
+    for set in SetId::skeleton(config.scope).into_iter().chain(own_sets) {
         let e = elements(&set);
         tx.push(Op::AddSet(set, e));
     }
@@ -719,12 +712,17 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     tx.push(Op::AddTable(family));
     tx.push(Op::DeleteTable(family));
     tx.push(Op::AddTable(family));
-    let fragments = by_name(view);
-    let mut by_set = every_element(view, &fragments);
-    declare(config, &fragments, &mut tx, |set| {
+    let mut by_set = shared_elements(view);
+    let (mut chains, mut own_sets) = (Vec::new(), Vec::new());
+    for f in by_name(view).into_iter().map(Packed::unpack) {
+        f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
+        chains.extend(f.chains);
+        own_sets.extend(f.own_sets);
+    }
+    declare(config, &chains, own_sets, &mut tx, |set| {
         by_set.remove(set).unwrap_or_default()
     });
-    for c in fragments.iter().flat_map(|p| p.unpack().chains) {
+    for c in chains {
         for r in c.rules {
             tx.push(Op::AddRule(c.id.clone(), r));
         }
@@ -732,19 +730,15 @@ fn full_transaction(config: &DataplaneConfig, view: &Programmed) -> Transaction 
     tx
 }
 
-/// Every element of the table, by set: the canary, the shared elements,
-/// and each fragment's.
-fn every_element(view: &Programmed, fragments: &[&Packed]) -> HashMap<SetId, Vec<Element>> {
+/// The elements of the table no fragment holds, by set: the canary and
+/// the shared elements. A full sync adds each fragment's as it decodes it.
+fn shared_elements(view: &Programmed) -> HashMap<SetId, Vec<Element>> {
     let mut by_set: HashMap<SetId, Vec<Element>> = HashMap::new();
     by_set.entry(SetId::Canary).or_default().push(canary());
     let mut shared: Vec<Shared> = view.shared.keys().copied().collect();
     shared.sort_unstable();
     for s in shared {
         by_set.entry(s.set()).or_default().push(s.element());
-    }
-    for f in fragments {
-        f.unpack()
-            .for_each_element(|set, el| by_set.entry(set).or_default().push(el));
     }
     by_set
 }
@@ -796,15 +790,16 @@ fn rewrite_in_place(
     apply: &mut impl FnMut(&Transaction) -> Result<(), DataplaneError>,
 ) -> Result<(), DataplaneError> {
     let new = || Transaction::for_table(config.family, config.table());
-    let fragments = by_name(view);
     let mut tx = new();
     reassert_skeleton(config, &mut tx);
     apply(&tx)?;
     let mut rules = new();
     let mut size = 0;
     let mut own_sets = Vec::new();
-    for f in fragments.iter().map(|p| p.unpack()) {
+    let mut by_set = shared_elements(view);
+    for f in by_name(view).into_iter().map(Packed::unpack) {
         size += push_own_chains(&f, &mut rules, true);
+        f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
         own_sets.extend(f.own_sets);
         if size >= chunk {
             apply(&std::mem::replace(&mut rules, new()))?;
@@ -815,7 +810,6 @@ fn rewrite_in_place(
         apply(&rules)?;
     }
     drop(rules);
-    let mut by_set = every_element(view, &fragments);
     let mut elements = new();
     let sets = SetId::skeleton(config.scope)
         .into_iter()
@@ -875,10 +869,9 @@ fn first_load(
 ) -> Result<(), DataplaneError> {
     let family = config.family;
     let new = || Transaction::for_table(family, config.table());
-    let fragments = by_name(view);
     let mut first = new();
     first.push(Op::AddTable(family));
-    declare(config, &[], &mut first, |_| Vec::new());
+    declare(config, &[], Vec::new(), &mut first, |_| Vec::new());
     apply(&first)?;
     drop(first);
     let mut rules = new();
@@ -897,7 +890,7 @@ fn first_load(
         }
         apply(&elements)
     };
-    for f in fragments.iter().map(|p| p.unpack()) {
+    for f in by_name(view).into_iter().map(Packed::unpack) {
         size += push_own_chains(&f, &mut rules, false);
         f.for_each_element(|set, el| {
             by_set.entry(set).or_default().push(el);
