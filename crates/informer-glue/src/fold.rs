@@ -15,7 +15,8 @@
 //! `Init` before `InitDone`) may have updated objects but deletes nothing.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
@@ -85,7 +86,54 @@ pub struct FoldStats {
     pub unnamed: u64,
 }
 
-type Key = (String, String);
+/// An object's namespace and name, in one allocation (a large cluster's
+/// fold holds one per object), ordered as the pair `(namespace, name)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Key {
+    /// The namespace followed by the name.
+    text: Box<str>,
+    /// Where the name starts in `text`.
+    split: usize,
+}
+
+impl Key {
+    fn new(namespace: &str, name: &str) -> Self {
+        let mut text = String::with_capacity(namespace.len() + name.len());
+        text.push_str(namespace);
+        text.push_str(name);
+        Self {
+            text: text.into_boxed_str(),
+            split: namespace.len(),
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        self.text.get(..self.split).unwrap_or_default()
+    }
+
+    fn name(&self) -> &str {
+        self.text.get(self.split..).unwrap_or_default()
+    }
+}
+
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        (self.namespace(), self.name()).cmp(&(other.namespace(), other.name()))
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// What the fold keeps of an object it has handed over.
+struct Known<T> {
+    kept: T,
+    /// The list that last listed it (see [`EventFold::list`]).
+    listed_in: u64,
+}
 
 /// What the fold keeps of each object it has handed over: enough to give
 /// the handler a tombstone (or an update's old version) and to tell
@@ -125,10 +173,17 @@ impl<K: ResourceExt + Clone> Keep<K> for Whole {
 
 /// The fold; see the module docs.
 pub struct EventFold<K: Clone, P: Keep<K> = Whole> {
-    known: BTreeMap<Key, P::Kept>,
-    /// The keys listed so far by the list under way (after `Init`, before
-    /// `InitDone`).
-    listed: Option<HashSet<Key>>,
+    known: BTreeMap<Key, Known<P::Kept>>,
+    /// The number of the list under way (after `Init`, before `InitDone`):
+    /// what it listed so far is what it marked with its number, so a list
+    /// costs no set of its keys. Numbers start at 1, and 0 marks what no
+    /// list has listed.
+    list: Option<u64>,
+    /// The number of the last list begun.
+    lists_begun: u64,
+    /// Objects the list under way listed that a watch event then
+    /// unselected: listed still, should the watch select them again.
+    unselected_after_listing: BTreeSet<Key>,
     synced: bool,
     /// Objects the proxy does not handle; treated as absent.
     selected: Box<dyn Fn(&K) -> bool + Send>,
@@ -153,7 +208,9 @@ impl<K: ResourceExt + Clone> EventFold<K> {
     pub fn with_selection(selected: impl Fn(&K) -> bool + Send + 'static) -> Self {
         Self {
             known: BTreeMap::new(),
-            listed: None,
+            list: None,
+            lists_begun: 0,
+            unselected_after_listing: BTreeSet::new(),
             synced: false,
             selected: Box::new(selected),
             keep: Whole,
@@ -165,12 +222,14 @@ impl<K: ResourceExt + Clone> EventFold<K> {
     /// over (see [`Keep`]). Call it before the first event.
     pub fn keeping<Q: Keep<K>>(self, keep: Q) -> EventFold<K, Q> {
         debug_assert!(
-            self.known.is_empty() && self.listed.is_none(),
+            self.known.is_empty() && self.list.is_none(),
             "keeping() after events would forget them"
         );
         EventFold {
             known: BTreeMap::new(),
-            listed: None,
+            list: None,
+            lists_begun: 0,
+            unselected_after_listing: BTreeSet::new(),
             synced: false,
             selected: self.selected,
             keep,
@@ -206,7 +265,7 @@ where
     fn key(&mut self, obj: &K) -> Option<Key> {
         let name = obj.meta().name.clone().filter(|n| !n.is_empty());
         match name {
-            Some(name) => Some((obj.namespace().unwrap_or_default(), name)),
+            Some(name) => Some(Key::new(obj.meta().namespace.as_deref().unwrap_or_default(), &name)),
             None => {
                 self.stats.unnamed += 1;
                 tracing::warn!(
@@ -222,50 +281,35 @@ where
     /// Applies one watcher event.
     pub fn apply(&mut self, event: Event<K>, handler: &mut impl EventHandler<K>) {
         match event {
-            Event::Apply(obj) => {
-                let Some(key) = self.key(&obj) else { return };
-                if (self.selected)(&obj) {
-                    self.upsert(key, obj, handler);
-                } else {
-                    self.delete(&key, handler);
-                }
-            }
+            Event::Apply(obj) => self.apply_object(obj, None, handler),
             Event::Delete(obj) => {
                 let Some(key) = self.key(&obj) else { return };
-                if let Some(listed) = &mut self.listed {
-                    listed.remove(&key);
-                }
+                self.unselected_after_listing.remove(&key);
                 self.delete(&key, handler);
             }
             Event::Init => {
-                if self.listed.replace(HashSet::new()).is_some() {
+                if self.list.is_some() {
                     self.stats.aborted_lists += 1;
                     tracing::info!(kind = %std::any::type_name::<K>(), "list restarted before it completed; deletes wait for a complete one");
                 }
+                self.lists_begun += 1;
+                self.list = Some(self.lists_begun);
+                self.unselected_after_listing.clear();
             }
-            Event::InitApply(obj) => {
-                let Some(key) = self.key(&obj) else { return };
-                let selected = (self.selected)(&obj);
-                // Without Init (not what kube-runtime does) this is an Apply.
-                if let Some(listed) = &mut self.listed {
-                    if selected {
-                        listed.insert(key.clone());
-                    } else {
-                        listed.remove(&key);
-                    }
-                }
-                if selected {
-                    self.upsert(key, obj, handler);
-                } else {
-                    self.delete(&key, handler);
-                }
-            }
+            // Without Init (not what kube-runtime does) this is an Apply.
+            Event::InitApply(obj) => self.apply_object(obj, self.list, handler),
             Event::InitDone => {
-                let Some(listed) = self.listed.take() else {
+                let Some(list) = self.list.take() else {
                     tracing::warn!(kind = %std::any::type_name::<K>(), "InitDone without Init; ignored");
                     return;
                 };
-                let gone: Vec<Key> = self.known.keys().filter(|k| !listed.contains(*k)).cloned().collect();
+                self.unselected_after_listing.clear();
+                let gone: Vec<Key> = self
+                    .known
+                    .iter()
+                    .filter(|(_, known)| known.listed_in != list)
+                    .map(|(key, _)| key.clone())
+                    .collect();
                 for key in gone {
                     self.stats.deletes_found_by_relist += 1;
                     self.delete(&key, handler);
@@ -279,25 +323,63 @@ where
         }
     }
 
-    fn upsert(&mut self, key: Key, obj: K, handler: &mut impl EventHandler<K>) {
-        match self.known.get(&key) {
-            Some(old) if same_version(self.keep.version(old), obj.meta().resource_version.as_deref()) => {}
-            Some(old) => {
-                handler.on_update(&self.keep.object(&key.0, &key.1, old), &obj);
-                let kept = self.keep.keep(obj);
-                self.known.insert(key, kept);
+    /// An object applied by the watch, or listed by list `listed_in`.
+    fn apply_object(&mut self, obj: K, listed_in: Option<u64>, handler: &mut impl EventHandler<K>) {
+        let Some(key) = self.key(&obj) else { return };
+        let selected = (self.selected)(&obj);
+        let listed_in = match listed_in {
+            Some(list) => {
+                self.unselected_after_listing.remove(&key);
+                Some(list)
+            }
+            None if selected => self
+                .unselected_after_listing
+                .remove(&key)
+                .then_some(self.list)
+                .flatten(),
+            None => {
+                let listed = |list| self.known.get(&key).is_some_and(|known| known.listed_in == list);
+                if self.list.is_some_and(listed) {
+                    self.unselected_after_listing.insert(key.clone());
+                }
+                None
+            }
+        };
+        if selected {
+            self.upsert(key, obj, listed_in, handler);
+        } else {
+            self.delete(&key, handler);
+        }
+    }
+
+    fn upsert(&mut self, key: Key, obj: K, listed_in: Option<u64>, handler: &mut impl EventHandler<K>) {
+        let version = obj.meta().resource_version.as_deref();
+        match self.known.get_mut(&key) {
+            Some(known) if same_version(self.keep.version(&known.kept), version) => {
+                known.listed_in = listed_in.unwrap_or(known.listed_in);
+            }
+            Some(known) => {
+                handler.on_update(&self.keep.object(key.namespace(), key.name(), &known.kept), &obj);
+                known.kept = self.keep.keep(obj);
+                known.listed_in = listed_in.unwrap_or(known.listed_in);
             }
             None => {
                 handler.on_add(&obj);
                 let kept = self.keep.keep(obj);
-                self.known.insert(key, kept);
+                self.known.insert(
+                    key,
+                    Known {
+                        kept,
+                        listed_in: listed_in.unwrap_or(0),
+                    },
+                );
             }
         }
     }
 
     fn delete(&mut self, key: &Key, handler: &mut impl EventHandler<K>) {
         if let Some(old) = self.known.remove(key) {
-            handler.on_delete(&self.keep.object(&key.0, &key.1, &old));
+            handler.on_delete(&self.keep.object(key.namespace(), key.name(), &old.kept));
         }
     }
 }
@@ -306,4 +388,24 @@ where
 /// moved has not changed.
 fn same_version(a: Option<&str>, b: Option<&str>) -> bool {
     matches!((a, b), (Some(x), Some(y)) if !x.is_empty() && x == y)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::Key;
+
+    proptest! {
+        #[test]
+        fn keys_keep_their_parts_and_order_as_pairs(
+            a in ("[a-c-]{0,3}", "[a-c-]{0,3}"),
+            b in ("[a-c-]{0,3}", "[a-c-]{0,3}"),
+        ) {
+            let (ka, kb) = (Key::new(&a.0, &a.1), Key::new(&b.0, &b.1));
+            prop_assert_eq!((ka.namespace(), ka.name()), (a.0.as_str(), a.1.as_str()));
+            prop_assert_eq!(ka.cmp(&kb), a.cmp(&b));
+            prop_assert_eq!(ka == kb, a == b);
+        }
+    }
 }

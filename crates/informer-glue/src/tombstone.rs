@@ -36,7 +36,36 @@ pub struct SlimSlices;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SliceRecord {
     version: Option<Box<str>>,
-    address_type: Box<str>,
+    address_type: AddressType,
+}
+
+/// A slice's addressType, without an allocation for the usual ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AddressType {
+    Ipv4,
+    Ipv6,
+    Fqdn,
+    Other(Box<str>),
+}
+
+impl AddressType {
+    fn new(text: String) -> Self {
+        match text.as_str() {
+            "IPv4" => Self::Ipv4,
+            "IPv6" => Self::Ipv6,
+            "FQDN" => Self::Fqdn,
+            _ => Self::Other(text.into_boxed_str()),
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            Self::Ipv4 => "IPv4",
+            Self::Ipv6 => "IPv6",
+            Self::Fqdn => "FQDN",
+            Self::Other(text) => text,
+        }
+    }
 }
 
 impl Keep<EndpointSlice> for SlimSlices {
@@ -45,7 +74,7 @@ impl Keep<EndpointSlice> for SlimSlices {
     fn keep(&self, obj: EndpointSlice) -> SliceRecord {
         SliceRecord {
             version: version_of(&obj.metadata),
-            address_type: obj.address_type.into_boxed_str(),
+            address_type: AddressType::new(obj.address_type),
         }
     }
 
@@ -56,7 +85,7 @@ impl Keep<EndpointSlice> for SlimSlices {
     fn object<'a>(&self, namespace: &str, name: &str, kept: &'a SliceRecord) -> Cow<'a, EndpointSlice> {
         Cow::Owned(EndpointSlice {
             metadata: meta(namespace, name, kept.version.as_deref()),
-            address_type: kept.address_type.to_string(),
+            address_type: kept.address_type.as_str().to_owned(),
             ..EndpointSlice::default()
         })
     }
@@ -95,7 +124,7 @@ mod tests {
 
     #[test]
     fn slim_slices_still_delete_by_name_and_keep_the_fqdn_rule() {
-        for address_type in ["FQDN", "IPv4"] {
+        for address_type in ["FQDN", "IPv4", "IPv6", "Unknown"] {
             let s: EndpointSlice = serde_json::from_value(json!({
                 "metadata": {"name": "a", "namespace": "ns", "resourceVersion": "7",
                              "labels": {"kubernetes.io/service-name": "web"}},
