@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
@@ -186,6 +186,8 @@ struct Daemon {
     child: Child,
     syncs: mpsc::Receiver<Sync>,
     started: Instant,
+    /// When proxyd logged that its initial lists were complete.
+    listed: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Daemon {
@@ -205,17 +207,37 @@ impl Daemon {
             .map_err(|e| format!("cannot start {}: {e}", proxyd.display()))?;
         let stderr = child.stderr.take().ok_or("no stderr")?;
         let (tx, syncs) = mpsc::channel();
+        let listed = Arc::new(Mutex::new(None));
+        let mark_listed = Arc::clone(&listed);
         // Keep draining the log: a closed pipe would end the daemon.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(s) = Sync::parse(&line) {
                     let _ = tx.send(s);
+                } else if line.contains("initial lists complete") {
+                    if let Ok(mut at) = mark_listed.lock() {
+                        at.get_or_insert_with(Instant::now);
+                    }
                 } else if ["ERROR", "WARN", "DEBUG"].iter().any(|level| line.contains(level)) {
                     eprintln!("  proxyd: {line}");
                 }
             }
         });
-        Ok(Self { child, syncs, started })
+        Ok(Self {
+            child,
+            syncs,
+            started,
+            listed,
+        })
+    }
+
+    /// How long after start proxyd's initial lists were complete, as
+    /// text ("?" when it has not said).
+    fn listed_after(&self) -> String {
+        match self.listed.lock().ok().and_then(|at| *at) {
+            Some(at) => format!("{:.2?}", at.duration_since(self.started)),
+            None => "?".into(),
+        }
     }
 
     fn pid(&self) -> u32 {
@@ -404,8 +426,9 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
     let daemon = Daemon::start(proxyd, ns, &source, args.sync_period_secs)?;
     let first = daemon.next_write(Duration::from_secs(600), &mut longest)?;
     println!(
-        "first sync: {:.2?} after start; the sync took {} (nft {} in {} transactions, the longest {}; {} KB, full={})",
+        "first sync: {:.2?} after start, the lists complete at {}; the sync took {} (nft {} in {} transactions, the longest {}; {} KB, full={})",
         daemon.started.elapsed(),
+        daemon.listed_after(),
         ms(first.took_us),
         ms(first.apply_us),
         first.transactions,
@@ -514,8 +537,9 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         let _ = backend.wait();
         let (ok, failed) = counts.trim().split_once(' ').unwrap_or(("?", "?"));
         println!(
-            "restart with the table in place: first sync {after:.2?} after start (sync {}, nft {} in {} transactions); \
-             connections to svc-1 meanwhile: {ok} answered, {failed} failed",
+            "restart with the table in place: first sync {after:.2?} after start, the lists complete at {} \
+             (sync {}, nft {} in {} transactions); connections to svc-1 meanwhile: {ok} answered, {failed} failed",
+            daemon.listed_after(),
             ms(first.took_us),
             ms(first.apply_us),
             first.transactions,

@@ -319,9 +319,11 @@ async fn wait_for_initial_lists(
     shutdown: &CancellationToken,
 ) -> bool {
     tracing::info!("waiting for the initial lists");
+    let waiting = std::time::Instant::now();
     // Every handler wakes the loop when its first list is in.
     loop {
         if state.all_listed() {
+            tracing::info!(took_ms = waiting.elapsed().as_millis(), "initial lists complete");
             return true;
         }
         tokio::select! {
