@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
@@ -187,7 +187,7 @@ struct Daemon {
     syncs: mpsc::Receiver<Sync>,
     started: Instant,
     /// When proxyd logged that its initial lists were complete.
-    listed: Arc<Mutex<Option<Instant>>>,
+    listed: Arc<OnceLock<Instant>>,
 }
 
 impl Daemon {
@@ -207,7 +207,7 @@ impl Daemon {
             .map_err(|e| format!("cannot start {}: {e}", proxyd.display()))?;
         let stderr = child.stderr.take().ok_or("no stderr")?;
         let (tx, syncs) = mpsc::channel();
-        let listed = Arc::new(Mutex::new(None));
+        let listed = Arc::new(OnceLock::new());
         let mark_listed = Arc::clone(&listed);
         // Keep draining the log: a closed pipe would end the daemon.
         std::thread::spawn(move || {
@@ -215,9 +215,7 @@ impl Daemon {
                 if let Some(s) = Sync::parse(&line) {
                     let _ = tx.send(s);
                 } else if line.contains("initial lists complete") {
-                    if let Ok(mut at) = mark_listed.lock() {
-                        at.get_or_insert_with(Instant::now);
-                    }
+                    let _ = mark_listed.set(Instant::now());
                 } else if ["ERROR", "WARN", "DEBUG"].iter().any(|level| line.contains(level)) {
                     eprintln!("  proxyd: {line}");
                 }
@@ -234,7 +232,7 @@ impl Daemon {
     /// How long after start proxyd's initial lists were complete, as
     /// text ("?" when it has not said).
     fn listed_after(&self) -> String {
-        match self.listed.lock().ok().and_then(|at| *at) {
+        match self.listed.get() {
             Some(at) => format!("{:.2?}", at.duration_since(self.started)),
             None => "?".into(),
         }
