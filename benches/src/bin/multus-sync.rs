@@ -87,6 +87,7 @@ fn main() -> ExitCode {
             let pod = PodInfo {
                 namespace: tag.clone(),
                 name: format!("p{i}"),
+                uid: None,
                 node: Some("node-1".into()),
                 running: true,
                 host_network: false,

@@ -10,7 +10,7 @@
 //! `k8s.v1.cni.cncf.io/network-status` annotation, which lists the
 //! interfaces and addresses CNI gave it on each network.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -98,6 +98,10 @@ pub struct PodInfo {
     pub namespace: String,
     /// Name.
     pub name: String,
+    /// `metadata.uid`: tells this pod from an earlier one of the same name
+    /// (the kubelet labels each sandbox with it). `None` in manifests that
+    /// leave it out.
+    pub uid: Option<String>,
     /// The node it is scheduled on.
     pub node: Option<String>,
     /// `status.phase` is `Running`.
@@ -185,6 +189,7 @@ pub fn pod_from_k8s(pod: &Pod) -> (PodInfo, Vec<String>) {
     let mut info = PodInfo {
         namespace,
         name,
+        uid: pod.metadata.uid.clone().filter(|u| !u.is_empty()),
         node: spec.and_then(|s| s.node_name.clone()),
         running: pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"),
         host_network: spec.and_then(|s| s.host_network).unwrap_or(false),
@@ -283,32 +288,21 @@ impl<H: EventHandler<Service>> EventHandler<Service> for NetworkRecorder<H> {
     }
 }
 
-/// The pods on this node, and which changed since the proxier last looked.
+/// The pods on this node.
 #[derive(Debug, Default)]
 pub struct PodStore {
     /// `namespace/name` -> pod.
     pub pods: BTreeMap<String, PodInfo>,
-    /// Pods added, changed or deleted since [`PodStore::take_dirty`].
-    dirty: BTreeSet<String>,
 }
 
 impl PodStore {
-    /// The pods that changed since the last call.
-    pub fn take_dirty(&mut self) -> BTreeSet<String> {
-        std::mem::take(&mut self.dirty)
-    }
-
     /// Puts a pod in (or takes it out, for `None`); returns whether that
     /// changed anything.
     pub fn set(&mut self, key: String, pod: Option<PodInfo>) -> bool {
-        let changed = match pod {
-            Some(p) => self.pods.insert(key.clone(), p.clone()).as_ref() != Some(&p),
+        match pod {
+            Some(p) => self.pods.insert(key, p.clone()).as_ref() != Some(&p),
             None => self.pods.remove(&key).is_some(),
-        };
-        if changed {
-            self.dirty.insert(key);
         }
-        changed
     }
 }
 
@@ -509,23 +503,27 @@ mod tests {
     }
 
     #[test]
-    fn the_pod_handler_keeps_this_nodes_pods_and_marks_changes() {
-        let mut h = PodHandler::new("node-1", Arc::default());
-        let p = pod(
+    fn the_pod_handler_keeps_this_nodes_pods_and_wakes_on_changes() {
+        let changed = Arc::new(Notify::new());
+        let woken = || futures::FutureExt::now_or_never(changed.notified()).is_some();
+        let mut h = PodHandler::new("node-1", changed.clone());
+        let mut p = pod(
             Some(r#"[{"name":"net","interface":"net1","ips":["192.168.10.5"]}]"#),
             "Running",
             false,
         );
+        p.metadata.uid = Some("u-1".into());
         h.on_add(&p);
-        let dirty = lock(&h.store).take_dirty();
-        assert_eq!(dirty.into_iter().collect::<Vec<_>>(), ["pods/client"]);
+        assert!(woken());
+        assert_eq!(lock(&h.store).pods.keys().collect::<Vec<_>>(), ["pods/client"]);
+        assert_eq!(lock(&h.store).pods["pods/client"].uid.as_deref(), Some("u-1"));
         h.on_update(&p, &p);
-        assert!(lock(&h.store).take_dirty().is_empty(), "no change, nothing to do");
+        assert!(!woken(), "no change, nothing to do");
         let mut moved = p.clone();
         moved.spec.as_mut().unwrap().node_name = Some("node-2".into());
         h.on_update(&p, &moved);
         assert!(lock(&h.store).pods.is_empty(), "scheduled elsewhere: not ours");
-        assert_eq!(lock(&h.store).take_dirty().len(), 1);
+        assert!(woken());
         h.on_add(&p);
         h.on_delete(&p);
         assert!(lock(&h.store).pods.is_empty());

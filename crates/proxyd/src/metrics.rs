@@ -317,6 +317,7 @@ impl SyncMetrics {
 #[derive(Clone, Debug)]
 pub struct MultusMetrics {
     programmed_pods: Family<FamilyLabels, Gauge>,
+    pending_pods: Family<FamilyLabels, Gauge>,
     pod_sync_failures: Family<FamilyLabels, Counter>,
     runtime_errors: Family<FamilyLabels, Counter>,
 }
@@ -329,6 +330,13 @@ impl MultusMetrics {
                 r,
                 "proxyd_multus_programmed_pods",
                 "Pods on this node whose namespace holds proxyd's table (multus mode)",
+                Family::default(),
+            ),
+            pending_pods: registered(
+                r,
+                "proxyd_multus_pending_pods",
+                "Pods on this node that should hold proxyd's table but are not programmed up to date \
+                 (no namespace yet, the runtime down, a failed write): retried until they are (multus mode)",
                 Family::default(),
             ),
             pod_sync_failures: registered(
@@ -347,20 +355,21 @@ impl MultusMetrics {
         for &f in families {
             let l = labels(f);
             let _ = m.programmed_pods.get_or_create(&l);
+            let _ = m.pending_pods.get_or_create(&l);
             let _ = m.pod_sync_failures.get_or_create(&l);
             let _ = m.runtime_errors.get_or_create(&l);
         }
         m
     }
 
-    /// Records one multus sync of `family`: pods programmed, pods that
-    /// failed and runtime errors.
-    pub fn observe(&self, family: IpFamily, programmed: usize, failures: usize, runtime_errors: usize) {
+    /// Records one multus sync of `family`.
+    pub fn observe(&self, family: IpFamily, sync: &crate::multus::MultusSync) {
         let l = labels(family);
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
-        self.programmed_pods
-            .get_or_create(&l)
-            .set(i64::try_from(programmed).unwrap_or(i64::MAX));
+        let g = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.programmed_pods.get_or_create(&l).set(g(sync.programmed_pods));
+        self.pending_pods.get_or_create(&l).set(g(sync.pending.len()));
+        let (failures, runtime_errors) = (sync.failures.len(), sync.runtime_errors);
         self.pod_sync_failures.get_or_create(&l).inc_by(n(failures));
         self.runtime_errors.get_or_create(&l).inc_by(n(runtime_errors));
     }

@@ -5,6 +5,15 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The identity of a network namespace: its nsfs device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NetnsId {
+    /// Device of the namespace file.
+    pub dev: u64,
+    /// Inode of the namespace file: the namespace's number.
+    pub ino: u64,
+}
+
 /// A network namespace to run commands in.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Netns {
@@ -38,6 +47,22 @@ impl Netns {
                 c
             }
         }
+    }
+
+    /// Which namespace this names now (`None`: its file is gone): a
+    /// namespace deleted and made again at the same path is another one.
+    pub fn identity(&self) -> Option<NetnsId> {
+        use std::os::unix::fs::MetadataExt;
+        let path = match self {
+            Self::Current => PathBuf::from("/proc/self/ns/net"),
+            Self::Named(ns) => PathBuf::from("/run/netns").join(ns),
+            Self::Path(p) => p.clone(),
+        };
+        let m = std::fs::metadata(path).ok()?;
+        Some(NetnsId {
+            dev: m.dev(),
+            ino: m.ino(),
+        })
     }
 
     /// How the command line starts, for messages: `nft`,

@@ -8,7 +8,12 @@
 //!   the rules).
 //! * A failed sync is retried after a backoff that doubles from
 //!   `retry_initial` up to `retry_max` (never sooner than `min_interval`);
-//!   a success resets it.
+//!   a success resets it. A sync that left work undone without failing
+//!   ([`Outcome::Incomplete`]: multus pods waiting for a namespace) is
+//!   retried the same way, without a warning.
+//! * A request during a backoff is not held back by it: it syncs after
+//!   `min_interval`, as with no backoff (BoundedFrequencyRunner's `Run`
+//!   during a `RetryAfter`).
 //! * Nothing runs before [`SyncRunner::run`] is called: callers start it only
 //!   once their sources have synced.
 
@@ -41,6 +46,15 @@ impl std::fmt::Display for SyncReason {
             Self::Retry => "retry",
         })
     }
+}
+
+/// What a sync that did not fail left behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Everything is in place.
+    Done,
+    /// Something is left to do: retried with the failure backoff.
+    Incomplete,
 }
 
 /// Timing of a [`SyncRunner`].
@@ -86,7 +100,7 @@ impl SyncRunner {
     pub async fn run<F, Fut, E>(self, mut sync: F, shutdown: impl Future<Output = ()>)
     where
         F: FnMut(SyncReason) -> Fut,
-        Fut: Future<Output = Result<(), E>>,
+        Fut: Future<Output = Result<Outcome, E>>,
         E: std::fmt::Display,
     {
         let t = self.timing;
@@ -99,9 +113,14 @@ impl SyncRunner {
             let _ = futures::FutureExt::now_or_never(self.requests.notified());
             let started = Instant::now();
             let next = match sync(reason).await {
-                Ok(()) => {
+                Ok(Outcome::Done) => {
                     backoff = t.retry_initial;
                     None
+                }
+                Ok(Outcome::Incomplete) => {
+                    let wait = backoff.max(t.min_interval);
+                    backoff = (backoff * 2).min(t.retry_max);
+                    Some(started + wait)
                 }
                 Err(e) => {
                     let wait = backoff.max(t.min_interval);
@@ -117,6 +136,12 @@ impl SyncRunner {
                     tokio::select! {
                         () = &mut shutdown => return,
                         () = sleep_until(retry_at) => SyncReason::Retry,
+                        () = self.requests.notified() => {
+                            tokio::select! {
+                                () = &mut shutdown => return,
+                                () = sleep_until(earliest.min(retry_at)) => SyncReason::Requested,
+                            }
+                        }
                     }
                 }
                 None => {
@@ -164,7 +189,7 @@ mod tests {
                         *f -= 1;
                         return Err("injected");
                     }
-                    Ok(())
+                    Ok(Outcome::Done)
                 }
             },
             async move {
@@ -260,6 +285,58 @@ mod tests {
         req.notify_one();
         at(2001, t0).await;
         assert_eq!(log.lock().unwrap().last(), Some(&(2000, SyncReason::Requested)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_during_a_backoff_syncs_without_waiting_for_it() {
+        let t0 = Instant::now();
+        let (req, log, _stop) = start(timing(0, 30_000), Arc::new(Mutex::new(3)));
+        // Fails at 0, 100 and 300; the next retry would be at 700.
+        at(350, t0).await;
+        req.notify_one();
+        at(360, t0).await;
+        assert_eq!(
+            log.lock().unwrap().clone(),
+            [
+                (0, SyncReason::Initial),
+                (100, SyncReason::Retry),
+                (300, SyncReason::Retry),
+                (350, SyncReason::Requested)
+            ]
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn incomplete_syncs_are_retried_with_backoff_until_done() {
+        let requests = Arc::new(Notify::new());
+        let log: Log = Arc::default();
+        let t0 = Instant::now();
+        let l = log.clone();
+        let mut left = 3;
+        tokio::spawn(SyncRunner::new(timing(0, 30_000), requests).run(
+            move |reason| {
+                l.lock().unwrap().push((t0.elapsed().as_millis() as u64, reason));
+                let outcome = if left > 0 {
+                    left -= 1;
+                    Outcome::Incomplete
+                } else {
+                    Outcome::Done
+                };
+                std::future::ready(Ok::<_, &str>(outcome))
+            },
+            std::future::pending(),
+        ));
+        at(5000, t0).await;
+        assert_eq!(
+            log.lock().unwrap().clone(),
+            [
+                (0, SyncReason::Initial),
+                (100, SyncReason::Retry),
+                (300, SyncReason::Retry),
+                (700, SyncReason::Retry)
+            ],
+            "then done: no more retries before the periodic sync"
+        );
     }
 
     #[tokio::test(start_paused = true)]

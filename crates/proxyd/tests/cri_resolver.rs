@@ -15,6 +15,7 @@ fn pod() -> PodInfo {
     PodInfo {
         namespace: "apps".into(),
         name: "client".into(),
+        uid: None,
         node: Some("node-1".into()),
         running: true,
         host_network: false,

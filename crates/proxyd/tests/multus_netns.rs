@@ -488,10 +488,10 @@ fn pods_are_found_through_the_container_runtime_once_it_answers() {
     let endpoint = cri.endpoint();
     // The runtime is down when proxyd starts: it keeps running and retries.
     lab.start_proxyd_with(&["--container-runtime-endpoint", &endpoint]);
-    lab.eventually("a retry after the runtime failed", || {
+    lab.eventually("the runtime's absence said, with why", || {
         std::fs::read_to_string(&lab.log)
             .unwrap_or_default()
-            .contains("could not be asked")
+            .contains("No such file or directory (socket missing)")
     });
     assert!(!lab.has_table("client"));
     assert!(

@@ -144,6 +144,7 @@ fn one_endpoint_change_writes_only_the_pods_on_that_network() {
         let pod = PodInfo {
             namespace: ns.clone(),
             name: format!("p{i}"),
+            uid: None,
             node: Some("node-1".into()),
             running: true,
             host_network: false,

@@ -3,8 +3,11 @@
 //! verbose status names their network namespace.
 //!
 //! Only what a pod-namespace resolver asks is served (`Version`,
-//! `ListPodSandbox`, `PodSandboxStatus`); every other call answers
-//! `UNIMPLEMENTED`. Faults: sandboxes come and go ([`FakeCri::put`],
+//! `ListPodSandbox`, `PodSandboxStatus`, and `GetContainerEvents` as
+//! containerd 1.7+ and CRI-O stream it: a sandbox event for each sandbox
+//! put or removed); every other call answers `UNIMPLEMENTED`, and so does
+//! `GetContainerEvents` after [`FakeCri::without_events`] (containerd
+//! 1.6). Faults: sandboxes come and go ([`FakeCri::put`],
 //! [`FakeCri::remove`]), their info can be malformed ([`Sandbox::info`]),
 //! and the runtime can be stopped and started again on the same socket
 //! ([`FakeCri::stop`], [`FakeCri::start`]).
@@ -17,8 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use k8s_cri::v1;
 use k8s_cri::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
 use tokio::net::UnixListener;
-use tokio::sync::oneshot;
-use tokio_stream::wrappers::UnixListenerStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::{UnboundedReceiverStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
 
 /// One pod sandbox.
@@ -30,6 +33,9 @@ pub struct Sandbox {
     pub namespace: String,
     /// The pod's name.
     pub name: String,
+    /// The pod's uid (the kubelet's `io.kubernetes.pod.uid` label); empty:
+    /// no such label.
+    pub uid: String,
     /// Creation time (nanoseconds): the newest ready one is the pod's.
     pub created_at: i64,
     /// Ready (else not ready).
@@ -52,16 +58,68 @@ impl Sandbox {
             id: id.into(),
             namespace: namespace.into(),
             name: name.into(),
+            uid: String::new(),
             created_at,
             ready: true,
             info: info.to_string(),
         }
     }
+
+    /// The same sandbox, labelled with the pod's uid.
+    pub fn with_uid(mut self, uid: &str) -> Self {
+        self.uid = uid.into();
+        self
+    }
+
+    fn labels(&self) -> HashMap<String, String> {
+        let mut labels = HashMap::from([
+            ("io.kubernetes.pod.namespace".to_owned(), self.namespace.clone()),
+            ("io.kubernetes.pod.name".to_owned(), self.name.clone()),
+        ]);
+        if !self.uid.is_empty() {
+            labels.insert("io.kubernetes.pod.uid".to_owned(), self.uid.clone());
+        }
+        labels
+    }
+
+    /// The event a runtime streams when this sandbox changes.
+    fn event(&self, kind: v1::ContainerEventType) -> v1::ContainerEventResponse {
+        v1::ContainerEventResponse {
+            container_id: self.id.clone(),
+            container_event_type: kind as i32,
+            created_at: self.created_at,
+            pod_sandbox_status: Some(v1::PodSandboxStatus {
+                id: self.id.clone(),
+                created_at: self.created_at,
+                ..Default::default()
+            }),
+            containers_statuses: Vec::new(),
+        }
+    }
 }
 
-#[derive(Default)]
 struct State {
     sandboxes: Vec<Sandbox>,
+    /// `GetContainerEvents` is served.
+    streams_events: bool,
+    /// The open event streams.
+    subscribers: Vec<mpsc::UnboundedSender<Result<v1::ContainerEventResponse, Status>>>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self {
+            sandboxes: Vec::new(),
+            streams_events: true,
+            subscribers: Vec::new(),
+        }
+    }
+}
+
+impl State {
+    fn publish(&mut self, event: v1::ContainerEventResponse) {
+        self.subscribers.retain(|s| s.send(Ok(event.clone())).is_ok());
+    }
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -111,24 +169,45 @@ impl FakeCri {
         Ok(())
     }
 
-    /// Stops serving; the socket is removed (as when the runtime is down).
+    /// A runtime that answers `GetContainerEvents` with `UNIMPLEMENTED`,
+    /// as containerd 1.6 does.
+    pub fn without_events(self) -> Self {
+        lock(&self.state).streams_events = false;
+        self
+    }
+
+    /// Stops serving; the socket is removed and event streams end (as when
+    /// the runtime is down).
     pub fn stop(&mut self) {
+        lock(&self.state).subscribers.clear();
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
         let _ = std::fs::remove_file(&self.socket);
     }
 
-    /// Adds or replaces (by id) a sandbox.
+    /// Adds or replaces (by id) a sandbox, streaming its event.
     pub fn put(&self, sandbox: Sandbox) {
         let mut s = lock(&self.state);
         s.sandboxes.retain(|x| x.id != sandbox.id);
+        let kind = if sandbox.ready {
+            v1::ContainerEventType::ContainerStartedEvent
+        } else {
+            v1::ContainerEventType::ContainerStoppedEvent
+        };
+        let event = sandbox.event(kind);
         s.sandboxes.push(sandbox);
+        s.publish(event);
     }
 
-    /// Removes a sandbox.
+    /// Removes a sandbox, streaming its event.
     pub fn remove(&self, id: &str) {
-        lock(&self.state).sandboxes.retain(|x| x.id != id);
+        let mut s = lock(&self.state);
+        let gone: Vec<Sandbox> = s.sandboxes.iter().filter(|x| x.id == id).cloned().collect();
+        s.sandboxes.retain(|x| x.id != id);
+        for sb in gone {
+            s.publish(sb.event(v1::ContainerEventType::ContainerDeletedEvent));
+        }
     }
 }
 
@@ -161,26 +240,20 @@ impl RuntimeService for Service {
         let want_ready = filter
             .state
             .map(|s| s.state == v1::PodSandboxState::SandboxReady as i32);
-        let labels = |s: &Sandbox| {
-            HashMap::from([
-                ("io.kubernetes.pod.namespace".to_owned(), s.namespace.clone()),
-                ("io.kubernetes.pod.name".to_owned(), s.name.clone()),
-            ])
-        };
         let items = lock(&self.0)
             .sandboxes
             .iter()
             .filter(|s| want_ready.is_none_or(|r| r == s.ready))
             .filter(|s| filter.id.is_empty() || filter.id == s.id)
             .filter(|s| {
-                let l = labels(s);
+                let l = s.labels();
                 filter.label_selector.iter().all(|(k, v)| l.get(k) == Some(v))
             })
             .map(|s| v1::PodSandbox {
                 id: s.id.clone(),
                 metadata: Some(v1::PodSandboxMetadata {
                     name: s.name.clone(),
-                    uid: format!("uid-{}", s.id),
+                    uid: s.uid.clone(),
                     namespace: s.namespace.clone(),
                     attempt: 0,
                 }),
@@ -190,7 +263,7 @@ impl RuntimeService for Service {
                     v1::PodSandboxState::SandboxNotready as i32
                 },
                 created_at: s.created_at,
-                labels: labels(s),
+                labels: s.labels(),
                 annotations: HashMap::new(),
                 runtime_handler: String::new(),
             })
@@ -361,9 +434,15 @@ impl RuntimeService for Service {
         &self,
         _: Request<v1::GetEventsRequest>,
     ) -> Result<Response<Self::GetContainerEventsStream>, Status> {
-        Err(Status::unimplemented(
-            "get_container_events: not part of the fake runtime",
-        ))
+        let mut state = lock(&self.0);
+        if !state.streams_events {
+            return Err(Status::unimplemented(
+                "get_container_events: not served (as containerd 1.6)",
+            ));
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        state.subscribers.push(tx);
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
     }
     async fn list_metric_descriptors(
         &self,

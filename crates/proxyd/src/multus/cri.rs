@@ -83,11 +83,70 @@ pub fn netns_from_info(info: &HashMap<String, String>) -> Result<PathBuf, String
     }
 }
 
+/// The kubelet's labels on a pod sandbox.
+const LABEL_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+const LABEL_NAME: &str = "io.kubernetes.pod.name";
+const LABEL_UID: &str = "io.kubernetes.pod.uid";
+
+/// One sandbox as `ListPodSandbox` shows it.
+#[derive(Clone, Debug)]
+struct Listed {
+    id: String,
+    namespace: String,
+    name: String,
+    uid: String,
+    created_at: i64,
+    ready: bool,
+}
+
+impl Listed {
+    fn new(mut sb: k8s_cri::v1::PodSandbox) -> Self {
+        let meta = sb.metadata.unwrap_or_default();
+        let mut label = |key: &str, fallback: String| sb.labels.remove(key).unwrap_or(fallback);
+        Self {
+            namespace: label(LABEL_NAMESPACE, meta.namespace),
+            name: label(LABEL_NAME, meta.name),
+            uid: label(LABEL_UID, meta.uid),
+            ready: sb.state == PodSandboxState::SandboxReady as i32,
+            created_at: sb.created_at,
+            id: sb.id,
+        }
+    }
+}
+
+/// An error and its sources, as one line: tonic's "transport error" alone
+/// does not say that the socket is missing or refused the connection.
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
 /// `--container-runtime-endpoint`: the CRI runtime finds the namespaces.
+///
+/// Each sync lists the sandboxes once ([`PodNetnsResolver::refresh`]); a
+/// pod's namespace is then read from its newest ready sandbox whose labels
+/// name the pod (its uid too, where the pod has one), asking the runtime
+/// for a sandbox's status only the first time that sandbox is seen.
 pub struct CriResolver {
     endpoint: String,
     host_prefix: PathBuf,
     client: Option<RuntimeServiceClient<Channel>>,
+    /// The sandboxes of the last list, or why it failed.
+    listed: Result<Vec<Listed>, String>,
+    /// Sandbox id -> the namespace its status named (a sandbox keeps its
+    /// namespace for life).
+    namespaces: HashMap<String, PathBuf>,
+    /// Why the runtime cannot be asked, while it cannot: said once.
+    down: Option<String>,
 }
 
 impl CriResolver {
@@ -99,6 +158,9 @@ impl CriResolver {
             endpoint: endpoint.to_owned(),
             host_prefix: host_prefix.to_owned(),
             client: None,
+            listed: Err("not listed yet".into()),
+            namespaces: HashMap::new(),
+            down: None,
         })
     }
 
@@ -107,8 +169,23 @@ impl CriResolver {
         &self.endpoint
     }
 
-    async fn connect(&self) -> Result<RuntimeServiceClient<Channel>, String> {
-        let socket = under(&self.host_prefix, &socket_path(&self.endpoint)?);
+    /// The socket, as seen from here.
+    pub fn socket(&self) -> PathBuf {
+        socket_path(&self.endpoint)
+            .map(|p| under(&self.host_prefix, &p))
+            .unwrap_or_default()
+    }
+
+    /// A client on a new connection; the error says why there is none
+    /// (`connect unix:///…: No such file or directory (socket missing)`).
+    pub async fn connect(&self) -> Result<RuntimeServiceClient<Channel>, String> {
+        let socket = self.socket();
+        if !socket.exists() {
+            return Err(format!(
+                "connect {}: No such file or directory (socket missing)",
+                self.endpoint
+            ));
+        }
         // The URI is required by tonic but unused: the connector dials the
         // socket.
         let channel = Endpoint::from_static("http://cri.invalid")
@@ -123,8 +200,17 @@ impl CriResolver {
                 }
             }))
             .await
-            .map_err(|e| format!("cannot connect to {}: {e}", self.endpoint))?;
+            .map_err(|e| format!("connect {}: {}", self.endpoint, error_chain(&e)))?;
         Ok(RuntimeServiceClient::new(channel))
+    }
+
+    async fn client(&mut self) -> Result<RuntimeServiceClient<Channel>, String> {
+        if let Some(c) = &self.client {
+            return Ok(c.clone());
+        }
+        let c = self.connect().await?;
+        self.client = Some(c.clone());
+        Ok(c)
     }
 
     /// The network namespace of every ready sandbox (for `cleanup
@@ -164,79 +250,134 @@ impl CriResolver {
         Ok(out)
     }
 
-    /// Looks the pod's namespace up.
-    pub async fn resolve_async(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
-        let mut client = match self.client.clone() {
-            Some(c) => c,
+    /// Lists the runtime's sandboxes (one `ListPodSandbox`): what the
+    /// lookups until the next list read. A runtime that cannot be asked is
+    /// warned about once, and its return said once.
+    pub async fn list_async(&mut self) -> Result<(), ResolveError> {
+        let listed = match self.client().await {
+            Ok(mut client) => client
+                .list_pod_sandbox(ListPodSandboxRequest { filter: None })
+                .await
+                .map(|r| r.into_inner().items)
+                .map_err(|s| format!("ListPodSandbox: {}", s.message())),
+            Err(why) => Err(why),
+        };
+        match listed {
+            Ok(items) => {
+                if self.down.take().is_some() {
+                    tracing::info!(endpoint = %self.endpoint, "the container runtime answers again");
+                }
+                let items: Vec<Listed> = items.into_iter().map(Listed::new).collect();
+                self.namespaces.retain(|id, _| items.iter().any(|s| s.id == *id));
+                self.listed = Ok(items);
+                Ok(())
+            }
+            Err(why) => {
+                // Dial again next time: the runtime may have restarted.
+                self.client = None;
+                if self.down.is_none() {
+                    tracing::warn!(
+                        endpoint = %self.endpoint,
+                        "the container runtime cannot be asked for pods' namespaces: {why}; \
+                         pods not programmed yet wait for it, programmed ones keep their rules"
+                    );
+                } else {
+                    tracing::debug!(endpoint = %self.endpoint, "the container runtime still cannot be asked: {why}");
+                }
+                self.down = Some(why.clone());
+                self.listed = Err(why.clone());
+                Err(ResolveError::Unavailable(why))
+            }
+        }
+    }
+
+    /// The pod's namespace from the last list (its sandbox's status asked
+    /// the first time that sandbox is seen).
+    pub async fn find_async(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
+        let listed = self
+            .listed
+            .as_ref()
+            .map_err(|why| ResolveError::Unavailable(why.clone()))?;
+        let named = || {
+            listed
+                .iter()
+                .filter(|s| s.ready && s.namespace == pod.namespace && s.name == pod.name)
+        };
+        let same_pod = |s: &&Listed| pod.uid.as_ref().is_none_or(|uid| *uid == s.uid);
+        // After a restart the newest ready sandbox is the pod's.
+        let Some(sandbox) = named().filter(same_pod).max_by_key(|s| s.created_at) else {
+            return Err(ResolveError::Gone(match (named().next(), &pod.uid) {
+                (Some(other), Some(uid)) => format!(
+                    "the runtime's ready sandbox {} for that name belongs to another pod (uid {:?}; this pod's is {uid:?})",
+                    other.id, other.uid
+                ),
+                _ => format!("the runtime at {} has no ready sandbox for it", self.endpoint),
+            }));
+        };
+        let id = sandbox.id.clone();
+        let path = match self.namespaces.get(&id) {
+            Some(p) => p.clone(),
             None => {
-                let c = self.connect().await.map_err(ResolveError::Unavailable)?;
-                self.client = Some(c.clone());
-                c
+                let path = self.sandbox_namespace(&id).await?;
+                self.namespaces.insert(id.clone(), path.clone());
+                path
             }
         };
-        let unavailable = |client: &mut Option<_>, what: &str, status: tonic::Status| {
-            // Dial again next time: the runtime may have restarted.
-            *client = None;
-            ResolveError::Unavailable(format!("{what}: {}", status.message()))
-        };
-        let filter = PodSandboxFilter {
-            id: String::new(),
-            state: Some(PodSandboxStateValue {
-                state: PodSandboxState::SandboxReady as i32,
-            }),
-            label_selector: HashMap::from([
-                ("io.kubernetes.pod.namespace".to_owned(), pod.namespace.clone()),
-                ("io.kubernetes.pod.name".to_owned(), pod.name.clone()),
-            ]),
-        };
-        let items = match client
-            .list_pod_sandbox(ListPodSandboxRequest { filter: Some(filter) })
-            .await
-        {
-            Ok(r) => r.into_inner().items,
-            Err(s) => return Err(unavailable(&mut self.client, "ListPodSandbox", s)),
-        };
-        // After a restart the newest ready sandbox is the pod's.
-        let Some(sandbox) = items.into_iter().max_by_key(|s| s.created_at) else {
-            return Err(ResolveError::Gone(format!(
-                "the runtime at {} has no ready sandbox for it",
-                self.endpoint
-            )));
-        };
+        let seen = under(&self.host_prefix, &path);
+        if seen.exists() {
+            Ok(seen)
+        } else {
+            Err(ResolveError::Gone(format!(
+                "sandbox {id}: the pod's network namespace is gone ({} does not exist)",
+                seen.display()
+            )))
+        }
+    }
+
+    /// The namespace a sandbox's verbose status names.
+    async fn sandbox_namespace(&mut self, id: &str) -> Result<PathBuf, ResolveError> {
+        let mut client = self.client().await.map_err(ResolveError::Unavailable)?;
         let status = client
             .pod_sandbox_status(PodSandboxStatusRequest {
-                pod_sandbox_id: sandbox.id.clone(),
+                pod_sandbox_id: id.to_owned(),
                 verbose: true,
             })
             .await;
         let info = match status {
             Ok(r) => r.into_inner().info,
             Err(s) if s.code() == tonic::Code::NotFound => {
-                return Err(ResolveError::Gone(format!("sandbox {} is gone", sandbox.id)));
+                return Err(ResolveError::Gone(format!("sandbox {id} is gone")));
             }
-            Err(s) => return Err(unavailable(&mut self.client, "PodSandboxStatus", s)),
+            Err(s) => {
+                self.client = None;
+                return Err(ResolveError::Unavailable(format!("PodSandboxStatus: {}", s.message())));
+            }
         };
-        let path = netns_from_info(&info).map_err(|e| ResolveError::Gone(format!("sandbox {}: {e}", sandbox.id)))?;
-        let seen = under(&self.host_prefix, &path);
-        if seen.exists() {
-            Ok(seen)
-        } else {
-            Err(ResolveError::Gone(format!(
-                "sandbox {}: {} does not exist",
-                sandbox.id,
-                seen.display()
-            )))
-        }
+        netns_from_info(&info).map_err(|e| ResolveError::Gone(format!("sandbox {id}: {e}")))
+    }
+
+    /// Lists, then looks the pod's namespace up (one pod on its own).
+    pub async fn resolve_async(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
+        self.list_async().await?;
+        self.find_async(pod).await
+    }
+
+    /// Runs `f` on this resolver from the sync, which runs on the async
+    /// runtime's worker threads: the call waits there for the runtime.
+    fn block_on<T>(&mut self, f: impl AsyncFnOnce(&mut Self) -> Result<T, ResolveError>) -> Result<T, ResolveError> {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| ResolveError::Unavailable(format!("no async runtime to ask the container runtime: {e}")))?;
+        tokio::task::block_in_place(|| handle.block_on(f(self)))
     }
 }
 
 impl PodNetnsResolver for CriResolver {
+    fn refresh(&mut self) -> Result<(), ResolveError> {
+        self.block_on(async |r| r.list_async().await)
+    }
+
     fn resolve(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
-        // The sync runs on the runtime's worker threads; the call waits
-        // for the runtime's answer there.
-        let handle = tokio::runtime::Handle::try_current()
-            .map_err(|e| ResolveError::Unavailable(format!("no async runtime to ask the container runtime: {e}")))?;
-        tokio::task::block_in_place(|| handle.block_on(self.resolve_async(pod)))
+        self.block_on(async |r| r.find_async(pod).await)
     }
 }
 

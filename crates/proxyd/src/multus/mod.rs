@@ -20,6 +20,7 @@ pub mod plan;
 pub mod proxier;
 pub mod resolver;
 pub mod routes;
+pub mod runtime_watch;
 pub mod view;
 
 pub use plan::{PodPlan, Route, Skip, plan_pod};

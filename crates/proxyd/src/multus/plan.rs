@@ -131,6 +131,7 @@ mod tests {
         PodInfo {
             namespace: "default".into(),
             name: "client".into(),
+            uid: None,
             node: Some("node-1".into()),
             running: true,
             host_network: false,

@@ -2,11 +2,17 @@
 //! target pod's namespace, rewritten only where a change lands.
 //!
 //! A sync applies the pending changes to the engine's maps, then visits the
-//! pods on this node: a pod whose services (those on its networks) did not
-//! change, and which did not change itself, is not touched; the others get
+//! pods on this node. Every served pod's namespace is looked up again (one
+//! runtime list per sync): a pod whose sandbox was re-created has a new
+//! namespace, with nothing on the Pod object changed, and is programmed
+//! there afresh. A pod whose services (those on its networks) did not
+//! change, and which did not change itself, is not written; the others get
 //! a partial sync of their table (a full one when the set of services they
 //! get changed), their routes reconciled and their stale UDP conntrack
-//! entries deleted. One pod's failure never stops the others.
+//! entries deleted. A pod that cannot be brought up to date (no namespace
+//! yet, the runtime down, a failed write) is pending: named in the sync's
+//! result and retried until it is programmed or gone. One pod's failure
+//! never stops the others.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,7 +27,7 @@ use super::resolver::{PodNetnsResolver, ResolveError};
 use super::routes::RouteChange;
 use crate::conntrack::ConntrackError;
 use crate::engine::Engine;
-use crate::netns::Netns;
+use crate::netns::{Netns, NetnsId};
 
 /// What a pod's namespace is changed with: the real commands, a dry run,
 /// or (in tests) models.
@@ -40,11 +46,17 @@ pub trait PodBackend: Send {
     fn conntrack(&mut self, pod: &str, netns: &Netns, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>);
     /// Removes proxyd's table of `family` from the namespace.
     fn remove_table(&mut self, pod: &str, netns: &Netns, family: IpFamily) -> Result<(), String>;
+    /// Which namespace `netns` names now; `None` when it is gone.
+    fn identify(&mut self, netns: &Netns) -> Option<NetnsId> {
+        netns.identity()
+    }
 }
 
 /// One target pod.
 struct PodState {
     netns: Netns,
+    /// The namespace programmed: a new one at the same path is not it.
+    netns_id: NetnsId,
     syncer: NftSyncer<Box<dyn Dataplane + Send>>,
     plan: PodPlan,
     routes_in_place: bool,
@@ -63,10 +75,14 @@ pub struct MultusSync {
     pub route_changes: usize,
     /// Conntrack entries deleted.
     pub conntrack_deleted: u64,
-    /// `(pod, why)` for each pod that could not be brought up to date.
+    /// `(pod, why)` for each pod that could not be brought up to date on
+    /// this sync.
     pub failures: Vec<(String, String)>,
     /// Pods whose namespace the runtime could not be asked about.
     pub runtime_errors: usize,
+    /// `(pod, why)` for each served pod that is not programmed up to date
+    /// after this sync: retried until it is, or is gone.
+    pub pending: Vec<(String, String)>,
 }
 
 /// A pod's key, its plan, and the services to write (`None`: its table
@@ -91,9 +107,9 @@ pub struct MultusProxier {
     resolver: Box<dyn PodNetnsResolver>,
     backend: Box<dyn PodBackend>,
     state: BTreeMap<String, PodState>,
-    /// Pods whose namespace is gone: warned about once, tried again only
-    /// when the pod changes.
-    gone: BTreeSet<String>,
+    /// Served pods not programmed up to date, and why: said when a pod
+    /// enters or leaves it, not at every retry.
+    pending: BTreeMap<String, String>,
 }
 
 impl MultusProxier {
@@ -114,7 +130,7 @@ impl MultusProxier {
             resolver,
             backend,
             state: BTreeMap::new(),
-            gone: BTreeSet::new(),
+            pending: BTreeMap::new(),
         }
     }
 
@@ -216,6 +232,67 @@ impl MultusProxier {
         })
     }
 
+    /// Finds `pod`'s namespace now and makes its state follow it: a new
+    /// pod, or one whose namespace changed (a re-created sandbox), starts
+    /// afresh there. `Err`: why it cannot be programmed now.
+    fn follow_namespace(
+        &mut self,
+        key: &str,
+        pod: &informer_glue::multus::PodInfo,
+        out: &mut MultusSync,
+    ) -> Result<(), String> {
+        let path = match self.resolver.resolve(pod) {
+            Ok(path) => path,
+            // The runtime cannot be asked: a programmed pod keeps its
+            // state (its rules stay, and are kept up to date).
+            Err(ResolveError::Unavailable(why)) => {
+                out.runtime_errors += 1;
+                return if self.state.contains_key(key) { Ok(()) } else { Err(why) };
+            }
+            Err(ResolveError::Gone(why)) => {
+                if self.state.contains_key(key) {
+                    tracing::info!(pod = %key, "the pod's sandbox is gone ({why}): programmed again once it has a new one");
+                    self.drop_pod(key);
+                }
+                return Err(why);
+            }
+        };
+        let netns = Netns::Path(path);
+        let Some(id) = self.backend.identify(&netns) else {
+            self.forget_pod(key);
+            return Err(format!(
+                "the pod's network namespace is gone ({})",
+                netns.describe("").trim_end()
+            ));
+        };
+        if let Some(st) = self.state.get(key)
+            && (st.netns != netns || st.netns_id != id)
+        {
+            tracing::info!(pod = %key, from = ?st.netns, to = ?netns, "the pod's network namespace changed (a new sandbox): programming the new one");
+            self.forget_pod(key);
+        }
+        if !self.state.contains_key(key) {
+            let dataplane = self.backend.dataplane(key, &netns);
+            self.state.insert(
+                key.to_owned(),
+                PodState {
+                    netns,
+                    netns_id: id,
+                    syncer: NftSyncer::new(DataplaneConfig::pod(self.family), dataplane),
+                    plan: PodPlan::default(),
+                    routes_in_place: false,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Forgets a pod's state without touching its namespace (it is gone,
+    /// or no longer the pod's).
+    fn forget_pod(&mut self, key: &str) {
+        self.state.remove(key);
+    }
+
     /// Brings every target pod's namespace in line with the maps.
     pub fn sync(&mut self, kind: SyncKind) -> MultusSync {
         let update = self.engine.update();
@@ -223,21 +300,21 @@ impl MultusProxier {
             changed_services: update.changed.len(),
             ..MultusSync::default()
         };
-        let (pods, dirty) = {
-            let mut store = lock(&self.pods);
-            (store.pods.clone(), store.take_dirty())
-        };
+        let pods = lock(&self.pods).pods.clone();
         let networks = lock(&self.networks).by_service.clone();
         let gone_pods: Vec<String> = self.state.keys().filter(|k| !pods.contains_key(*k)).cloned().collect();
         for key in gone_pods {
             self.drop_pod(&key);
         }
-        self.gone.retain(|k| pods.contains_key(k) && !dirty.contains(k));
         let stale_flows = crate::conntrack::plan(&update, &self.engine.services);
+        // One look at the runtime for the whole sync; a failure shows in
+        // each lookup below.
+        let _ = self.resolver.refresh();
 
         // First each pod's plan, namespace and filter; then the tables;
         // then routes and conntrack.
         let mut planned: Vec<Planned> = Vec::new();
+        let mut pending: BTreeMap<String, String> = BTreeMap::new();
         for (key, pod) in &pods {
             let plan = match plan_pod(pod, &networks, &self.engine.services, self.family) {
                 Ok(p) => p,
@@ -253,48 +330,9 @@ impl MultusProxier {
                     continue;
                 }
             };
-            if self.gone.contains(key) {
+            if let Err(why) = self.follow_namespace(key, pod, &mut out) {
+                pending.insert(key.clone(), why);
                 continue;
-            }
-            // A new pod, or one that changed (restarted into a new sandbox,
-            // perhaps): its namespace is looked up, and a new one starts
-            // afresh.
-            if !self.state.contains_key(key) || dirty.contains(key) {
-                match self.resolver.resolve(pod) {
-                    Ok(path) => {
-                        let netns = Netns::Path(path);
-                        if self.state.get(key).is_some_and(|st| st.netns != netns) {
-                            tracing::info!(pod = %key, "the pod's network namespace changed; programming the new one");
-                            self.state.remove(key);
-                        }
-                        if !self.state.contains_key(key) {
-                            let dataplane = self.backend.dataplane(key, &netns);
-                            self.state.insert(
-                                key.clone(),
-                                PodState {
-                                    netns,
-                                    syncer: NftSyncer::new(DataplaneConfig::pod(self.family), dataplane),
-                                    plan: PodPlan::default(),
-                                    routes_in_place: false,
-                                },
-                            );
-                        }
-                    }
-                    // A pod programmed before keeps its state: its rules
-                    // stay, and a failing write says so.
-                    Err(_) if self.state.contains_key(key) => {}
-                    Err(ResolveError::Gone(why)) => {
-                        tracing::warn!(pod = %key, "not programmed: {why}");
-                        self.gone.insert(key.clone());
-                        out.failures.push((key.clone(), why));
-                        continue;
-                    }
-                    Err(ResolveError::Unavailable(why)) => {
-                        tracing::warn!(pod = %key, "not programmed yet, retried at the next sync: {why}");
-                        out.runtime_errors += 1;
-                        continue;
-                    }
-                }
             }
             let Some(st) = self.state.get_mut(key) else {
                 continue;
@@ -305,7 +343,10 @@ impl MultusProxier {
                 st.syncer.set_filter(Box::new(move |n| served.contains(n)));
             }
             let touched: BTreeSet<ServiceName> = update.changed.intersection(&plan.services).cloned().collect();
-            let write = kind == SyncKind::Periodic || !touched.is_empty() || st.syncer.needs_full_sync();
+            let write = kind == SyncKind::Periodic
+                || !touched.is_empty()
+                || st.syncer.needs_full_sync()
+                || self.pending.contains_key(key);
             planned.push((key.clone(), plan, write.then_some(touched)));
         }
 
@@ -320,15 +361,16 @@ impl MultusProxier {
                 Some(Ok(true)) => out.transactions += 1,
                 Some(Ok(false)) | None => {}
                 Some(Err(e)) => {
-                    let missing = matches!(&st.netns, Netns::Path(p) if !p.exists());
-                    tracing::warn!(pod = %key, "table not written: {e}");
-                    out.failures.push((key.clone(), e));
-                    if missing {
-                        // Its namespace went away: forget it until the
-                        // pod changes, without a retry loop.
-                        self.state.remove(&key);
-                        self.gone.insert(key);
-                    }
+                    let namespace_gone = self.backend.identify(&st.netns) != Some(st.netns_id);
+                    let why = if namespace_gone {
+                        // Not nft's failure: there was nothing to run it in.
+                        self.forget_pod(&key);
+                        "the pod's network namespace is gone".to_owned()
+                    } else {
+                        format!("table not written: {e}")
+                    };
+                    out.failures.push((key.clone(), why.clone()));
+                    pending.insert(key, why);
                     continue;
                 }
             }
@@ -342,8 +384,9 @@ impl MultusProxier {
                     }
                     Err(e) => {
                         st.routes_in_place = false;
-                        tracing::warn!(pod = %key, "routes not set: {e}");
-                        out.failures.push((key.clone(), e));
+                        let why = format!("routes not set: {e}");
+                        out.failures.push((key.clone(), why.clone()));
+                        pending.insert(key.clone(), why);
                     }
                 }
             }
@@ -353,7 +396,25 @@ impl MultusProxier {
             st.plan = plan;
             self.clear_stale(&key, &netns, &routes, &stale_flows, &mut out);
         }
+        self.note_pending(pending);
+        out.pending = self.pending.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         out.programmed_pods = self.state.len();
         out
+    }
+
+    /// Says which pods became pending (or pending for another reason) and
+    /// which are programmed again.
+    fn note_pending(&mut self, now: BTreeMap<String, String>) {
+        for (key, why) in &now {
+            if self.pending.get(key) != Some(why) {
+                tracing::warn!(pod = %key, "not programmed, retried until it is: {why}");
+            }
+        }
+        for key in self.pending.keys() {
+            if !now.contains_key(key) && self.state.contains_key(key) {
+                tracing::info!(pod = %key, "programmed");
+            }
+        }
+        self.pending = now;
     }
 }

@@ -7,18 +7,27 @@ use informer_glue::multus::PodInfo;
 /// Why a pod's namespace could not be found.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ResolveError {
-    /// The pod has no namespace (any more): it is gone or not started.
-    /// Tried again only when the pod changes.
+    /// The pod has no namespace now: not started yet, being re-created,
+    /// or gone. The pod waits, and is looked up again at every sync.
     #[error("no network namespace: {0}")]
     Gone(String),
     /// Whoever knows could not be asked (the runtime is down): tried again
-    /// at the next sync.
+    /// at every sync, and as soon as the runtime is back.
     #[error("cannot find the network namespace now: {0}")]
     Unavailable(String),
 }
 
-/// Finds the network namespace of a pod on this node.
+/// Finds the network namespace of a pod on this node. Every sync looks
+/// every served pod up again, since a pod's sandbox (and so its namespace)
+/// can be re-created with nothing on the Pod object changing.
 pub trait PodNetnsResolver: Send {
+    /// Called once at the start of each sync, before [`Self::resolve`]:
+    /// learns what the lookups of this sync read (the CRI runtime's
+    /// sandboxes, in one call).
+    fn refresh(&mut self) -> Result<(), ResolveError> {
+        Ok(())
+    }
+
     /// The namespace file of `pod`.
     fn resolve(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError>;
 }

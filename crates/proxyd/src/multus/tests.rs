@@ -19,30 +19,48 @@ use super::resolver::{PodNetnsResolver, ResolveError};
 use super::routes::RouteChange;
 use crate::conntrack::ConntrackError;
 use crate::engine::Engine;
-use crate::netns::Netns;
+use crate::netns::{Netns, NetnsId};
 
-/// Every pod's namespace, as models.
+/// Every pod's namespace, as models: tables and routes by namespace
+/// path, counts by pod.
 #[derive(Default)]
 struct World {
     kernels: BTreeMap<String, KernelModel>,
     routes: BTreeMap<String, BTreeSet<Route>>,
     transactions: BTreeMap<String, usize>,
     conntrack: BTreeMap<String, Vec<Flow>>,
+    /// Namespaces that no longer exist (their sandbox died).
+    dead: BTreeSet<String>,
+}
+
+fn path_of(netns: &Netns) -> String {
+    match netns {
+        Netns::Path(p) => p.display().to_string(),
+        other => format!("{other:?}"),
+    }
 }
 
 type Shared = Arc<Mutex<World>>;
 
 struct PodKernel {
     pod: String,
+    netns: String,
     world: Shared,
 }
 
 impl Dataplane for PodKernel {
     fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
         let mut w = self.world.lock().unwrap();
+        if w.dead.contains(&self.netns) {
+            // What `nsenter --net=PATH nft` says then.
+            return Err(DataplaneError::Rejected {
+                status: "exit status: 1".into(),
+                stderr: format!("nsenter: cannot open {}: No such file or directory", self.netns),
+            });
+        }
         *w.transactions.entry(self.pod.clone()).or_default() += 1;
         w.kernels
-            .entry(self.pod.clone())
+            .entry(self.netns.clone())
             .or_default()
             .apply_transaction(tx)
             .map(|()| 0)
@@ -52,16 +70,21 @@ impl Dataplane for PodKernel {
 struct Fake(Shared);
 
 impl PodBackend for Fake {
-    fn dataplane(&mut self, pod: &str, _: &Netns) -> Box<dyn Dataplane + Send> {
+    fn dataplane(&mut self, pod: &str, netns: &Netns) -> Box<dyn Dataplane + Send> {
         Box::new(PodKernel {
             pod: pod.to_owned(),
+            netns: path_of(netns),
             world: self.0.clone(),
         })
     }
 
-    fn routes(&mut self, pod: &str, _: &Netns, _: IpFamily, want: &BTreeSet<Route>) -> Result<RouteChange, String> {
+    fn routes(&mut self, _: &str, netns: &Netns, _: IpFamily, want: &BTreeSet<Route>) -> Result<RouteChange, String> {
         let mut w = self.0.lock().unwrap();
-        let have = w.routes.entry(pod.to_owned()).or_default();
+        let path = path_of(netns);
+        if w.dead.contains(&path) {
+            return Err(format!("{path}: No such file or directory"));
+        }
+        let have = w.routes.entry(path).or_default();
         let change = RouteChange {
             added: want.difference(have).count(),
             removed: have.difference(want).count(),
@@ -76,27 +99,64 @@ impl PodBackend for Fake {
         (flows.len() as u64, Vec::new())
     }
 
-    fn remove_table(&mut self, pod: &str, _: &Netns, _: IpFamily) -> Result<(), String> {
-        self.0.lock().unwrap().kernels.remove(pod);
+    fn remove_table(&mut self, _: &str, netns: &Netns, _: IpFamily) -> Result<(), String> {
+        self.0.lock().unwrap().kernels.remove(&path_of(netns));
         Ok(())
+    }
+
+    fn identify(&mut self, netns: &Netns) -> Option<NetnsId> {
+        let path = path_of(netns);
+        let w = self.0.lock().unwrap();
+        (!w.dead.contains(&path)).then(|| NetnsId {
+            dev: 0,
+            ino: path.bytes().map(u64::from).sum(),
+        })
     }
 }
 
-/// Every pod has a namespace, except those named `gone-*`; a pod's
-/// sandbox generation (bumped by a restart) is part of its path.
+/// The runtime's sandboxes: every pod has a ready one, except those
+/// named `gone-*` and those marked not ready; a pod's sandbox generation
+/// (bumped when it is re-created) is part of its namespace's path.
+#[derive(Default)]
+struct Sandboxes {
+    generation: BTreeMap<String, u32>,
+    not_ready: BTreeSet<String>,
+    /// The runtime does not answer.
+    down: bool,
+    /// Lists asked for.
+    lists: usize,
+}
+
 #[derive(Clone, Default)]
-struct Resolver(Arc<Mutex<BTreeMap<String, u32>>>);
+struct Resolver(Arc<Mutex<Sandboxes>>);
+
+impl Resolver {
+    fn path(&self, key: &str) -> String {
+        let generation = self.0.lock().unwrap().generation.get(key).copied().unwrap_or(0);
+        format!("/fake/{}-{generation}", key.replace('/', "_"))
+    }
+}
 
 impl PodNetnsResolver for Resolver {
-    fn resolve(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
-        if pod.name.starts_with("gone") {
-            return Err(ResolveError::Gone("no such namespace".into()));
+    fn refresh(&mut self) -> Result<(), ResolveError> {
+        let mut s = self.0.lock().unwrap();
+        s.lists += 1;
+        if s.down {
+            return Err(ResolveError::Unavailable("connect: socket missing".into()));
         }
-        let generation = self.0.lock().unwrap().get(&pod.key()).copied().unwrap_or(0);
-        Ok(PathBuf::from(format!(
-            "/fake/{}_{}-{generation}",
-            pod.namespace, pod.name
-        )))
+        Ok(())
+    }
+
+    fn resolve(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
+        let s = self.0.lock().unwrap();
+        if s.down {
+            return Err(ResolveError::Unavailable("connect: socket missing".into()));
+        }
+        if pod.name.starts_with("gone") || s.not_ready.contains(&pod.key()) {
+            return Err(ResolveError::Gone("no ready sandbox for it".into()));
+        }
+        drop(s);
+        Ok(PathBuf::from(self.path(&pod.key())))
     }
 }
 
@@ -143,6 +203,7 @@ fn pod(name: &str, nets: &[(&str, &str, &str)]) -> PodInfo {
     PodInfo {
         namespace: "default".into(),
         name: name.into(),
+        uid: None,
         node: Some("node-1".into()),
         running: true,
         host_network: false,
@@ -209,7 +270,7 @@ impl Setup {
     /// Where a datagram the pod sends from `src` to `dst:53` goes.
     fn trace(&self, pod: &str, src: &str, dst: &str) -> String {
         let w = self.world.lock().unwrap();
-        let Some(k) = w.kernels.get(&format!("default/{pod}")) else {
+        let Some(k) = w.kernels.get(&self.sandboxes.path(&format!("default/{pod}"))) else {
             return "no table".into();
         };
         let host = Host {
@@ -274,7 +335,10 @@ fn each_pod_gets_the_services_of_its_networks_and_routes_through_them() {
         "not attached: untouched"
     );
     let w = s.world.lock().unwrap();
-    let routes: Vec<String> = w.routes["default/blue-2"].iter().map(ToString::to_string).collect();
+    let routes: Vec<String> = w.routes[&s.sandboxes.path("default/blue-2")]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(routes, ["10.96.0.10 dev net1 src 192.168.10.102"]);
 }
 
@@ -322,7 +386,10 @@ fn a_pod_event_touches_that_pod_only() {
     assert_eq!(written, ["default/blue-3"]);
     assert_eq!(s.trace("blue-3", "192.168.20.103", "10.96.0.20"), "192.168.20.11:5353");
     let w = s.world.lock().unwrap();
-    let routes: Vec<String> = w.routes["default/blue-3"].iter().map(ToString::to_string).collect();
+    let routes: Vec<String> = w.routes[&s.sandboxes.path("default/blue-3")]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(
         routes,
         [
@@ -333,16 +400,132 @@ fn a_pod_event_touches_that_pod_only() {
 }
 
 #[test]
-fn a_pod_without_a_namespace_is_reported_once_and_never_blocks_the_others() {
+fn a_pod_without_a_namespace_stays_pending_and_never_blocks_the_others() {
     let mut s = two_networks();
     s.pod(pod("gone-1", &[("blue", "net1", "192.168.10.199")]));
     let out = s.proxier.sync(SyncKind::Changes);
-    assert_eq!(out.failures.len(), 1, "{out:?}");
     assert_eq!(out.programmed_pods, 5);
+    assert_eq!(out.pending.len(), 1, "{out:?}");
+    assert!(out.pending[0].1.contains("no ready sandbox"), "{out:?}");
     s.endpoints("dns-blue", &["192.168.10.13"]);
     let out = s.proxier.sync(SyncKind::Changes);
-    assert!(out.failures.is_empty(), "not retried until the pod changes: {out:?}");
+    assert_eq!(
+        out.pending.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(),
+        ["default/gone-1"],
+        "still pending, looked up again: {out:?}"
+    );
     assert_eq!(s.trace("blue-2", "192.168.10.102", "10.96.0.10"), "192.168.10.13:5353");
+    s.remove_pod("gone-1");
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert!(out.pending.is_empty(), "a deleted pod is no longer pending: {out:?}");
+}
+
+#[test]
+fn every_sync_lists_the_runtime_once() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    s.proxier.sync(SyncKind::Changes);
+    s.proxier.sync(SyncKind::Periodic);
+    assert_eq!(s.sandboxes.0.lock().unwrap().lists, 3, "one list per sync, not per pod");
+}
+
+/// The sandbox of `pod` dies and a new one (a new namespace) takes its
+/// place; nothing on the Pod changes.
+fn recreate_sandbox(s: &Setup, pod: &str) {
+    let key = format!("default/{pod}");
+    let old = s.sandboxes.path(&key);
+    s.world.lock().unwrap().dead.insert(old);
+    *s.sandboxes.0.lock().unwrap().generation.entry(key).or_default() += 1;
+}
+
+#[test]
+fn a_recreated_sandbox_is_programmed_with_nothing_changed_on_the_pod() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    recreate_sandbox(&s, "blue-1");
+    // The next sync, whatever asked for it (here: nothing changed at all).
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert!(out.pending.is_empty() && out.failures.is_empty(), "{out:?}");
+    assert_eq!(
+        s.trace("blue-1", "192.168.10.101", "10.96.0.10"),
+        "192.168.10.11:5353, 192.168.10.12:5353",
+        "the new namespace has the table"
+    );
+    let w = s.world.lock().unwrap();
+    let routes: Vec<String> = w.routes[&s.sandboxes.path("default/blue-1")]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(routes, ["10.96.0.10 dev net1 src 192.168.10.101"]);
+}
+
+#[test]
+fn a_sandbox_recreated_while_not_ready_is_programmed_once_ready() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    // The old sandbox dies; the new one is not ready yet.
+    recreate_sandbox(&s, "blue-1");
+    s.sandboxes.0.lock().unwrap().not_ready.insert("default/blue-1".into());
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert_eq!(out.programmed_pods, 4, "{out:?}");
+    assert_eq!(out.pending.len(), 1, "{out:?}");
+    assert_eq!(s.trace("blue-1", "192.168.10.101", "10.96.0.10"), "no table");
+    // Ready: the next sync (a retry, nothing else changed) programs it.
+    s.sandboxes.0.lock().unwrap().not_ready.clear();
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert!(out.pending.is_empty(), "{out:?}");
+    assert_eq!(
+        s.trace("blue-1", "192.168.10.101", "10.96.0.10"),
+        "192.168.10.11:5353, 192.168.10.12:5353"
+    );
+}
+
+#[test]
+fn a_namespace_gone_before_the_write_is_said_to_be_gone_not_an_nft_failure() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    // The namespace vanishes; the runtime has no new sandbox yet, but its
+    // list still names the old one (it has not noticed).
+    let old = s.sandboxes.path("default/blue-1");
+    s.world.lock().unwrap().dead.insert(old);
+    s.endpoints("dns-blue", &["192.168.10.13"]);
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert_eq!(out.pending.len(), 1, "{out:?}");
+    let why = &out.pending[0].1;
+    assert!(why.contains("the pod's network namespace is gone"), "{why}");
+    assert!(!why.contains("nft"), "{why}");
+    // The runtime re-creates it: programmed there.
+    *s.sandboxes
+        .0
+        .lock()
+        .unwrap()
+        .generation
+        .entry("default/blue-1".into())
+        .or_default() += 1;
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert!(out.pending.is_empty(), "{out:?}");
+    assert_eq!(s.trace("blue-1", "192.168.10.101", "10.96.0.10"), "192.168.10.13:5353");
+}
+
+#[test]
+fn a_runtime_that_is_down_keeps_programmed_pods_and_holds_new_ones() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    s.sandboxes.0.lock().unwrap().down = true;
+    s.pod(pod("blue-9", &[("blue", "net1", "192.168.10.109")]));
+    s.endpoints("dns-blue", &["192.168.10.13"]);
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert_eq!(out.programmed_pods, 5, "{out:?}");
+    assert_eq!(out.pending.len(), 1, "the new pod waits: {out:?}");
+    assert_eq!(
+        s.trace("blue-2", "192.168.10.102", "10.96.0.10"),
+        "192.168.10.13:5353",
+        "programmed pods are kept up to date"
+    );
+    s.sandboxes.0.lock().unwrap().down = false;
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert!(out.pending.is_empty(), "{out:?}");
+    assert_eq!(s.trace("blue-9", "192.168.10.109", "10.96.0.10"), "192.168.10.13:5353");
 }
 
 #[test]
@@ -355,11 +538,17 @@ fn deleted_pods_and_services_leave_nothing_behind() {
     assert_eq!(out.programmed_pods, 2, "blue-2 and blue-3 remain: {out:?}");
     let w = s.world.lock().unwrap();
     assert!(
-        !w.kernels.contains_key("default/blue-1"),
+        !w.kernels.contains_key(&s.sandboxes.path("default/blue-1")),
         "the deleted pod's table is removed"
     );
-    assert!(!w.kernels.contains_key("default/red-1"), "no service left on red");
-    assert!(w.routes["default/red-1"].is_empty(), "and its routes");
+    assert!(
+        !w.kernels.contains_key(&s.sandboxes.path("default/red-1")),
+        "no service left on red"
+    );
+    assert!(
+        w.routes[&s.sandboxes.path("default/red-1")].is_empty(),
+        "and its routes"
+    );
     assert!(
         w.conntrack
             .values()
@@ -481,12 +670,7 @@ fn a_restarted_pods_new_sandbox_is_programmed() {
     s.proxier.sync(SyncKind::Changes);
     let before = s.transactions();
     // The pod restarts into a new sandbox; its status changes with it.
-    *s.sandboxes
-        .0
-        .lock()
-        .unwrap()
-        .entry("default/blue-1".into())
-        .or_default() += 1;
+    recreate_sandbox(&s, "blue-1");
     let mut p = pod("blue-1", &[("blue", "net1", "192.168.10.151")]);
     p.running = true;
     s.pod(p);
@@ -503,7 +687,10 @@ fn a_restarted_pods_new_sandbox_is_programmed() {
         "192.168.10.11:5353, 192.168.10.12:5353"
     );
     let w = s.world.lock().unwrap();
-    let routes: Vec<String> = w.routes["default/blue-1"].iter().map(ToString::to_string).collect();
+    let routes: Vec<String> = w.routes[&s.sandboxes.path("default/blue-1")]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(routes, ["10.96.0.10 dev net1 src 192.168.10.151"]);
 }
 
@@ -524,6 +711,9 @@ fn ipv6_pods_and_services() {
         "[fd00:10::11]:5353, [fd00:10::12]:5353"
     );
     let w = s.world.lock().unwrap();
-    let routes: Vec<String> = w.routes["default/v6"].iter().map(ToString::to_string).collect();
+    let routes: Vec<String> = w.routes[&s.sandboxes.path("default/v6")]
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(routes, ["fd00:96::10 dev net1 src fd00:10::5"]);
 }

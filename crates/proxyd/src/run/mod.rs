@@ -176,6 +176,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     start_admin_servers(&args, &health, &metrics, &tasks, &shutdown).await?;
     let health_checks = start_health_check_listeners(&args, families[0], &health, &tasks, &shutdown);
+    if args.proxy.multus && args.pods.pod_netns_dir.is_none() {
+        let runtime = args
+            .pods
+            .runtime()
+            .map_err(|why| anyhow::anyhow!("--container-runtime-endpoint: {why}"))?;
+        tasks.spawn(crate::multus::runtime_watch::follow_runtime(
+            runtime,
+            changes.clone(),
+            shutdown.clone(),
+        ));
+    }
     let sync_needed = forward_changes(changes, &health, &metrics, &tasks, &shutdown);
     let proxiers = sync::Proxiers::new(&args, engines, state.pods.as_ref(), &state.networks)?;
     if let Some(dir) = &args.dry_run_dir {

@@ -19,7 +19,7 @@ use crate::multus::backend::{Commands, DryRunPods};
 use crate::multus::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use crate::proxier::{HealthChecks, Proxier};
 use crate::snapshot::dataplane_config;
-use crate::sync_runner::SyncReason;
+use crate::sync_runner::{Outcome, SyncReason};
 
 /// The proxiers of a run: the node's tables, or (multus) pods' tables.
 pub enum Proxiers {
@@ -153,13 +153,13 @@ fn named(changed: &BTreeSet<ServiceName>) -> String {
 impl SyncLoop {
     /// One sync of every family; the error (every family's that failed)
     /// is logged once, by the runner, with its retry.
-    pub fn sync(&mut self, reason: SyncReason) -> Result<(), String> {
+    pub fn sync(&mut self, reason: SyncReason) -> Result<Outcome, String> {
         match &mut self.proxiers {
             Proxiers::Node(p) => {
                 if let Some(zone) = &mut self.node_zone {
                     follow_node_zone(zone, p, reason);
                 }
-                sync_node(reason, p, &self.health, &self.metrics, &self.health_checks)
+                sync_node(reason, p, &self.health, &self.metrics, &self.health_checks).map(|()| Outcome::Done)
             }
             // Pods' tables do not read topology hints.
             Proxiers::Multus(p) => sync_multus(reason, p, &self.health, &self.metrics),
@@ -263,23 +263,36 @@ fn sync_node(
     }
 }
 
+/// How many pending pods a sync's log line names.
+const NAMED_PODS: usize = 5;
+
+/// The pending pods, named (with why) when there are few.
+fn pending_text(pending: &[(String, String)]) -> String {
+    if pending.len() > NAMED_PODS {
+        return format!("{} pods", pending.len());
+    }
+    let named: Vec<String> = pending.iter().map(|(pod, why)| format!("{pod} ({why})")).collect();
+    named.join("; ")
+}
+
 /// One multus sync of every family. A pod that fails is logged and
-/// counted; it never fails the sync of the others (nor health).
+/// counted; it never fails the sync of the others (nor health). Pods left
+/// pending make the sync incomplete: the runner retries it with backoff.
 fn sync_multus(
     reason: SyncReason,
     proxiers: &mut [MultusProxier],
     health: &ProxierHealth,
     metrics: &Metrics,
-) -> Result<(), String> {
+) -> Result<Outcome, String> {
     let kind = sync_kind(reason);
-    let mut runtime_down = None;
+    let mut outcome = Outcome::Done;
     for p in proxiers.iter_mut() {
         let started = Instant::now();
         let out = p.sync(kind);
         let now = SystemTime::now();
         health.updated(p.family, now);
         if let Some(m) = &metrics.multus {
-            m.observe(p.family, out.programmed_pods, out.failures.len(), out.runtime_errors);
+            m.observe(p.family, &out);
         }
         tracing::info!(
             family = %p.family,
@@ -290,21 +303,16 @@ fn sync_multus(
             route_changes = out.route_changes,
             conntrack_deleted = out.conntrack_deleted,
             failed_pods = out.failures.len(),
+            pending_pods = out.pending.len(),
+            pending = %pending_text(&out.pending),
             took_us = started.elapsed().as_micros() as u64,
             "synced"
         );
-        if out.runtime_errors > 0 {
-            runtime_down = Some(out.runtime_errors);
+        if !out.pending.is_empty() {
+            outcome = Outcome::Incomplete;
         }
     }
-    // Pods the runtime could not be asked about are retried with the
-    // runner's backoff, not only at the next periodic sync.
-    match runtime_down {
-        Some(n) => Err(format!(
-            "the container runtime could not be asked about {n} pod(s); retrying"
-        )),
-        None => Ok(()),
-    }
+    Ok(outcome)
 }
 
 /// The families, as the log writes them: `ipv4`, `ipv4,ipv6`.
@@ -326,5 +334,13 @@ mod tests {
             .collect();
         assert_eq!(named(&many), "9 services");
         assert_eq!(families_text(&[IpFamily::V4, IpFamily::V6]), "ipv4,ipv6");
+    }
+
+    #[test]
+    fn few_pending_pods_are_named_with_why() {
+        let few = [("apps/a".to_owned(), "no ready sandbox".to_owned())];
+        assert_eq!(pending_text(&few), "apps/a (no ready sandbox)");
+        let many: Vec<(String, String)> = (0..6).map(|i| (format!("apps/p{i}"), "x".to_owned())).collect();
+        assert_eq!(pending_text(&many), "6 pods");
     }
 }
