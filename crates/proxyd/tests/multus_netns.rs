@@ -19,47 +19,8 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::multus::{CLIENT, SERVER, cluster_yaml, names, network_status, pod_yaml, write_manifests};
 use common::{KillOnDrop, Netns, require, run, terminate};
-
-/// Answers TCP and UDP on port 8080 with `NAME PEER-ADDRESS`.
-const SERVER: &str = r#"
-import socket, sys, threading
-name = sys.argv[1]
-def tcp():
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", 8080)); s.listen(128)
-    while True:
-        c, peer = s.accept()
-        try: c.sendall(f"{name} {peer[0]}".encode())
-        finally: c.close()
-def udp():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("0.0.0.0", 8080))
-    while True:
-        _, peer = s.recvfrom(64)
-        s.sendto(f"{name} {peer[0]}".encode(), peer)
-threading.Thread(target=udp, daemon=True).start()
-print("ready", flush=True)
-tcp()
-"#;
-
-/// N requests; one line per answer, or `error: …`.
-const CLIENT: &str = r#"
-import socket, sys
-proto, host, port, n, src_port = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-for _ in range(n):
-    try:
-        if proto == "tcp":
-            c = socket.socket(); c.settimeout(2)
-            c.connect((host, port)); print(c.recv(64).decode()); c.close()
-        else:
-            c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.settimeout(1)
-            c.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if src_port: c.bind(("", src_port))
-            c.sendto(b"q", (host, port)); print(c.recv(64).decode()); c.close()
-    except OSError as e:
-        print("error:", e.__class__.__name__)
-"#;
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -153,11 +114,7 @@ impl Lab {
     /// controller's slice with `ready` per server, the default controller's
     /// slice (primary addresses: never to be used), and the pods.
     fn write(&self, servers: &[(&str, bool)], with_client: bool) {
-        let text = self.cluster(servers, with_client);
-        // Written whole, then renamed: proxyd never reads half a file.
-        let tmp = self.manifests.join(".cluster.tmp");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(&tmp, self.manifests.join("cluster.yaml")).unwrap();
+        write_manifests(&self.manifests, &self.cluster(servers, with_client));
     }
 
     /// The same objects, applied to an API server (deletes are not needed
@@ -172,61 +129,15 @@ impl Lab {
     /// The cluster as YAML documents.
     fn cluster(&self, servers: &[(&str, bool)], with_client: bool) -> String {
         let ns = &self.ns;
-        let mut eps = String::new();
-        for (name, ready) in servers {
-            let ip = if *name == "server1" {
-                "192.168.77.11"
-            } else {
-                "192.168.77.12"
-            };
-            eps.push_str(&format!(
-                "- addresses: [{ip}]\n  nodeName: node-2\n  conditions: {{ready: {ready}}}\n"
-            ));
-        }
-        let eps = if eps.is_empty() {
-            " []\n".to_owned()
-        } else {
-            format!("\n{eps}")
-        };
-        let pod = |name: &str, status: &str| {
-            format!(
-                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\n  annotations:\n    \
-                 k8s.v1.cni.cncf.io/network-status: '{status}'\nspec: {{nodeName: node-1}}\nstatus: {{phase: Running}}\n"
-            )
-        };
-        let attached = |ip: &str| {
-            format!(
-                r#"[{{"name":"cbr0","interface":"eth0","ips":["10.88.0.2"],"default":true}},{{"name":"{ns}/macvlan1","interface":"net1","ips":["{ip}"]}}]"#
-            )
-        };
         let mut pods = vec![
-            pod("server1", &attached("192.168.77.11")),
-            pod("server2", &attached("192.168.77.12")),
-            pod(
-                "other",
-                r#"[{"name":"cbr0","interface":"eth0","ips":["10.88.0.9"],"default":true}]"#,
-            ),
+            pod_yaml(ns, "server1", None, &network_status(ns, Some("192.168.77.11"))),
+            pod_yaml(ns, "server2", None, &network_status(ns, Some("192.168.77.12"))),
+            pod_yaml(ns, "other", None, &network_status(ns, None)),
         ];
         if with_client {
-            pods.push(pod("client", &attached("192.168.77.2")));
+            pods.push(pod_yaml(ns, "client", None, &network_status(ns, Some("192.168.77.2"))));
         }
-        let text = format!(
-            "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: {ns}\n  labels: \
-             {{service.kubernetes.io/service-proxy-name: multus-proxy}}\n  annotations: \
-             {{k8s.v1.cni.cncf.io/service-network: macvlan1}}\nspec:\n  clusterIP: 10.96.77.10\n  ports:\n  \
-             - {{name: http, port: 80, protocol: TCP}}\n  - {{name: dns, port: 53, protocol: UDP}}\n---\n\
-             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-multus\n  namespace: {ns}\n  \
-             labels: {{kubernetes.io/service-name: web, service.kubernetes.io/service-proxy-name: multus-proxy, \
-             endpointslice.kubernetes.io/managed-by: multus-endpointslice-controller.npwg.k8s.io}}\naddressType: IPv4\n\
-             ports: [{{name: http, port: 8080, protocol: TCP}}, {{name: dns, port: 8080, protocol: UDP}}]\nendpoints:{eps}---\n\
-             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: web-default\n  namespace: {ns}\n  \
-             labels: {{kubernetes.io/service-name: web, service.kubernetes.io/service-proxy-name: multus-proxy, \
-             endpointslice.kubernetes.io/managed-by: endpointslice-controller.k8s.io}}\naddressType: IPv4\n\
-             ports: [{{name: http, port: 8080, protocol: TCP}}, {{name: dns, port: 8080, protocol: UDP}}]\nendpoints:\n\
-             - addresses: [10.88.0.11]\n  nodeName: node-2\n---\n{}",
-            pods.join("---\n")
-        );
-        text
+        cluster_yaml(ns, servers, &pods)
     }
 
     fn start_proxyd(&mut self) {
@@ -265,15 +176,7 @@ impl Lab {
 
     /// The value of a `/metrics` sample line starting with `name`.
     fn metric(&self, name: &str) -> Option<f64> {
-        use std::io::{Read, Write};
-        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.metrics)).ok()?;
-        write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").ok()?;
-        let mut text = String::new();
-        c.read_to_string(&mut text).ok()?;
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
+        common::multus::metric(self.metrics, name)
     }
 
     fn requests(&self, proto: &str, port: u16, n: u32, src_port: u16) -> Vec<String> {
@@ -329,14 +232,6 @@ impl Drop for Lab {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.manifests);
     }
-}
-
-fn names(answers: &[String]) -> BTreeMap<String, usize> {
-    let mut m = BTreeMap::new();
-    for a in answers {
-        *m.entry(a.split(' ').next().unwrap_or_default().to_owned()).or_default() += 1;
-    }
-    m
 }
 
 fn host_has_multus_table() -> bool {

@@ -6,6 +6,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+pub mod multus;
+
 fn can_run() -> Result<(), String> {
     let uid = Command::new("id")
         .arg("-u")
