@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::{
     LinuxPodSandboxConfig, LinuxSandboxSecurityContext, ListPodSandboxRequest, NamespaceOption, PodSandboxConfig,
-    PodSandboxMetadata, PodSandboxStatusRequest, RemovePodSandboxRequest, RunPodSandboxRequest,
-    StopPodSandboxRequest, VersionRequest,
+    PodSandboxMetadata, PodSandboxStatusRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StopPodSandboxRequest,
+    VersionRequest,
 };
 use proxyd::multus::cri::{CriResolver, netns_from_info};
 use tonic::transport::Channel;
@@ -105,7 +105,10 @@ impl Containerd {
         .unwrap();
         let image = dir.join("pause.tar");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/containerd/pause-image.sh");
-        run("bash", &[&script.display().to_string(), &image.display().to_string(), IMAGE]);
+        run(
+            "bash",
+            &[&script.display().to_string(), &image.display().to_string(), IMAGE],
+        );
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -461,7 +464,10 @@ impl Lab {
         let start = Instant::now();
         while !check() {
             if start.elapsed() > within {
-                panic!("timed out waiting for: {what}\n--- proxyd log ---\n{}", self.proxyd_log());
+                panic!(
+                    "timed out waiting for: {what}\n--- proxyd log ---\n{}",
+                    self.proxyd_log()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -500,9 +506,11 @@ fn a_recreated_sandbox_is_programmed_in_its_new_namespace() {
     lab.ctd.remove_sandbox(&first);
     let (second, netns2) = lab.sandbox("client", "uid-c", 1, "192.168.77.2");
     assert_ne!(netns, netns2);
-    let took = lab.until("the new sandbox programmed", SYNC_PERIOD + Duration::from_secs(3), || {
-        lab.has_table(&netns2)
-    });
+    let took = lab.until(
+        "the new sandbox programmed",
+        SYNC_PERIOD + Duration::from_secs(3),
+        || lab.has_table(&netns2),
+    );
     eprintln!("figure: re-created sandbox, Pod unchanged: table in place {took:?} after the sandbox was ready");
     lab.until("the new sandbox served", WAIT, || lab.served(&netns2, "192.168.77.2"));
 
@@ -518,16 +526,21 @@ fn a_recreated_sandbox_is_programmed_in_its_new_namespace() {
     // Long enough for the retries' backoff to grow past the sync period.
     std::thread::sleep(Duration::from_secs(4));
     let (_, netns3) = lab.sandbox("client", "uid-c", 2, "192.168.77.2");
-    let took = lab.until("the new sandbox programmed", SYNC_PERIOD + Duration::from_secs(3), || {
-        lab.has_table(&netns3)
-    });
+    let took = lab.until(
+        "the new sandbox programmed",
+        SYNC_PERIOD + Duration::from_secs(3),
+        || lab.has_table(&netns3),
+    );
     eprintln!("figure: re-created sandbox, status emptied then set before it was ready: table in place {took:?} after");
     lab.until("the new sandbox served", WAIT, || lab.served(&netns3, "192.168.77.2"));
     lab.until("nothing pending", WAIT, || {
         lab.metric("proxyd_multus_pending_pods{ip_family=\"IPv4\"}") == Some(0.0)
     });
     let log = lab.proxyd_log();
-    assert!(!log.contains("nft rejected"), "a gone namespace is not an nft failure:\n{log}");
+    assert!(
+        !log.contains("nft rejected"),
+        "a gone namespace is not an nft failure:\n{log}"
+    );
 }
 
 #[test]
@@ -542,7 +555,11 @@ fn a_sandbox_of_an_earlier_pod_of_the_same_name_is_not_programmed() {
     lab.until("the pod pending", WAIT, || {
         lab.metric("proxyd_multus_pending_pods{ip_family=\"IPv4\"}") == Some(1.0)
     });
-    assert!(lab.proxyd_log().contains("belongs to another pod"), "{}", lab.proxyd_log());
+    assert!(
+        lab.proxyd_log().contains("belongs to another pod"),
+        "{}",
+        lab.proxyd_log()
+    );
     assert!(!lab.has_table(&leftover), "the other pod's sandbox is left alone");
     // The pod's own sandbox.
     let (_, own) = lab.sandbox("client", "uid-new", 0, "192.168.77.3");
@@ -578,7 +595,10 @@ fn a_runtime_stopped_and_started_is_followed() {
 
     lab.ctd.stop();
     // Pod b appears while the runtime is down: pending, and a keeps working.
-    lab.write(&[("a", "uid-a", Some("192.168.77.2")), ("b", "uid-b", Some("192.168.77.3"))]);
+    lab.write(&[
+        ("a", "uid-a", Some("192.168.77.2")),
+        ("b", "uid-b", Some("192.168.77.3")),
+    ]);
     lab.until("pod b pending", WAIT, || {
         lab.metric("proxyd_multus_pending_pods{ip_family=\"IPv4\"}") == Some(1.0)
     });
@@ -586,9 +606,11 @@ fn a_runtime_stopped_and_started_is_followed() {
     // Long enough for the retry backoff to reach 8 s.
     std::thread::sleep(Duration::from_secs(12));
     lab.ctd.start_again();
-    let took = lab.until("pod b programmed once the runtime answers", Duration::from_secs(4), || {
-        lab.has_table(&b)
-    });
+    let took = lab.until(
+        "pod b programmed once the runtime answers",
+        Duration::from_secs(4),
+        || lab.has_table(&b),
+    );
     eprintln!("figure: runtime back: pending pod programmed {took:?} after containerd answered");
     lab.until("pod b served", WAIT, || lab.served(&b, "192.168.77.3"));
 

@@ -43,8 +43,11 @@ fn veth_names(tag: &str) -> (String, String) {
 }
 
 impl Lab {
-    fn new() -> Self {
-        let ns = format!("mt{}", std::process::id());
+    /// A lab whose names carry `tag` (one per test: `cargo test` runs
+    /// the tests as threads of one process, so the process id alone would
+    /// let two tests remove each other's namespaces).
+    fn new(tag: &str) -> Self {
+        let ns = format!("mt{tag}{}", std::process::id());
         let lan = Netns::named(format!("{ns}-lan"));
         lan.ip(&["link", "add", "br0", "type", "bridge"]);
         lan.ip(&["link", "set", "br0", "up"]);
@@ -58,7 +61,7 @@ impl Lab {
         for (i, (name, net1, eth0)) in pod_defs.into_iter().enumerate() {
             let p = Netns::named(format!("{ns}_{name}"));
             // eth0: the primary network, whose default route leads nowhere.
-            let (a, b) = veth_names(&format!("e{i}"));
+            let (a, b) = veth_names(&format!("e{i}{tag}"));
             run(
                 "ip",
                 &[
@@ -71,7 +74,7 @@ impl Lab {
             p.ip(&["route", "add", "default", "via", "10.88.0.1"]);
             lan.ip(&["link", "set", &b, "up"]);
             if let Some(addr) = net1 {
-                let (a, b) = veth_names(&format!("n{i}"));
+                let (a, b) = veth_names(&format!("n{i}{tag}"));
                 run(
                     "ip",
                     &[
@@ -245,7 +248,7 @@ fn host_has_multus_table() -> bool {
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn a_pod_reaches_services_on_its_secondary_network() {
     require();
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("a");
     lab.write(&[("server1", true), ("server2", true)], true);
     lab.start_proxyd();
     lab.eventually("the client's table", || lab.has_table("client"));
@@ -370,7 +373,7 @@ fn a_pod_reaches_services_on_its_secondary_network() {
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn pods_are_found_through_the_container_runtime_once_it_answers() {
     require();
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("b");
     lab.write(&[("server1", true), ("server2", true)], true);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -415,7 +418,7 @@ fn pods_are_found_through_the_container_runtime_once_it_answers() {
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn the_real_binary_follows_the_api_server() {
     require();
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("c");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

@@ -1,12 +1,14 @@
 //! Finding a pod's network namespace through the CRI v1 runtime API
 //! (containerd, CRI-O) over its unix socket.
 //!
-//! The pod's ready sandbox (the newest, after a restart) is looked up by
-//! the kubelet's labels; its verbose status gives the namespace: the
-//! runtime spec's network namespace path (containerd) or the sandbox's pid
-//! (`/proc/PID/ns/net`), under `--host-prefix` when the host's paths are
-//! mounted elsewhere. A runtime that does not answer is reported as
-//! unavailable (retried with backoff), never fatal.
+//! Each sync lists the sandboxes once; a pod's ready sandbox (the newest,
+//! after a restart) is the one whose kubelet labels name the pod's
+//! namespace, name and uid; its verbose status (asked once per sandbox)
+//! gives the namespace: the runtime spec's network namespace path
+//! (containerd) or the sandbox's pid (`/proc/PID/ns/net`), under
+//! `--host-prefix` when the host's paths are mounted elsewhere. A runtime
+//! that does not answer is reported as unavailable, once, with why (pods
+//! wait for it; never fatal), and its return is said once.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
