@@ -37,8 +37,12 @@ pub enum Match {
     Marked(u32),
     /// The protocol is TCP, UDP or SCTP (so it has ports).
     HasPorts,
-    /// The destination is a local address (`fib daddr type local`), and in
-    /// one of these networks when any are given.
+    /// The destination is a local address (`fib daddr type local`) other
+    /// than a loopback one, and in one of these networks when any are
+    /// given. Loopback is left out as kube-proxy's nftables mode leaves it
+    /// out: a connection to `127.0.0.1:NODEPORT` DNATed to a pod would keep
+    /// its loopback source and hang, and would take over whatever on the
+    /// host listens there.
     LocalDestination(Vec<IpNet>),
     /// The source is a local address (`fib saddr type local`).
     LocalSource,
@@ -210,8 +214,15 @@ fn write_match(out: &mut (impl Write + ?Sized), m: &Match, w: FamilyWords) -> fm
         Match::Dnatted => out.write_str("ct status dnat"),
         Match::Marked(bits) => write!(out, "meta mark & {bits:#x} == {bits:#x}"),
         Match::HasPorts => out.write_str("meta l4proto { tcp, udp, sctp }"),
-        Match::LocalDestination(nets) if nets.is_empty() => out.write_str("fib daddr type local"),
-        Match::LocalDestination(nets) => write!(out, "fib daddr type local {a} daddr {}", net_set(nets)),
+        Match::LocalDestination(nets) => {
+            let loopback = if a == "ip" { "127.0.0.0/8" } else { "::1" };
+            write!(out, "fib daddr type local {a} daddr != {loopback}")?;
+            if nets.is_empty() {
+                Ok(())
+            } else {
+                write!(out, " {a} daddr {}", net_set(nets))
+            }
+        }
         Match::LocalSource => out.write_str("fib saddr type local"),
         Match::SourceIn(nets) => write!(out, "{a} saddr {}", net_set(nets)),
         Match::SourceNotIn(nets) => write!(out, "{a} saddr != {}", net_set(nets)),

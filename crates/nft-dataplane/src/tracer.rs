@@ -52,8 +52,9 @@ pub struct Host {
 }
 
 impl Host {
+    /// Loopback addresses are always local, as in the kernel.
     fn is_local(&self, ip: IpAddr) -> bool {
-        self.local_addrs.contains(&ip)
+        ip.is_loopback() || self.local_addrs.contains(&ip)
     }
 }
 
@@ -212,7 +213,7 @@ impl Walk<'_> {
             Match::Dnatted => st.dnatted,
             Match::Marked(bits) => st.mark & bits == *bits,
             Match::LocalDestination(nets) => {
-                self.host.is_local(st.daddr) && (nets.is_empty() || within(nets, st.daddr))
+                self.host.is_local(st.daddr) && !st.daddr.is_loopback() && (nets.is_empty() || within(nets, st.daddr))
             }
             Match::LocalSource => self.host.is_local(self.packet.src),
             Match::SourceIn(nets) => within(nets, self.packet.src),

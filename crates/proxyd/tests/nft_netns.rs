@@ -922,6 +922,19 @@ fn a_local_policy_node_port_splits_evenly_over_its_local_endpoints() {
     assert_uniform("node port, Local", &locals, CONNECTIONS, || {
         spread(&client, "192.168.50.1", 30080, CONNECTIONS)
     });
+
+    // Loopback is no node-port address (as in kube-proxy's nftables mode):
+    // the node's own connection to 127.0.0.1:30080 is refused at once
+    // instead of being DNATed to a pod with its loopback source.
+    let answer = node.exec(
+        "python3",
+        &[
+            "-c",
+            "import socket\ntry:\n    c = socket.create_connection(('127.0.0.1', 30080), timeout=3)\n    \
+             print('connected:', c.recv(64).decode())\nexcept OSError as e:\n    print('error:', e.__class__.__name__)",
+        ],
+    );
+    assert_eq!(answer.trim(), "error: ConnectionRefusedError", "127.0.0.1:NODEPORT");
 }
 
 /// Without the right to change the ruleset (not root, no CAP_NET_ADMIN),

@@ -344,6 +344,13 @@ fn node_ports_answer_on_the_nodeport_addresses() {
                 "{family:?} external to node port"
             );
             assert_eq!(t(local(node_ip, node_ip, 3001)), masq, "{family:?} node to node port");
+            // Loopback is no node-port address, whatever the flag says.
+            let lo = if family == IpFamily::V4 { "127.0.0.1" } else { "::1" };
+            assert_eq!(
+                t(local(lo, lo, 3001)),
+                SocketAddr::new(lo.parse().unwrap(), 3001).to_string(),
+                "{family:?}: the node to its loopback node port is not DNATed"
+            );
             let alt = t(forwarded(client, alt_ip, 3001));
             if alt_answers {
                 assert_eq!(alt, masq, "{family:?}: every local address answers by default");
