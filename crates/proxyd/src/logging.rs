@@ -29,10 +29,15 @@ pub struct LogArgs {
 /// The filter: `RUST_LOG` when set, with full directives
 /// (`proxyd=debug,kube=info`, `warn`), else the level `-v` asks for. A
 /// `RUST_LOG` that does not parse is not used; the second value says why.
+///
+/// By default kube-client's own lines are left out: it logs every failed
+/// attempt of every watch (an ERROR per watch per retry while the API
+/// server is down), where proxyd's watches say the first failure, a
+/// reminder now and then, and the recovery, once each. `-v` shows them.
 pub fn filter(args: &LogArgs, rust_log: Option<&str>) -> (EnvFilter, Option<String>) {
     let from_flags = || {
         EnvFilter::new(match args.verbose {
-            0 => "info",
+            0 => "info,kube_client=off",
             1 => "debug",
             _ => "trace",
         })
@@ -103,5 +108,58 @@ mod tests {
         let (f, problem) = filter(&v, Some("proxyd=loud"));
         assert_eq!(f.max_level_hint(), Some(LevelFilter::TRACE), "falls back to -vv");
         assert!(problem.unwrap().contains("RUST_LOG=\"proxyd=loud\" is not a filter"));
+    }
+
+    /// The lines `filter` lets through when these events are logged.
+    fn logged(args: &LogArgs, rust_log: Option<&str>) -> String {
+        use std::sync::{Arc, Mutex};
+        let out: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let sink = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter(args, rust_log).0)
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::error!(target: "kube_client::client::builder", "failed with error client error (Connect)");
+            tracing::warn!(target: "kube_client::client", "eof in poll");
+            tracing::warn!(target: "informer_glue::runner", "watch failing; retrying every few seconds");
+            tracing::debug!(target: "informer_glue::runner", "watch failed again");
+        });
+        String::from_utf8_lossy(&out.lock().unwrap()).into_owned()
+    }
+
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn kube_clients_per_attempt_lines_only_when_asked_for() {
+        let default = logged(&LogArgs::default(), None);
+        assert!(!default.contains("kube_client"), "{default}");
+        assert!(default.contains("watch failing"), "proxyd's own line stays: {default}");
+        assert!(!default.contains("failed again"));
+        let verbose = LogArgs {
+            verbose: 1,
+            ..LogArgs::default()
+        };
+        let all = logged(&verbose, None);
+        assert!(
+            all.contains("client error (Connect)") && all.contains("failed again"),
+            "{all}"
+        );
+        let asked = logged(&LogArgs::default(), Some("info,kube_client=error"));
+        assert!(
+            asked.contains("client error (Connect)") && !asked.contains("eof in poll"),
+            "{asked}"
+        );
     }
 }

@@ -240,6 +240,10 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
     expect_line(&lines, &mut log, &["synced", "first=true"]).await;
     assert_eq!(http_status(port, "/healthz"), 200);
 
+    while let Ok(l) = lines.try_recv() {
+        log.push(l);
+    }
+    let before_outage = log.len();
     server.stop();
     let stopped = std::time::Instant::now();
     let mut unready_after = None;
@@ -261,6 +265,20 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
         "liveness does not depend on the API server"
     );
 
+    // The outage's log, as an operator sees it: each watch says its failure
+    // once; kube-client's per-attempt errors are not there by default.
+    while let Ok(l) = lines.try_recv() {
+        log.push(l);
+    }
+    let outage: Vec<&String> = log[before_outage..]
+        .iter()
+        .filter(|l| !l.contains(" synced "))
+        .collect();
+    let text = outage.iter().map(|l| l.as_str()).collect::<Vec<_>>().join("\n");
+    assert!(!text.contains("kube_client"), "{text}");
+    assert_eq!(text.matches("watch failing").count(), 3, "once per watch:\n{text}");
+    assert!(outage.len() <= 15, "{} lines:\n{text}", outage.len());
+    let outage_lines = log.len();
     server.restart().await.unwrap();
     let back = std::time::Instant::now();
     server
@@ -285,6 +303,11 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
         log.push(l);
     }
     assert!(synced_after < Duration::from_secs(8), "{synced_after:?}");
+    let recovered = log[outage_lines..]
+        .iter()
+        .filter(|l| l.contains("watch recovered"))
+        .count();
+    assert_eq!(recovered, 3, "the recovery said once per watch:\n{}", log.join("\n"));
     assert!(
         ready_after.is_some_and(|d| d < Duration::from_secs(8)),
         "{ready_after:?}\n{}",
