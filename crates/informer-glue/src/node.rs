@@ -1,11 +1,15 @@
-//! This node's Node object, for its topology zone.
+//! This node's Node object: its topology zone, and whether load balancers
+//! should still send it traffic.
 //!
 //! Topology hints are read against the zone of the node the proxy runs on,
 //! and a node can be relabelled while the proxy runs; kube-proxy then
-//! re-syncs every service. [`NodeZone`] holds the zone the source last
-//! reported and wakes the sync loop when it changes; [`NodeZoneHandler`]
-//! feeds it from a watch on the one Node (`metadata.name=NODE`), and the
-//! manifest source feeds it from each read of the files.
+//! re-syncs every service. A node being deleted, or tainted
+//! `ToBeDeletedByClusterAutoscaler`, is no longer eligible for load
+//! balancer traffic (KEP-3836): `/healthz` then answers 503. [`ThisNode`]
+//! holds what the source last reported and wakes the sync loop when the
+//! zone changes; [`ThisNodeHandler`] feeds it from a watch on the one Node
+//! (`metadata.name=NODE`), and the manifest source feeds it from each read
+//! of the files.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,27 +37,81 @@ pub fn zone_of_named(nodes: &[Node], name: &str) -> Option<String> {
     zone_of(nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name))?)
 }
 
-/// The zone of the node the proxy runs on, as its source last reported it.
+/// The taint the cluster autoscaler puts on a node it is about to remove.
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// Whether load balancers should still send this node traffic: not being
+/// deleted, and not tainted [`TO_BE_DELETED_TAINT`] (kube-proxy's rule).
+pub fn eligible(node: &Node) -> bool {
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
+    node.metadata.deletion_timestamp.is_none() && !tainted
+}
+
+/// Whether node `name` among `nodes` is eligible; one that is not there is
+/// (nothing says otherwise, as while kube-proxy starts).
+pub fn eligible_named(nodes: &[Node], name: &str) -> bool {
+    nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(name))
+        .is_none_or(eligible)
+}
+
+/// The node the proxy runs on, as its source last reported it.
 #[derive(Debug, Clone)]
-pub struct NodeZone {
+pub struct ThisNode {
     node: String,
     zone: watch::Sender<Option<String>>,
+    eligible: watch::Sender<bool>,
     changed: Arc<Notify>,
 }
 
-impl NodeZone {
-    /// No zone known yet for `node`; a change wakes `changed`.
+impl ThisNode {
+    /// No zone known yet for `node`, and eligible; a zone change wakes
+    /// `changed`.
     pub fn new(node: &str, changed: Arc<Notify>) -> Self {
         Self {
             node: node.to_owned(),
             zone: watch::Sender::new(None),
+            eligible: watch::Sender::new(true),
             changed,
         }
     }
 
-    /// The node whose zone this is.
+    /// The node's name.
     pub fn node(&self) -> &str {
         &self.node
+    }
+
+    /// A receiver of whether the node is eligible for load balancer traffic.
+    pub fn eligibility(&self) -> watch::Receiver<bool> {
+        self.eligible.subscribe()
+    }
+
+    /// Records whether the node is eligible; says so when it changes.
+    pub fn set_eligible(&self, eligible: bool) {
+        if self
+            .eligible
+            .send_if_modified(|now| std::mem::replace(now, eligible) != eligible)
+        {
+            if eligible {
+                tracing::info!(node = %self.node, "this node is eligible for load balancer traffic again: /healthz follows the proxy's health");
+            } else {
+                tracing::warn!(
+                    node = %self.node,
+                    "this node is being deleted or is tainted {TO_BE_DELETED_TAINT}: /healthz answers 503 so that load balancers stop sending it traffic"
+                );
+            }
+        }
+    }
+
+    /// Records what a Node object says.
+    pub fn set_from(&self, node: Option<&Node>) {
+        self.set(node.and_then(zone_of));
+        self.set_eligible(node.is_none_or(eligible));
     }
 
     /// The zone now.
@@ -84,17 +142,17 @@ impl NodeZone {
     }
 }
 
-/// Folds watch events of this node's Node object into a [`NodeZone`].
-pub struct NodeZoneHandler {
-    zone: NodeZone,
+/// Folds watch events of this node's Node object into a [`ThisNode`].
+pub struct ThisNodeHandler {
+    zone: ThisNode,
     seen: bool,
     /// Set once the first list is handed over.
     pub synced: Arc<AtomicBool>,
 }
 
-impl NodeZoneHandler {
+impl ThisNodeHandler {
     /// A handler feeding `zone`.
-    pub fn new(zone: NodeZone) -> Self {
+    pub fn new(zone: ThisNode) -> Self {
         Self {
             zone,
             seen: false,
@@ -106,12 +164,12 @@ impl NodeZoneHandler {
         // The watch asks for one name; anything else is not this node.
         if node.metadata.name.as_deref() == Some(self.zone.node()) {
             self.seen = true;
-            self.zone.set(zone_of(node));
+            self.zone.set_from(Some(node));
         }
     }
 }
 
-impl EventHandler<Node> for NodeZoneHandler {
+impl EventHandler<Node> for ThisNodeHandler {
     fn on_add(&mut self, obj: &Node) {
         self.take(obj);
     }
@@ -125,6 +183,7 @@ impl EventHandler<Node> for NodeZoneHandler {
             self.seen = false;
             tracing::warn!(node = %self.zone.node(), "this node's Node object was deleted: topology hints are not used");
             self.zone.set(None);
+            self.zone.set_eligible(false);
         }
     }
 
@@ -157,9 +216,9 @@ mod tests {
     #[test]
     fn the_handler_follows_this_nodes_zone_label() {
         let changed = Arc::new(Notify::new());
-        let zone = NodeZone::new("node-1", changed.clone());
+        let zone = ThisNode::new("node-1", changed.clone());
         let mut rx = zone.subscribe();
-        let mut h = NodeZoneHandler::new(zone.clone());
+        let mut h = ThisNodeHandler::new(zone.clone());
         h.on_add(&node("node-2", Some("zone-x")));
         assert_eq!(zone.get(), None, "another node's label is not ours");
         h.on_add(&node("node-1", Some("zone-a")));
@@ -179,5 +238,48 @@ mod tests {
         h.on_synced();
         assert!(h.synced.load(Ordering::Acquire));
         assert!(changed.notified().now_or_never().is_some(), "listed: the run is woken");
+    }
+
+    #[test]
+    fn a_node_being_removed_is_not_eligible() {
+        use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let changed = Arc::new(Notify::new());
+        let this = ThisNode::new("node-1", changed.clone());
+        let eligible = this.eligibility();
+        let mut h = ThisNodeHandler::new(this.clone());
+        let plain = node("node-1", Some("zone-a"));
+        h.on_add(&plain);
+        assert!(*eligible.borrow());
+        let mut tainted = plain.clone();
+        tainted.spec = Some(NodeSpec {
+            taints: Some(vec![Taint {
+                key: TO_BE_DELETED_TAINT.into(),
+                effect: "NoSchedule".into(),
+                ..Taint::default()
+            }]),
+            ..NodeSpec::default()
+        });
+        let _ = changed.notified().now_or_never();
+        h.on_update(&plain, &tainted);
+        assert!(!*eligible.borrow(), "tainted by the autoscaler");
+        assert!(
+            changed.notified().now_or_never().is_none(),
+            "no sync needed: the zone is the same"
+        );
+        h.on_update(&tainted, &plain);
+        assert!(*eligible.borrow(), "the taint is gone");
+        let mut other_taint = tainted.clone();
+        other_taint.spec.as_mut().unwrap().taints.as_mut().unwrap()[0].key = "node.kubernetes.io/unschedulable".into();
+        h.on_update(&plain, &other_taint);
+        assert!(*eligible.borrow(), "a cordoned node still serves");
+        let mut deleting = plain.clone();
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        h.on_update(&plain, &deleting);
+        assert!(!*eligible.borrow(), "being deleted");
+        h.on_update(&deleting, &plain);
+        h.on_delete(&plain);
+        assert!(!*eligible.borrow(), "the Node object is gone");
+        assert!(eligible_named(&[], "node-1"), "no Node known: eligible");
     }
 }

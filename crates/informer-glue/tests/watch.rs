@@ -652,13 +652,13 @@ fn node(name: &str, zone: Option<&str>) -> Value {
 /// relabels, a dropped watch and a 410, other nodes never matter.
 #[tokio::test]
 async fn this_nodes_zone_is_followed() {
-    use informer_glue::node::{NodeZone, NodeZoneHandler};
+    use informer_glue::node::{ThisNode, ThisNodeHandler};
     let server = FakeApiServer::start().await.unwrap();
     server.apply(node("node-1", Some("zone-a"))).unwrap();
     server.apply(node("node-2", Some("zone-x"))).unwrap();
     let changed = Arc::new(tokio::sync::Notify::new());
-    let zone = NodeZone::new("node-1", changed.clone());
-    let handler = NodeZoneHandler::new(zone.clone());
+    let zone = ThisNode::new("node-1", changed.clone());
+    let handler = ThisNodeHandler::new(zone.clone());
     let synced = handler.synced.clone();
     let (stop, task) = watch_by_field(
         Api::<k8s_openapi::api::core::v1::Node>::all(server.client()),

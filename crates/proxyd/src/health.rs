@@ -2,7 +2,10 @@
 //!
 //! - [`ProxierHealth`]: `/healthz` and `/livez` on `--healthz-bind-address`.
 //!   Unhealthy when some family has a change queued longer than the timeout
-//!   (2 × `--sync-period`) without a successful sync since.
+//!   (2 × `--sync-period`) without a successful sync since. `/healthz` is
+//!   also 503, with `"nodeEligible": false`, while this node is being
+//!   deleted or is tainted `ToBeDeletedByClusterAutoscaler` (KEP-3836), so
+//!   that load balancers stop sending it traffic; `/livez` is not.
 //! - [`ServiceHealth`]: one listener per LoadBalancer service with
 //!   `externalTrafficPolicy: Local`, on its `healthCheckNodePort`: 200 with
 //!   the count of local ready endpoints when there are some and the proxy is
@@ -35,6 +38,11 @@ pub struct ProxierHealth {
     /// The watches feeding the proxy: one down longer than `timeout` makes
     /// `/healthz` unhealthy (changes may be missed).
     watches: Mutex<Vec<Arc<WatchMetrics>>>,
+    /// Whether this node is eligible for load balancer traffic, as its Node
+    /// says (eligible while unknown, as kube-proxy).
+    node_eligible: Mutex<Option<tokio::sync::watch::Receiver<bool>>>,
+    /// Replies counted by endpoint and code.
+    replies: Option<crate::metrics::HealthMetrics>,
 }
 
 /// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T07:33:03.123456789Z`.
@@ -69,7 +77,30 @@ impl ProxierHealth {
             timeout,
             families: Mutex::new(families.iter().map(|f| (*f, FamilyHealth::default())).collect()),
             watches: Mutex::new(Vec::new()),
+            node_eligible: Mutex::new(None),
+            replies: None,
         }
+    }
+
+    /// The same, counting its replies (`kubeproxy_proxy_healthz_total`,
+    /// `kubeproxy_proxy_livez_total`).
+    pub fn counting_into(mut self, replies: crate::metrics::HealthMetrics) -> Self {
+        self.replies = Some(replies);
+        self
+    }
+
+    /// Follows this node's eligibility for `/healthz`.
+    pub fn follow_node(&self, eligible: tokio::sync::watch::Receiver<bool>) {
+        *self.node_eligible.lock().unwrap_or_else(|e| e.into_inner()) = Some(eligible);
+    }
+
+    /// Whether this node is eligible for load balancer traffic.
+    pub fn node_eligible(&self) -> bool {
+        self.node_eligible
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(|rx| *rx.borrow())
     }
 
     /// Takes a watch into account for `/healthz`.
@@ -123,20 +154,27 @@ impl ProxierHealth {
     /// The `/healthz` or `/livez` reply (kube-proxy's body; a healthy reply
     /// reports the current time as `lastUpdated`, as kube-proxy does for
     /// compatibility). `/healthz` is also 503 while a watch has been down
-    /// for the timeout (kube-proxy does not look at its watches).
+    /// for the timeout (kube-proxy does not look at its watches), and while
+    /// the node is not eligible.
     pub fn reply(&self, now: SystemTime, healthz: bool) -> Reply {
         let (synced, last) = self.is_healthy(now);
-        // Only readiness: restarting proxyd would not bring the API back.
-        let healthy = synced && !(healthz && self.watches_down(now));
+        let eligible = self.node_eligible();
+        // Only readiness: restarting proxyd would not bring the API back,
+        // nor undo the node's removal.
+        let healthy = synced && !(healthz && (self.watches_down(now) || !eligible));
         let last = if healthy { Some(now) } else { last };
         let last = last.map(rfc3339).unwrap_or_else(|| "0001-01-01T00:00:00Z".into());
         let now_s = rfc3339(now);
         let body = if healthz {
-            format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\", \"nodeEligible\": true}}")
+            format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\", \"nodeEligible\": {eligible}}}")
         } else {
             format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\"}}")
         };
-        Reply::json(if healthy { 200 } else { 503 }, body)
+        let code = if healthy { 200 } else { 503 };
+        if let Some(m) = &self.replies {
+            m.count(healthz, code);
+        }
+        Reply::json(code, body)
     }
 
     /// The handler for the healthz server.
@@ -279,6 +317,35 @@ mod tests {
             "{}",
             r.body
         );
+    }
+
+    #[test]
+    fn a_node_being_removed_fails_healthz_but_not_livez() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = crate::metrics::HealthMetrics::register(&mut registry);
+        let h = ProxierHealth::new(&[IpFamily::V4], Duration::from_secs(60)).counting_into(metrics);
+        let (tx, rx) = tokio::sync::watch::channel(true);
+        h.follow_node(rx);
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        h.updated(IpFamily::V4, now);
+        assert_eq!(h.reply(now, true).status, 200);
+        tx.send_replace(false);
+        let r = h.reply(now, true);
+        assert_eq!(r.status, 503);
+        assert!(r.body.ends_with("\"nodeEligible\": false}"), "{}", r.body);
+        assert_eq!(h.reply(now, false).status, 200, "liveness does not depend on the node");
+        tx.send_replace(true);
+        assert_eq!(h.reply(now, true).status, 200);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "kubeproxy_proxy_healthz_total{code=\"200\"} 2",
+            "kubeproxy_proxy_healthz_total{code=\"503\"} 1",
+            "kubeproxy_proxy_livez_total{code=\"200\"} 1",
+            "kubeproxy_proxy_livez_total{code=\"503\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
     }
 
     #[test]

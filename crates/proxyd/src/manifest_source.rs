@@ -14,7 +14,7 @@ use informer_glue::SliceCacheHandler;
 use informer_glue::fold::{EventFold, EventHandler, Fanout};
 use informer_glue::manifests::{self, ManifestError, Object, Summary, Texts};
 use informer_glue::multus::PodHandler;
-use informer_glue::node::NodeZone;
+use informer_glue::node::ThisNode;
 use informer_glue::selection::Selection;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use k8s_openapi::api::core::v1::{Pod, Service};
@@ -73,8 +73,8 @@ pub struct Sink {
     service_fold: EventFold<Service, SlimServices>,
     /// Multus mode: this node's pods.
     pods: Option<(PodHandler, EventFold<Pod>)>,
-    /// This node's zone, from its Node in the files (unless --node-zone).
-    node_zone: Option<NodeZone>,
+    /// This node's zone and eligibility, from its Node in the files.
+    this_node: Option<ThisNode>,
 }
 
 impl Sink {
@@ -84,7 +84,7 @@ impl Sink {
         slices: Fanout<SliceCacheHandler>,
         store: ServiceSink,
         pods: Option<PodHandler>,
-        node_zone: Option<NodeZone>,
+        this_node: Option<ThisNode>,
     ) -> Self {
         let sel = selection.clone();
         Self {
@@ -93,7 +93,7 @@ impl Sink {
             store,
             service_fold: EventFold::with_selection(move |s| selection.selects_service(s)).keeping(SlimServices),
             pods: pods.map(|h| (h, EventFold::new())),
-            node_zone,
+            this_node,
         }
     }
 
@@ -136,8 +136,9 @@ impl Sink {
                     pods = summary.pods,
                     "manifests read"
                 );
-                if let Some(zone) = &self.node_zone {
-                    zone.set(summary.node_zone(zone.node()));
+                if let Some(this) = &self.this_node {
+                    this.set(summary.node_zone(this.node()));
+                    this.set_eligible(informer_glue::node::eligible_named(&summary.nodes, this.node()));
                 }
                 if let Err(e) = self.hand_over(&texts) {
                     tracing::error!("manifests: {e} (after a successful check); the next change retries");

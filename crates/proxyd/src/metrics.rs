@@ -65,6 +65,53 @@ pub struct PolicyLabels {
     pub traffic_policy: &'static str,
 }
 
+/// Labels of the health endpoints' reply counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabels {
+    /// The HTTP status code, `200` or `503`.
+    pub code: u16,
+}
+
+/// `kubeproxy_proxy_healthz_total{code}` and
+/// `kubeproxy_proxy_livez_total{code}`: the replies of `/healthz` and
+/// `/livez`, as kube-proxy counts them.
+#[derive(Clone, Debug)]
+pub struct HealthMetrics {
+    healthz: Family<CodeLabels, Counter>,
+    livez: Family<CodeLabels, Counter>,
+}
+
+impl HealthMetrics {
+    /// Registers both families, with zero series for 200 and 503.
+    pub fn register(r: &mut Registry) -> Self {
+        let m = Self {
+            healthz: registered(
+                r,
+                "kubeproxy_proxy_healthz",
+                "Cumulative proxy healthz HTTP status",
+                Family::default(),
+            ),
+            livez: registered(
+                r,
+                "kubeproxy_proxy_livez",
+                "Cumulative proxy livez HTTP status",
+                Family::default(),
+            ),
+        };
+        for code in [200, 503] {
+            let _ = m.healthz.get_or_create(&CodeLabels { code });
+            let _ = m.livez.get_or_create(&CodeLabels { code });
+        }
+        m
+    }
+
+    /// Counts one reply of `/healthz` (else `/livez`).
+    pub fn count(&self, healthz: bool, code: u16) {
+        let family = if healthz { &self.healthz } else { &self.livez };
+        family.get_or_create(&CodeLabels { code }).inc();
+    }
+}
+
 type Histograms = Family<FamilyLabels, Histogram, fn() -> Histogram>;
 type FloatGauges = Family<FamilyLabels, Gauge<f64, AtomicU64>>;
 
@@ -385,6 +432,8 @@ pub struct Metrics {
     pub sources: SourceMetrics,
     /// Multus mode's families (registered in multus mode only).
     pub multus: Option<MultusMetrics>,
+    /// The health endpoints' replies.
+    pub health: HealthMetrics,
 }
 
 impl Metrics {
@@ -395,6 +444,7 @@ impl Metrics {
         let sync = SyncMetrics::register(&mut registry, families);
         let sources = SourceMetrics::register(&mut registry);
         let multus = multus.then(|| MultusMetrics::register(&mut registry, families));
+        let health = HealthMetrics::register(&mut registry);
         if let Err(e) = kubert_prometheus_process::register(registry.sub_registry_with_prefix("process")) {
             tracing::warn!("process metrics are not available: {e}");
         }
@@ -403,6 +453,7 @@ impl Metrics {
             sync,
             sources,
             multus,
+            health,
         }
     }
 

@@ -191,17 +191,35 @@ fn run_fails_clearly_without_a_cluster() {
     assert!(err.contains("cannot read kubeconfig /nonexistent/kubeconfig"), "{err}");
 }
 
-/// `GET path` on 127.0.0.1:port; the status code (0 if no answer).
-fn http_status(port: u16, path: &str) -> u16 {
+/// `GET path` on 127.0.0.1:port: the whole answer (empty if none).
+fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read, Write};
     let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return 0;
+        return String::new();
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
     let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mut text = String::new();
     let _ = s.read_to_string(&mut text);
-    text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    text
+}
+
+/// `GET path` on 127.0.0.1:port; the status code (0 if no answer).
+fn http_status(port: u16, path: &str) -> u16 {
+    http_get(port, path)
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `GET path` on 127.0.0.1:port; the body.
+fn http_body(port: u16, path: &str) -> String {
+    http_get(port, path)
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// A killed API server: `/healthz` turns 503 once the watches have been
@@ -313,5 +331,86 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
         "{ready_after:?}\n{}",
         log.join("\n")
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A draining node (KEP-3836): the cluster autoscaler taints this node
+/// `ToBeDeletedByClusterAutoscaler`, and `/healthz` answers 503 with
+/// `"nodeEligible": false` within one sync so that load balancers stop
+/// sending it traffic; `/livez` stays 200; the taint removed, 200 again.
+/// Both replies are counted as kube-proxy counts them. `--node-zone` does
+/// not stop proxyd from following its Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_tainted_for_deletion_fails_healthz_within_a_sync() {
+    let server = FakeApiServer::start().await.unwrap();
+    let node = |taints: serde_json::Value| {
+        json!({"kind": "Node", "metadata": {"name": "node-1", "labels": {"topology.kubernetes.io/zone": "z1"}},
+               "spec": {"taints": taints}})
+    };
+    server.apply(node(json!([]))).unwrap();
+    let dir = std::env::temp_dir().join(format!("proxyd-drain-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let (port, metrics) = (common::free_port(), common::free_port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
+    cmd.args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args([
+            "--hostname-override",
+            "node-1",
+            "--node-zone",
+            "z1",
+            "--sync-period",
+            "2s",
+        ])
+        .args(["--dry-run", "--healthz-bind-address"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--metrics-bind-address")
+        .arg(format!("127.0.0.1:{metrics}"))
+        .arg("--dry-run-dir")
+        .arg(dir.join("nft"));
+    let (_child, lines) = spawn_logged(cmd);
+    let mut log = Vec::new();
+    expect_line(&lines, &mut log, &["synced", "first=true"]).await;
+    assert_eq!(http_status(port, "/healthz"), 200);
+
+    server
+        .apply(node(
+            json!([{"key": "ToBeDeletedByClusterAutoscaler", "value": "1700000000", "effect": "NoSchedule"}]),
+        ))
+        .unwrap();
+    let tainted = Instant::now();
+    while http_status(port, "/healthz") != 503 {
+        assert!(
+            tainted.elapsed() < Duration::from_secs(2),
+            "/healthz still 200 one sync period after the taint"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!("healthz 503 {:?} after the taint", tainted.elapsed());
+    assert!(http_body(port, "/healthz").contains("\"nodeEligible\": false"));
+    assert_eq!(http_status(port, "/livez"), 200, "liveness is not about the node");
+
+    server.apply(node(json!([]))).unwrap();
+    let cleared = Instant::now();
+    while http_status(port, "/healthz") != 200 {
+        assert!(
+            cleared.elapsed() < Duration::from_secs(2),
+            "/healthz still 503 after the taint went"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(http_body(port, "/healthz").contains("\"nodeEligible\": true"));
+    let text = http_body(metrics, "/metrics");
+    let count = |code: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(&format!("kubeproxy_proxy_healthz_total{{code=\"{code}\"}}")))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1.0)
+    };
+    assert!(count("503") >= 2.0 && count("200") >= 3.0, "{text}");
+    assert!(text.contains("kubeproxy_proxy_livez_total{code=\"200\"}"), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }

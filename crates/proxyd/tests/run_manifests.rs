@@ -115,6 +115,33 @@ fn manifests_are_watched_and_each_sync_is_written() {
     ] {
         assert!(text.contains(needle), "{needle} missing from\n{text}");
     }
+    // The Node in the files is tainted for deletion by the autoscaler:
+    // /healthz 503, not eligible; /livez still 200.
+    let node = std::fs::read_to_string(example.join("node.yaml")).unwrap();
+    std::fs::write(
+        input.join("node.yaml"),
+        format!("{node}spec:\n  taints: [{{key: ToBeDeletedByClusterAutoscaler, effect: NoSchedule}}]\n"),
+    )
+    .unwrap();
+    let start = Instant::now();
+    while get(healthz, "/healthz").0 != 503 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the taint in the files is followed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(get(healthz, "/healthz").1.contains("\"nodeEligible\": false"));
+    assert_eq!(get(healthz, "/livez").0, 200);
+    std::fs::write(input.join("node.yaml"), node).unwrap();
+    while get(healthz, "/healthz").0 != 200 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the taint removed in the files"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
     // A dry run opens no port for shop/ingress's healthCheckNodePort (the
     // root e2e tests check what a real run serves there).
     assert!(

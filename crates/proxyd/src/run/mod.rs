@@ -3,7 +3,7 @@
 //! ```text
 //!  API watches or --manifests ── ServiceHandler ───► ServiceChangeTracker ┐
 //!                             ├─ SliceCacheHandler ─► EndpointSliceCache ─┤ changes
-//!                             └─ NodeZoneHandler ──► this node's zone ────┤
+//!                             └─ ThisNodeHandler ──► this node's zone ────┤
 //!                                                                         ▼
 //!  SyncRunner: starts once every kind is listed; at most one sync per
 //!  --min-sync-period, at least one per --sync-period, retries with backoff
@@ -170,7 +170,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (handlers, mut state) = sources::handlers(&args, &node, &engines, &metrics, &changes);
     sources::start(&args, &selection, handlers, &mut state, &metrics, &tasks, &shutdown).await?;
 
-    let health = Arc::new(ProxierHealth::new(&families, 2 * args.sync_period));
+    let health = ProxierHealth::new(&families, 2 * args.sync_period).counting_into(metrics.health.clone());
+    if let Some(eligible) = state.node_eligible.take() {
+        health.follow_node(eligible);
+    }
+    let health = Arc::new(health);
     for w in &state.watches {
         health.watch(w.clone());
     }

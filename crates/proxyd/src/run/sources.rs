@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use informer_glue::fold::{EventFold, Fanout};
 use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetworks};
-use informer_glue::node::{NodeZone, NodeZoneHandler};
+use informer_glue::node::{ThisNode, ThisNodeHandler};
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::selection::Selection;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
@@ -30,9 +30,8 @@ pub struct Handlers {
     slices: Fanout<SliceCacheHandler>,
     services: ServiceSink,
     pods: Option<PodHandler>,
-    /// This node's zone as the source reports it; `None` with
-    /// `--node-zone`, which wins.
-    node_zone: Option<NodeZone>,
+    /// This node as the source reports it (node mode).
+    this_node: Option<ThisNode>,
 }
 
 /// What the rest of a run reads of its sources.
@@ -46,8 +45,11 @@ pub struct SourceState {
     /// Multus mode: each service's network.
     pub networks: Arc<Mutex<ServiceNetworks>>,
     /// This node's zone as the source reports it (`None` with
-    /// `--node-zone`).
+    /// `--node-zone`, which wins, and in multus mode).
     pub node_zone: Option<watch::Receiver<Option<String>>>,
+    /// Whether this node is eligible for load balancer traffic, as the
+    /// source reports it (`None` in multus mode).
+    pub node_eligible: Option<watch::Receiver<bool>>,
 }
 
 impl SourceState {
@@ -108,21 +110,25 @@ pub fn handlers(
     if let Some(p) = &pods {
         listed.push(p.synced.clone());
     }
-    // Pods' tables do not read topology hints: multus mode needs no zone.
-    let node_zone =
-        (args.proxy.node_zone.is_none() && !args.proxy.multus).then(|| NodeZone::new(node, changes.clone()));
+    // Pods' tables do not read topology hints, and pods are not behind
+    // load balancers' node health checks: multus mode needs no Node.
+    let this_node = (!args.proxy.multus).then(|| ThisNode::new(node, changes.clone()));
     let state = SourceState {
         listed,
         watches: Vec::new(),
         pods: pods.as_ref().map(|p| p.store.clone()),
         networks,
-        node_zone: node_zone.as_ref().map(NodeZone::subscribe),
+        node_zone: this_node
+            .as_ref()
+            .filter(|_| args.proxy.node_zone.is_none())
+            .map(ThisNode::subscribe),
+        node_eligible: this_node.as_ref().map(ThisNode::eligibility),
     };
     let handlers = Handlers {
         slices: Fanout(slices),
         services,
         pods,
-        node_zone,
+        this_node,
     };
     (handlers, state)
 }
@@ -159,7 +165,7 @@ fn start_manifests(
     if informer_glue::manifests::files(path).is_ok_and(|f| f.is_empty()) {
         tracing::warn!(path = %path.display(), "no manifest files (.yaml, .yml, .json) there yet");
     }
-    let sink = manifest_source::Sink::new(selection.clone(), h.slices, h.services, h.pods, h.node_zone);
+    let sink = manifest_source::Sink::new(selection.clone(), h.slices, h.services, h.pods, h.this_node);
     tasks.spawn(manifest_source::watch_manifests(
         path.to_owned(),
         first,
@@ -229,8 +235,8 @@ async fn start_watches(
             shutdown.clone().cancelled_owned(),
         ));
     }
-    if let Some(zone) = h.node_zone {
-        let handler = NodeZoneHandler::new(zone.clone());
+    if let Some(zone) = h.this_node {
+        let handler = ThisNodeHandler::new(zone.clone());
         state.listed.push(handler.synced.clone());
         tasks.spawn(run_watch(
             Api::<Node>::all(client),
