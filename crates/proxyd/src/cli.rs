@@ -310,6 +310,10 @@ pub struct RunArgs {
     /// until they time out).
     #[arg(long)]
     pub no_conntrack: bool,
+
+    /// kube-proxy's conntrack settings, made at startup.
+    #[command(flatten)]
+    pub conntrack: crate::sysctls::ConntrackArgs,
 }
 
 impl RunArgs {

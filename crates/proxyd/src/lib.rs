@@ -39,3 +39,4 @@ pub mod replay;
 pub mod run;
 pub mod snapshot;
 pub mod sync_runner;
+pub mod sysctls;

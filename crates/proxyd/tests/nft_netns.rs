@@ -972,3 +972,57 @@ fn run_without_permission_for_nft_says_so_and_stops() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// kube-proxy's conntrack settings, made by proxyd at startup in the
+/// network namespace it runs in, read back from the kernel: the timeouts
+/// (per namespace) are set; the table size, which only the host's
+/// namespace may change, is one warning naming it, not a failed start.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn conntrack_settings_are_made_at_startup() {
+    require();
+    let ns = Netns::new("sysctl");
+    let dir = std::env::temp_dir().join(format!("proxyd-sysctl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    std::fs::copy(example.join("services.yaml"), dir.join("services.yaml")).unwrap();
+    let read = |name: &str| -> u64 {
+        ns.exec("cat", &[&format!("/proc/sys/net/netfilter/{name}")])
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    // The kernel's defaults in a fresh namespace.
+    assert_eq!(read("nf_conntrack_tcp_timeout_established"), 432_000);
+    let log = dir.join("proxyd.log");
+    let mut child = KillOnDrop(
+        Command::new("ip")
+            .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_proxyd")])
+            .args(["run", "--hostname-override", "node-1"])
+            .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+            .args(["--conntrack-udp-timeout", "45s", "--conntrack-tcp-be-liberal"])
+            .arg("--manifests")
+            .arg(dir.join("services.yaml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    eventually("the first sync", || has_table(&ns));
+    assert_eq!(read("nf_conntrack_tcp_timeout_established"), 86_400, "24h");
+    assert_eq!(read("nf_conntrack_tcp_timeout_close_wait"), 3600, "1h");
+    assert_eq!(read("nf_conntrack_tcp_be_liberal"), 1);
+    assert_eq!(read("nf_conntrack_udp_timeout"), 45);
+    assert!(common::terminate(&mut child, "TERM").success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains("conntrack settings left")).collect();
+    if read("nf_conntrack_max") != 131_072 {
+        // The usual kernel: the table size is the host's alone.
+        assert_eq!(warnings.len(), 1, "{text}");
+        assert!(warnings[0].contains("net.netfilter.nf_conntrack_max=131072"), "{text}");
+        assert!(warnings[0].contains("permission denied"), "{text}");
+    } else {
+        assert!(warnings.is_empty(), "{text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -126,6 +126,20 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
     check_nft(&netns)
 }
 
+/// kube-proxy's conntrack settings, where they are the node's: not in a
+/// dry run, nor in multus mode (the node's own proxy sets them), nor with
+/// `--netns` (they belong to that namespace, not to proxyd's).
+fn set_conntrack(args: &RunArgs) {
+    if args.is_dry_run() || args.proxy.multus {
+        return;
+    }
+    if let Some(ns) = &args.netns {
+        tracing::info!(netns = %ns, "conntrack settings are left as they are with --netns");
+        return;
+    }
+    crate::sysctls::set_conntrack(&args.conntrack, &crate::sysctls::Sysctls::default());
+}
+
 /// Checks a transaction with `nft --check`: a missing `nft`, or one that
 /// may not change the ruleset (not root, no CAP_NET_ADMIN), says so now
 /// instead of failing every sync.
@@ -155,6 +169,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         anyhow::bail!("{} problem(s) with the flags; nothing was started", problems.len());
     }
     check_host(&args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
+    set_conntrack(&args);
     let node = node_name(&args.proxy)?;
     let families = args.families();
     let selection = selection(&args.proxy);
