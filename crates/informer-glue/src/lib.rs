@@ -43,6 +43,7 @@ pub mod rejections;
 pub mod runner;
 pub mod selection;
 mod service;
+pub mod service_cidr;
 mod service_handler;
 pub mod tombstone;
 pub mod wire;

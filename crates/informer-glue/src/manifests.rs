@@ -1,4 +1,4 @@
-//! Services, EndpointSlices, Nodes and Pods (for multus mode) from manifest files (YAML or JSON, one
+//! Services, EndpointSlices, Nodes, ServiceCIDRs and Pods (for multus mode) from manifest files (YAML or JSON, one
 //! or many documents, `List` objects too), for `--manifests`: the proxy
 //! without an API server.
 //!
@@ -14,8 +14,10 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::watcher::Event;
 use serde::Deserialize;
@@ -72,6 +74,8 @@ pub struct Manifests {
     pub nodes: Vec<Node>,
     /// Pods (namespace defaulted to `default`; multus mode).
     pub pods: Vec<Pod>,
+    /// The ranges of the ServiceCIDRs, each object's.
+    pub service_cidrs: Vec<Vec<IpNet>>,
     /// Documents of other kinds, skipped: `path: kind name`.
     pub skipped: Vec<String>,
 }
@@ -80,6 +84,11 @@ impl Manifests {
     /// The zone label (`topology.kubernetes.io/zone`) of node `name`.
     pub fn node_zone(&self, name: &str) -> Option<String> {
         crate::node::zone_of_named(&self.nodes, name)
+    }
+
+    /// The union of the ServiceCIDRs' ranges.
+    pub fn service_cidrs(&self) -> Vec<IpNet> {
+        crate::service_cidr::union(self.service_cidrs.iter().map(Vec::as_slice))
     }
 }
 
@@ -95,6 +104,8 @@ pub struct Summary {
     pub nodes: Vec<Node>,
     /// Pods.
     pub pods: usize,
+    /// The ranges of the ServiceCIDRs, each object's.
+    pub service_cidrs: Vec<Vec<IpNet>>,
     /// Documents of other kinds, skipped: `path: kind name`.
     pub skipped: Vec<String>,
 }
@@ -103,6 +114,11 @@ impl Summary {
     /// The zone label (`topology.kubernetes.io/zone`) of node `name`.
     pub fn node_zone(&self, name: &str) -> Option<String> {
         crate::node::zone_of_named(&self.nodes, name)
+    }
+
+    /// The union of the ServiceCIDRs' ranges.
+    pub fn service_cidrs(&self) -> Vec<IpNet> {
+        crate::service_cidr::union(self.service_cidrs.iter().map(Vec::as_slice))
     }
 }
 
@@ -118,6 +134,8 @@ pub enum Object {
     Node(Box<Node>),
     /// A Pod (namespace defaulted to `default`).
     Pod(Box<Pod>),
+    /// A ServiceCIDR's ranges.
+    ServiceCidr(Vec<IpNet>),
     /// A document of another kind, skipped: `path: kind name`.
     Skipped(String),
 }
@@ -129,6 +147,7 @@ impl Manifests {
             Object::Slice(s) => self.slices.push(*s),
             Object::Node(n) => self.nodes.push(*n),
             Object::Pod(p) => self.pods.push(*p),
+            Object::ServiceCidr(c) => self.service_cidrs.push(c),
             Object::Skipped(s) => self.skipped.push(s),
         }
     }
@@ -163,6 +182,7 @@ impl Texts {
             Object::Slice(_) => summary.slices += 1,
             Object::Node(n) => summary.nodes.push(*n),
             Object::Pod(_) => summary.pods += 1,
+            Object::ServiceCidr(c) => summary.service_cidrs.push(c),
             Object::Skipped(s) => summary.skipped.push(s),
         })?;
         Ok(summary)
@@ -389,7 +409,7 @@ fn add_document(file: &Path, document: usize, doc: Doc<'_>, f: &mut impl FnMut(O
     let head = doc.head();
     let kind = head.kind.unwrap_or_default();
     let meta = head.metadata.unwrap_or_default();
-    let namespaced = kind != "Node" && !kind.ends_with("List");
+    let namespaced = !matches!(kind.as_str(), "Node" | "ServiceCIDR") && !kind.ends_with("List");
     let name = match (meta.namespace, meta.name) {
         (Some(ns), Some(n)) => format!("{ns}/{n}"),
         (None, Some(n)) if namespaced => format!("default/{n}"),
@@ -407,7 +427,10 @@ fn add_document(file: &Path, document: usize, doc: Doc<'_>, f: &mut impl FnMut(O
         name: name.clone(),
         message,
     };
-    let needs_name = matches!(kind.as_str(), "Service" | "EndpointSlice" | "Node" | "Pod");
+    let needs_name = matches!(
+        kind.as_str(),
+        "Service" | "EndpointSlice" | "Node" | "Pod" | "ServiceCIDR"
+    );
     if needs_name && name == "(no name)" {
         return Err(fail("metadata.name is missing".into()));
     }
@@ -433,6 +456,15 @@ fn add_document(file: &Path, document: usize, doc: Doc<'_>, f: &mut impl FnMut(O
             let mut pod: Pod = doc.typed().map_err(fail)?;
             default_namespace(&mut pod.metadata);
             f(Object::Pod(Box::new(pod)));
+        }
+        "ServiceCIDR" => {
+            let obj: ServiceCIDR = doc.typed().map_err(fail)?;
+            // A range that is not a CIDR fails the file, as any bad field.
+            let (cidrs, warnings) = crate::service_cidr::cidrs_of(&obj);
+            if let Some(w) = warnings.first() {
+                return Err(fail(w.clone()));
+            }
+            f(Object::ServiceCidr(cidrs));
         }
         "" => return Err(fail("no `kind`".into())),
         other => f(Object::Skipped(format!("{}: {other} {name}", file.display()))),
@@ -528,6 +560,7 @@ metadata:
                     Object::Slice(s) => format!("slice {}", s.metadata.name.unwrap_or_default()),
                     Object::Node(n) => format!("node {}", n.metadata.name.unwrap_or_default()),
                     Object::Pod(p) => format!("pod {}", p.metadata.name.unwrap_or_default()),
+                    Object::ServiceCidr(c) => format!("service cidrs {c:?}"),
                     Object::Skipped(s) => format!("skipped {s}"),
                 });
             })
@@ -548,6 +581,25 @@ metadata:
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn service_cidrs_are_read_and_a_bad_range_names_its_object() {
+        let mut m = Manifests::default();
+        let text = "apiVersion: networking.k8s.io/v1\nkind: ServiceCIDR\nmetadata: {name: kubernetes}\n\
+                    spec: {cidrs: [10.96.0.0/16, 'fd00:96::/112']}\n---\nkind: ServiceCIDR\n\
+                    metadata: {name: extra}\nspec: {cidrs: [10.97.0.0/16, 10.96.0.0/16]}\n";
+        parse_into(Path::new("cidrs.yaml"), text, &mut m).unwrap();
+        assert_eq!(
+            m.service_cidrs().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["10.96.0.0/16", "10.97.0.0/16", "fd00:96::/112"]
+        );
+        let bad = "kind: ServiceCIDR\nmetadata: {name: broken}\nspec: {cidrs: [10.96.0.0]}\n";
+        let e = parse_into(Path::new("bad.yaml"), bad, &mut m).unwrap_err().to_string();
+        assert!(
+            e.contains("bad.yaml") && e.contains("ServiceCIDR broken") && e.contains("spec.cidrs[0]"),
+            "{e}"
+        );
     }
 
     #[test]

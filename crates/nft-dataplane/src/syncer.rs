@@ -21,6 +21,7 @@
 //! - any other table (another shape, after a failed apply, unreadable) is
 //!   replaced in one transaction.
 
+use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -279,6 +280,18 @@ impl<D: Dataplane> NftSyncer<D> {
             return false;
         }
         self.config.node_zone = zone;
+        self.view = None;
+        true
+    }
+
+    /// Guards these service ranges now (the cluster's ServiceCIDRs
+    /// changed). Returns whether that is a change; if so the next sync is a
+    /// full one, rewriting the fixed chains.
+    pub fn set_service_cidrs(&mut self, cidrs: Vec<IpNet>) -> bool {
+        if self.config.service_cidrs == cidrs {
+            return false;
+        }
+        self.config.service_cidrs = cidrs;
         self.view = None;
         true
     }

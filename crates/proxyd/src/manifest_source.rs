@@ -16,6 +16,7 @@ use informer_glue::manifests::{self, ManifestError, Object, Summary, Texts};
 use informer_glue::multus::PodHandler;
 use informer_glue::node::ThisNode;
 use informer_glue::selection::Selection;
+use informer_glue::service_cidr::ServiceCidrs;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -75,6 +76,8 @@ pub struct Sink {
     pods: Option<(PodHandler, EventFold<Pod>)>,
     /// This node's zone and eligibility, from its Node in the files.
     this_node: Option<ThisNode>,
+    /// The ServiceCIDRs' ranges in the files (unless --service-cidr).
+    service_cidrs: Option<ServiceCidrs>,
 }
 
 impl Sink {
@@ -85,6 +88,7 @@ impl Sink {
         store: ServiceSink,
         pods: Option<PodHandler>,
         this_node: Option<ThisNode>,
+        service_cidrs: Option<ServiceCidrs>,
     ) -> Self {
         let sel = selection.clone();
         Self {
@@ -94,6 +98,7 @@ impl Sink {
             service_fold: EventFold::with_selection(move |s| selection.selects_service(s)).keeping(SlimServices),
             pods: pods.map(|h| (h, EventFold::new())),
             this_node,
+            service_cidrs,
         }
     }
 
@@ -111,7 +116,7 @@ impl Sink {
                     fold.apply(Event::InitApply(*p), handler);
                 }
             }
-            Object::Node(_) | Object::Skipped(_) => {}
+            Object::Node(_) | Object::ServiceCidr(_) | Object::Skipped(_) => {}
         })?;
         // A failure above leaves the lists open: the next read's `Init`
         // abandons them, and nothing was deleted.
@@ -136,6 +141,9 @@ impl Sink {
                     pods = summary.pods,
                     "manifests read"
                 );
+                if let Some(cidrs) = &self.service_cidrs {
+                    cidrs.set(summary.service_cidrs());
+                }
                 if let Some(this) = &self.this_node {
                     this.set(summary.node_zone(this.node()));
                     this.set_eligible(informer_glue::node::eligible_named(&summary.nodes, this.node()));

@@ -90,6 +90,12 @@ impl Proxier {
         self.syncer.set_node_zone(zone)
     }
 
+    /// Guards these service ranges; the next sync rewrites the table when
+    /// that is a change (see [`NftSyncer::set_service_cidrs`]).
+    pub fn set_service_cidrs(&mut self, cidrs: Vec<ipnet::IpNet>) -> bool {
+        self.syncer.set_service_cidrs(cidrs)
+    }
+
     /// Changes waiting for the next sync: (endpoint changes, service
     /// changes), counted in services.
     pub fn pending(&self) -> (usize, usize) {

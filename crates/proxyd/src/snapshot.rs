@@ -14,6 +14,7 @@ use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::{ServiceHandler, SliceCacheHandler};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Api;
 use kube::api::ListParams;
 use kube::runtime::watcher::Event;
@@ -35,6 +36,8 @@ pub struct Snapshot {
     pub node_zone: Option<String>,
     /// This node's pods (multus mode; empty otherwise).
     pub pods: Vec<Pod>,
+    /// The union of the ServiceCIDR objects' ranges.
+    pub service_cidrs: Vec<ipnet::IpNet>,
 }
 
 /// The node name: --hostname-override, else the kernel's host name.
@@ -118,6 +121,34 @@ pub async fn api_node_zone(client: &kube::Client, name: &str) -> Option<String> 
     }
 }
 
+/// The union of the ServiceCIDRs' ranges, read from the API; none (with
+/// a warning) when they cannot be read.
+pub async fn api_service_cidrs(client: &kube::Client) -> Vec<ipnet::IpNet> {
+    match Api::<ServiceCIDR>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => {
+            let each: Vec<Vec<ipnet::IpNet>> = list
+                .items
+                .iter()
+                .map(|o| {
+                    let (cidrs, warnings) = informer_glue::service_cidr::cidrs_of(o);
+                    for w in warnings {
+                        tracing::warn!("{w}");
+                    }
+                    cidrs
+                })
+                .collect();
+            informer_glue::service_cidr::union(each.iter().map(Vec::as_slice))
+        }
+        Err(e) => {
+            tracing::warn!("cannot list ServiceCIDRs ({e}): traffic to unallocated service addresses is not dropped");
+            Vec::new()
+        }
+    }
+}
+
 impl Snapshot {
     /// Reads the objects once from `source`, handing each EndpointSlice to
     /// the engine as it is read and keeping only those `keep` picks (a
@@ -141,15 +172,18 @@ impl Snapshot {
         let mut snapshot = Self::default();
         if let Some(path) = &source.manifests {
             let mut nodes = Vec::new();
+            let mut cidrs = Vec::new();
             manifests::Texts::read(path)?.for_each(|object| match object {
                 Object::Service(s) => snapshot.services.push(*s),
                 Object::Slice(s) => take(*s),
                 Object::Node(n) => nodes.push(*n),
                 Object::Pod(p) if selection.multus => snapshot.pods.push(*p),
                 Object::Pod(_) => {}
+                Object::ServiceCidr(c) => cidrs.push(c),
                 Object::Skipped(s) => tracing::debug!("skipped {s}"),
             })?;
             snapshot.node_zone = informer_glue::node::zone_of_named(&nodes, node);
+            snapshot.service_cidrs = informer_glue::service_cidr::union(cidrs.iter().map(Vec::as_slice));
         } else {
             let client = client(source).await?;
             let params = ListParams::default().labels_from(&selection.label_selector());
@@ -175,6 +209,7 @@ impl Snapshot {
                     .items;
             }
             snapshot.node_zone = api_node_zone(&client, node).await;
+            snapshot.service_cidrs = api_service_cidrs(&client).await;
         }
         snapshot.slices = kept;
         let engine = feed.finish(&snapshot.services);
@@ -308,7 +343,11 @@ pub fn one_shot(
         let node = node_name(proxy)?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (snapshot, engine) = runtime.block_on(Snapshot::fetch(source, &node, proxy, keep_slices))?;
-        let config = dataplane_config(proxy, snapshot.node_zone.clone());
+        let mut config = dataplane_config(proxy, snapshot.node_zone.clone());
+        // --service-cidr wins over the ServiceCIDR objects.
+        if config.service_cidrs.is_empty() {
+            config.service_cidrs.clone_from(&snapshot.service_cidrs);
+        }
         let loaded = Loaded {
             node,
             snapshot,

@@ -31,8 +31,16 @@ fn strings(v: &Value) -> Vec<String> {
 }
 
 fn check(file: &str) -> proxyd::cli::RunArgs {
-    // This node's Node, watched for its zone label.
-    check_with(file, &[("", "nodes", &["get", "list", "watch"])], &["NET_ADMIN"])
+    // This node's Node, watched for its zone label and eligibility; the
+    // ServiceCIDRs, for the service ranges.
+    check_with(
+        file,
+        &[
+            ("", "nodes", &["get", "list", "watch"]),
+            ("networking.k8s.io", "servicecidrs", &["list", "watch"]),
+        ],
+        &["NET_ADMIN"],
+    )
 }
 
 /// As [`check`], with the resources beyond services and slices the mode

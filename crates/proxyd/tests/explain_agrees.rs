@@ -94,6 +94,7 @@ fn explain_agrees_with_the_table_on_the_example_cluster() {
             services: m.services.clone(),
             slices: m.slices.clone(),
             pods: Vec::new(),
+            service_cidrs: Vec::new(),
         };
         compared += check(&snapshot, node, zone);
     }
@@ -207,6 +208,7 @@ fn explain_agrees_with_the_table_on_a_generated_trace() {
                 services: services.clone(),
                 slices: slices.clone(),
                 pods: Vec::new(),
+                service_cidrs: Vec::new(),
             };
             compared += check(&snapshot, node, zone);
         }

@@ -94,6 +94,7 @@ fn example_cluster() -> (Engine, DataplaneConfig) {
         services: m.services,
         slices: m.slices,
         pods: Vec::new(),
+        service_cidrs: Vec::new(),
     };
     let engine = snapshot.engine("node-1", &proxy_args());
     let config = proxyd::snapshot::dataplane_config(&proxy_args(), snapshot.node_zone);
@@ -567,6 +568,7 @@ fn example_cluster_loads_as_ipv6() {
         services: m.services,
         slices: m.slices,
         pods: Vec::new(),
+        service_cidrs: Vec::new(),
     };
     let mut engine = snapshot.engine("node-1", &proxy);
     let config = proxyd::snapshot::dataplane_config(&proxy, None);

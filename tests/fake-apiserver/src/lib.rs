@@ -12,6 +12,7 @@
 //!  GET  <object>;  POST <collection>;  PUT, DELETE <object>
 //!    <collection> = /api/v1[/namespaces/NS]/services | /api/v1[/namespaces/NS]/pods
 //!                 | /apis/discovery.k8s.io/v1[/namespaces/NS]/endpointslices
+//!                 | /api/v1/nodes | /apis/networking.k8s.io/v1/servicecidrs
 //! ```
 //!
 //! Every write bumps a global resourceVersion and appends to a history that
@@ -57,6 +58,8 @@ pub enum Kind {
     Pod,
     /// `v1` Node, cluster-scoped (proxyd watches its own, by name).
     Node,
+    /// `networking.k8s.io/v1` ServiceCIDR, cluster-scoped.
+    ServiceCidr,
 }
 
 impl Kind {
@@ -67,12 +70,13 @@ impl Kind {
             Kind::EndpointSlice => "EndpointSlice",
             Kind::Pod => "Pod",
             Kind::Node => "Node",
+            Kind::ServiceCidr => "ServiceCIDR",
         }
     }
 
     /// Whether objects of this kind live in a namespace.
     pub fn namespaced(self) -> bool {
-        self != Kind::Node
+        !matches!(self, Kind::Node | Kind::ServiceCidr)
     }
 
     /// `apiVersion`.
@@ -80,6 +84,7 @@ impl Kind {
         match self {
             Kind::Service | Kind::Pod | Kind::Node => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
+            Kind::ServiceCidr => "networking.k8s.io/v1",
         }
     }
 
@@ -89,6 +94,7 @@ impl Kind {
             Kind::EndpointSlice => "endpointslices",
             Kind::Pod => "pods",
             Kind::Node => "nodes",
+            Kind::ServiceCidr => "servicecidrs",
         }
     }
 
@@ -98,6 +104,7 @@ impl Kind {
             "EndpointSlice" => Some(Kind::EndpointSlice),
             "Pod" => Some(Kind::Pod),
             "Node" => Some(Kind::Node),
+            "ServiceCIDR" => Some(Kind::ServiceCidr),
             _ => None,
         }
     }
@@ -489,6 +496,7 @@ fn route(path: &str) -> Option<Route> {
     let (kinds, rest): (&[Kind], _) = match parts.as_slice() {
         ["api", "v1", rest @ ..] => (&[Kind::Service, Kind::Pod, Kind::Node], rest),
         ["apis", "discovery.k8s.io", "v1", rest @ ..] => (&[Kind::EndpointSlice], rest),
+        ["apis", "networking.k8s.io", "v1", rest @ ..] => (&[Kind::ServiceCidr], rest),
         _ => return None,
     };
     let (namespace, rest) = match rest {
@@ -525,7 +533,10 @@ fn discovery(path: &str) -> Option<Value> {
         "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [{
             "name": "discovery.k8s.io",
             "versions": [{"groupVersion": "discovery.k8s.io/v1", "version": "v1"}],
-            "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}]}),
+            "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}, {
+            "name": "networking.k8s.io",
+            "versions": [{"groupVersion": "networking.k8s.io/v1", "version": "v1"}],
+            "preferredVersion": {"groupVersion": "networking.k8s.io/v1", "version": "v1"}}]}),
         "/api/v1" => json!({"kind": "APIResourceList", "groupVersion": "v1",
             "resources": [resource(Kind::Service), resource(Kind::Pod), resource(Kind::Node)]}),
         "/apis/discovery.k8s.io" => json!({"kind": "APIGroup", "apiVersion": "v1", "name": "discovery.k8s.io",
@@ -533,6 +544,11 @@ fn discovery(path: &str) -> Option<Value> {
             "preferredVersion": {"groupVersion": "discovery.k8s.io/v1", "version": "v1"}}),
         "/apis/discovery.k8s.io/v1" => json!({"kind": "APIResourceList", "groupVersion": "discovery.k8s.io/v1",
             "resources": [resource(Kind::EndpointSlice)]}),
+        "/apis/networking.k8s.io" => json!({"kind": "APIGroup", "apiVersion": "v1", "name": "networking.k8s.io",
+            "versions": [{"groupVersion": "networking.k8s.io/v1", "version": "v1"}],
+            "preferredVersion": {"groupVersion": "networking.k8s.io/v1", "version": "v1"}}),
+        "/apis/networking.k8s.io/v1" => json!({"kind": "APIResourceList", "groupVersion": "networking.k8s.io/v1",
+            "resources": [resource(Kind::ServiceCidr)]}),
         _ => return None,
     })
 }

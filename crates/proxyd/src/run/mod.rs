@@ -220,6 +220,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             metrics,
             health_checks,
             node_zone: state.node_zone.take(),
+            service_cidrs: state.service_cidrs.take(),
         };
         let timing = SyncTiming {
             min_interval: args.min_sync_period,

@@ -9,10 +9,12 @@ use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetwor
 use informer_glue::node::{ThisNode, ThisNodeHandler};
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::selection::Selection;
+use informer_glue::service_cidr::{ServiceCidrHandler, ServiceCidrs};
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::{ServiceError, ServiceHandler, ServiceWarning, SliceCacheHandler};
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Api;
 use slice_model::{SliceError, WarningKind};
 use tokio::sync::{Notify, watch};
@@ -32,6 +34,8 @@ pub struct Handlers {
     pods: Option<PodHandler>,
     /// This node as the source reports it (node mode).
     this_node: Option<ThisNode>,
+    /// The ServiceCIDRs' ranges (node mode, without --service-cidr).
+    service_cidrs: Option<ServiceCidrs>,
 }
 
 /// What the rest of a run reads of its sources.
@@ -50,6 +54,9 @@ pub struct SourceState {
     /// Whether this node is eligible for load balancer traffic, as the
     /// source reports it (`None` in multus mode).
     pub node_eligible: Option<watch::Receiver<bool>>,
+    /// The ServiceCIDRs' ranges as the source reports them (`None` with
+    /// `--service-cidr`, which wins, and in multus mode).
+    pub service_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
 }
 
 impl SourceState {
@@ -113,6 +120,8 @@ pub fn handlers(
     // Pods' tables do not read topology hints, and pods are not behind
     // load balancers' node health checks: multus mode needs no Node.
     let this_node = (!args.proxy.multus).then(|| ThisNode::new(node, changes.clone()));
+    let service_cidrs =
+        (!args.proxy.multus && args.proxy.service_cidr.is_empty()).then(|| ServiceCidrs::new(changes.clone()));
     let state = SourceState {
         listed,
         watches: Vec::new(),
@@ -123,12 +132,14 @@ pub fn handlers(
             .filter(|_| args.proxy.node_zone.is_none())
             .map(ThisNode::subscribe),
         node_eligible: this_node.as_ref().map(ThisNode::eligibility),
+        service_cidrs: service_cidrs.as_ref().map(ServiceCidrs::subscribe),
     };
     let handlers = Handlers {
         slices: Fanout(slices),
         services,
         pods,
         this_node,
+        service_cidrs,
     };
     (handlers, state)
 }
@@ -165,7 +176,14 @@ fn start_manifests(
     if informer_glue::manifests::files(path).is_ok_and(|f| f.is_empty()) {
         tracing::warn!(path = %path.display(), "no manifest files (.yaml, .yml, .json) there yet");
     }
-    let sink = manifest_source::Sink::new(selection.clone(), h.slices, h.services, h.pods, h.this_node);
+    let sink = manifest_source::Sink::new(
+        selection.clone(),
+        h.slices,
+        h.services,
+        h.pods,
+        h.this_node,
+        h.service_cidrs,
+    );
     tasks.spawn(manifest_source::watch_manifests(
         path.to_owned(),
         first,
@@ -235,6 +253,28 @@ async fn start_watches(
             shutdown.clone().cancelled_owned(),
         ));
     }
+    if let Some(cidrs) = h.service_cidrs {
+        if serves_service_cidrs(&client).await {
+            let handler = ServiceCidrHandler::new(cidrs);
+            state.listed.push(handler.synced.clone());
+            tasks.spawn(run_watch(
+                Api::<ServiceCIDR>::all(client.clone()),
+                WatchSettings {
+                    label_selector: kube::core::Selector::default(),
+                    ..settings.clone()
+                },
+                EventFold::new(),
+                handler,
+                watch("servicecidrs"),
+                shutdown.clone().cancelled_owned(),
+            ));
+        } else {
+            tracing::info!(
+                "the API server serves no ServiceCIDRs (networking.k8s.io/v1; Kubernetes before 1.33): traffic to \
+                 unallocated service addresses is dropped only with --service-cidr"
+            );
+        }
+    }
     if let Some(zone) = h.this_node {
         let handler = ThisNodeHandler::new(zone.clone());
         state.listed.push(handler.synced.clone());
@@ -248,4 +288,18 @@ async fn start_watches(
         ));
     }
     Ok(())
+}
+
+/// Whether the API server serves ServiceCIDRs (`networking.k8s.io/v1`,
+/// Kubernetes 1.33 and later). A server that cannot be asked now is taken
+/// to serve them: the watch then retries like the others.
+async fn serves_service_cidrs(client: &kube::Client) -> bool {
+    match client.list_api_group_resources("networking.k8s.io/v1").await {
+        Ok(list) => list.resources.iter().any(|r| r.name == "servicecidrs"),
+        Err(kube::Error::Api(e)) if e.code == 404 => false,
+        Err(e) => {
+            tracing::debug!("cannot ask the API server whether it serves ServiceCIDRs ({e}): watching them");
+            true
+        }
+    }
 }

@@ -127,6 +127,9 @@ pub struct SyncLoop {
     /// This node's zone as the source reports it (`None` with
     /// `--node-zone`).
     pub node_zone: Option<watch::Receiver<Option<String>>>,
+    /// The ServiceCIDRs' ranges as the source reports them (`None` with
+    /// `--service-cidr`).
+    pub service_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
 }
 
 /// The periodic sync also re-asserts the fixed skeleton.
@@ -159,6 +162,9 @@ impl SyncLoop {
                 if let Some(zone) = &mut self.node_zone {
                     follow_node_zone(zone, p, reason);
                 }
+                if let Some(cidrs) = &mut self.service_cidrs {
+                    follow_service_cidrs(cidrs, p);
+                }
                 sync_node(reason, p, &self.health, &self.metrics, &self.health_checks).map(|()| Outcome::Done)
             }
             // Pods' tables do not read topology hints.
@@ -185,6 +191,18 @@ fn follow_node_zone(rx: &mut watch::Receiver<Option<String>>, proxiers: &mut [Pr
             zone = zone.as_deref().unwrap_or("(none)"),
             "this node's zone changed: every service is rewritten"
         );
+    }
+}
+
+/// New ServiceCIDR ranges reach the proxiers here: each rewrites its
+/// table's fixed chains on this sync when they changed.
+fn follow_service_cidrs(rx: &mut watch::Receiver<Vec<ipnet::IpNet>>, proxiers: &mut [Proxier]) {
+    if !rx.has_changed().unwrap_or(false) {
+        return;
+    }
+    let cidrs = rx.borrow_and_update().clone();
+    for p in proxiers.iter_mut() {
+        p.set_service_cidrs(cidrs.clone());
     }
 }
 

@@ -571,3 +571,59 @@ async fn network_programming_latency_for_1000_services() {
     );
     assert!(quantile(1.0).is_finite(), "every sample fell in a bucket");
 }
+
+/// ServiceCIDR objects guard the service ranges (kube-proxy's nftables
+/// mode): a connection to an address of one that no service has is
+/// dropped at the node instead of being routed on out of it. Here the
+/// node routes 10.97.0.0/16 to an upstream namespace that answers
+/// `leaked`; the guard follows ServiceCIDRs added and deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+async fn service_cidr_objects_drop_unallocated_addresses() {
+    require();
+    let mut c = Cluster::new("scidr").await;
+    let up = common::Netns::named(format!("e2e-scidr-up-{}", std::process::id()));
+    common::run(
+        "ip",
+        &[
+            "link", "add", "u0", "netns", &c.node.0, "type", "veth", "peer", "name", "eth0", "netns", &up.0,
+        ],
+    );
+    c.node.ip(&["addr", "add", "10.0.99.1/24", "dev", "u0"]);
+    c.node.ip(&["link", "set", "u0", "up"]);
+    c.node.ip(&["route", "add", "10.97.0.0/16", "via", "10.0.99.2"]);
+    up.ip(&["addr", "add", "10.0.99.2/24", "dev", "eth0"]);
+    up.ip(&["link", "set", "eth0", "up"]);
+    up.ip(&["route", "add", "default", "via", "10.0.99.1"]);
+    up.ip(&["route", "add", "local", "10.97.0.0/16", "dev", "lo"]);
+    let _upstream = common::KillOnDrop(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", &up.0, "python3", "-c"])
+            .arg(
+                "import socket\ns = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+                 s.bind(('0.0.0.0', 80)); s.listen(16)\nwhile True:\n    c, _ = s.accept(); c.sendall(b'leaked'); c.close()",
+            )
+            .spawn()
+            .unwrap(),
+    );
+    web(&c);
+    c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(0)], false));
+    c.start_proxyd();
+    c.eventually("web answers", || c.tcp("10.96.0.10", 80, 1) == [PODS[0]]);
+    c.eventually("no ServiceCIDR: the address is routed on", || {
+        c.tcp("10.97.0.250", 80, 1) == ["leaked"]
+    });
+
+    c.apply(json!({"kind": "ServiceCIDR", "metadata": {"name": "kubernetes"},
+                   "spec": {"cidrs": ["10.96.0.0/16", "fd00:96::/112"]}}));
+    c.apply(json!({"kind": "ServiceCIDR", "metadata": {"name": "extra"},
+                   "spec": {"cidrs": ["10.97.0.0/16"]}}));
+    c.eventually("an unallocated service address dropped at the node", || {
+        c.tcp("10.97.0.250", 80, 1) == ["error: TimeoutError"]
+    });
+    assert_eq!(c.tcp("10.96.0.10", 80, 1), [PODS[0]], "services still answer");
+    c.server.delete(Kind::ServiceCidr, "", "extra").unwrap();
+    c.eventually("its range no longer guarded once deleted", || {
+        c.tcp("10.97.0.250", 80, 1) == ["leaked"]
+    });
+}
