@@ -26,6 +26,9 @@ pub fn cleanup(args: CleanupArgs) -> ExitCode {
         return cleanup_multus(&args);
     }
     let netns = Netns::from_flag(args.netns);
+    if args.kube_proxy {
+        return cleanup_kube_proxy(&netns);
+    }
     let present = match tables(&netns) {
         Ok(t) => t,
         Err(e) => {
@@ -58,6 +61,32 @@ pub fn cleanup(args: CleanupArgs) -> ExitCode {
         }
         Err(e) => {
             tracing::error!("cleanup failed, nothing removed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `proxyd cleanup --kube-proxy`: kube-proxy's rules, as `kube-proxy
+/// --cleanup` removes them; says what it removed.
+fn cleanup_kube_proxy(netns: &Netns) -> ExitCode {
+    let found = match crate::kube_proxy::find(netns) {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::error!("cleanup --kube-proxy: cannot read the ruleset: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if found.is_empty() {
+        tracing::info!("no rules of kube-proxy's here (nothing to remove)");
+        return ExitCode::SUCCESS;
+    }
+    match crate::kube_proxy::remove(netns, &found) {
+        Ok(removed) => {
+            tracing::info!("removed kube-proxy's {}", removed.join("; "));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("cleanup --kube-proxy failed: {e}");
             ExitCode::FAILURE
         }
     }

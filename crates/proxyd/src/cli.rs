@@ -41,7 +41,8 @@ pub enum Command {
     /// Explain, endpoint by endpoint, how a service's traffic is handled on
     /// this node and why.
     Explain(ExplainArgs),
-    /// Remove everything proxyd created (its nftables tables).
+    /// Remove everything proxyd created (its nftables tables), or, with
+    /// --kube-proxy, what kube-proxy left.
     Cleanup(CleanupArgs),
 }
 
@@ -54,8 +55,14 @@ pub struct CleanupArgs {
 
     /// Remove multus mode's table and routes from every pod namespace found
     /// (in --pod-netns-dir, else through the container runtime).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "kube_proxy")]
     pub multus: bool,
+
+    /// Remove kube-proxy's rules instead of proxyd's, as `kube-proxy
+    /// --cleanup` does: its nftables tables, and its KUBE-* chains (and the
+    /// jumps to them) in iptables-nft and legacy iptables.
+    #[arg(long)]
+    pub kube_proxy: bool,
 
     /// Multus mode: where pods' network namespaces are found.
     #[command(flatten)]

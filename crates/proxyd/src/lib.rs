@@ -27,6 +27,7 @@ pub mod engine;
 pub mod explain;
 pub mod health;
 pub mod http;
+pub mod kube_proxy;
 pub mod logging;
 pub mod manifest_source;
 pub mod metrics;

@@ -1028,3 +1028,128 @@ fn conntrack_settings_are_made_at_startup() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Switching from kube-proxy: its rules on the node (its nftables table,
+/// KUBE-* chains through iptables-nft and legacy iptables, as the real
+/// `iptables` tools write them) are warned about once at startup, and
+/// `proxyd cleanup --kube-proxy` removes them, saying what, and leaves
+/// everything else (another program's chain and its jump) in place.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2, iptables and python3"]
+fn kube_proxys_rules_are_found_and_removed() {
+    require();
+    let ns = Netns::new("kp");
+    ns.exec(
+        "nft",
+        &["add table ip kube-proxy; add chain ip kube-proxy services; add table ip6 kube-proxy"],
+    );
+    let ipt = |tool: &str, args: &[&str]| {
+        ns.exec(tool, args);
+    };
+    for tool in ["iptables-nft", "iptables-legacy"] {
+        ipt(tool, &["-t", "nat", "-N", "KUBE-SERVICES"]);
+        ipt(tool, &["-t", "nat", "-N", "KUBE-SVC-ABCDEF"]);
+        ipt(
+            tool,
+            &[
+                "-t",
+                "nat",
+                "-A",
+                "KUBE-SERVICES",
+                "-d",
+                "10.96.0.10/32",
+                "-j",
+                "KUBE-SVC-ABCDEF",
+            ],
+        );
+        ipt(
+            tool,
+            &[
+                "-t",
+                "nat",
+                "-A",
+                "PREROUTING",
+                "-m",
+                "comment",
+                "--comment",
+                "kubernetes service portals",
+                "-j",
+                "KUBE-SERVICES",
+            ],
+        );
+        ipt(tool, &["-t", "filter", "-N", "KUBE-FORWARD"]);
+        ipt(tool, &["-t", "filter", "-A", "FORWARD", "-j", "KUBE-FORWARD"]);
+        // Someone else's.
+        ipt(tool, &["-t", "nat", "-N", "DOCKER"]);
+        ipt(tool, &["-t", "nat", "-A", "PREROUTING", "-j", "DOCKER"]);
+    }
+    ns.exec("ip6tables-nft", &["-t", "nat", "-N", "KUBE-SERVICES"]);
+
+    // At startup: one warning, naming what it found.
+    let dir = std::env::temp_dir().join(format!("proxyd-kp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    std::fs::copy(example.join("services.yaml"), dir.join("services.yaml")).unwrap();
+    let log = dir.join("proxyd.log");
+    let mut child = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["run", "--hostname-override", "node-1", "--netns", &ns.0])
+            .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+            .arg("--manifests")
+            .arg(dir.join("services.yaml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    eventually("the first sync", || has_table(&ns));
+    assert!(common::terminate(&mut child, "TERM").success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("kube-proxy's rules are on this node"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{text}");
+    for needle in [
+        "table ip kube-proxy",
+        "table ip6 kube-proxy",
+        "iptables-nft ip nat: KUBE-SERVICES, KUBE-SVC-ABCDEF",
+        "iptables-nft ip filter: KUBE-FORWARD",
+        "iptables-nft ip6 nat: KUBE-SERVICES",
+        "iptables-legacy nat: KUBE-SERVICES, KUBE-SVC-ABCDEF",
+        "proxyd cleanup --kube-proxy",
+    ] {
+        assert!(warnings[0].contains(needle), "{needle} in {}", warnings[0]);
+    }
+
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["cleanup", "--kube-proxy", "--netns", &ns.0])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("removed kube-proxy's table ip kube-proxy; table ip6 kube-proxy"),
+        "{said}"
+    );
+    let tables = ns.exec("nft", &["list", "tables"]);
+    assert!(!tables.contains("kube-proxy"), "{tables}");
+    assert!(tables.contains("table ip proxyd"), "proxyd's own table stays: {tables}");
+    for tool in ["iptables-nft-save", "iptables-legacy-save", "ip6tables-nft-save"] {
+        let saved = ns.exec(tool, &[]);
+        assert!(!saved.contains("KUBE-"), "{tool}:\n{saved}");
+        if tool != "ip6tables-nft-save" {
+            assert!(
+                saved.contains("-A PREROUTING -j DOCKER"),
+                "{tool} keeps others' rules:\n{saved}"
+            );
+        }
+    }
+    // Again: nothing left, and it says so.
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["cleanup", "--kube-proxy", "--netns", &ns.0])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no rules of kube-proxy's here"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

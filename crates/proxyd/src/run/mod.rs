@@ -170,6 +170,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     check_host(&args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
     set_conntrack(&args);
+    if !args.is_dry_run() && !args.proxy.multus {
+        crate::kube_proxy::warn_if_present(&Netns::from_flag(args.netns.clone()));
+    }
     let node = node_name(&args.proxy)?;
     let families = args.families();
     let selection = selection(&args.proxy);

@@ -1,0 +1,354 @@
+//! kube-proxy's rules on a node proxyd takes over: found at startup (both
+//! proxies would rewrite the same packets) and removed by `proxyd cleanup
+//! --kube-proxy`, as `kube-proxy --cleanup` removes them.
+//!
+//! * nftables mode: the tables `ip kube-proxy` and `ip6 kube-proxy`;
+//! * iptables mode through iptables-nft: the `KUBE-*` chains in the `nat`,
+//!   `filter` and `mangle` tables of both families, and the rules of other
+//!   chains that jump to them (read and changed with `nft`);
+//! * iptables mode through legacy iptables: the same chains, where the
+//!   kernel has legacy tables loaded (`/proc/net/ip_tables_names`), read
+//!   with `iptables-legacy-save` and removed with `iptables-legacy-restore`.
+//!
+//! Everything else in those tables (other programs' chains and rules) is
+//! left as it is.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::Stdio;
+
+use serde_json::Value;
+
+use crate::dataplane::NftCommand;
+use crate::netns::Netns;
+
+/// The iptables tables kube-proxy writes to.
+const IPTABLES_TABLES: [&str; 3] = ["nat", "filter", "mangle"];
+
+/// kube-proxy's rules found on a node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Leftovers {
+    /// nftables mode's tables: `ip kube-proxy`, `ip6 kube-proxy`.
+    pub nft_tables: Vec<String>,
+    /// iptables-nft's `KUBE-*` chains by (family, table), and the handles
+    /// of other chains' rules that jump to them (chain, handle).
+    pub iptables_nft: BTreeMap<(String, String), (Vec<String>, Vec<(String, u64)>)>,
+    /// Legacy iptables' `KUBE-*` chains by (command, table):
+    /// (`iptables-legacy`, `nat`) -> chains.
+    pub iptables_legacy: BTreeMap<(String, String), Vec<String>>,
+}
+
+impl Leftovers {
+    /// Whether nothing of kube-proxy's is there.
+    pub fn is_empty(&self) -> bool {
+        self.nft_tables.is_empty() && self.iptables_nft.is_empty() && self.iptables_legacy.is_empty()
+    }
+
+    /// What was found, for a message: `table ip kube-proxy; iptables-nft ip
+    /// nat: KUBE-SERVICES, KUBE-SVC-X; …`.
+    pub fn describe(&self) -> String {
+        let mut parts: Vec<String> = self.nft_tables.iter().map(|t| format!("table {t}")).collect();
+        for ((family, table), (chains, _)) in &self.iptables_nft {
+            parts.push(format!("iptables-nft {family} {table}: {}", short_list(chains)));
+        }
+        for ((command, table), chains) in &self.iptables_legacy {
+            parts.push(format!("{command} {table}: {}", short_list(chains)));
+        }
+        parts.join("; ")
+    }
+}
+
+/// The first few names, and how many more.
+fn short_list(names: &[String]) -> String {
+    const SHOWN: usize = 4;
+    let mut text = names.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if names.len() > SHOWN {
+        text.push_str(&format!(" and {} more", names.len() - SHOWN));
+    }
+    text
+}
+
+/// Runs `program args` in `netns`; its standard output, or why not.
+fn output(netns: &Netns, program: &str, args: &[&str]) -> Result<String, String> {
+    let out = netns
+        .command(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", netns.describe(program)))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} {}: {}",
+            netns.describe(program),
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// What `nft -j -a list ruleset` shows of kube-proxy's.
+pub fn from_ruleset(json: &Value) -> Leftovers {
+    let mut found = Leftovers::default();
+    let items = json["nftables"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let iptables_table = |family: &str, table: &str| matches!(family, "ip" | "ip6") && IPTABLES_TABLES.contains(&table);
+    for item in items {
+        if let Some(t) = item.get("table") {
+            let (family, name) = (
+                t["family"].as_str().unwrap_or_default(),
+                t["name"].as_str().unwrap_or_default(),
+            );
+            if name == "kube-proxy" && matches!(family, "ip" | "ip6") {
+                found.nft_tables.push(format!("{family} kube-proxy"));
+            }
+        }
+        if let Some(c) = item.get("chain") {
+            let (family, table, name) = (
+                c["family"].as_str().unwrap_or_default(),
+                c["table"].as_str().unwrap_or_default(),
+                c["name"].as_str().unwrap_or_default(),
+            );
+            if iptables_table(family, table) && name.starts_with("KUBE-") {
+                let entry = found.iptables_nft.entry((family.into(), table.into())).or_default();
+                entry.0.push(name.to_owned());
+            }
+        }
+    }
+    // Other chains' rules that jump to one of them.
+    for item in items {
+        let Some(r) = item.get("rule") else { continue };
+        let (family, table, chain) = (
+            r["family"].as_str().unwrap_or_default(),
+            r["table"].as_str().unwrap_or_default(),
+            r["chain"].as_str().unwrap_or_default(),
+        );
+        if chain.starts_with("KUBE-") {
+            continue;
+        }
+        let Some((chains, jumps)) = found.iptables_nft.get_mut(&(family.to_owned(), table.to_owned())) else {
+            continue;
+        };
+        let to_kube = r["expr"].as_array().into_iter().flatten().any(|e| {
+            ["jump", "goto"].iter().any(|verdict| {
+                e[verdict]["target"]
+                    .as_str()
+                    .is_some_and(|t| chains.iter().any(|c| c == t))
+            })
+        });
+        if let (true, Some(handle)) = (to_kube, r["handle"].as_u64()) {
+            jumps.push((chain.to_owned(), handle));
+        }
+    }
+    found
+}
+
+/// The `KUBE-*` chains in `iptables-legacy-save` output.
+pub fn legacy_chains(save: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut table = String::new();
+    for line in save.lines() {
+        if let Some(t) = line.strip_prefix('*') {
+            table = t.trim().to_owned();
+        } else if let Some(decl) = line.strip_prefix(':') {
+            let name = decl.split_whitespace().next().unwrap_or_default();
+            if name.starts_with("KUBE-") && IPTABLES_TABLES.contains(&table.as_str()) {
+                out.entry(table.clone()).or_default().push(name.to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// `iptables-legacy-save` output with kube-proxy's chains and every rule
+/// that names one taken out: what restoring the table leaves.
+pub fn without_kube(save: &str) -> String {
+    let mut out = String::new();
+    for line in save.lines() {
+        let kube = (line.starts_with(':') || line.starts_with("-A ")) && line.contains("KUBE-");
+        if !kube {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The legacy iptables commands whose kernel tables are loaded here.
+fn legacy_commands(netns: &Netns) -> Vec<&'static str> {
+    [
+        ("iptables-legacy", "/proc/net/ip_tables_names"),
+        ("ip6tables-legacy", "/proc/net/ip6_tables_names"),
+    ]
+    .into_iter()
+    .filter(|(_, names)| {
+        // /proc/net is the reader's namespace's: read it from inside.
+        output(netns, "cat", &[names]).is_ok_and(|t| !t.trim().is_empty())
+    })
+    .map(|(command, _)| command)
+    .collect()
+}
+
+/// kube-proxy's rules in `netns`. Legacy iptables is looked at only where
+/// its tables are loaded and its tools are there.
+pub fn find(netns: &Netns) -> Result<Leftovers, String> {
+    let text = output(netns, "nft", &["-j", "-a", "list", "ruleset"])?;
+    let json: Value = serde_json::from_str(&text).map_err(|e| format!("nft -j list ruleset: not JSON: {e}"))?;
+    let mut found = from_ruleset(&json);
+    for command in legacy_commands(netns) {
+        let save = format!("{command}-save");
+        match output(netns, &save, &[]) {
+            Ok(text) => {
+                for (table, chains) in legacy_chains(&text) {
+                    found.iptables_legacy.insert((command.to_owned(), table), chains);
+                }
+            }
+            Err(e) => tracing::debug!("legacy iptables not read: {e}"),
+        }
+    }
+    Ok(found)
+}
+
+/// Removes `found` from `netns`: nftables' part in one transaction, each
+/// legacy table in one restore. Returns what was removed.
+pub fn remove(netns: &Netns, found: &Leftovers) -> Result<Vec<String>, String> {
+    let mut removed = Vec::new();
+    let mut script = String::new();
+    for t in &found.nft_tables {
+        script.push_str(&format!("delete table {t}\n"));
+        removed.push(format!("table {t}"));
+    }
+    for ((family, table), (chains, jumps)) in &found.iptables_nft {
+        for (chain, handle) in jumps {
+            script.push_str(&format!("delete rule {family} {table} {chain} handle {handle}\n"));
+        }
+        // Flushed first: they jump to each other.
+        for c in chains {
+            script.push_str(&format!("flush chain {family} {table} {c}\n"));
+        }
+        for c in chains {
+            script.push_str(&format!("delete chain {family} {table} {c}\n"));
+        }
+        removed.push(format!(
+            "iptables-nft {family} {table}: {} chains, {} jumps to them",
+            chains.len(),
+            jumps.len()
+        ));
+    }
+    if !script.is_empty() {
+        NftCommand { netns: netns.clone() }
+            .apply_text(&script)
+            .map_err(|e| format!("nothing of nftables' part was removed: {e}"))?;
+    }
+    for ((command, table), chains) in &found.iptables_legacy {
+        let save = output(netns, &format!("{command}-save"), &["-t", table])?;
+        let restore = format!("{command}-restore");
+        let mut child = netns
+            .command(&restore)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {restore}: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(without_kube(&save).as_bytes())
+                .map_err(|e| format!("{restore}: {e}"))?;
+        }
+        let out = child.wait_with_output().map_err(|e| format!("{restore}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("{restore}: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        removed.push(format!("{command} {table}: {} chains", chains.len()));
+    }
+    Ok(removed)
+}
+
+/// At startup: one warning when kube-proxy's rules are on this node.
+pub fn warn_if_present(netns: &Netns) {
+    match find(netns) {
+        Ok(found) if !found.is_empty() => tracing::warn!(
+            "kube-proxy's rules are on this node ({}): kube-proxy and proxyd would both rewrite the same packets. \
+             Delete kube-proxy's DaemonSet, then remove its rules with `proxyd cleanup --kube-proxy` \
+             (or `kube-proxy --cleanup`)",
+            found.describe()
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!("cannot look for kube-proxy's rules: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn kube_proxys_tables_chains_and_jumps_are_found_and_nothing_else() {
+        let ruleset = json!({"nftables": [
+            {"metainfo": {"version": "1.0.6"}},
+            {"table": {"family": "ip", "name": "kube-proxy", "handle": 1}},
+            {"table": {"family": "ip", "name": "proxyd", "handle": 2}},
+            {"table": {"family": "ip", "name": "nat", "handle": 3}},
+            {"chain": {"family": "ip", "table": "nat", "name": "PREROUTING", "handle": 1}},
+            {"chain": {"family": "ip", "table": "nat", "name": "KUBE-SERVICES", "handle": 2}},
+            {"chain": {"family": "ip", "table": "nat", "name": "KUBE-SVC-ABC", "handle": 3}},
+            {"chain": {"family": "ip", "table": "nat", "name": "DOCKER", "handle": 4}},
+            {"chain": {"family": "ip", "table": "kube-proxy", "name": "services", "handle": 5}},
+            {"chain": {"family": "inet", "table": "nat", "name": "KUBE-NOT-IPTABLES", "handle": 6}},
+            {"rule": {"family": "ip", "table": "nat", "chain": "PREROUTING", "handle": 10,
+                      "expr": [{"xt": {"type": "match", "name": "comment"}}, {"jump": {"target": "KUBE-SERVICES"}}]}},
+            {"rule": {"family": "ip", "table": "nat", "chain": "PREROUTING", "handle": 11,
+                      "expr": [{"jump": {"target": "DOCKER"}}]}},
+            {"rule": {"family": "ip", "table": "nat", "chain": "KUBE-SERVICES", "handle": 12,
+                      "expr": [{"jump": {"target": "KUBE-SVC-ABC"}}]}},
+        ]});
+        let found = from_ruleset(&ruleset);
+        assert_eq!(found.nft_tables, ["ip kube-proxy"]);
+        let (chains, jumps) = &found.iptables_nft[&("ip".to_owned(), "nat".to_owned())];
+        assert_eq!(chains, &["KUBE-SERVICES", "KUBE-SVC-ABC"]);
+        assert_eq!(
+            jumps,
+            &[("PREROUTING".to_owned(), 10)],
+            "only other chains' jumps to them"
+        );
+        assert_eq!(found.iptables_nft.len(), 1, "inet is not iptables: {found:?}");
+        assert_eq!(
+            found.describe(),
+            "table ip kube-proxy; iptables-nft ip nat: KUBE-SERVICES, KUBE-SVC-ABC"
+        );
+        assert!(from_ruleset(&json!({"nftables": []})).is_empty());
+        assert!(
+            from_ruleset(&json!({})).is_empty(),
+            "not nft's shape: nothing, no panic"
+        );
+    }
+
+    const SAVE: &str = "# Generated by iptables-save\n*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+        :DOCKER - [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-SVC-X - [0:0]\n\
+        -A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+        -A PREROUTING -j DOCKER\n-A KUBE-SERVICES -j KUBE-SVC-X\nCOMMIT\n*raw\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n";
+
+    #[test]
+    fn legacy_chains_are_found_and_filtered_out() {
+        let chains = legacy_chains(SAVE);
+        assert_eq!(chains.len(), 1);
+        assert_eq!(chains["nat"], ["KUBE-SERVICES", "KUBE-SVC-X"]);
+        let kept = without_kube(SAVE);
+        assert!(!kept.contains("KUBE-"), "{kept}");
+        assert!(
+            kept.contains(":DOCKER - [0:0]") && kept.contains("-A PREROUTING -j DOCKER"),
+            "{kept}"
+        );
+        assert!(kept.contains("*nat") && kept.contains("COMMIT"), "{kept}");
+    }
+
+    #[test]
+    fn long_lists_are_shortened() {
+        let names: Vec<String> = (0..7).map(|i| format!("KUBE-SVC-{i}")).collect();
+        assert_eq!(
+            short_list(&names),
+            "KUBE-SVC-0, KUBE-SVC-1, KUBE-SVC-2, KUBE-SVC-3 and 3 more"
+        );
+    }
+}
