@@ -25,14 +25,22 @@ use crate::netns::Netns;
 /// The iptables tables kube-proxy writes to.
 const IPTABLES_TABLES: [&str; 3] = ["nat", "filter", "mangle"];
 
+/// kube-proxy's chains in one iptables-nft table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KubeChains {
+    /// The `KUBE-*` chains.
+    pub chains: Vec<String>,
+    /// Other chains' rules that jump to them: (chain, rule handle).
+    pub jumps: Vec<(String, u64)>,
+}
+
 /// kube-proxy's rules found on a node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Leftovers {
     /// nftables mode's tables: `ip kube-proxy`, `ip6 kube-proxy`.
     pub nft_tables: Vec<String>,
-    /// iptables-nft's `KUBE-*` chains by (family, table), and the handles
-    /// of other chains' rules that jump to them (chain, handle).
-    pub iptables_nft: BTreeMap<(String, String), (Vec<String>, Vec<(String, u64)>)>,
+    /// iptables-nft's `KUBE-*` chains by (family, table).
+    pub iptables_nft: BTreeMap<(String, String), KubeChains>,
     /// Legacy iptables' `KUBE-*` chains by (command, table):
     /// (`iptables-legacy`, `nat`) -> chains.
     pub iptables_legacy: BTreeMap<(String, String), Vec<String>>,
@@ -48,8 +56,8 @@ impl Leftovers {
     /// nat: KUBE-SERVICES, KUBE-SVC-X; …`.
     pub fn describe(&self) -> String {
         let mut parts: Vec<String> = self.nft_tables.iter().map(|t| format!("table {t}")).collect();
-        for ((family, table), (chains, _)) in &self.iptables_nft {
-            parts.push(format!("iptables-nft {family} {table}: {}", short_list(chains)));
+        for ((family, table), kube) in &self.iptables_nft {
+            parts.push(format!("iptables-nft {family} {table}: {}", short_list(&kube.chains)));
         }
         for ((command, table), chains) in &self.iptables_legacy {
             parts.push(format!("{command} {table}: {}", short_list(chains)));
@@ -110,7 +118,7 @@ pub fn from_ruleset(json: &Value) -> Leftovers {
             );
             if iptables_table(family, table) && name.starts_with("KUBE-") {
                 let entry = found.iptables_nft.entry((family.into(), table.into())).or_default();
-                entry.0.push(name.to_owned());
+                entry.chains.push(name.to_owned());
             }
         }
     }
@@ -125,18 +133,18 @@ pub fn from_ruleset(json: &Value) -> Leftovers {
         if chain.starts_with("KUBE-") {
             continue;
         }
-        let Some((chains, jumps)) = found.iptables_nft.get_mut(&(family.to_owned(), table.to_owned())) else {
+        let Some(kube) = found.iptables_nft.get_mut(&(family.to_owned(), table.to_owned())) else {
             continue;
         };
         let to_kube = r["expr"].as_array().into_iter().flatten().any(|e| {
             ["jump", "goto"].iter().any(|verdict| {
                 e[verdict]["target"]
                     .as_str()
-                    .is_some_and(|t| chains.iter().any(|c| c == t))
+                    .is_some_and(|t| kube.chains.iter().any(|c| c == t))
             })
         });
         if let (true, Some(handle)) = (to_kube, r["handle"].as_u64()) {
-            jumps.push((chain.to_owned(), handle));
+            kube.jumps.push((chain.to_owned(), handle));
         }
     }
     found
@@ -217,7 +225,7 @@ pub fn remove(netns: &Netns, found: &Leftovers) -> Result<Vec<String>, String> {
         script.push_str(&format!("delete table {t}\n"));
         removed.push(format!("table {t}"));
     }
-    for ((family, table), (chains, jumps)) in &found.iptables_nft {
+    for ((family, table), KubeChains { chains, jumps }) in &found.iptables_nft {
         for (chain, handle) in jumps {
             script.push_str(&format!("delete rule {family} {table} {chain} handle {handle}\n"));
         }
