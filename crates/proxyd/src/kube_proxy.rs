@@ -313,11 +313,11 @@ mod tests {
         ]});
         let found = from_ruleset(&ruleset);
         assert_eq!(found.nft_tables, ["ip kube-proxy"]);
-        let (chains, jumps) = &found.iptables_nft[&("ip".to_owned(), "nat".to_owned())];
-        assert_eq!(chains, &["KUBE-SERVICES", "KUBE-SVC-ABC"]);
+        let kube = &found.iptables_nft[&("ip".to_owned(), "nat".to_owned())];
+        assert_eq!(kube.chains, ["KUBE-SERVICES", "KUBE-SVC-ABC"]);
         assert_eq!(
-            jumps,
-            &[("PREROUTING".to_owned(), 10)],
+            kube.jumps,
+            [("PREROUTING".to_owned(), 10)],
             "only other chains' jumps to them"
         );
         assert_eq!(found.iptables_nft.len(), 1, "inet is not iptables: {found:?}");
