@@ -11,6 +11,7 @@ use std::sync::Arc;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
 
 use crate::rejections::Rejections;
@@ -44,6 +45,7 @@ pub fn registered<M: Metric + Clone>(registry: &mut Registry, name: &str, help: 
 #[derive(Clone, Debug)]
 pub struct SourceMetrics {
     watch_restarts: Family<ResourceLabels, Counter>,
+    watch_failing: Family<ResourceLabels, Gauge>,
     relists: Family<ResourceLabels, Counter>,
     rejected: Family<RejectionLabels, Counter>,
     skipped: Family<RejectionLabels, Counter>,
@@ -57,6 +59,12 @@ impl SourceMetrics {
                 r,
                 "proxyd_watch_restarts",
                 "Watch errors, each followed by a restart with backoff",
+                Family::default(),
+            ),
+            watch_failing: registered(
+                r,
+                "proxyd_watch_failing",
+                "1 while the watch is failing (retried with backoff; /healthz is 503 after 2 x --sync-period), else 0",
                 Family::default(),
             ),
             relists: registered(
@@ -85,6 +93,7 @@ impl SourceMetrics {
         let labels = ResourceLabels { resource };
         Arc::new(WatchMetrics {
             errors: self.watch_restarts.get_or_create(&labels).clone(),
+            failing: self.watch_failing.get_or_create(&labels).clone(),
             relists: self.relists.get_or_create(&labels).clone(),
             ..WatchMetrics::default()
         })
@@ -128,6 +137,7 @@ mod tests {
         let t = text(&registry);
         for line in [
             "proxyd_watch_restarts_total{resource=\"endpointslices\"} 0",
+            "proxyd_watch_failing{resource=\"endpointslices\"} 0",
             "proxyd_relists_total{resource=\"endpointslices\"} 0",
             "proxyd_rejected_objects_total{kind=\"EndpointSlice\",reason=\"fqdn\"} 0",
             "proxyd_skipped_fields_total{kind=\"EndpointSlice\",reason=\"invalid_address\"} 0",

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
@@ -36,6 +37,8 @@ pub struct WatchMetrics {
     /// When the watch started failing (milliseconds since the Unix epoch),
     /// or 0 while it works.
     pub failing_since_ms: AtomicU64,
+    /// 1 while the watch is failing, else 0 (`proxyd_watch_failing`).
+    pub failing: Gauge,
 }
 
 impl WatchMetrics {
@@ -119,6 +122,7 @@ impl Retry {
             metrics
                 .failing_since_ms
                 .store(u64::try_from(ms).unwrap_or(u64::MAX).max(1), Ordering::Release);
+            metrics.failing.set(1);
             now
         });
         let say = match self.last_said {
@@ -155,6 +159,7 @@ impl Retry {
                 "watch recovered"
             );
             metrics.failing_since_ms.store(0, Ordering::Release);
+            metrics.failing.set(0);
         }
         self.failures = 0;
         self.last_said = None;

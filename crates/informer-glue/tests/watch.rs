@@ -716,6 +716,7 @@ async fn recovery_after_an_api_server_outage_and_restart() {
         tokio::time::sleep(outage).await;
         let attempts = w.metrics.errors.get() - errors_before;
         let down = w.metrics.down_for(std::time::SystemTime::now()).unwrap_or_default();
+        assert_eq!(w.metrics.failing.get(), 1, "proxyd_watch_failing during the outage");
         server.restart().await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
         let name = format!("after-{i}");
@@ -745,7 +746,7 @@ async fn recovery_after_an_api_server_outage_and_restart() {
             "{attempts} attempts, down {down:?}"
         );
         wait_for("the metrics say it recovered", || {
-            w.metrics.down_for(std::time::SystemTime::now()).is_none()
+            w.metrics.down_for(std::time::SystemTime::now()).is_none() && w.metrics.failing.get() == 0
         })
         .await;
     }
