@@ -8,6 +8,10 @@
 //! min-sync-period: 1s
 //! ```
 //!
+//! kube-proxy's `KubeProxyConfiguration` is read too
+//! ([`crate::kube_proxy_config`]), so that kubeadm's ConfigMap and
+//! kube-proxy's DaemonSet arguments work unchanged.
+//!
 //! The file is turned into flags placed before the command line's own; a
 //! flag given on the command line replaces the file's setting whole.
 
@@ -28,12 +32,25 @@ fn command() -> clap::Command {
     cmd
 }
 
+/// A parsed command line, and what reading its `--config` file has to say
+/// once logging is set up (settings it left out).
+#[derive(Debug)]
+pub struct Parsed {
+    /// The command line.
+    pub cli: Cli,
+    /// Notes to log.
+    pub notes: Vec<String>,
+}
+
 /// Parses the command line (with `--config` expanded); clap's error on a
 /// bad flag, a clear message on a bad config file.
-pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
-    let expanded = expand(args).map_err(|m| command().error(clap::error::ErrorKind::InvalidValue, m))?;
+pub fn parse(args: Vec<OsString>) -> Result<Parsed, clap::Error> {
+    let (expanded, notes) = expand(args).map_err(|m| command().error(clap::error::ErrorKind::InvalidValue, m))?;
     let matches: ArgMatches = command().try_get_matches_from(expanded)?;
-    Cli::from_arg_matches(&matches)
+    Ok(Parsed {
+        cli: Cli::from_arg_matches(&matches)?,
+        notes,
+    })
 }
 
 /// Where the subcommand is: the first argument that is neither a global
@@ -60,11 +77,11 @@ fn subcommand_at(cmd: &clap::Command, args: &[OsString]) -> Option<usize> {
     None
 }
 
-/// Replaces `--config FILE` by the flags the file sets.
-pub fn expand(mut args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+/// Replaces `--config FILE` by the flags the file sets; with notes to log.
+pub fn expand(mut args: Vec<OsString>) -> Result<(Vec<OsString>, Vec<String>), String> {
     let is_config = |a: &OsString| a == "--config" || a.to_string_lossy().starts_with("--config=");
     let Some(at) = args.iter().position(is_config) else {
-        return Ok(args);
+        return Ok((args, Vec::new()));
     };
     if args.iter().filter(|a| is_config(a)).count() > 1 {
         return Err("--config is given more than once: give one file".into());
@@ -77,7 +94,15 @@ pub fn expand(mut args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     };
     let text = std::fs::read_to_string(&path).map_err(|e| format!("--config {path}: {e}"))?;
     let value: Value = serde_saphyr::from_str(&text).map_err(|e| format!("--config {path}: not valid YAML: {e}"))?;
+    let mut notes = Vec::new();
     let map = match value {
+        // kube-proxy's own file (kubeadm's ConfigMap), decoded strictly.
+        v if crate::kube_proxy_config::is_kube_proxy_config(&v) => {
+            let (map, said) = crate::kube_proxy_config::settings(&text)
+                .map_err(|e| format!("--config {path} (KubeProxyConfiguration): {e}"))?;
+            notes = said;
+            map
+        }
         Value::Object(m) => m,
         Value::Null => Default::default(),
         _ => return Err(format!("--config {path}: expected a mapping of flag names to values")),
@@ -88,7 +113,7 @@ pub fn expand(mut args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     };
     let sub = args[sub_at].to_string_lossy().into_owned();
     let Some(sub_cmd) = cmd.find_subcommand(&sub) else {
-        return Ok(args); // clap reports the unknown subcommand
+        return Ok((args, notes)); // clap reports the unknown subcommand
     };
     let known: Vec<&str> = sub_cmd.get_arguments().filter_map(|a| a.get_long()).collect();
     // One file serves every subcommand (the DaemonSet's, for `render` and
@@ -158,7 +183,7 @@ pub fn expand(mut args: Vec<OsString>) -> Result<Vec<OsString>, String> {
         ));
     }
     args.splice(sub_at + 1..sub_at + 1, flags);
-    Ok(args)
+    Ok((args, notes))
 }
 
 #[cfg(test)]
@@ -181,7 +206,9 @@ mod tests {
         let path = write(
             "hostname-override: node-9\ncluster-cidr: [10.0.0.0/8, 10.1.0.0/16]\nmasquerade-all: true\nmin-sync-period: 2s\nlist-page-size: 50\n",
         );
-        let cli = parse(os(&["proxyd", "run", "--config", &path, "--min-sync-period", "5s"])).unwrap();
+        let cli = parse(os(&["proxyd", "run", "--config", &path, "--min-sync-period", "5s"]))
+            .unwrap()
+            .cli;
         let Command::Run(args) = cli.command else { panic!() };
         assert_eq!(args.proxy.hostname_override.as_deref(), Some("node-9"));
         assert_eq!(args.proxy.cluster_cidr.len(), 2);
@@ -195,7 +222,8 @@ mod tests {
             "192.168.0.0/16",
             &format!("--config={path}"),
         ]))
-        .unwrap();
+        .unwrap()
+        .cli;
         let Command::Run(args) = cli.command else { panic!() };
         assert_eq!(
             args.proxy.cluster_cidr,
@@ -241,7 +269,7 @@ mod tests {
         .iter()
         .map(OsString::from)
         .collect();
-        let cli = parse(args).unwrap();
+        let cli = parse(args).unwrap().cli;
         let Command::Run(run) = cli.command else { panic!() };
         assert_eq!(run.proxy.cluster_cidr.len(), 1, "the file was read");
     }
@@ -267,7 +295,7 @@ mod tests {
                 args.push("ns/svc".into());
             }
             args.extend(["--config".into(), OsString::from(&path)]);
-            let cli = parse(args).unwrap_or_else(|e| panic!("{sub}: {e}"));
+            let cli = parse(args).unwrap_or_else(|e| panic!("{sub}: {e}")).cli;
             let proxy = match cli.command {
                 Command::Render(r) => r.proxy,
                 Command::Explain(e) => e.proxy,

@@ -28,6 +28,7 @@ pub mod explain;
 pub mod health;
 pub mod http;
 pub mod kube_proxy;
+pub mod kube_proxy_config;
 pub mod logging;
 pub mod manifest_source;
 pub mod metrics;

@@ -8,11 +8,14 @@ use std::process::ExitCode;
 use proxyd::cli::Command;
 
 fn main() -> ExitCode {
-    let cli = match proxyd::config::parse(std::env::args_os().collect()) {
-        Ok(cli) => cli,
+    let (cli, notes) = match proxyd::config::parse(std::env::args_os().collect()) {
+        Ok(parsed) => (parsed.cli, parsed.notes),
         Err(e) => e.exit(),
     };
     proxyd::logging::init(&cli.log);
+    for note in notes {
+        tracing::info!("{note}");
+    }
     match cli.command {
         Command::Replay(args) => proxyd::replay::main(args),
         Command::Run(args) => proxyd::run::main(*args),

@@ -121,7 +121,9 @@ fn check_with(file: &str, extra: &[(&str, &str, &[&str])], caps: &[&str]) -> pro
         argv.push(a.into());
     }
     assert_eq!(strings(&c["command"]), ["/usr/local/bin/proxyd"]);
-    let cli = proxyd::config::parse(argv).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let cli = proxyd::config::parse(argv)
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+        .cli;
     let Command::Run(args) = cli.command else {
         panic!("{file}: not `proxyd run`")
     };
@@ -210,4 +212,51 @@ fn the_image_carries_nft_and_ip_and_the_binary_where_the_daemonset_runs_it() {
             "{file}: {ignore}"
         );
     }
+}
+
+/// The drop-in variant: kube-proxy's ServiceAccount and ConfigMap, and
+/// kube-proxy's own arguments; with the ConfigMap kubeadm writes (the
+/// test fixture) mounted where the DaemonSet mounts it, the arguments are
+/// ones proxyd accepts, the probes hit its health server, and the only RBAC
+/// it adds is read-only ServiceCIDRs for kube-proxy's ServiceAccount.
+#[test]
+fn the_kube_proxy_configmap_variant_takes_kubeadms_files_unchanged() {
+    let file = "proxyd-kube-proxy-configmap.yaml";
+    let docs = deploy(file);
+    let role = of_kind(&docs, "ClusterRole")[0];
+    assert_eq!(role["rules"].as_array().unwrap().len(), 1);
+    assert_eq!(strings(&role["rules"][0]["resources"]), ["servicecidrs"]);
+    assert_eq!(strings(&role["rules"][0]["verbs"]), ["list", "watch"]);
+    let binding = of_kind(&docs, "ClusterRoleBinding")[0];
+    assert_eq!(binding["subjects"][0]["name"], "kube-proxy");
+    let pod = &of_kind(&docs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "kube-proxy");
+    assert_eq!(pod["volumes"][0]["configMap"]["name"], "kube-proxy");
+    let c = &pod["containers"][0];
+    assert_eq!(c["volumeMounts"][0]["mountPath"], "/var/lib/kube-proxy");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/kubeadm-kube-proxy-config.conf");
+    let mut argv: Vec<OsString> = vec!["proxyd".into()];
+    for a in strings(&c["args"]) {
+        let a = a
+            .replace("$(NODE_NAME)", "node-1")
+            .replace("/var/lib/kube-proxy/config.conf", fixture.to_str().unwrap());
+        argv.push(a.into());
+    }
+    let cli = proxyd::config::parse(argv)
+        .unwrap_or_else(|e| panic!("{file}: {e}"))
+        .cli;
+    let Command::Run(args) = cli.command else {
+        panic!("{file}: not `proxyd run`")
+    };
+    proxyd::run::validate(&args).unwrap_or_else(|p| panic!("{file}: {p:?}"));
+    assert_eq!(args.proxy.hostname_override.as_deref(), Some("node-1"));
+    assert_eq!(
+        args.source.kubeconfig.as_deref(),
+        Some(Path::new("/var/lib/kube-proxy/kubeconfig.conf")),
+        "the ConfigMap's kubeconfig"
+    );
+    assert_eq!(args.proxy.cluster_cidr.len(), 1, "kubeadm's clusterCIDR");
+    let port = u64::from(args.healthz_bind_address.0.expect("health server on").port());
+    assert_eq!(c["livenessProbe"]["httpGet"]["port"], port);
+    assert_eq!(c["readinessProbe"]["httpGet"]["port"], port);
 }

@@ -294,7 +294,19 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
         .collect();
     let text = outage.iter().map(|l| l.as_str()).collect::<Vec<_>>().join("\n");
     assert!(!text.contains("kube_client"), "{text}");
-    assert_eq!(text.matches("watch failing").count(), 3, "once per watch:\n{text}");
+    let watches = log
+        .iter()
+        .filter(|l| l.ends_with("informer_glue::runner: starting"))
+        .count();
+    assert!(
+        watches >= 4,
+        "Services, EndpointSlices, the Node, ServiceCIDRs: {watches}"
+    );
+    assert_eq!(
+        text.matches("watch failing").count(),
+        watches,
+        "once per watch:\n{text}"
+    );
     assert!(outage.len() <= 15, "{} lines:\n{text}", outage.len());
     let outage_lines = log.len();
     server.restart().await.unwrap();
@@ -325,7 +337,12 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
         .iter()
         .filter(|l| l.contains("watch recovered"))
         .count();
-    assert_eq!(recovered, 3, "the recovery said once per watch:\n{}", log.join("\n"));
+    assert_eq!(
+        recovered,
+        watches,
+        "the recovery said once per watch:\n{}",
+        log.join("\n")
+    );
     assert!(
         ready_after.is_some_and(|d| d < Duration::from_secs(8)),
         "{ready_after:?}\n{}",
@@ -412,5 +429,54 @@ async fn a_node_tainted_for_deletion_fails_healthz_within_a_sync() {
     };
     assert!(count("503") >= 2.0 && count("200") >= 3.0, "{text}");
     assert!(text.contains("kubeproxy_proxy_livez_total{code=\"200\"}"), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// kube-proxy's place, as kubeadm deploys it: the `kube-proxy` ConfigMap's
+/// `config.conf` (what kubeadm 1.36 writes) and `kubeconfig.conf` mounted
+/// in one directory, and kube-proxy's own arguments,
+/// `--config=DIR/config.conf --hostname-override=NODE`. proxyd reaches the
+/// API server the kubeconfig names and applies the file's clusterCIDR
+/// (off-cluster traffic to cluster IPs masqueraded).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_proxys_configmap_and_arguments_work_unchanged() {
+    let server = FakeApiServer::start().await.unwrap();
+    server
+        .apply(json!({"kind": "Service", "metadata": {"name": "a", "namespace": "ns"},
+                      "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "p", "protocol": "TCP", "port": 80}]}}))
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("proxyd-kubeadm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    // The ConfigMap as mounted, pointing at this test's API server.
+    let config = std::fs::read_to_string(fixtures.join("kubeadm-kube-proxy-config.conf")).unwrap();
+    let kubeconfig_path = dir.join("kubeconfig.conf");
+    std::fs::write(
+        dir.join("config.conf"),
+        config.replace("/var/lib/kube-proxy/kubeconfig.conf", kubeconfig_path.to_str().unwrap()),
+    )
+    .unwrap();
+    std::fs::write(&kubeconfig_path, server.kubeconfig()).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
+    cmd.arg("run")
+        .arg(format!("--config={}", dir.join("config.conf").display()))
+        .arg("--hostname-override=node-1")
+        // Test-only: write the rules to files, serve nothing on the node's ports.
+        .args(["--dry-run-dir", dir.join("nft").to_str().unwrap()])
+        .args(["--healthz-bind-address", "", "--metrics-bind-address", ""]);
+    let (_child, lines) = spawn_logged(cmd);
+    let mut log = Vec::new();
+    expect_line(&lines, &mut log, &["synced", "first=true", "services=ns/a"]).await;
+    let first = std::fs::read_to_string(dir.join("nft/sync-000001.nft")).unwrap();
+    assert!(
+        first.contains("ip saddr != 10.244.0.0/16"),
+        "the file's clusterCIDR is used:\n{first}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("the iptables, ipvs, winkernel section(s) are for other modes")),
+        "{}",
+        log.join("\n")
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
