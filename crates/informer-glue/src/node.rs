@@ -37,6 +37,29 @@ pub fn zone_of_named(nodes: &[Node], name: &str) -> Option<String> {
     zone_of(nodes.iter().find(|n| n.metadata.name.as_deref() == Some(name))?)
 }
 
+/// A Node's pod ranges (`spec.podCIDRs`, else `spec.podCIDR`); ranges
+/// that are not CIDRs are left out with a warning naming the node.
+pub fn pod_cidrs_of(node: &Node) -> Vec<ipnet::IpNet> {
+    let spec = node.spec.as_ref();
+    let listed = spec.and_then(|s| s.pod_cidrs.clone()).unwrap_or_default();
+    let texts = if listed.is_empty() {
+        spec.and_then(|s| s.pod_cidr.clone()).into_iter().collect()
+    } else {
+        listed
+    };
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    texts
+        .iter()
+        .filter_map(|t| match t.trim().parse::<ipnet::IpNet>() {
+            Ok(n) => Some(n.trunc()),
+            Err(e) => {
+                tracing::warn!("Node {name}: spec.podCIDRs {t:?} is not a CIDR ({e}); left out");
+                None
+            }
+        })
+        .collect()
+}
+
 /// The taint the cluster autoscaler puts on a node it is about to remove.
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
@@ -66,6 +89,7 @@ pub struct ThisNode {
     node: String,
     zone: watch::Sender<Option<String>>,
     eligible: watch::Sender<bool>,
+    pod_cidrs: watch::Sender<Vec<ipnet::IpNet>>,
     changed: Arc<Notify>,
 }
 
@@ -77,6 +101,7 @@ impl ThisNode {
             node: node.to_owned(),
             zone: watch::Sender::new(None),
             eligible: watch::Sender::new(true),
+            pod_cidrs: watch::Sender::new(Vec::new()),
             changed,
         }
     }
@@ -108,10 +133,32 @@ impl ThisNode {
         }
     }
 
+    /// A receiver of the node's pod ranges (`spec.podCIDRs`).
+    pub fn pod_cidrs(&self) -> watch::Receiver<Vec<ipnet::IpNet>> {
+        self.pod_cidrs.subscribe()
+    }
+
+    /// Records the node's pod ranges; says so and wakes the sync loop when
+    /// they change.
+    pub fn set_pod_cidrs(&self, cidrs: Vec<ipnet::IpNet>) {
+        let text: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
+        if self.pod_cidrs.send_if_modified(|now| {
+            let differs = *now != cidrs;
+            if differs {
+                *now = cidrs;
+            }
+            differs
+        }) {
+            tracing::info!(node = %self.node, pod_cidrs = %text.join(","), "node pod ranges");
+            self.changed.notify_one();
+        }
+    }
+
     /// Records what a Node object says.
     pub fn set_from(&self, node: Option<&Node>) {
         self.set(node.and_then(zone_of));
         self.set_eligible(node.is_none_or(eligible));
+        self.set_pod_cidrs(node.map(pod_cidrs_of).unwrap_or_default());
     }
 
     /// The zone now.
@@ -184,6 +231,7 @@ impl EventHandler<Node> for ThisNodeHandler {
             tracing::warn!(node = %self.zone.node(), "this node's Node object was deleted: topology hints are not used");
             self.zone.set(None);
             self.zone.set_eligible(false);
+            self.zone.set_pod_cidrs(Vec::new());
         }
     }
 
@@ -281,5 +329,35 @@ mod tests {
         h.on_delete(&plain);
         assert!(!*eligible.borrow(), "the Node object is gone");
         assert!(eligible_named(&[], "node-1"), "no Node known: eligible");
+    }
+
+    #[test]
+    fn the_nodes_pod_ranges_are_followed() {
+        use k8s_openapi::api::core::v1::NodeSpec;
+        let changed = Arc::new(Notify::new());
+        let this = ThisNode::new("node-1", changed.clone());
+        let rx = this.pod_cidrs();
+        let mut h = ThisNodeHandler::new(this);
+        let mut n = node("node-1", None);
+        n.spec = Some(NodeSpec {
+            pod_cidr: Some("10.244.1.0/24".into()),
+            ..NodeSpec::default()
+        });
+        h.on_add(&n);
+        assert_eq!(
+            rx.borrow().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["10.244.1.0/24"]
+        );
+        let mut dual = n.clone();
+        dual.spec.as_mut().unwrap().pod_cidrs =
+            Some(vec!["10.244.2.0/24".into(), "fd00:10:244:2::/64".into(), "x".into()]);
+        let _ = changed.notified().now_or_never();
+        h.on_update(&n, &dual);
+        assert_eq!(
+            rx.borrow().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            ["10.244.2.0/24", "fd00:10:244:2::/64"],
+            "podCIDRs win; a bad one is left out"
+        );
+        assert!(changed.notified().now_or_never().is_some(), "a change wakes a sync");
     }
 }

@@ -10,6 +10,8 @@ use std::time::Duration;
 use endpoints_map::topology::{Categorized, TrafficPolicies, categorize};
 use endpoints_map::{EndpointsMap, ServicesMap};
 use ipnet::IpNet;
+
+use crate::rule::Match;
 use slice_model::{Endpoint, IpFamily, Protocol, ServiceName, ServicePortInfo, ServicePortName};
 
 /// Where a table lives and which traffic it sees.
@@ -38,6 +40,9 @@ pub struct DataplaneConfig {
     /// outside them is masqueraded, and pods reaching an external address
     /// of a Local-policy service use the cluster endpoints.
     pub cluster_cidrs: Vec<IpNet>,
+    /// How traffic from this node's pods is told from other traffic
+    /// (`--detect-local-mode`).
+    pub detect_local: LocalDetector,
     /// Masquerade all traffic to cluster IPs (`--masquerade-all`).
     pub masquerade_all: bool,
     /// Node ports answer only on local addresses in these networks
@@ -56,6 +61,7 @@ impl DataplaneConfig {
             scope: Scope::Node,
             node_zone: None,
             cluster_cidrs: Vec::new(),
+            detect_local: LocalDetector::default(),
             masquerade_all: false,
             nodeport_addresses: Vec::new(),
             service_cidrs: Vec::new(),
@@ -98,6 +104,28 @@ impl DataplaneConfig {
         self.of_family(&self.cluster_cidrs)
     }
 
+    /// Matches for traffic from this node's pods, and for the rest; `None`
+    /// when nothing tells them apart (no CIDR of this family known).
+    pub fn local_traffic(&self) -> Option<(Match, Match)> {
+        let by_source =
+            |nets: Vec<IpNet>| (!nets.is_empty()).then(|| (Match::SourceIn(nets.clone()), Match::SourceNotIn(nets)));
+        match &self.detect_local {
+            LocalDetector::ClusterCidr => by_source(self.family_cluster_cidrs()),
+            LocalDetector::NodeCidr(nets) => by_source(self.of_family(nets)),
+            LocalDetector::BridgeInterface(name) => Some((
+                Match::InputInterface(name.clone()),
+                Match::NotInputInterface(name.clone()),
+            )),
+            LocalDetector::InterfaceNamePrefix(prefix) => {
+                let pattern = format!("{prefix}*");
+                Some((
+                    Match::InputInterface(pattern.clone()),
+                    Match::NotInputInterface(pattern),
+                ))
+            }
+        }
+    }
+
     /// The node-port networks of this table's family.
     pub fn family_nodeport_addresses(&self) -> Vec<IpNet> {
         self.of_family(&self.nodeport_addresses)
@@ -107,6 +135,26 @@ impl DataplaneConfig {
     pub fn family_service_cidrs(&self) -> Vec<IpNet> {
         self.of_family(&self.service_cidrs)
     }
+}
+
+/// How traffic from this node's pods is told from other traffic, as
+/// kube-proxy's `--detect-local-mode` says: traffic to a cluster IP from
+/// elsewhere is masqueraded, and pods reaching an external address of an
+/// `externalTrafficPolicy: Local` service use all its endpoints.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum LocalDetector {
+    /// By source address, in [`DataplaneConfig::cluster_cidrs`]
+    /// (`ClusterCIDR`, the default).
+    #[default]
+    ClusterCidr,
+    /// By source address, in this node's pod ranges (`NodeCIDR`: the Node's
+    /// `spec.podCIDRs`).
+    NodeCidr(Vec<IpNet>),
+    /// Arriving on this bridge (`BridgeInterface`).
+    BridgeInterface(String),
+    /// Arriving on an interface whose name starts so
+    /// (`InterfaceNamePrefix`).
+    InterfaceNamePrefix(String),
 }
 
 /// One endpoint traffic may be sent to.

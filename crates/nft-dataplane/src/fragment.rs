@@ -367,7 +367,7 @@ fn build_port(
     if !chains {
         return;
     }
-    let cidrs = config.family_cluster_cidrs();
+    let local = config.local_traffic();
     let mark = || Statement::Jump(ChainId::MarkForMasquerade);
     let svc = ChainId::Svc(base.clone());
     // An external-Local port sends pods and the node itself to the
@@ -378,8 +378,8 @@ fn build_port(
         let mut rules = Vec::new();
         if config.masquerade_all {
             rules.push(Rule::always(vec![mark()]));
-        } else if !cidrs.is_empty() {
-            rules.push(Rule::new(vec![Match::SourceNotIn(cidrs.clone())], vec![mark()]));
+        } else if let Some((_, not_local)) = &local {
+            rules.push(Rule::new(vec![not_local.clone()], vec![mark()]));
         }
         load_balance(t, &t.internal, &svc, &base, &mut rules, out, previous);
         out.chains.push(ChainDef { id: svc.clone(), rules });
@@ -389,11 +389,8 @@ fn build_port(
         let mut rules = Vec::new();
         if t.external_local {
             if short_circuit {
-                if !cidrs.is_empty() {
-                    rules.push(Rule::new(
-                        vec![Match::SourceIn(cidrs.clone())],
-                        vec![Statement::Goto(svc.clone())],
-                    ));
+                if let Some((from_pods, _)) = &local {
+                    rules.push(Rule::new(vec![from_pods.clone()], vec![Statement::Goto(svc.clone())]));
                 }
                 rules.push(Rule::new(vec![Match::LocalSource], vec![mark()]));
                 rules.push(Rule::new(vec![Match::LocalSource], vec![Statement::Goto(svc.clone())]));

@@ -13,7 +13,7 @@ pub mod syncer;
 pub mod tracer;
 pub mod transaction;
 
-pub use desired::{DataplaneConfig, ServiceTarget};
+pub use desired::{DataplaneConfig, LocalDetector, ServiceTarget};
 pub use fragment::Fragment;
 pub use kernel::KernelModel;
 pub use syncer::{NftSyncer, SyncKind, SyncReport};

@@ -54,6 +54,13 @@ pub enum Match {
     DestinationIn(Vec<IpNet>),
     /// The selected part of the packet is an element of the set.
     InSet(Selector, SetId),
+    /// The packet arrived on this interface (`iifname`; a trailing `*`
+    /// matches every name starting with what comes before it). Added last:
+    /// packed fragments keep the variants' numbers.
+    InputInterface(String),
+    /// The packet did not arrive on this interface (locally sent packets
+    /// arrived on none).
+    NotInputInterface(String),
 }
 
 /// What a rule does, in order.
@@ -228,6 +235,8 @@ fn write_match(out: &mut (impl Write + ?Sized), m: &Match, w: FamilyWords) -> fm
         Match::SourceNotIn(nets) => write!(out, "{a} saddr != {}", net_set(nets)),
         Match::DestinationIn(nets) => write!(out, "{a} daddr {}", net_set(nets)),
         Match::InSet(s, set) => write!(out, "{} @{set}", selector(*s, a)),
+        Match::InputInterface(name) => write!(out, "iifname \"{name}\""),
+        Match::NotInputInterface(name) => write!(out, "iifname != \"{name}\""),
     }
 }
 

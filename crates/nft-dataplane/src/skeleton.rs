@@ -110,16 +110,15 @@ fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
     ];
     // Traffic to cluster IPs, by address: every port of a cluster IP is
     // masqueraded the same way, so one element per address serves them all.
-    let cidrs = config.family_cluster_cidrs();
     let to_cluster_ip = Match::InSet(Selector::Daddr, SetId::ClusterIps);
     if config.masquerade_all {
         services.push(Rule::new(
             vec![to_cluster_ip],
             vec![Statement::Jump(ChainId::MarkForMasquerade)],
         ));
-    } else if !cidrs.is_empty() {
+    } else if let Some((_, not_local)) = config.local_traffic() {
         services.push(Rule::new(
-            vec![to_cluster_ip, Match::SourceNotIn(cidrs)],
+            vec![to_cluster_ip, not_local],
             vec![Statement::Jump(ChainId::MarkForMasquerade)],
         ));
     }

@@ -296,6 +296,18 @@ impl<D: Dataplane> NftSyncer<D> {
         true
     }
 
+    /// Tells this node's pods from other traffic this way now (the Node's
+    /// pod ranges changed, for `NodeCidr`). Returns whether that is a
+    /// change; if so the next sync is a full one.
+    pub fn set_detect_local(&mut self, detector: crate::desired::LocalDetector) -> bool {
+        if self.config.detect_local == detector {
+            return false;
+        }
+        self.config.detect_local = detector;
+        self.view = None;
+        true
+    }
+
     /// The configuration.
     pub fn config(&self) -> &DataplaneConfig {
         &self.config

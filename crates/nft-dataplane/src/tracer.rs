@@ -44,14 +44,43 @@ pub struct Packet {
     pub origin: Origin,
 }
 
-/// What the host looks like to `fib … type local`.
+/// What the host looks like to `fib … type local` and `iifname`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Host {
     /// The host's own addresses.
     pub local_addrs: Vec<IpAddr>,
+    /// Its interfaces: a forwarded packet arrives on the first whose
+    /// networks hold its source (none listed: on no named interface).
+    pub interfaces: Vec<Interface>,
+}
+
+/// One of the host's interfaces.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Interface {
+    /// Its name (`cbr0`, `cali12ab`).
+    pub name: String,
+    /// The networks reached through it.
+    pub networks: Vec<IpNet>,
+}
+
+/// Whether interface `name` matches `pattern` (`iifname`: a trailing `*`
+/// is a prefix match).
+fn interface_matches(name: &str, pattern: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
+    }
 }
 
 impl Host {
+    /// The interface a packet from `src` arrives on (`""`: none).
+    fn input_interface(&self, src: IpAddr) -> &str {
+        self.interfaces
+            .iter()
+            .find(|i| i.networks.iter().any(|n| n.contains(&src)))
+            .map_or("", |i| i.name.as_str())
+    }
+
     /// Loopback addresses are always local, as in the kernel.
     fn is_local(&self, ip: IpAddr) -> bool {
         ip.is_loopback() || self.local_addrs.contains(&ip)
@@ -206,6 +235,14 @@ impl Walk<'_> {
         self.table.sets.get(set).and_then(|s| s.get(key)).cloned()
     }
 
+    /// The interface the packet arrived on: none for one sent by the host.
+    fn iif(&self) -> &str {
+        match self.packet.origin {
+            Origin::Local => "",
+            Origin::Forwarded => self.host.input_interface(self.packet.src),
+        }
+    }
+
     fn matches(&self, m: &Match, st: &mut State) -> bool {
         let within = |nets: &[IpNet], ip: IpAddr| nets.iter().any(|n| n.contains(&ip));
         match m {
@@ -223,6 +260,8 @@ impl Walk<'_> {
                 let key = self.key(*sel, st);
                 self.lookup(set, &key, st).is_some()
             }
+            Match::InputInterface(pattern) => interface_matches(self.iif(), pattern),
+            Match::NotInputInterface(pattern) => !interface_matches(self.iif(), pattern),
         }
     }
 

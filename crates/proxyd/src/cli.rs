@@ -182,6 +182,25 @@ pub struct ProxyArgs {
     #[arg(long, value_delimiter = ',', value_name = "CIDR", value_parser = parse_cidr)]
     pub cluster_cidr: Vec<ipnet::IpNet>,
 
+    /// How traffic from this node's pods is told from other traffic (which
+    /// is masqueraded on its way to a cluster IP): ClusterCIDR (source in
+    /// --cluster-cidr), NodeCIDR (source in this Node's spec.podCIDRs,
+    /// followed as it changes), BridgeInterface (arriving on
+    /// --pod-bridge-interface) or InterfaceNamePrefix (arriving on an
+    /// interface named --pod-interface-name-prefix...).
+    #[arg(long, value_enum, default_value = "ClusterCIDR", value_name = "MODE")]
+    pub detect_local_mode: DetectLocalMode,
+
+    /// The bridge this node's pods are on (--detect-local-mode
+    /// BridgeInterface).
+    #[arg(long, value_name = "NAME", value_parser = parse_interface)]
+    pub pod_bridge_interface: Option<String>,
+
+    /// The start of the names of this node's pods' interfaces, e.g. `cali`
+    /// or `veth` (--detect-local-mode InterfaceNamePrefix).
+    #[arg(long, value_name = "PREFIX", value_parser = parse_interface)]
+    pub pod_interface_name_prefix: Option<String>,
+
     /// Masquerade all traffic sent to cluster IPs.
     #[arg(long)]
     pub masquerade_all: bool,
@@ -203,7 +222,68 @@ pub struct ProxyArgs {
     pub node_zone: Option<String>,
 }
 
+/// kube-proxy's `--detect-local-mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DetectLocalMode {
+    /// By source address, in --cluster-cidr.
+    #[default]
+    #[value(name = "ClusterCIDR")]
+    ClusterCidr,
+    /// By source address, in this Node's spec.podCIDRs.
+    #[value(name = "NodeCIDR")]
+    NodeCidr,
+    /// Arriving on --pod-bridge-interface.
+    #[value(name = "BridgeInterface")]
+    BridgeInterface,
+    /// Arriving on an interface named --pod-interface-name-prefix...
+    #[value(name = "InterfaceNamePrefix")]
+    InterfaceNamePrefix,
+}
+
+/// An interface name (or the start of one) as nft may quote it.
+pub fn parse_interface(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty() && s.len() < 16 && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@:".contains(c));
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not an interface name (1-15 letters, digits, - _ . @ :)"
+        ))
+    }
+}
+
 impl ProxyArgs {
+    /// What is wrong with the local-traffic flags together.
+    pub fn detect_local_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        match self.detect_local_mode {
+            DetectLocalMode::BridgeInterface if self.pod_bridge_interface.is_none() => {
+                problems.push("--detect-local-mode BridgeInterface needs --pod-bridge-interface".into());
+            }
+            DetectLocalMode::InterfaceNamePrefix if self.pod_interface_name_prefix.is_none() => {
+                problems.push("--detect-local-mode InterfaceNamePrefix needs --pod-interface-name-prefix".into());
+            }
+            _ => {}
+        }
+        problems
+    }
+
+    /// How the dataplane tells this node's pods from the rest; NodeCIDR
+    /// starts with no ranges (the Node's come later).
+    pub fn local_detector(&self) -> nft_dataplane::LocalDetector {
+        use nft_dataplane::LocalDetector;
+        match self.detect_local_mode {
+            DetectLocalMode::ClusterCidr => LocalDetector::ClusterCidr,
+            DetectLocalMode::NodeCidr => LocalDetector::NodeCidr(Vec::new()),
+            DetectLocalMode::BridgeInterface => {
+                LocalDetector::BridgeInterface(self.pod_bridge_interface.clone().unwrap_or_default())
+            }
+            DetectLocalMode::InterfaceNamePrefix => {
+                LocalDetector::InterfaceNamePrefix(self.pod_interface_name_prefix.clone().unwrap_or_default())
+            }
+        }
+    }
+
     /// The flags' defaults, for a proxy on `node` (for code that builds
     /// them without a command line: tests, tools). The defaults are clap's,
     /// so they cannot drift from the command line's.

@@ -192,23 +192,40 @@ pub fn settings(text: &str) -> Result<(Map<String, Value>, Vec<String>), String>
         let list: Vec<&str> = cidrs.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
         out.insert("cluster-cidr".into(), json!(list));
     }
+    let detect = c.detect_local.unwrap_or_default();
     match set(&c.detect_local_mode) {
         None | Some("ClusterCIDR") => {}
+        Some(mode @ "NodeCIDR") => {
+            out.insert("detect-local-mode".into(), json!(mode));
+        }
+        Some(mode @ "BridgeInterface") => {
+            out.insert("detect-local-mode".into(), json!(mode));
+            match set(&detect.bridge_interface) {
+                Some(b) => {
+                    out.insert("pod-bridge-interface".into(), json!(b));
+                }
+                None => problems.push("detectLocalMode BridgeInterface needs detectLocal.bridgeInterface".into()),
+            }
+        }
+        Some(mode @ "InterfaceNamePrefix") => {
+            out.insert("detect-local-mode".into(), json!(mode));
+            match set(&detect.interface_name_prefix) {
+                Some(p) => {
+                    out.insert("pod-interface-name-prefix".into(), json!(p));
+                }
+                None => {
+                    problems.push("detectLocalMode InterfaceNamePrefix needs detectLocal.interfaceNamePrefix".into())
+                }
+            }
+        }
         Some(other) => problems.push(format!(
-            "detectLocalMode {other:?}: proxyd detects local traffic by clusterCIDR only so far"
+            "detectLocalMode {other:?}: not one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix"
         )),
     }
-    if let Some(d) = &c.detect_local {
-        let given = d.cluster_cidrs.as_ref().is_some_and(|v| !v.is_empty());
-        if given && c.cluster_cidr.as_deref().is_none_or(|s| s.trim().is_empty()) {
-            out.insert("cluster-cidr".into(), json!(d.cluster_cidrs));
-        }
-        if set(&d.bridge_interface).is_some() || set(&d.interface_name_prefix).is_some() {
-            problems.push(
-                "detectLocal.bridgeInterface / interfaceNamePrefix: proxyd detects local traffic by clusterCIDR only so far"
-                    .into(),
-            );
-        }
+    if detect.cluster_cidrs.as_ref().is_some_and(|v| !v.is_empty())
+        && c.cluster_cidr.as_deref().is_none_or(|s| s.trim().is_empty())
+    {
+        out.insert("cluster-cidr".into(), json!(detect.cluster_cidrs));
     }
     if let Some(list) = &c.node_port_addresses {
         let cidrs: Vec<&String> = list.iter().filter(|a| a.as_str() != "primary").collect();
@@ -337,7 +354,8 @@ mod tests {
                     nodePortAddresses: [primary, 192.168.0.0/24]\n\
                     nftables: {masqueradeAll: true, masqueradeBit: 14, syncPeriod: 1m, minSyncPeriod: 2s}\n\
                     conntrack: {maxPerCore: 0, min: 1000, tcpEstablishedTimeout: 12h, tcpBeLiberal: true}\n\
-                    configSyncPeriod: 10m\niptables: {masqueradeAll: false}\n";
+                    configSyncPeriod: 10m\niptables: {masqueradeAll: false}\n\
+                    detectLocalMode: InterfaceNamePrefix\ndetectLocal: {interfaceNamePrefix: cali}\n";
         let (s, _) = settings(text).unwrap();
         assert_eq!(
             Value::Object(s),
@@ -355,6 +373,8 @@ mod tests {
                 "conntrack-tcp-timeout-established": "12h",
                 "conntrack-tcp-be-liberal": true,
                 "config-sync-period": "10m",
+                "detect-local-mode": "InterfaceNamePrefix",
+                "pod-interface-name-prefix": "cali",
             })
         );
     }
@@ -368,7 +388,8 @@ mod tests {
         let e = err("nftables: {syncPeriod: 30s, sync: 1}\n");
         assert!(e.contains("unknown field") && e.contains("sync"), "{e}");
         assert!(err("mode: ipvs\n").contains("mode \"ipvs\""));
-        assert!(err("detectLocalMode: NodeCIDR\n").contains("detectLocalMode \"NodeCIDR\""));
+        assert!(err("detectLocalMode: Magic\n").contains("detectLocalMode \"Magic\""));
+        assert!(err("detectLocalMode: BridgeInterface\n").contains("detectLocal.bridgeInterface"));
         assert!(err("healthzBindAddress: 0.0.0.0\n").contains("healthzBindAddress"));
         assert!(err("nftables: {masqueradeBit: 15}\n").contains("masqueradeBit 15"));
         let e = err("conntrack: {maxPerCore: many}\n");

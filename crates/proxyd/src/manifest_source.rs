@@ -145,8 +145,11 @@ impl Sink {
                     cidrs.set(summary.service_cidrs());
                 }
                 if let Some(this) = &self.this_node {
-                    this.set(summary.node_zone(this.node()));
-                    this.set_eligible(informer_glue::node::eligible_named(&summary.nodes, this.node()));
+                    let node = summary
+                        .nodes
+                        .iter()
+                        .find(|n| n.metadata.name.as_deref() == Some(this.node()));
+                    this.set_from(node);
                 }
                 if let Err(e) = self.hand_over(&texts) {
                     tracing::error!("manifests: {e} (after a successful check); the next change retries");

@@ -90,6 +90,12 @@ impl Proxier {
         self.syncer.set_node_zone(zone)
     }
 
+    /// Tells this node's pods from the rest this way; the next sync
+    /// rewrites the table when that is a change.
+    pub fn set_detect_local(&mut self, detector: nft_dataplane::LocalDetector) -> bool {
+        self.syncer.set_detect_local(detector)
+    }
+
     /// Guards these service ranges; the next sync rewrites the table when
     /// that is a change (see [`NftSyncer::set_service_cidrs`]).
     pub fn set_service_cidrs(&mut self, cidrs: Vec<ipnet::IpNet>) -> bool {
@@ -307,6 +313,7 @@ mod tests {
         };
         let host = Host {
             local_addrs: Vec::new(),
+            ..Host::default()
         };
         let trace = model.lock().unwrap().trace(&host, packet);
         trace.endpoints().into_keys().map(|a| a.ip().to_string()).collect()

@@ -38,6 +38,9 @@ pub struct Snapshot {
     pub pods: Vec<Pod>,
     /// The union of the ServiceCIDR objects' ranges.
     pub service_cidrs: Vec<ipnet::IpNet>,
+    /// This Node's pod ranges (`spec.podCIDRs`), for `--detect-local-mode
+    /// NodeCIDR`.
+    pub node_pod_cidrs: Vec<ipnet::IpNet>,
 }
 
 /// The node name: --hostname-override, else the kernel's host name.
@@ -78,6 +81,7 @@ pub fn dataplane_config(proxy: &ProxyArgs, source_zone: Option<String>) -> Datap
         scope: nft_dataplane::desired::Scope::Node,
         node_zone: proxy.node_zone.clone().or(source_zone),
         cluster_cidrs: proxy.cluster_cidr.clone(),
+        detect_local: proxy.local_detector(),
         masquerade_all: proxy.masquerade_all,
         nodeport_addresses: proxy.nodeport_addresses.clone(),
         service_cidrs: proxy.service_cidr.clone(),
@@ -102,21 +106,24 @@ pub async fn client(source: &SourceArgs) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("cannot build a Kubernetes client")
 }
 
-/// The zone label of node `name`, read from the API; `None` (with a
-/// warning) when it cannot be read.
-pub async fn api_node_zone(client: &kube::Client, name: &str) -> Option<String> {
+/// The zone label and pod ranges of node `name`, read from the API; none
+/// (with a warning) when it cannot be read.
+pub async fn api_node(client: &kube::Client, name: &str) -> (Option<String>, Vec<ipnet::IpNet>) {
     match Api::<Node>::all(client.clone()).get_opt(name).await {
-        Ok(Some(node)) => informer_glue::node::zone_of(&node),
+        Ok(Some(node)) => (
+            informer_glue::node::zone_of(&node),
+            informer_glue::node::pod_cidrs_of(&node),
+        ),
         Ok(None) => {
             tracing::warn!(node = name, "no Node object of this name: topology hints are not used");
-            None
+            (None, Vec::new())
         }
         Err(e) => {
             tracing::warn!(
                 node = name,
-                "cannot read this node's zone ({e}): topology hints are not used"
+                "cannot read this node's Node ({e}): topology hints are not used"
             );
-            None
+            (None, Vec::new())
         }
     }
 }
@@ -183,6 +190,11 @@ impl Snapshot {
                 Object::Skipped(s) => tracing::debug!("skipped {s}"),
             })?;
             snapshot.node_zone = informer_glue::node::zone_of_named(&nodes, node);
+            snapshot.node_pod_cidrs = nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(node))
+                .map(informer_glue::node::pod_cidrs_of)
+                .unwrap_or_default();
             snapshot.service_cidrs = informer_glue::service_cidr::union(cidrs.iter().map(Vec::as_slice));
         } else {
             let client = client(source).await?;
@@ -208,7 +220,7 @@ impl Snapshot {
                     .context("cannot list this node's pods")?
                     .items;
             }
-            snapshot.node_zone = api_node_zone(&client, node).await;
+            (snapshot.node_zone, snapshot.node_pod_cidrs) = api_node(&client, node).await;
             snapshot.service_cidrs = api_service_cidrs(&client).await;
         }
         snapshot.slices = kept;
@@ -347,6 +359,9 @@ pub fn one_shot(
         // --service-cidr wins over the ServiceCIDR objects.
         if config.service_cidrs.is_empty() {
             config.service_cidrs.clone_from(&snapshot.service_cidrs);
+        }
+        if let nft_dataplane::LocalDetector::NodeCidr(ranges) = &mut config.detect_local {
+            ranges.clone_from(&snapshot.node_pod_cidrs);
         }
         let loaded = Loaded {
             node,

@@ -41,6 +41,7 @@ fn traced(
 ) -> BTreeSet<SocketAddr> {
     let host = Host {
         local_addrs: vec![NODE_IP.parse().unwrap()],
+        ..Host::default()
     };
     let packet = Packet {
         src: src.parse().unwrap(),
@@ -95,6 +96,7 @@ fn explain_agrees_with_the_table_on_the_example_cluster() {
             slices: m.slices.clone(),
             pods: Vec::new(),
             service_cidrs: Vec::new(),
+            node_pod_cidrs: Vec::new(),
         };
         compared += check(&snapshot, node, zone);
     }
@@ -209,6 +211,7 @@ fn explain_agrees_with_the_table_on_a_generated_trace() {
                 slices: slices.clone(),
                 pods: Vec::new(),
                 service_cidrs: Vec::new(),
+                node_pod_cidrs: Vec::new(),
             };
             compared += check(&snapshot, node, zone);
         }

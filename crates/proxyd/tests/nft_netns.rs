@@ -95,6 +95,7 @@ fn example_cluster() -> (Engine, DataplaneConfig) {
         slices: m.slices,
         pods: Vec::new(),
         service_cidrs: Vec::new(),
+        node_pod_cidrs: Vec::new(),
     };
     let engine = snapshot.engine("node-1", &proxy_args());
     let config = proxyd::snapshot::dataplane_config(&proxy_args(), snapshot.node_zone);
@@ -569,6 +570,7 @@ fn example_cluster_loads_as_ipv6() {
         slices: m.slices,
         pods: Vec::new(),
         service_cidrs: Vec::new(),
+        node_pod_cidrs: Vec::new(),
     };
     let mut engine = snapshot.engine("node-1", &proxy);
     let config = proxyd::snapshot::dataplane_config(&proxy, None);

@@ -702,3 +702,95 @@ fn ipv6() {
         0.5
     )));
 }
+
+/// kube-proxy's `--detect-local-mode`, each mode: traffic from this node's
+/// pods (here on `veth1`, 10.0.0.0/24) reaches a cluster IP with its source
+/// kept and an external address of a Local-policy service through every
+/// endpoint; traffic from elsewhere (`eth0`) is masqueraded to the cluster
+/// IP and gets only the local endpoint from outside. With nothing to tell
+/// them apart, nothing is masqueraded for being from elsewhere.
+#[test]
+fn each_local_traffic_detector_tells_pods_from_the_rest() {
+    use crate::desired::LocalDetector;
+    use crate::tracer::Interface;
+
+    let mut e = Engine::new(IpFamily::V4);
+    let tcp = Protocol::Tcp;
+    let mut svc = external_local(load_balancer(
+        service("ns1", "svc1", "172.30.0.41", 80, tcp),
+        3001,
+        &["1.2.3.4"],
+    ));
+    svc.external_ips = vec!["192.168.99.11".parse().unwrap()];
+    e.service(&svc).slice(slice(
+        "ns1",
+        "svc1",
+        tcp,
+        80,
+        &[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")],
+    ));
+    e.update();
+    let mut host = super::support::host(&[NODE_IP]);
+    host.interfaces = vec![
+        Interface {
+            name: "veth1".into(),
+            networks: vec!["10.0.0.0/24".parse().unwrap()],
+        },
+        Interface {
+            name: "eth0".into(),
+            networks: vec!["203.0.113.0/24".parse().unwrap()],
+        },
+    ];
+    let all = "10.180.0.1:80, 10.180.2.1:80";
+    for (name, detector, cluster_cidrs) in [
+        ("ClusterCIDR", LocalDetector::ClusterCidr, vec!["10.0.0.0/8"]),
+        (
+            "NodeCIDR",
+            LocalDetector::NodeCidr(vec!["10.0.0.0/24".parse().unwrap()]),
+            vec![],
+        ),
+        (
+            "BridgeInterface",
+            LocalDetector::BridgeInterface("veth1".into()),
+            vec![],
+        ),
+        (
+            "InterfaceNamePrefix",
+            LocalDetector::InterfaceNamePrefix("veth".into()),
+            vec![],
+        ),
+    ] {
+        let mut c = DataplaneConfig::new(IpFamily::V4);
+        c.detect_local = detector;
+        c.cluster_cidrs = cluster_cidrs.iter().map(|n| n.parse().unwrap()).collect();
+        let k = fresh(&e, &c);
+        let t = |p| k.trace(&host, p).summary();
+        assert_eq!(t(forwarded(POD, "172.30.0.41", 80)), all, "{name}: pod to cluster IP");
+        assert_eq!(
+            t(forwarded(CLIENT, "172.30.0.41", 80)),
+            format!("{all} (masq)"),
+            "{name}: from elsewhere to cluster IP"
+        );
+        assert_eq!(
+            t(local(NODE_IP, "172.30.0.41", 80)),
+            format!("{all} (masq)"),
+            "{name}: the node to cluster IP"
+        );
+        assert_eq!(
+            t(forwarded(POD, "1.2.3.4", 80)),
+            all,
+            "{name}: pod to Local LB: every endpoint"
+        );
+        assert_eq!(
+            t(forwarded(CLIENT, "1.2.3.4", 80)),
+            "10.180.2.1:80",
+            "{name}: outside to Local LB"
+        );
+    }
+    // NodeCIDR before the Node's pod ranges are known: nothing tells pods
+    // from the rest.
+    let mut c = DataplaneConfig::new(IpFamily::V4);
+    c.detect_local = LocalDetector::NodeCidr(Vec::new());
+    let k = fresh(&e, &c);
+    assert_eq!(k.trace(&host, forwarded(CLIENT, "172.30.0.41", 80)).summary(), all);
+}

@@ -40,5 +40,6 @@ fn packet(src: &str, dst: &str, port: u16, origin: Origin) -> Packet {
 pub fn host(addrs: &[&str]) -> Host {
     Host {
         local_addrs: addrs.iter().map(|a| addr(a)).collect(),
+        ..Host::default()
     }
 }

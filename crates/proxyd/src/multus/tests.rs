@@ -275,6 +275,7 @@ impl Setup {
         };
         let host = Host {
             local_addrs: vec![src.parse().unwrap()],
+            ..Host::default()
         };
         k.trace(
             &host,

@@ -97,6 +97,7 @@ pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
         }
     }
     problems.extend(args.pods.problems(args.proxy.multus));
+    problems.extend(args.proxy.detect_local_problems());
     if args.proxy.multus && args.netns.is_some() {
         problems.push("--netns has no effect with --multus (each pod's namespace is used)".into());
     }
@@ -224,6 +225,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             health_checks,
             node_zone: state.node_zone.take(),
             service_cidrs: state.service_cidrs.take(),
+            node_pod_cidrs: state.node_pod_cidrs.take(),
         };
         let timing = SyncTiming {
             min_interval: args.min_sync_period,

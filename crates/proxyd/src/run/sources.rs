@@ -57,6 +57,8 @@ pub struct SourceState {
     /// The ServiceCIDRs' ranges as the source reports them (`None` with
     /// `--service-cidr`, which wins, and in multus mode).
     pub service_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
+    /// This Node's pod ranges, with `--detect-local-mode NodeCIDR`.
+    pub node_pod_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
 }
 
 impl SourceState {
@@ -133,6 +135,10 @@ pub fn handlers(
             .map(ThisNode::subscribe),
         node_eligible: this_node.as_ref().map(ThisNode::eligibility),
         service_cidrs: service_cidrs.as_ref().map(ServiceCidrs::subscribe),
+        node_pod_cidrs: this_node
+            .as_ref()
+            .filter(|_| args.proxy.detect_local_mode == crate::cli::DetectLocalMode::NodeCidr)
+            .map(ThisNode::pod_cidrs),
     };
     let handlers = Handlers {
         slices: Fanout(slices),

@@ -130,6 +130,8 @@ pub struct SyncLoop {
     /// The ServiceCIDRs' ranges as the source reports them (`None` with
     /// `--service-cidr`).
     pub service_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
+    /// This Node's pod ranges (`--detect-local-mode NodeCIDR`).
+    pub node_pod_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
 }
 
 /// The periodic sync also re-asserts the fixed skeleton.
@@ -164,6 +166,14 @@ impl SyncLoop {
                 }
                 if let Some(cidrs) = &mut self.service_cidrs {
                     follow_service_cidrs(cidrs, p);
+                }
+                if let Some(cidrs) = &mut self.node_pod_cidrs
+                    && cidrs.has_changed().unwrap_or(false)
+                {
+                    let ranges = cidrs.borrow_and_update().clone();
+                    for proxier in p.iter_mut() {
+                        proxier.set_detect_local(nft_dataplane::LocalDetector::NodeCidr(ranges.clone()));
+                    }
                 }
                 sync_node(reason, p, &self.health, &self.metrics, &self.health_checks).map(|()| Outcome::Done)
             }

@@ -627,3 +627,73 @@ async fn service_cidr_objects_drop_unallocated_addresses() {
         c.tcp("10.97.0.250", 80, 1) == ["leaked"]
     });
 }
+
+/// Whether the last connection to 10.96.0.10:80 was masqueraded at the
+/// node: its conntrack entry's reply goes to the node, not to the client.
+fn masqueraded(c: &Cluster, from: &str, client_ns: &str) -> bool {
+    c.node.exec("conntrack", &["-F"]);
+    let answer = common::run(
+        "ip",
+        &[
+            "netns",
+            "exec",
+            client_ns,
+            "python3",
+            "-c",
+            "import socket\nc = socket.create_connection(('10.96.0.10', 80), timeout=3)\nprint(c.recv(64).decode())",
+        ],
+    );
+    assert_eq!(answer.trim(), PODS[2], "served by pod3");
+    let entries = c.node.exec("conntrack", &["-L", "-p", "tcp", "-d", "10.96.0.10"]);
+    let entry = entries
+        .lines()
+        .find(|l| l.contains(&format!("src={from} ")))
+        .unwrap_or_else(|| panic!("no conntrack entry from {from}:\n{entries}"));
+    // Reply direction: `src=ENDPOINT dst=WHERE-THE-REPLY-GOES`.
+    let reply_dst = entry
+        .split_whitespace()
+        .filter_map(|f| f.strip_prefix("dst="))
+        .nth(1)
+        .unwrap_or_default();
+    reply_dst != from
+}
+
+/// kube-proxy's `--detect-local-mode`, each mode, as real traffic: a
+/// connection from a pod on this node to a cluster IP keeps its source; one
+/// from the client outside is masqueraded. NodeCIDR reads this Node's
+/// spec.podCIDRs from the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+async fn each_detect_local_mode_tells_pods_from_the_rest() {
+    require();
+    let mut c = Cluster::new("dlocal").await;
+    web(&c);
+    c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(2)], false));
+    c.apply(json!({"kind": "Node", "metadata": {"name": "node-1"}, "spec": {"podCIDRs": ["10.0.8.0/21"]}}));
+    let pod1 = format!("e2e-dlocal-pod1-{}", std::process::id());
+    let client = c.client.0.clone();
+    for mode in [
+        &["--cluster-cidr", "10.0.8.0/21"][..],
+        &["--detect-local-mode", "NodeCIDR"][..],
+        &["--detect-local-mode", "BridgeInterface", "--pod-bridge-interface", "p1"][..],
+        &[
+            "--detect-local-mode",
+            "InterfaceNamePrefix",
+            "--pod-interface-name-prefix",
+            "p",
+        ][..],
+    ] {
+        c.args = mode.iter().map(|a| (*a).to_owned()).collect();
+        c.start_proxyd();
+        c.eventually("web answers", || c.tcp("10.96.0.10", 80, 1) == [PODS[2]]);
+        assert!(
+            !masqueraded(&c, &harness::pod_ip(0), &pod1),
+            "{mode:?}: a pod keeps its source"
+        );
+        assert!(
+            masqueraded(&c, "10.0.1.2", &client),
+            "{mode:?}: the client outside is masqueraded"
+        );
+        c.stop_proxyd("TERM");
+    }
+}
