@@ -401,6 +401,57 @@ pub struct RunArgs {
     /// kube-proxy's conntrack settings, made at startup.
     #[command(flatten)]
     pub conntrack: crate::sysctls::ConntrackArgs,
+
+    /// kube-proxy's flags for its process and its API client.
+    #[command(flatten)]
+    pub kube_proxy: KubeProxyArgs,
+}
+
+/// kube-proxy's flags for the process and the API client, so that its
+/// command lines work.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct KubeProxyArgs {
+    /// The proxy mode: only nftables (kube-proxy's iptables, ipvs and
+    /// kernelspace modes are not proxyd's).
+    #[arg(long, default_value = "nftables", value_parser = parse_proxy_mode, value_name = "MODE")]
+    pub proxy_mode: String,
+
+    /// The process's oom_score_adj, in [-1000, 1000] (kube-proxy's -999:
+    /// the kernel's OOM killer picks proxyd last).
+    #[arg(long, default_value_t = -999, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i32).range(-1000..=1000))]
+    pub oom_score_adj: i32,
+
+    /// Stop when --healthz-bind-address or --metrics-bind-address cannot be
+    /// listened on (without it: say so and run without that server, as
+    /// kube-proxy does).
+    #[arg(long)]
+    pub bind_address_hard_fail: bool,
+
+    /// kube-proxy's API request rate (accepted; proxyd's watches make no
+    /// requests but their lists and watches, so it sets no client-side
+    /// limit).
+    #[arg(long, default_value_t = 5.0)]
+    pub kube_api_qps: f32,
+
+    /// kube-proxy's API request burst (accepted; see --kube-api-qps).
+    #[arg(long, default_value_t = 10)]
+    pub kube_api_burst: u32,
+
+    /// kube-proxy's API content type (accepted; proxyd's client speaks
+    /// JSON).
+    #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
+    pub kube_api_content_type: String,
+}
+
+/// `--proxy-mode`: nftables (or empty, kube-proxy's "the default").
+fn parse_proxy_mode(s: &str) -> Result<String, String> {
+    match s {
+        "" | "nftables" => Ok("nftables".into()),
+        other => Err(format!(
+            "{other:?}: proxyd is kube-proxy's nftables mode (iptables, ipvs and kernelspace are not proxyd's)"
+        )),
+    }
 }
 
 impl RunArgs {

@@ -60,7 +60,8 @@ pub struct KubeProxyConfiguration {
     windows_run_as_service: Option<bool>,
 }
 
-/// `clientConnection`.
+/// `clientConnection` (`acceptContentTypes` is decoded, not used).
+#[allow(dead_code, reason = "acceptContentTypes is decoded strictly, not read")]
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct ClientConnection {
@@ -295,16 +296,21 @@ pub fn settings(text: &str) -> Result<(Map<String, Value>, Vec<String>), String>
         if let Some(k) = set(&cc.kubeconfig) {
             out.insert("kubeconfig".into(), json!(k));
         }
-        let tuned = cc.qps.is_some_and(|q| q != 0.0)
-            || cc.burst.is_some_and(|b| b != 0)
-            || set(&cc.content_type).is_some()
-            || set(&cc.accept_content_types).is_some();
-        if tuned {
-            notes.push("kube-proxy configuration: clientConnection qps, burst and content types are not used".into());
+        if let Some(q) = cc.qps.filter(|q| *q != 0.0) {
+            out.insert("kube-api-qps".into(), json!(q));
+        }
+        if let Some(b) = cc.burst.filter(|b| *b != 0) {
+            out.insert("kube-api-burst".into(), json!(b));
+        }
+        if let Some(t) = set(&cc.content_type) {
+            out.insert("kube-api-content-type".into(), json!(t));
         }
     }
-    if c.oom_score_adj.is_some_and(|v| v != -999) {
-        notes.push("kube-proxy configuration: oomScoreAdj is not used (set the pod's resources instead)".into());
+    if let Some(adj) = c.oom_score_adj {
+        out.insert("oom-score-adj".into(), json!(adj));
+    }
+    if c.bind_address_hard_fail == Some(true) {
+        out.insert("bind-address-hard-fail".into(), json!(true));
     }
     if let Some(gates) = &c.feature_gates
         && !gates.is_empty()
@@ -355,7 +361,8 @@ mod tests {
                     nftables: {masqueradeAll: true, masqueradeBit: 14, syncPeriod: 1m, minSyncPeriod: 2s}\n\
                     conntrack: {maxPerCore: 0, min: 1000, tcpEstablishedTimeout: 12h, tcpBeLiberal: true}\n\
                     configSyncPeriod: 10m\niptables: {masqueradeAll: false}\n\
-                    detectLocalMode: InterfaceNamePrefix\ndetectLocal: {interfaceNamePrefix: cali}\n";
+                    detectLocalMode: InterfaceNamePrefix\ndetectLocal: {interfaceNamePrefix: cali}\n\
+                    oomScoreAdj: -998\nbindAddressHardFail: true\nclientConnection: {qps: 50, burst: 100}\n";
         let (s, _) = settings(text).unwrap();
         assert_eq!(
             Value::Object(s),
@@ -375,6 +382,10 @@ mod tests {
                 "config-sync-period": "10m",
                 "detect-local-mode": "InterfaceNamePrefix",
                 "pod-interface-name-prefix": "cali",
+                "oom-score-adj": -998,
+                "bind-address-hard-fail": true,
+                "kube-api-qps": 50.0,
+                "kube-api-burst": 100,
             })
         );
     }

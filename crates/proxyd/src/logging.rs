@@ -21,8 +21,9 @@ pub struct LogArgs {
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
-    /// Log as text or JSON lines.
-    #[arg(long, value_enum, default_value = "text", global = true)]
+    /// Log as text or JSON lines (`--logging-format`, kube-proxy's name,
+    /// works too).
+    #[arg(long, value_enum, default_value = "text", global = true, alias = "logging-format")]
     pub log_format: LogFormat,
 }
 

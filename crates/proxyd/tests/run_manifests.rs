@@ -392,3 +392,58 @@ fn run_without_nft_says_so_and_stops() {
     assert!(err.contains("nothing was started"), "{err}");
     let _ = std::fs::remove_dir_all(&empty);
 }
+
+/// kube-proxy's process flags: `--proxy-mode` other than nftables is
+/// refused; a metrics port that is taken is said and left out unless
+/// `--bind-address-hard-fail`, which stops the start; `--oom-score-adj` is
+/// the process's.
+#[test]
+fn kube_proxys_process_flags_work() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    let dir = std::env::temp_dir().join(format!("proxyd-kp-flags-{}", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["run", "--proxy-mode", "ipvs", "--dry-run"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("nftables mode"), "{said}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let start = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["run", "--hostname-override", "node-1", "--healthz-bind-address", ""])
+            .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
+            .arg("--manifests")
+            .arg(&example)
+            .arg("--dry-run-dir")
+            .arg(&dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // Raised, which needs no privilege (lowering it, as kube-proxy's -999
+    // does, needs CAP_SYS_RESOURCE: without it, a warning).
+    let mut child = KillOnDrop(start(&["--oom-score-adj", "500"]));
+    wait_for(&dir.join("sync-000001.nft"));
+    let adj = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", child.id())).unwrap();
+    assert_eq!(adj.trim(), "500");
+    common::run("kill", &["-TERM", &child.id().to_string()]);
+    let log = child.0.wait_with_output_after_kill();
+    assert!(
+        log.contains("cannot listen") && log.contains("running without it"),
+        "{log}"
+    );
+
+    let out = start(&["--bind-address-hard-fail"]).wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("--metrics-bind-address 127.0.0.1:{port}: cannot listen")),
+        "{said}"
+    );
+    drop(taken);
+    let _ = std::fs::remove_dir_all(&dir);
+}

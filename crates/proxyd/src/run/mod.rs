@@ -127,6 +127,20 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
     check_nft(&netns)
 }
 
+/// kube-proxy's `--oom-score-adj`: the kernel's OOM killer picks proxyd
+/// last. Not allowed (no CAP_SYS_RESOURCE to lower it): a warning.
+fn set_oom_score_adj(value: i32) {
+    let path = "/proc/self/oom_score_adj";
+    let now = std::fs::read_to_string(path).ok();
+    if now.as_deref().map(str::trim) == Some(value.to_string().as_str()) {
+        return;
+    }
+    match std::fs::write(path, value.to_string()) {
+        Ok(()) => tracing::info!(oom_score_adj = value, "set"),
+        Err(e) => tracing::warn!("--oom-score-adj {value}: cannot write {path}: {e}"),
+    }
+}
+
 /// kube-proxy's conntrack settings, where they are the node's: not in a
 /// dry run, nor in multus mode (the node's own proxy sets them), nor with
 /// `--netns` (they belong to that namespace, not to proxyd's).
@@ -171,6 +185,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     check_host(&args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
     set_conntrack(&args);
+    set_oom_score_adj(args.kube_proxy.oom_score_adj);
     if !args.is_dry_run() && !args.proxy.multus {
         crate::kube_proxy::warn_if_present(&Netns::from_flag(args.netns.clone()));
     }
@@ -265,13 +280,25 @@ async fn start_admin_servers(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    if let Some(addr) = args.healthz_bind_address.0 {
-        let listener = bind("--healthz-bind-address", addr).await?;
+    // kube-proxy's --bind-address-hard-fail: without it, a port that cannot
+    // be listened on is said and the server left out.
+    let listen = async |flag: &str, addr: SocketAddr| match bind(flag, addr).await {
+        Ok(l) => Ok(Some(l)),
+        Err(e) if args.kube_proxy.bind_address_hard_fail => Err(e),
+        Err(e) => {
+            tracing::error!("{e}; running without it (--bind-address-hard-fail stops instead)");
+            Ok(None)
+        }
+    };
+    if let Some(addr) = args.healthz_bind_address.0
+        && let Some(listener) = listen("--healthz-bind-address", addr).await?
+    {
         tracing::info!(address = %addr, "serving /healthz and /livez");
         tasks.spawn(serve(listener, health.handler(), shutdown.clone().cancelled_owned()));
     }
-    if let Some(addr) = args.metrics_bind_address.0 {
-        let listener = bind("--metrics-bind-address", addr).await?;
+    if let Some(addr) = args.metrics_bind_address.0
+        && let Some(listener) = listen("--metrics-bind-address", addr).await?
+    {
         tracing::info!(address = %addr, "serving /metrics");
         let m = metrics.clone();
         let handler: crate::http::Handler = Arc::new(move |path| match path {
