@@ -60,6 +60,28 @@ pub fn pod_cidrs_of(node: &Node) -> Vec<ipnet::IpNet> {
         .collect()
 }
 
+/// A Node's primary addresses, as kube-proxy picks them: the first
+/// InternalIP of each family, else its first ExternalIP.
+pub fn primary_ips_of(node: &Node) -> Vec<std::net::IpAddr> {
+    let addresses = node.status.as_ref().and_then(|s| s.addresses.as_ref());
+    let of_type = |kind: &str| -> Vec<std::net::IpAddr> {
+        addresses
+            .into_iter()
+            .flatten()
+            .filter(|a| a.type_ == kind)
+            .filter_map(|a| a.address.trim().parse().ok())
+            .collect()
+    };
+    let (internal, external) = (of_type("InternalIP"), of_type("ExternalIP"));
+    let mut out = Vec::new();
+    for v4 in [true, false] {
+        if let Some(ip) = internal.iter().chain(external.iter()).find(|ip| ip.is_ipv4() == v4) {
+            out.push(*ip);
+        }
+    }
+    out
+}
+
 /// The taint the cluster autoscaler puts on a node it is about to remove.
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
@@ -90,6 +112,7 @@ pub struct ThisNode {
     zone: watch::Sender<Option<String>>,
     eligible: watch::Sender<bool>,
     pod_cidrs: watch::Sender<Vec<ipnet::IpNet>>,
+    primary_ips: watch::Sender<Vec<std::net::IpAddr>>,
     changed: Arc<Notify>,
 }
 
@@ -102,6 +125,7 @@ impl ThisNode {
             zone: watch::Sender::new(None),
             eligible: watch::Sender::new(true),
             pod_cidrs: watch::Sender::new(Vec::new()),
+            primary_ips: watch::Sender::new(Vec::new()),
             changed,
         }
     }
@@ -154,11 +178,30 @@ impl ThisNode {
         }
     }
 
+    /// A receiver of the node's primary addresses (`status.addresses`).
+    pub fn primary_ips(&self) -> watch::Receiver<Vec<std::net::IpAddr>> {
+        self.primary_ips.subscribe()
+    }
+
+    /// Records the node's primary addresses; wakes the sync loop when they
+    /// change.
+    pub fn set_primary_ips(&self, ips: Vec<std::net::IpAddr>) {
+        let text: Vec<String> = ips.iter().map(ToString::to_string).collect();
+        if self
+            .primary_ips
+            .send_if_modified(|now| std::mem::replace(now, ips.clone()) != ips)
+        {
+            tracing::info!(node = %self.node, addresses = %text.join(","), "node primary addresses");
+            self.changed.notify_one();
+        }
+    }
+
     /// Records what a Node object says.
     pub fn set_from(&self, node: Option<&Node>) {
         self.set(node.and_then(zone_of));
         self.set_eligible(node.is_none_or(eligible));
         self.set_pod_cidrs(node.map(pod_cidrs_of).unwrap_or_default());
+        self.set_primary_ips(node.map(primary_ips_of).unwrap_or_default());
     }
 
     /// The zone now.
@@ -232,6 +275,7 @@ impl EventHandler<Node> for ThisNodeHandler {
             self.zone.set(None);
             self.zone.set_eligible(false);
             self.zone.set_pod_cidrs(Vec::new());
+            self.zone.set_primary_ips(Vec::new());
         }
     }
 
@@ -329,6 +373,29 @@ mod tests {
         h.on_delete(&plain);
         assert!(!*eligible.borrow(), "the Node object is gone");
         assert!(eligible_named(&[], "node-1"), "no Node known: eligible");
+    }
+
+    #[test]
+    fn primary_addresses_are_the_first_internal_ip_of_each_family() {
+        use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+        let mut n = node("node-1", None);
+        let addr = |t: &str, a: &str| NodeAddress {
+            type_: t.into(),
+            address: a.into(),
+        };
+        n.status = Some(NodeStatus {
+            addresses: Some(vec![
+                addr("Hostname", "node-1"),
+                addr("ExternalIP", "203.0.113.7"),
+                addr("InternalIP", "10.0.1.1"),
+                addr("InternalIP", "10.0.1.2"),
+                addr("ExternalIP", "2001:db8::7"),
+            ]),
+            ..NodeStatus::default()
+        });
+        let ips: Vec<String> = primary_ips_of(&n).iter().map(ToString::to_string).collect();
+        assert_eq!(ips, ["10.0.1.1", "2001:db8::7"], "InternalIP first, else ExternalIP");
+        assert!(primary_ips_of(&node("node-1", None)).is_empty());
     }
 
     #[test]

@@ -296,6 +296,18 @@ impl<D: Dataplane> NftSyncer<D> {
         true
     }
 
+    /// Answers node ports on local addresses in these networks now (empty:
+    /// on every local address). Returns whether that is a change; if so the
+    /// next sync is a full one.
+    pub fn set_nodeport_addresses(&mut self, nets: Vec<IpNet>) -> bool {
+        if self.config.nodeport_addresses == nets {
+            return false;
+        }
+        self.config.nodeport_addresses = nets;
+        self.view = None;
+        true
+    }
+
     /// Tells this node's pods from other traffic this way now (the Node's
     /// pod ranges changed, for `NodeCidr`). Returns whether that is a
     /// change; if so the next sync is a full one.

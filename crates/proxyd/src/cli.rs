@@ -205,10 +205,12 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub masquerade_all: bool,
 
-    /// Accept node-port traffic only on local addresses in these CIDRs,
-    /// comma-separated (default: every local address).
-    #[arg(long, value_delimiter = ',', value_name = "CIDR", value_parser = parse_cidr)]
-    pub nodeport_addresses: Vec<ipnet::IpNet>,
+    /// Where node ports answer: `primary` (this node's primary addresses,
+    /// from its Node's status.addresses; every local address while they
+    /// are not known), or local addresses in these CIDRs, comma-separated.
+    /// Never on loopback.
+    #[arg(long, value_delimiter = ',', value_name = "primary|CIDR", default_value = "primary", value_parser = parse_nodeport_address)]
+    pub nodeport_addresses: Vec<NodePortAddress>,
 
     /// The service CIDR(s), comma-separated: traffic to an address in them
     /// that is no service's cluster IP is dropped (kube-proxy reads them
@@ -220,6 +222,24 @@ pub struct ProxyArgs {
     /// (default: the label of this node's Node object, when known).
     #[arg(long)]
     pub node_zone: Option<String>,
+}
+
+/// One value of `--nodeport-addresses`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodePortAddress {
+    /// This node's primary addresses (kube-proxy 1.36's default).
+    Primary,
+    /// Local addresses in this network.
+    Cidr(ipnet::IpNet),
+}
+
+/// `primary` or a CIDR.
+pub fn parse_nodeport_address(s: &str) -> Result<NodePortAddress, String> {
+    if s.trim() == "primary" {
+        Ok(NodePortAddress::Primary)
+    } else {
+        parse_cidr(s).map(NodePortAddress::Cidr)
+    }
 }
 
 /// kube-proxy's `--detect-local-mode`.
@@ -253,9 +273,28 @@ pub fn parse_interface(s: &str) -> Result<String, String> {
 }
 
 impl ProxyArgs {
-    /// What is wrong with the local-traffic flags together.
+    /// Whether node ports answer on this node's primary addresses.
+    pub fn nodeport_primary(&self) -> bool {
+        self.nodeport_addresses.contains(&NodePortAddress::Primary)
+    }
+
+    /// The networks `--nodeport-addresses` names (none for `primary`).
+    pub fn nodeport_cidrs(&self) -> Vec<ipnet::IpNet> {
+        self.nodeport_addresses
+            .iter()
+            .filter_map(|a| match a {
+                NodePortAddress::Cidr(n) => Some(*n),
+                NodePortAddress::Primary => None,
+            })
+            .collect()
+    }
+
+    /// What is wrong with the local-traffic and node-port flags together.
     pub fn detect_local_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
+        if self.nodeport_primary() && self.nodeport_addresses.len() > 1 {
+            problems.push("--nodeport-addresses: primary stands alone, not with CIDRs".into());
+        }
         match self.detect_local_mode {
             DetectLocalMode::BridgeInterface if self.pod_bridge_interface.is_none() => {
                 problems.push("--detect-local-mode BridgeInterface needs --pod-bridge-interface".into());

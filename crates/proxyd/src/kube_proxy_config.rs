@@ -228,17 +228,9 @@ pub fn settings(text: &str) -> Result<(Map<String, Value>, Vec<String>), String>
     {
         out.insert("cluster-cidr".into(), json!(detect.cluster_cidrs));
     }
-    if let Some(list) = &c.node_port_addresses {
-        let cidrs: Vec<&String> = list.iter().filter(|a| a.as_str() != "primary").collect();
-        if cidrs.len() < list.len() {
-            notes.push(
-                "kube-proxy configuration: nodePortAddresses \"primary\": proxyd answers node ports on every local address"
-                    .into(),
-            );
-        }
-        if !cidrs.is_empty() {
-            out.insert("nodeport-addresses".into(), json!(cidrs));
-        }
+    // `primary` or CIDRs, as the flag takes them (null: the default, primary).
+    if let Some(list) = c.node_port_addresses.as_ref().filter(|l| !l.is_empty()) {
+        out.insert("nodeport-addresses".into(), json!(list));
     }
     if let Some(n) = &c.nftables {
         if n.masquerade_all == Some(true) {
@@ -357,7 +349,7 @@ mod tests {
         let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n\
                     clusterCIDR: 10.244.0.0/16,fd00:10:244::/56\nhostnameOverride: node-7\n\
                     healthzBindAddress: 0.0.0.0:10256\nmetricsBindAddress: 0.0.0.0:10249\n\
-                    nodePortAddresses: [primary, 192.168.0.0/24]\n\
+                    nodePortAddresses: [192.168.0.0/24]\n\
                     nftables: {masqueradeAll: true, masqueradeBit: 14, syncPeriod: 1m, minSyncPeriod: 2s}\n\
                     conntrack: {maxPerCore: 0, min: 1000, tcpEstablishedTimeout: 12h, tcpBeLiberal: true}\n\
                     configSyncPeriod: 10m\niptables: {masqueradeAll: false}\n\

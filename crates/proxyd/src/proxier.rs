@@ -90,6 +90,12 @@ impl Proxier {
         self.syncer.set_node_zone(zone)
     }
 
+    /// Answers node ports on these networks (empty: every local address);
+    /// the next sync rewrites the table when that is a change.
+    pub fn set_nodeport_addresses(&mut self, nets: Vec<ipnet::IpNet>) -> bool {
+        self.syncer.set_nodeport_addresses(nets)
+    }
+
     /// Tells this node's pods from the rest this way; the next sync
     /// rewrites the table when that is a change.
     pub fn set_detect_local(&mut self, detector: nft_dataplane::LocalDetector) -> bool {

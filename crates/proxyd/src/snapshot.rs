@@ -41,6 +41,8 @@ pub struct Snapshot {
     /// This Node's pod ranges (`spec.podCIDRs`), for `--detect-local-mode
     /// NodeCIDR`.
     pub node_pod_cidrs: Vec<ipnet::IpNet>,
+    /// This Node's primary addresses, for `--nodeport-addresses primary`.
+    pub node_primary_ips: Vec<std::net::IpAddr>,
 }
 
 /// The node name: --hostname-override, else the kernel's host name.
@@ -83,7 +85,7 @@ pub fn dataplane_config(proxy: &ProxyArgs, source_zone: Option<String>) -> Datap
         cluster_cidrs: proxy.cluster_cidr.clone(),
         detect_local: proxy.local_detector(),
         masquerade_all: proxy.masquerade_all,
-        nodeport_addresses: proxy.nodeport_addresses.clone(),
+        nodeport_addresses: proxy.nodeport_cidrs(),
         service_cidrs: proxy.service_cidr.clone(),
     }
 }
@@ -106,24 +108,28 @@ pub async fn client(source: &SourceArgs) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("cannot build a Kubernetes client")
 }
 
-/// The zone label and pod ranges of node `name`, read from the API; none
-/// (with a warning) when it cannot be read.
-pub async fn api_node(client: &kube::Client, name: &str) -> (Option<String>, Vec<ipnet::IpNet>) {
+/// What proxyd reads of node `name`, from the API.
+type NodeFacts = (Option<String>, Vec<ipnet::IpNet>, Vec<std::net::IpAddr>);
+
+/// The zone label, pod ranges and primary addresses of node `name`, read
+/// from the API; none (with a warning) when it cannot be read.
+pub async fn api_node(client: &kube::Client, name: &str) -> NodeFacts {
     match Api::<Node>::all(client.clone()).get_opt(name).await {
         Ok(Some(node)) => (
             informer_glue::node::zone_of(&node),
             informer_glue::node::pod_cidrs_of(&node),
+            informer_glue::node::primary_ips_of(&node),
         ),
         Ok(None) => {
             tracing::warn!(node = name, "no Node object of this name: topology hints are not used");
-            (None, Vec::new())
+            (None, Vec::new(), Vec::new())
         }
         Err(e) => {
             tracing::warn!(
                 node = name,
                 "cannot read this node's Node ({e}): topology hints are not used"
             );
-            (None, Vec::new())
+            (None, Vec::new(), Vec::new())
         }
     }
 }
@@ -190,11 +196,9 @@ impl Snapshot {
                 Object::Skipped(s) => tracing::debug!("skipped {s}"),
             })?;
             snapshot.node_zone = informer_glue::node::zone_of_named(&nodes, node);
-            snapshot.node_pod_cidrs = nodes
-                .iter()
-                .find(|n| n.metadata.name.as_deref() == Some(node))
-                .map(informer_glue::node::pod_cidrs_of)
-                .unwrap_or_default();
+            let this = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(node));
+            snapshot.node_pod_cidrs = this.map(informer_glue::node::pod_cidrs_of).unwrap_or_default();
+            snapshot.node_primary_ips = this.map(informer_glue::node::primary_ips_of).unwrap_or_default();
             snapshot.service_cidrs = informer_glue::service_cidr::union(cidrs.iter().map(Vec::as_slice));
         } else {
             let client = client(source).await?;
@@ -220,7 +224,7 @@ impl Snapshot {
                     .context("cannot list this node's pods")?
                     .items;
             }
-            (snapshot.node_zone, snapshot.node_pod_cidrs) = api_node(&client, node).await;
+            (snapshot.node_zone, snapshot.node_pod_cidrs, snapshot.node_primary_ips) = api_node(&client, node).await;
             snapshot.service_cidrs = api_service_cidrs(&client).await;
         }
         snapshot.slices = kept;
@@ -362,6 +366,13 @@ pub fn one_shot(
         }
         if let nft_dataplane::LocalDetector::NodeCidr(ranges) = &mut config.detect_local {
             ranges.clone_from(&snapshot.node_pod_cidrs);
+        }
+        if proxy.nodeport_primary() {
+            config.nodeport_addresses = snapshot
+                .node_primary_ips
+                .iter()
+                .map(|ip| ipnet::IpNet::from(*ip))
+                .collect();
         }
         let loaded = Loaded {
             node,

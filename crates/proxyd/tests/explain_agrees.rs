@@ -97,6 +97,7 @@ fn explain_agrees_with_the_table_on_the_example_cluster() {
             pods: Vec::new(),
             service_cidrs: Vec::new(),
             node_pod_cidrs: Vec::new(),
+            node_primary_ips: Vec::new(),
         };
         compared += check(&snapshot, node, zone);
     }
@@ -212,6 +213,7 @@ fn explain_agrees_with_the_table_on_a_generated_trace() {
                 pods: Vec::new(),
                 service_cidrs: Vec::new(),
                 node_pod_cidrs: Vec::new(),
+                node_primary_ips: Vec::new(),
             };
             compared += check(&snapshot, node, zone);
         }

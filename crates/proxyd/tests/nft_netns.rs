@@ -96,6 +96,7 @@ fn example_cluster() -> (Engine, DataplaneConfig) {
         pods: Vec::new(),
         service_cidrs: Vec::new(),
         node_pod_cidrs: Vec::new(),
+        node_primary_ips: Vec::new(),
     };
     let engine = snapshot.engine("node-1", &proxy_args());
     let config = proxyd::snapshot::dataplane_config(&proxy_args(), snapshot.node_zone);
@@ -571,6 +572,7 @@ fn example_cluster_loads_as_ipv6() {
         pods: Vec::new(),
         service_cidrs: Vec::new(),
         node_pod_cidrs: Vec::new(),
+        node_primary_ips: Vec::new(),
     };
     let mut engine = snapshot.engine("node-1", &proxy);
     let config = proxyd::snapshot::dataplane_config(&proxy, None);

@@ -241,6 +241,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             node_zone: state.node_zone.take(),
             service_cidrs: state.service_cidrs.take(),
             node_pod_cidrs: state.node_pod_cidrs.take(),
+            node_primary_ips: state.node_primary_ips.take(),
         };
         let timing = SyncTiming {
             min_interval: args.min_sync_period,

@@ -59,6 +59,8 @@ pub struct SourceState {
     pub service_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
     /// This Node's pod ranges, with `--detect-local-mode NodeCIDR`.
     pub node_pod_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
+    /// This Node's primary addresses, with `--nodeport-addresses primary`.
+    pub node_primary_ips: Option<watch::Receiver<Vec<std::net::IpAddr>>>,
 }
 
 impl SourceState {
@@ -139,6 +141,10 @@ pub fn handlers(
             .as_ref()
             .filter(|_| args.proxy.detect_local_mode == crate::cli::DetectLocalMode::NodeCidr)
             .map(ThisNode::pod_cidrs),
+        node_primary_ips: this_node
+            .as_ref()
+            .filter(|_| args.proxy.nodeport_primary())
+            .map(ThisNode::primary_ips),
     };
     let handlers = Handlers {
         slices: Fanout(slices),

@@ -132,6 +132,8 @@ pub struct SyncLoop {
     pub service_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
     /// This Node's pod ranges (`--detect-local-mode NodeCIDR`).
     pub node_pod_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
+    /// This Node's primary addresses (`--nodeport-addresses primary`).
+    pub node_primary_ips: Option<watch::Receiver<Vec<std::net::IpAddr>>>,
 }
 
 /// The periodic sync also re-asserts the fixed skeleton.
@@ -167,6 +169,9 @@ impl SyncLoop {
                 if let Some(cidrs) = &mut self.service_cidrs {
                     follow_service_cidrs(cidrs, p);
                 }
+                if let Some(ips) = &mut self.node_primary_ips {
+                    follow_primary_ips(ips, p, reason);
+                }
                 if let Some(cidrs) = &mut self.node_pod_cidrs
                     && cidrs.has_changed().unwrap_or(false)
                 {
@@ -201,6 +206,26 @@ fn follow_node_zone(rx: &mut watch::Receiver<Option<String>>, proxiers: &mut [Pr
             zone = zone.as_deref().unwrap_or("(none)"),
             "this node's zone changed: every service is rewritten"
         );
+    }
+}
+
+/// `--nodeport-addresses primary`: node ports answer on the Node's primary
+/// addresses, on every local address while none are known (said once).
+fn follow_primary_ips(rx: &mut watch::Receiver<Vec<std::net::IpAddr>>, proxiers: &mut [Proxier], reason: SyncReason) {
+    let first = reason == SyncReason::Initial;
+    if !first && !rx.has_changed().unwrap_or(false) {
+        return;
+    }
+    let ips = rx.borrow_and_update().clone();
+    if ips.is_empty() {
+        tracing::warn!(
+            "--nodeport-addresses primary: this node's primary addresses are not known (no Node object, or no \
+             addresses in its status): node ports answer on every local address until they are"
+        );
+    }
+    let nets: Vec<ipnet::IpNet> = ips.into_iter().map(ipnet::IpNet::from).collect();
+    for p in proxiers.iter_mut() {
+        p.set_nodeport_addresses(nets.clone());
     }
 }
 

@@ -697,3 +697,33 @@ async fn each_detect_local_mode_tells_pods_from_the_rest() {
         c.stop_proxyd("TERM");
     }
 }
+
+/// `--nodeport-addresses primary`, the default as in kube-proxy 1.36: node
+/// ports answer on the node's primary address (its Node's first
+/// InternalIP), not on its other addresses; while the Node says nothing,
+/// on every local address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+async fn node_ports_answer_on_the_primary_address() {
+    require();
+    let mut c = Cluster::new("primary").await;
+    c.apply(service(
+        "np",
+        json!({"type": "NodePort", "clusterIP": "10.96.0.31",
+               "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30081}]}),
+    ));
+    c.apply(slice("np-1", "np", "http", "TCP", &[Ep::ready(0)], false));
+    c.start_proxyd();
+    // 10.0.11.1: the node's address on pod1's link, reachable from the client.
+    let other = "10.0.11.1";
+    c.eventually("no Node yet: every local address", || {
+        c.tcp(NODE_IP, 30081, 1) == [PODS[0]] && c.tcp(other, 30081, 1) == [PODS[0]]
+    });
+    c.apply(json!({"kind": "Node", "metadata": {"name": "node-1"},
+                   "status": {"addresses": [{"type": "Hostname", "address": "node-1"},
+                                            {"type": "InternalIP", "address": NODE_IP}]}}));
+    c.eventually("only the primary address answers", || {
+        c.tcp(other, 30081, 1) == ["error: ConnectionRefusedError"]
+    });
+    assert_eq!(c.tcp(NODE_IP, 30081, 1), [PODS[0]]);
+}
