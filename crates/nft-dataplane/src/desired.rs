@@ -27,7 +27,8 @@ pub enum Scope {
     Pod,
 }
 
-/// How this node treats traffic: fixed for the life of the process.
+/// How this node treats traffic. A running syncer's changes only through
+/// [`crate::NftSyncer::reconfigure`], and the next sync is then a full one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DataplaneConfig {
     /// The family of this table.

@@ -21,7 +21,6 @@
 //! - any other table (another shape, after a failed apply, unreadable) is
 //!   replaced in one transaction.
 
-use ipnet::IpNet;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
@@ -272,52 +271,25 @@ impl<D: Dataplane> NftSyncer<D> {
         self.filter.as_ref().is_none_or(|f| f(name))
     }
 
-    /// Serves a node now in `zone` (its Node was relabelled). Returns
+    /// Changes the configuration (the Node was relabelled, the cluster's
+    /// ServiceCIDRs or the Node's pod ranges or addresses changed). Returns
     /// whether that is a change; if so the next sync is a full one, as
-    /// kube-proxy's is: any hinted service may now pick other endpoints.
+    /// kube-proxy's is: any service, and the fixed chains, may now be
+    /// written differently.
+    pub fn reconfigure(&mut self, change: impl FnOnce(&mut DataplaneConfig)) -> bool {
+        let mut config = self.config.clone();
+        change(&mut config);
+        if config == self.config {
+            return false;
+        }
+        self.config = config;
+        self.view = None;
+        true
+    }
+
+    /// Serves a node now in `zone` (see [`Self::reconfigure`]).
     pub fn set_node_zone(&mut self, zone: Option<String>) -> bool {
-        if self.config.node_zone == zone {
-            return false;
-        }
-        self.config.node_zone = zone;
-        self.view = None;
-        true
-    }
-
-    /// Guards these service ranges now (the cluster's ServiceCIDRs
-    /// changed). Returns whether that is a change; if so the next sync is a
-    /// full one, rewriting the fixed chains.
-    pub fn set_service_cidrs(&mut self, cidrs: Vec<IpNet>) -> bool {
-        if self.config.service_cidrs == cidrs {
-            return false;
-        }
-        self.config.service_cidrs = cidrs;
-        self.view = None;
-        true
-    }
-
-    /// Answers node ports on local addresses in these networks now (empty:
-    /// on every local address). Returns whether that is a change; if so the
-    /// next sync is a full one.
-    pub fn set_nodeport_addresses(&mut self, nets: Vec<IpNet>) -> bool {
-        if self.config.nodeport_addresses == nets {
-            return false;
-        }
-        self.config.nodeport_addresses = nets;
-        self.view = None;
-        true
-    }
-
-    /// Tells this node's pods from other traffic this way now (the Node's
-    /// pod ranges changed, for `NodeCidr`). Returns whether that is a
-    /// change; if so the next sync is a full one.
-    pub fn set_detect_local(&mut self, detector: crate::desired::LocalDetector) -> bool {
-        if self.config.detect_local == detector {
-            return false;
-        }
-        self.config.detect_local = detector;
-        self.view = None;
-        true
+        self.reconfigure(|c| c.node_zone = zone)
     }
 
     /// The configuration.

@@ -90,22 +90,10 @@ impl Proxier {
         self.syncer.set_node_zone(zone)
     }
 
-    /// Answers node ports on these networks (empty: every local address);
-    /// the next sync rewrites the table when that is a change.
-    pub fn set_nodeport_addresses(&mut self, nets: Vec<ipnet::IpNet>) -> bool {
-        self.syncer.set_nodeport_addresses(nets)
-    }
-
-    /// Tells this node's pods from the rest this way; the next sync
-    /// rewrites the table when that is a change.
-    pub fn set_detect_local(&mut self, detector: nft_dataplane::LocalDetector) -> bool {
-        self.syncer.set_detect_local(detector)
-    }
-
-    /// Guards these service ranges; the next sync rewrites the table when
-    /// that is a change (see [`NftSyncer::set_service_cidrs`]).
-    pub fn set_service_cidrs(&mut self, cidrs: Vec<ipnet::IpNet>) -> bool {
-        self.syncer.set_service_cidrs(cidrs)
+    /// Changes the dataplane's configuration; the next sync rewrites the
+    /// table when that is a change (see [`NftSyncer::reconfigure`]).
+    pub fn reconfigure(&mut self, change: impl FnOnce(&mut DataplaneConfig)) -> bool {
+        self.syncer.reconfigure(change)
     }
 
     /// Changes waiting for the next sync: (endpoint changes, service

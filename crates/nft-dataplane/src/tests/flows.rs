@@ -369,6 +369,11 @@ fn node_ports_answer_on_the_nodeport_addresses() {
 /// external IP 192.168.99.11, node port 3001) and these endpoints on port
 /// 80, as a full sync writes it.
 fn local_lb(eps: &[Ep<'_>]) -> KernelModel {
+    fresh(&local_lb_engine(eps), &config())
+}
+
+/// The service of [`local_lb`], in an engine.
+fn local_lb_engine(eps: &[Ep<'_>]) -> Engine {
     let mut e = Engine::new(IpFamily::V4);
     let tcp = Protocol::Tcp;
     let mut svc = external_local(load_balancer(
@@ -379,7 +384,7 @@ fn local_lb(eps: &[Ep<'_>]) -> KernelModel {
     svc.external_ips = vec!["192.168.99.11".parse().unwrap()];
     e.service(&svc).slice(slice("ns1", "svc1", tcp, 80, eps));
     e.update();
-    fresh(&e, &config())
+    e
 }
 
 #[test]
@@ -714,22 +719,7 @@ fn each_local_traffic_detector_tells_pods_from_the_rest() {
     use crate::desired::LocalDetector;
     use crate::tracer::Interface;
 
-    let mut e = Engine::new(IpFamily::V4);
-    let tcp = Protocol::Tcp;
-    let mut svc = external_local(load_balancer(
-        service("ns1", "svc1", "172.30.0.41", 80, tcp),
-        3001,
-        &["1.2.3.4"],
-    ));
-    svc.external_ips = vec!["192.168.99.11".parse().unwrap()];
-    e.service(&svc).slice(slice(
-        "ns1",
-        "svc1",
-        tcp,
-        80,
-        &[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")],
-    ));
-    e.update();
+    let e = local_lb_engine(&[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")]);
     let mut host = super::support::host(&[NODE_IP]);
     host.interfaces = vec![
         Interface {

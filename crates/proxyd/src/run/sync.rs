@@ -177,7 +177,8 @@ impl SyncLoop {
                 {
                     let ranges = cidrs.borrow_and_update().clone();
                     for proxier in p.iter_mut() {
-                        proxier.set_detect_local(nft_dataplane::LocalDetector::NodeCidr(ranges.clone()));
+                        proxier
+                            .reconfigure(|c| c.detect_local = nft_dataplane::LocalDetector::NodeCidr(ranges.clone()));
                     }
                 }
                 sync_node(reason, p, &self.health, &self.metrics, &self.health_checks).map(|()| Outcome::Done)
@@ -225,7 +226,7 @@ fn follow_primary_ips(rx: &mut watch::Receiver<Vec<std::net::IpAddr>>, proxiers:
     }
     let nets: Vec<ipnet::IpNet> = ips.into_iter().map(ipnet::IpNet::from).collect();
     for p in proxiers.iter_mut() {
-        p.set_nodeport_addresses(nets.clone());
+        p.reconfigure(|c| c.nodeport_addresses.clone_from(&nets));
     }
 }
 
@@ -237,7 +238,7 @@ fn follow_service_cidrs(rx: &mut watch::Receiver<Vec<ipnet::IpNet>>, proxiers: &
     }
     let cidrs = rx.borrow_and_update().clone();
     for p in proxiers.iter_mut() {
-        p.set_service_cidrs(cidrs.clone());
+        p.reconfigure(|c| c.service_cidrs.clone_from(&cidrs));
     }
 }
 
