@@ -55,16 +55,9 @@ fn reject(why: String) -> DataplaneError {
     }
 }
 
-fn family_of(ip: IpAddr) -> IpFamily {
-    match ip {
-        IpAddr::V4(_) => IpFamily::V4,
-        IpAddr::V6(_) => IpFamily::V6,
-    }
-}
-
 /// Whether `key` (and `value`) have the shape `set` holds, in `family`.
 fn fits(family: IpFamily, set: &SetId, e: &Element) -> bool {
-    let addr_ok = |ip: IpAddr| family_of(ip) == family;
+    let addr_ok = |ip: IpAddr| IpFamily::of(&ip) == family;
     let ip_frontend = |f: &Frontend| matches!(f, Frontend::Ip { addr, .. } if addr_ok(*addr));
     let key_ok = match (set, &e.key) {
         (SetId::Canary, Key::Port(_)) => true,

@@ -47,7 +47,7 @@ pub struct SyncOutcome {
     pub observation: SyncObservation,
     /// Services that changed (written, unless a full sync wrote all).
     pub changed: BTreeSet<ServiceName>,
-    /// Stale UDP conntrack flows cleaned up (each a `conntrack -D` filter).
+    /// Stale UDP conntrack flows cleaned up (each deleted over netlink).
     pub conntrack_flows: usize,
     /// Conntrack deletions that failed (logged; retried never: the entries
     /// they aimed at expire on their own).

@@ -59,13 +59,6 @@ impl fmt::Display for Skip {
     }
 }
 
-fn family_of(ip: &IpAddr) -> IpFamily {
-    match ip {
-        IpAddr::V4(_) => IpFamily::V4,
-        IpAddr::V6(_) => IpFamily::V6,
-    }
-}
-
 /// The plan for one pod: the services on networks it is attached to (with
 /// an address of `family` there), and a route per cluster IP.
 pub fn plan_pod(
@@ -85,14 +78,14 @@ pub fn plan_pod(
         let Some(attachment) = pod.attachment(network) else {
             continue;
         };
-        let Some(src) = attachment.ips.iter().find(|ip| family_of(ip) == family) else {
+        let Some(src) = attachment.ips.iter().find(|ip| IpFamily::of(ip) == family) else {
             continue;
         };
         let ports: Vec<_> = services
             .service(service)
             .unwrap_or(&[])
             .iter()
-            .filter(|p| family_of(&p.cluster_ip) == family)
+            .filter(|p| IpFamily::of(&p.cluster_ip) == family)
             .collect();
         if ports.is_empty() {
             continue;
