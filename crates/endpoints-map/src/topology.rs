@@ -61,7 +61,7 @@ pub enum TopologyMode {
     PreferSameZone,
 }
 
-/// Why topology-aware routing was or was not used (for `explain`).
+/// Why topology-aware routing was or was not used, for a proxier to report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TopologyDecision {
     /// Every ready endpoint has a node hint and some are for this node.

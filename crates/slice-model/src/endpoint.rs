@@ -17,7 +17,9 @@ pub trait Endpoint {
     /// Whether the endpoint runs on this proxy's node.
     fn is_local(&self) -> bool;
 
-    /// Ready and not terminating: eligible for new connections.
+    /// The slice's `ready` condition: eligible for new connections. An
+    /// endpoint can be ready and terminating at once; it then counts as
+    /// ready (rule 8 of the crate's rules), as kube-proxy counts it.
     fn is_ready(&self) -> bool;
 
     /// Ready, whether terminating or not: usable as a fallback when a
@@ -67,7 +69,8 @@ pub struct BaseEndpointInfo {
     pub addr: SocketAddr,
     /// Runs on this proxy's node.
     pub is_local: bool,
-    /// Ready and not terminating.
+    /// The slice's `ready` condition (possibly while terminating too, as
+    /// [`Endpoint::is_ready`] says).
     pub ready: bool,
     /// Ready regardless of terminating.
     pub serving: bool,
