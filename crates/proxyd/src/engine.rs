@@ -34,7 +34,7 @@ pub struct EngineUpdate {
 
 /// Locks, ignoring poisoning: the data is plain state that a panicking
 /// holder cannot leave half-written in a way the next update would trip on.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

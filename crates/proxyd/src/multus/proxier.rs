@@ -15,7 +15,7 @@
 //! never stops the others.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use informer_glue::multus::{PodStore, ServiceNetworks};
 use nft_dataplane::conntrack::Flow;
@@ -26,7 +26,7 @@ use super::plan::{PodPlan, Route, plan_pod};
 use super::resolver::{PodNetnsResolver, ResolveError};
 use super::routes::RouteChange;
 use crate::conntrack::ConntrackError;
-use crate::engine::Engine;
+use crate::engine::{Engine, lock};
 use crate::netns::{Netns, NetnsId};
 
 /// What a pod's namespace is changed with: the real commands, a dry run,
@@ -91,10 +91,6 @@ type Planned = (String, PodPlan, Option<BTreeSet<ServiceName>>);
 
 /// How many pods' tables are written at once.
 const WRITERS: usize = 8;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// One family's multus proxier.
 pub struct MultusProxier {
