@@ -287,11 +287,6 @@ impl<D: Dataplane> NftSyncer<D> {
         true
     }
 
-    /// Serves a node now in `zone` (see [`Self::reconfigure`]).
-    pub fn set_node_zone(&mut self, zone: Option<String>) -> bool {
-        self.reconfigure(|c| c.node_zone = zone)
-    }
-
     /// The configuration.
     pub fn config(&self) -> &DataplaneConfig {
         &self.config

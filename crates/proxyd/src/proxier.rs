@@ -84,12 +84,6 @@ impl Proxier {
         &self.health_checks
     }
 
-    /// Serves a node now in `zone`; the next sync rewrites every service
-    /// when that is a change (see [`NftSyncer::set_node_zone`]).
-    pub fn set_node_zone(&mut self, zone: Option<String>) -> bool {
-        self.syncer.set_node_zone(zone)
-    }
-
     /// Changes the dataplane's configuration; the next sync rewrites the
     /// table when that is a change (see [`NftSyncer::reconfigure`]).
     pub fn reconfigure(&mut self, change: impl FnOnce(&mut DataplaneConfig)) -> bool {
@@ -344,12 +338,15 @@ mod tests {
         p.sync(SyncKind::Changes).unwrap();
         assert_eq!(reached(&model), ["10.1.0.1"]);
 
-        assert!(!p.set_node_zone(Some("zone-a".into())), "the same zone is no change");
-        assert!(p.set_node_zone(Some("zone-b".into())));
+        assert!(
+            !p.reconfigure(|c| c.node_zone = Some("zone-a".into())),
+            "the same zone is no change"
+        );
+        assert!(p.reconfigure(|c| c.node_zone = Some("zone-b".into())));
         let out = p.sync(SyncKind::Changes).unwrap();
         assert!(out.report.full, "nothing else changed, yet every service is rewritten");
         assert_eq!(reached(&model), ["10.1.0.2", "10.1.0.3"]);
-        assert!(p.set_node_zone(None));
+        assert!(p.reconfigure(|c| c.node_zone = None));
         p.sync(SyncKind::Changes).unwrap();
         assert_eq!(reached(&model).len(), 3, "no zone: hints are not used");
     }

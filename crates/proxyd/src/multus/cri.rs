@@ -118,7 +118,7 @@ impl Listed {
 
 /// An error and its sources, as one line: tonic's "transport error" alone
 /// does not say that the socket is missing or refused the connection.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

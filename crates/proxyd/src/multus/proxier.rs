@@ -255,7 +255,8 @@ impl MultusProxier {
         };
         let netns = Netns::Path(path);
         let Some(id) = self.backend.identify(&netns) else {
-            self.forget_pod(key);
+            // Gone: nothing in it to clean up.
+            self.state.remove(key);
             return Err(format!(
                 "the pod's network namespace is gone ({})",
                 netns.describe("").trim_end()
@@ -265,7 +266,8 @@ impl MultusProxier {
             && (st.netns != netns || st.netns_id != id)
         {
             tracing::info!(pod = %key, from = ?st.netns, to = ?netns, "the pod's network namespace changed (a new sandbox): programming the new one");
-            self.forget_pod(key);
+            // The old namespace is no longer the pod's: left as it is.
+            self.state.remove(key);
         }
         if !self.state.contains_key(key) {
             let dataplane = self.backend.dataplane(key, &netns);
@@ -281,12 +283,6 @@ impl MultusProxier {
             );
         }
         Ok(())
-    }
-
-    /// Forgets a pod's state without touching its namespace (it is gone,
-    /// or no longer the pod's).
-    fn forget_pod(&mut self, key: &str) {
-        self.state.remove(key);
     }
 
     /// Brings every target pod's namespace in line with the maps.
@@ -339,10 +335,7 @@ impl MultusProxier {
                 st.syncer.set_filter(Box::new(move |n| served.contains(n)));
             }
             let touched: BTreeSet<ServiceName> = update.changed.intersection(&plan.services).cloned().collect();
-            let write = kind == SyncKind::Periodic
-                || !touched.is_empty()
-                || st.syncer.needs_full_sync()
-                || self.pending.contains_key(key);
+            let write = kind == SyncKind::Periodic || !touched.is_empty() || st.syncer.needs_full_sync();
             planned.push((key.clone(), plan, write.then_some(touched)));
         }
 
@@ -360,7 +353,7 @@ impl MultusProxier {
                     let namespace_gone = self.backend.identify(&st.netns) != Some(st.netns_id);
                     let why = if namespace_gone {
                         // Not nft's failure: there was nothing to run it in.
-                        self.forget_pod(&key);
+                        self.state.remove(&key);
                         "the pod's network namespace is gone".to_owned()
                     } else {
                         format!("table not written: {e}")

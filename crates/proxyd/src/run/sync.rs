@@ -161,26 +161,9 @@ impl SyncLoop {
     /// One sync of every family; the error (every family's that failed)
     /// is logged once, by the runner, with its retry.
     pub fn sync(&mut self, reason: SyncReason) -> Result<Outcome, String> {
+        self.follow_sources(reason);
         match &mut self.proxiers {
             Proxiers::Node(p) => {
-                if let Some(zone) = &mut self.node_zone {
-                    follow_node_zone(zone, p, reason);
-                }
-                if let Some(cidrs) = &mut self.service_cidrs {
-                    follow_service_cidrs(cidrs, p);
-                }
-                if let Some(ips) = &mut self.node_primary_ips {
-                    follow_primary_ips(ips, p, reason);
-                }
-                if let Some(cidrs) = &mut self.node_pod_cidrs
-                    && cidrs.has_changed().unwrap_or(false)
-                {
-                    let ranges = cidrs.borrow_and_update().clone();
-                    for proxier in p.iter_mut() {
-                        proxier
-                            .reconfigure(|c| c.detect_local = nft_dataplane::LocalDetector::NodeCidr(ranges.clone()));
-                    }
-                }
                 sync_node(reason, p, &self.health, &self.metrics, &self.health_checks).map(|()| Outcome::Done)
             }
             // Pods' tables do not read topology hints.
@@ -189,56 +172,55 @@ impl SyncLoop {
     }
 }
 
-/// A relabelled Node reaches the proxiers here: each rewrites its table on
-/// this sync when its zone changed.
-fn follow_node_zone(rx: &mut watch::Receiver<Option<String>>, proxiers: &mut [Proxier], reason: SyncReason) {
-    // The proxiers start without a zone; the source's first report (before
-    // the first sync) is a change like any later one.
-    if !rx.has_changed().unwrap_or(false) {
-        return;
-    }
-    let zone = rx.borrow_and_update().clone();
-    let mut changed = false;
-    for p in proxiers.iter_mut() {
-        changed |= p.set_node_zone(zone.clone());
-    }
-    if changed && reason != SyncReason::Initial {
-        tracing::info!(
-            zone = zone.as_deref().unwrap_or("(none)"),
-            "this node's zone changed: every service is rewritten"
-        );
-    }
+/// The receiver's value when it changed since the last look (or
+/// `always`).
+fn changed<T: Clone>(rx: &mut Option<watch::Receiver<T>>, always: bool) -> Option<T> {
+    let rx = rx.as_mut()?;
+    (always || rx.has_changed().unwrap_or(false)).then(|| rx.borrow_and_update().clone())
 }
 
-/// `--nodeport-addresses primary`: node ports answer on the Node's primary
-/// addresses, on every local address while none are known (said once).
-fn follow_primary_ips(rx: &mut watch::Receiver<Vec<std::net::IpAddr>>, proxiers: &mut [Proxier], reason: SyncReason) {
-    let first = reason == SyncReason::Initial;
-    if !first && !rx.has_changed().unwrap_or(false) {
-        return;
-    }
-    let ips = rx.borrow_and_update().clone();
-    if ips.is_empty() {
-        tracing::warn!(
-            "--nodeport-addresses primary: this node's primary addresses are not known (no Node object, or no \
-             addresses in its status): node ports answer on every local address until they are"
-        );
-    }
-    let nets: Vec<ipnet::IpNet> = ips.into_iter().map(ipnet::IpNet::from).collect();
-    for p in proxiers.iter_mut() {
-        p.reconfigure(|c| c.nodeport_addresses.clone_from(&nets));
-    }
-}
-
-/// New ServiceCIDR ranges reach the proxiers here: each rewrites its
-/// table's fixed chains on this sync when they changed.
-fn follow_service_cidrs(rx: &mut watch::Receiver<Vec<ipnet::IpNet>>, proxiers: &mut [Proxier]) {
-    if !rx.has_changed().unwrap_or(false) {
-        return;
-    }
-    let cidrs = rx.borrow_and_update().clone();
-    for p in proxiers.iter_mut() {
-        p.reconfigure(|c| c.service_cidrs.clone_from(&cidrs));
+impl SyncLoop {
+    /// What the sources report besides Services and slices (this Node's
+    /// zone, pod ranges and primary addresses, the ServiceCIDRs) reaches
+    /// the node's proxiers here: each rewrites its table on this sync when
+    /// its configuration changed.
+    fn follow_sources(&mut self, reason: SyncReason) {
+        let Proxiers::Node(proxiers) = &mut self.proxiers else {
+            return;
+        };
+        let first = reason == SyncReason::Initial;
+        let mut reconfigure = |change: &dyn Fn(&mut DataplaneConfig)| {
+            proxiers.iter_mut().fold(false, |any, p| p.reconfigure(change) | any)
+        };
+        // The proxiers start without a zone; the source's first report
+        // (before the first sync) is a change like any later one.
+        if let Some(zone) = changed(&mut self.node_zone, false)
+            && reconfigure(&|c| c.node_zone.clone_from(&zone))
+            && !first
+        {
+            tracing::info!(
+                zone = zone.as_deref().unwrap_or("(none)"),
+                "this node's zone changed: every service is rewritten"
+            );
+        }
+        if let Some(cidrs) = changed(&mut self.service_cidrs, false) {
+            reconfigure(&|c| c.service_cidrs.clone_from(&cidrs));
+        }
+        if let Some(ranges) = changed(&mut self.node_pod_cidrs, false) {
+            reconfigure(&|c| c.detect_local = nft_dataplane::LocalDetector::NodeCidr(ranges.clone()));
+        }
+        // `--nodeport-addresses primary`: on every local address while the
+        // Node's primary addresses are not known (said at the first sync).
+        if let Some(ips) = changed(&mut self.node_primary_ips, first) {
+            if ips.is_empty() {
+                tracing::warn!(
+                    "--nodeport-addresses primary: this node's primary addresses are not known (no Node object, or \
+                     no addresses in its status): node ports answer on every local address until they are"
+                );
+            }
+            let nets: Vec<ipnet::IpNet> = ips.into_iter().map(ipnet::IpNet::from).collect();
+            reconfigure(&|c| c.nodeport_addresses.clone_from(&nets));
+        }
     }
 }
 
