@@ -979,6 +979,41 @@ fn run_without_permission_for_nft_says_so_and_stops() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Runs `proxyd run` on the example's services with these flags, through
+/// `ip WRAP…` when `wrap` is given (`netns exec NS`: proxyd inside the
+/// namespace), until its table is in `ns`; stops it (SIGTERM, exit 0) and
+/// returns its log.
+fn run_until_first_sync(ns: &Netns, wrap: &[&str], flags: &[&str]) -> String {
+    let dir = std::env::temp_dir().join(format!("proxyd-first-sync-{}-{}", ns.0, std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    std::fs::copy(example.join("services.yaml"), dir.join("services.yaml")).unwrap();
+    let log = dir.join("proxyd.log");
+    let mut cmd = if wrap.is_empty() {
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+    } else {
+        let mut c = Command::new("ip");
+        c.args(wrap).arg(env!("CARGO_BIN_EXE_proxyd"));
+        c
+    };
+    let mut child = KillOnDrop(
+        cmd.args(["run", "--hostname-override", "node-1"])
+            .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+            .args(flags)
+            .arg("--manifests")
+            .arg(dir.join("services.yaml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    eventually("the first sync", || has_table(ns));
+    assert!(common::terminate(&mut child, "TERM").success());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    text
+}
+
 /// kube-proxy's conntrack settings, made by proxyd at startup in the
 /// network namespace it runs in, read back from the kernel: the timeouts
 /// (per namespace) are set; the table size, which only the host's
@@ -988,10 +1023,6 @@ fn run_without_permission_for_nft_says_so_and_stops() {
 fn conntrack_settings_are_made_at_startup() {
     require();
     let ns = Netns::new("sysctl");
-    let dir = std::env::temp_dir().join(format!("proxyd-sysctl-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
-    std::fs::copy(example.join("services.yaml"), dir.join("services.yaml")).unwrap();
     let read = |name: &str| -> u64 {
         ns.exec("cat", &[&format!("/proc/sys/net/netfilter/{name}")])
             .trim()
@@ -1000,27 +1031,16 @@ fn conntrack_settings_are_made_at_startup() {
     };
     // The kernel's defaults in a fresh namespace.
     assert_eq!(read("nf_conntrack_tcp_timeout_established"), 432_000);
-    let log = dir.join("proxyd.log");
-    let mut child = KillOnDrop(
-        Command::new("ip")
-            .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_proxyd")])
-            .args(["run", "--hostname-override", "node-1"])
-            .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
-            .args(["--conntrack-udp-timeout", "45s", "--conntrack-tcp-be-liberal"])
-            .arg("--manifests")
-            .arg(dir.join("services.yaml"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
+    // proxyd itself in the namespace: the settings are its namespace's.
+    let text = run_until_first_sync(
+        &ns,
+        &["netns", "exec", &ns.0],
+        &["--conntrack-udp-timeout", "45s", "--conntrack-tcp-be-liberal"],
     );
-    eventually("the first sync", || has_table(&ns));
     assert_eq!(read("nf_conntrack_tcp_timeout_established"), 86_400, "24h");
     assert_eq!(read("nf_conntrack_tcp_timeout_close_wait"), 3600, "1h");
     assert_eq!(read("nf_conntrack_tcp_be_liberal"), 1);
     assert_eq!(read("nf_conntrack_udp_timeout"), 45);
-    assert!(common::terminate(&mut child, "TERM").success());
-    let text = std::fs::read_to_string(&log).unwrap();
     let warnings: Vec<&str> = text.lines().filter(|l| l.contains("conntrack settings left")).collect();
     if read("nf_conntrack_max") != 131_072 {
         // The usual kernel: the table size is the host's alone.
@@ -1030,7 +1050,6 @@ fn conntrack_settings_are_made_at_startup() {
     } else {
         assert!(warnings.is_empty(), "{text}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Switching from kube-proxy: its rules on the node (its nftables table,
@@ -1090,25 +1109,7 @@ fn kube_proxys_rules_are_found_and_removed() {
     ns.exec("ip6tables-nft", &["-t", "nat", "-N", "KUBE-SERVICES"]);
 
     // At startup: one warning, naming what it found.
-    let dir = std::env::temp_dir().join(format!("proxyd-kp-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
-    std::fs::copy(example.join("services.yaml"), dir.join("services.yaml")).unwrap();
-    let log = dir.join("proxyd.log");
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_proxyd"))
-            .args(["run", "--hostname-override", "node-1", "--netns", &ns.0])
-            .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
-            .arg("--manifests")
-            .arg(dir.join("services.yaml"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    eventually("the first sync", || has_table(&ns));
-    assert!(common::terminate(&mut child, "TERM").success());
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = run_until_first_sync(&ns, &[], &["--netns", &ns.0]);
     let warnings: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("kube-proxy's rules are on this node"))
@@ -1155,5 +1156,4 @@ fn kube_proxys_rules_are_found_and_removed() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("no rules of kube-proxy's here"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
