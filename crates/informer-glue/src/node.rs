@@ -19,6 +19,17 @@ use tokio::sync::{Notify, watch};
 
 use crate::fold::EventHandler;
 
+/// Sends `value` when it differs from what `tx` holds; whether it did.
+pub(crate) fn send_if_new<T: PartialEq>(tx: &watch::Sender<T>, value: T) -> bool {
+    tx.send_if_modified(|now| {
+        let differs = *now != value;
+        if differs {
+            *now = value;
+        }
+        differs
+    })
+}
+
 /// The label that holds a node's zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
@@ -142,10 +153,7 @@ impl ThisNode {
 
     /// Records whether the node is eligible; says so when it changes.
     pub fn set_eligible(&self, eligible: bool) {
-        if self
-            .eligible
-            .send_if_modified(|now| std::mem::replace(now, eligible) != eligible)
-        {
+        if send_if_new(&self.eligible, eligible) {
             if eligible {
                 tracing::info!(node = %self.node, "this node is eligible for load balancer traffic again: /healthz follows the proxy's health");
             } else {
@@ -166,13 +174,7 @@ impl ThisNode {
     /// they change.
     pub fn set_pod_cidrs(&self, cidrs: Vec<ipnet::IpNet>) {
         let text: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
-        if self.pod_cidrs.send_if_modified(|now| {
-            let differs = *now != cidrs;
-            if differs {
-                *now = cidrs;
-            }
-            differs
-        }) {
+        if send_if_new(&self.pod_cidrs, cidrs) {
             tracing::info!(node = %self.node, pod_cidrs = %text.join(","), "node pod ranges");
             self.changed.notify_one();
         }
@@ -187,10 +189,7 @@ impl ThisNode {
     /// change.
     pub fn set_primary_ips(&self, ips: Vec<std::net::IpAddr>) {
         let text: Vec<String> = ips.iter().map(ToString::to_string).collect();
-        if self
-            .primary_ips
-            .send_if_modified(|now| std::mem::replace(now, ips.clone()) != ips)
-        {
+        if send_if_new(&self.primary_ips, ips) {
             tracing::info!(node = %self.node, addresses = %text.join(","), "node primary addresses");
             self.changed.notify_one();
         }
@@ -217,13 +216,7 @@ impl ThisNode {
     /// Records the zone the source reports; says so and wakes the sync
     /// loop when it differs from the one before.
     pub fn set(&self, zone: Option<String>) -> bool {
-        let changed = self.zone.send_if_modified(|now| {
-            let differs = *now != zone;
-            if differs {
-                now.clone_from(&zone);
-            }
-            differs
-        });
+        let changed = send_if_new(&self.zone, zone.clone());
         if changed {
             tracing::info!(node = %self.node, zone = zone.as_deref().unwrap_or("(none)"), "node zone");
             self.changed.notify_one();

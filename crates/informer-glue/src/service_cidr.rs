@@ -69,13 +69,7 @@ impl ServiceCidrs {
     /// loop when it differs from the one before.
     pub fn set(&self, cidrs: Vec<IpNet>) {
         let text: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
-        if self.cidrs.send_if_modified(|now| {
-            let differs = *now != cidrs;
-            if differs {
-                *now = cidrs;
-            }
-            differs
-        }) {
+        if crate::node::send_if_new(&self.cidrs, cidrs) {
             tracing::info!(cidrs = %text.join(","), "service CIDRs");
             self.changed.notify_one();
         }
