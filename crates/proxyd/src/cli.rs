@@ -14,9 +14,9 @@ pub struct Cli {
     #[command(flatten)]
     pub log: crate::logging::LogArgs,
 
-    /// Read flags from a YAML file (a mapping of long flag names to values,
-    /// e.g. `cluster-cidr: 10.244.0.0/16`); flags given on the command line
-    /// win.
+    /// Read settings from a YAML file: a mapping of long flag names to
+    /// values (e.g. `cluster-cidr: 10.244.0.0/16`), or kube-proxy's
+    /// KubeProxyConfiguration; flags given on the command line win.
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -457,8 +457,7 @@ pub struct KubeProxyArgs {
 
     /// The process's oom_score_adj, in [-1000, 1000] (kube-proxy's -999:
     /// the kernel's OOM killer picks proxyd last).
-    #[arg(long, default_value_t = -999, allow_negative_numbers = true,
-          value_parser = clap::value_parser!(i32).range(-1000..=1000))]
+    #[arg(long, default_value_t = -999, allow_negative_numbers = true, value_parser = parse_oom_score_adj)]
     pub oom_score_adj: i32,
 
     /// Stop when --healthz-bind-address or --metrics-bind-address cannot be
@@ -483,8 +482,16 @@ pub struct KubeProxyArgs {
     pub kube_api_content_type: String,
 }
 
+/// `--oom-score-adj`: a whole number in [-1000, 1000].
+pub fn parse_oom_score_adj(s: &str) -> Result<i32, String> {
+    match s.trim().parse::<i32>() {
+        Ok(n) if (-1000..=1000).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number in [-1000, 1000]")),
+    }
+}
+
 /// `--proxy-mode`: nftables (or empty, kube-proxy's "the default").
-fn parse_proxy_mode(s: &str) -> Result<String, String> {
+pub fn parse_proxy_mode(s: &str) -> Result<String, String> {
     match s {
         "" | "nftables" => Ok("nftables".into()),
         other => Err(format!(
