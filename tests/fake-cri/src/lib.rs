@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_cri::v1;
-use k8s_cri::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use cri_api::v1;
+use cri_api::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::{UnboundedReceiverStream, UnixListenerStream};
@@ -316,120 +316,6 @@ impl RuntimeService for Service {
             "remove_pod_sandbox: not part of the fake runtime",
         ))
     }
-    async fn create_container(
-        &self,
-        _: Request<v1::CreateContainerRequest>,
-    ) -> Result<Response<v1::CreateContainerResponse>, Status> {
-        Err(Status::unimplemented("create_container: not part of the fake runtime"))
-    }
-    async fn start_container(
-        &self,
-        _: Request<v1::StartContainerRequest>,
-    ) -> Result<Response<v1::StartContainerResponse>, Status> {
-        Err(Status::unimplemented("start_container: not part of the fake runtime"))
-    }
-    async fn stop_container(
-        &self,
-        _: Request<v1::StopContainerRequest>,
-    ) -> Result<Response<v1::StopContainerResponse>, Status> {
-        Err(Status::unimplemented("stop_container: not part of the fake runtime"))
-    }
-    async fn remove_container(
-        &self,
-        _: Request<v1::RemoveContainerRequest>,
-    ) -> Result<Response<v1::RemoveContainerResponse>, Status> {
-        Err(Status::unimplemented("remove_container: not part of the fake runtime"))
-    }
-    async fn list_containers(
-        &self,
-        _: Request<v1::ListContainersRequest>,
-    ) -> Result<Response<v1::ListContainersResponse>, Status> {
-        Err(Status::unimplemented("list_containers: not part of the fake runtime"))
-    }
-    async fn container_status(
-        &self,
-        _: Request<v1::ContainerStatusRequest>,
-    ) -> Result<Response<v1::ContainerStatusResponse>, Status> {
-        Err(Status::unimplemented("container_status: not part of the fake runtime"))
-    }
-    async fn update_container_resources(
-        &self,
-        _: Request<v1::UpdateContainerResourcesRequest>,
-    ) -> Result<Response<v1::UpdateContainerResourcesResponse>, Status> {
-        Err(Status::unimplemented(
-            "update_container_resources: not part of the fake runtime",
-        ))
-    }
-    async fn reopen_container_log(
-        &self,
-        _: Request<v1::ReopenContainerLogRequest>,
-    ) -> Result<Response<v1::ReopenContainerLogResponse>, Status> {
-        Err(Status::unimplemented(
-            "reopen_container_log: not part of the fake runtime",
-        ))
-    }
-    async fn exec_sync(&self, _: Request<v1::ExecSyncRequest>) -> Result<Response<v1::ExecSyncResponse>, Status> {
-        Err(Status::unimplemented("exec_sync: not part of the fake runtime"))
-    }
-    async fn exec(&self, _: Request<v1::ExecRequest>) -> Result<Response<v1::ExecResponse>, Status> {
-        Err(Status::unimplemented("exec: not part of the fake runtime"))
-    }
-    async fn attach(&self, _: Request<v1::AttachRequest>) -> Result<Response<v1::AttachResponse>, Status> {
-        Err(Status::unimplemented("attach: not part of the fake runtime"))
-    }
-    async fn port_forward(
-        &self,
-        _: Request<v1::PortForwardRequest>,
-    ) -> Result<Response<v1::PortForwardResponse>, Status> {
-        Err(Status::unimplemented("port_forward: not part of the fake runtime"))
-    }
-    async fn container_stats(
-        &self,
-        _: Request<v1::ContainerStatsRequest>,
-    ) -> Result<Response<v1::ContainerStatsResponse>, Status> {
-        Err(Status::unimplemented("container_stats: not part of the fake runtime"))
-    }
-    async fn list_container_stats(
-        &self,
-        _: Request<v1::ListContainerStatsRequest>,
-    ) -> Result<Response<v1::ListContainerStatsResponse>, Status> {
-        Err(Status::unimplemented(
-            "list_container_stats: not part of the fake runtime",
-        ))
-    }
-    async fn pod_sandbox_stats(
-        &self,
-        _: Request<v1::PodSandboxStatsRequest>,
-    ) -> Result<Response<v1::PodSandboxStatsResponse>, Status> {
-        Err(Status::unimplemented("pod_sandbox_stats: not part of the fake runtime"))
-    }
-    async fn list_pod_sandbox_stats(
-        &self,
-        _: Request<v1::ListPodSandboxStatsRequest>,
-    ) -> Result<Response<v1::ListPodSandboxStatsResponse>, Status> {
-        Err(Status::unimplemented(
-            "list_pod_sandbox_stats: not part of the fake runtime",
-        ))
-    }
-    async fn update_runtime_config(
-        &self,
-        _: Request<v1::UpdateRuntimeConfigRequest>,
-    ) -> Result<Response<v1::UpdateRuntimeConfigResponse>, Status> {
-        Err(Status::unimplemented(
-            "update_runtime_config: not part of the fake runtime",
-        ))
-    }
-    async fn status(&self, _: Request<v1::StatusRequest>) -> Result<Response<v1::StatusResponse>, Status> {
-        Err(Status::unimplemented("status: not part of the fake runtime"))
-    }
-    async fn checkpoint_container(
-        &self,
-        _: Request<v1::CheckpointContainerRequest>,
-    ) -> Result<Response<v1::CheckpointContainerResponse>, Status> {
-        Err(Status::unimplemented(
-            "checkpoint_container: not part of the fake runtime",
-        ))
-    }
     async fn get_container_events(
         &self,
         _: Request<v1::GetEventsRequest>,
@@ -443,27 +329,5 @@ impl RuntimeService for Service {
         let (tx, rx) = mpsc::unbounded_channel();
         state.subscribers.push(tx);
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
-    }
-    async fn list_metric_descriptors(
-        &self,
-        _: Request<v1::ListMetricDescriptorsRequest>,
-    ) -> Result<Response<v1::ListMetricDescriptorsResponse>, Status> {
-        Err(Status::unimplemented(
-            "list_metric_descriptors: not part of the fake runtime",
-        ))
-    }
-    async fn list_pod_sandbox_metrics(
-        &self,
-        _: Request<v1::ListPodSandboxMetricsRequest>,
-    ) -> Result<Response<v1::ListPodSandboxMetricsResponse>, Status> {
-        Err(Status::unimplemented(
-            "list_pod_sandbox_metrics: not part of the fake runtime",
-        ))
-    }
-    async fn runtime_config(
-        &self,
-        _: Request<v1::RuntimeConfigRequest>,
-    ) -> Result<Response<v1::RuntimeConfigResponse>, Status> {
-        Err(Status::unimplemented("runtime_config: not part of the fake runtime"))
     }
 }

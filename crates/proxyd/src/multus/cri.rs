@@ -14,11 +14,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use informer_glue::multus::PodInfo;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use k8s_cri::v1::{
+use cri_api::v1::runtime_service_client::RuntimeServiceClient;
+use cri_api::v1::{
     ListPodSandboxRequest, PodSandboxFilter, PodSandboxState, PodSandboxStateValue, PodSandboxStatusRequest,
 };
+use informer_glue::multus::PodInfo;
 use serde_json::Value;
 use tonic::transport::{Channel, Endpoint};
 
@@ -102,7 +102,7 @@ struct Listed {
 }
 
 impl Listed {
-    fn new(mut sb: k8s_cri::v1::PodSandbox) -> Self {
+    fn new(mut sb: cri_api::v1::PodSandbox) -> Self {
         let meta = sb.metadata.unwrap_or_default();
         let mut label = |key: &str, fallback: String| sb.labels.remove(key).unwrap_or(fallback);
         Self {

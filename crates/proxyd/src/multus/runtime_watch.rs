@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_cri::v1::{ContainerEventResponse, GetEventsRequest, VersionRequest};
+use cri_api::v1::{ContainerEventResponse, GetEventsRequest, VersionRequest};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -117,7 +117,7 @@ pub async fn follow_runtime(runtime: CriResolver, wake: Arc<Notify>, shutdown: C
 
 #[cfg(test)]
 mod tests {
-    use k8s_cri::v1::PodSandboxStatus;
+    use cri_api::v1::PodSandboxStatus;
 
     use super::*;
 
