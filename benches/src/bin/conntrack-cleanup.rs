@@ -12,8 +12,9 @@ use std::net::IpAddr;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
-use proxyd::conntrack::{Conntrack, Flow, NetlinkConntrack};
-use proxyd::netns::Netns;
+use linux_dataplane::Netns;
+use linux_dataplane::{Conntrack, NetlinkConntrack};
+use nft_dataplane::conntrack::Flow;
 use proxyd_benches::ScratchNetns;
 use slice_model::IpFamily;
 

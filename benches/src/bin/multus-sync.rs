@@ -14,9 +14,9 @@ use std::process::{Command, ExitCode};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use endpoints_map::Engine;
 use informer_glue::multus::{Attachment, NetworkName, PodInfo, PodStore, ServiceNetworks};
 use nft_dataplane::SyncKind;
-use proxyd::engine::Engine;
 use proxyd::multus::backend::Commands;
 use proxyd::multus::{MultusProxier, NetnsDir};
 use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, SliceEndpoint};

@@ -13,8 +13,9 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
 use std::process::ExitCode;
 
-use proxyd::dataplane::{DataplaneConfig, NftCommand, NftSyncer, Recording, SyncKind, SyncReport};
-use proxyd::engine::Engine;
+use endpoints_map::Engine;
+use linux_dataplane::NftCommand;
+use nft_dataplane::{DataplaneConfig, NftSyncer, Recording, SyncKind, SyncReport};
 use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, SliceEndpoint};
 
 fn service(i: u32) -> ServiceInfo {
@@ -68,7 +69,7 @@ fn main() -> ExitCode {
             std::fs::write(&path, text).map_err(|e| e.to_string())?;
         }
         let dp = NftCommand {
-            netns: proxyd::netns::Netns::Named(ns.clone()),
+            netns: linux_dataplane::Netns::Named(ns.clone()),
         };
         let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), dp);
         let mut sync = |engine: &mut Engine| {

@@ -16,7 +16,15 @@
 
 /// `runtime.v1`: messages, `runtime_service_client` and
 /// `runtime_service_server`.
-#[allow(missing_docs, clippy::all, clippy::pedantic, reason = "generated code")]
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    rustdoc::invalid_html_tags,
+    rustdoc::bare_urls,
+    rustdoc::broken_intra_doc_links,
+    reason = "generated code, its docs the proto's comments"
+)]
 pub mod v1 {
     include!("runtime.v1.rs");
 }

@@ -1,11 +1,13 @@
 #![doc = include_str!("../README.md")]
 
+mod engine;
 mod map;
 pub mod reference;
 mod services;
 mod stale;
 pub mod topology;
 
+pub use engine::{Engine, EngineUpdate};
 pub use map::{EndpointsMap, ServiceEndpoint, UpdateResult};
 pub use services::{ServicesMap, ServicesUpdateResult};
 

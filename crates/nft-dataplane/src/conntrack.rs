@@ -17,7 +17,7 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use endpoints_map::{ServicesMap, ServicesUpdateResult, UpdateResult};
+use endpoints_map::{EngineUpdate, ServicesMap};
 use slice_model::{IpFamily, Protocol};
 
 /// One set of UDP conntrack entries to delete.
@@ -91,9 +91,10 @@ impl Flow {
     }
 }
 
-/// The entries one sync's changes make stale: `endpoints` and `services`
-/// are the reports of the maps' updates, `map` the services after them.
-pub fn plan(endpoints: &UpdateResult, services: &ServicesUpdateResult, map: &ServicesMap) -> Vec<Flow> {
+/// The entries one sync's changes make stale: `update` is what the
+/// engine's update reported, `map` the services after it.
+pub fn plan(update: &EngineUpdate, map: &ServicesMap) -> Vec<Flow> {
+    let (endpoints, services) = (&update.endpoints, &update.services);
     let mut flows = BTreeSet::new();
     for name in &endpoints.stale_service_names {
         let Some(p) = map.get(name).filter(|p| p.name.protocol == Protocol::Udp) else {
@@ -139,4 +140,89 @@ pub fn plan(endpoints: &UpdateResult, services: &ServicesUpdateResult, map: &Ser
         flows.insert(Flow::ToAddress { addr: *addr });
     }
     flows.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU16;
+
+    use slice_model::{
+        EndpointSlice, Protocol, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint, SliceName,
+    };
+
+    use super::*;
+    use endpoints_map::Engine;
+
+    fn dns(node_port: bool) -> ServiceInfo {
+        let mut s = ServiceInfo::new(ServiceName::new("ns", "dns"));
+        s.cluster_ips = vec!["10.96.0.10".parse().unwrap()];
+        s.external_ips = vec!["192.0.2.1".parse().unwrap()];
+        if node_port {
+            s.service_type = ServiceType::NodePort;
+        }
+        s.ports = vec![ServicePort {
+            name: "dns".into(),
+            protocol: Protocol::Udp,
+            port: NonZeroU16::new(53).unwrap(),
+            node_port: NonZeroU16::new(30053),
+        }];
+        s
+    }
+
+    fn slice(ips: &[&str]) -> EndpointSlice {
+        let mut s = EndpointSlice::new("ns", "dns-1", "dns")
+            .unwrap()
+            .with_port("dns", Protocol::Udp, 53);
+        for ip in ips {
+            s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()));
+        }
+        s
+    }
+
+    #[test]
+    fn stale_services_endpoints_and_deleted_ips() {
+        let mut e = Engine::new("node-1", IpFamily::V4);
+        e.update_service(&dns(true));
+        e.update();
+        // First endpoint: entries to every frontend may black-hole.
+        e.update_slice(slice(&["10.1.0.1"]));
+        let u = e.update();
+        assert_eq!(
+            plan(&u, &e.services),
+            [
+                Flow::ToFrontend {
+                    addr: "10.96.0.10".parse().unwrap(),
+                    port: 53
+                },
+                Flow::ToFrontend {
+                    addr: "192.0.2.1".parse().unwrap(),
+                    port: 53
+                },
+                Flow::ToNodePort { port: 30053 },
+            ]
+        );
+        // The endpoint is replaced: entries DNATed to it go.
+        e.update_slice(slice(&["10.1.0.2"]));
+        let u = e.update();
+        let flows = plan(&u, &e.services);
+        assert_eq!(flows.len(), 3, "{flows:?}");
+        assert!(flows.contains(&Flow::NodePortToEndpoint {
+            port: 30053,
+            endpoint: "10.1.0.1".parse().unwrap()
+        }));
+        assert_eq!(
+            flows[0].args(IpFamily::V4).join(" "),
+            "-D -f ipv4 -p udp --orig-dst 10.96.0.10 --orig-port-dst 53 --dst-nat 10.1.0.1"
+        );
+        // The service goes: its cluster IP's entries go.
+        e.remove_service(&ServiceName::new("ns", "dns"));
+        e.remove_slice(&SliceName::new("ns", "dns-1"));
+        let u = e.update();
+        assert_eq!(
+            plan(&u, &e.services),
+            [Flow::ToAddress {
+                addr: "10.96.0.10".parse().unwrap()
+            }]
+        );
+    }
 }

@@ -7,10 +7,11 @@ use nft_dataplane::names::{POD_TABLE, TABLE};
 use slice_model::IpFamily;
 
 use crate::cli::CleanupArgs;
-use crate::dataplane::{NftCommand, Transaction};
 use crate::multus::PodBackend;
 use crate::multus::backend::Commands;
-use crate::netns::Netns;
+use linux_dataplane::Netns;
+use linux_dataplane::NftCommand;
+use nft_dataplane::Transaction;
 
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
 /// entries are left to time out: deleting them would cut live connections.

@@ -45,7 +45,16 @@ pub struct Parsed {
 /// Parses the command line and merges its `--config` file in: clap's error
 /// on a bad flag, a message naming the file and the setting on a bad file.
 pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Parsed, clap::Error> {
-    let mut cmd = Cli::command();
+    let mut cmd = command();
+    // A later flag replaces an earlier one (as kube-proxy's flags do), but a
+    // second file would hide the first's settings: that is an error.
+    let is_config = |a: &&std::ffi::OsString| a.to_string_lossy().split('=').next() == Some("--config");
+    if args.iter().filter(is_config).count() > 1 {
+        return Err(cmd.error(
+            clap::error::ErrorKind::ArgumentConflict,
+            "--config is given more than once: give one file",
+        ));
+    }
     let matches = cmd.try_get_matches_from_mut(args)?;
     let mut cli = Cli::from_arg_matches(&matches)?;
     let Some(path) = cli.config.clone() else {
@@ -57,6 +66,16 @@ pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Parsed, clap::Error> {
         .apply(&matches, &mut cli)
         .map_err(|m| bad(format!("--config {}: {m}", path.display())))?;
     Ok(Parsed { cli, notes })
+}
+
+/// The clap command, with a later flag replacing an earlier one.
+fn command() -> clap::Command {
+    let mut cmd = Cli::command();
+    let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_owned()).collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, |s| s.args_override_self(true));
+    }
+    cmd
 }
 
 /// Reads and decodes a `--config` file (either format), with notes on what
@@ -507,10 +526,10 @@ mod tests {
         let a = write("masquerade-all: true\n# a\n");
         let b = write("cluster-cidr: [10.9.0.0/16]\n# the second file\n");
         let e = error(&["proxyd", "run", "--config", &a, "--config", &b]);
-        assert!(
-            e.contains("--config") && e.contains("cannot be used multiple times"),
-            "{e}"
-        );
+        assert!(e.contains("--config is given more than once"), "{e}");
+        // Other flags: the last one wins, as kube-proxy's do.
+        let args = run(&["proxyd", "run", "--sync-period", "5s", "--sync-period", "7s"]);
+        assert_eq!(args.sync_period, Duration::from_secs(7));
     }
 
     #[test]

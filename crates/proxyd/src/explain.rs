@@ -22,11 +22,11 @@ use slice_model::{
 };
 
 use crate::cli::ExplainArgs;
-use crate::dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_service};
-use crate::dataplane::fragment;
-use crate::engine::Engine;
 use crate::snapshot::{Snapshot, is_slice_of, one_shot, slices_of};
+use endpoints_map::Engine;
+use nft_dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_service};
 use nft_dataplane::element::proto;
+use nft_dataplane::fragment;
 use nft_dataplane::names::FamilyWords;
 
 /// `proxyd explain` from the command line.

@@ -15,12 +15,12 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::dataplane::NftCommand;
-use crate::netns::Netns;
+use linux_dataplane::Netns;
+use linux_dataplane::NftCommand;
 
 /// The iptables tables kube-proxy writes to.
 const IPTABLES_TABLES: [&str; 3] = ["nat", "filter", "mangle"];
@@ -79,15 +79,12 @@ fn short_list(names: &[String]) -> String {
 /// Runs `program args` in `netns`; its standard output, or why not.
 fn output(netns: &Netns, program: &str, args: &[&str]) -> Result<String, String> {
     let out = netns
-        .command(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", netns.describe(program)))?;
+        .run(|| Command::new(program).args(args).stdin(Stdio::null()).output())
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot run {program} ({netns}): {e}"))?;
     if !out.status.success() {
         return Err(format!(
-            "{} {}: {}",
-            netns.describe(program),
+            "{program} {} ({netns}): {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         ));
@@ -250,19 +247,21 @@ pub fn remove(netns: &Netns, found: &Leftovers) -> Result<Vec<String>, String> {
     for ((command, table), chains) in &found.iptables_legacy {
         let save = output(netns, &format!("{command}-save"), &["-t", table])?;
         let restore = format!("{command}-restore");
-        let mut child = netns
-            .command(&restore)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run {restore}: {e}"))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(without_kube(&save).as_bytes())
-                .map_err(|e| format!("{restore}: {e}"))?;
-        }
-        let out = child.wait_with_output().map_err(|e| format!("{restore}: {e}"))?;
+        let input = without_kube(&save);
+        let out = netns
+            .run(|| {
+                let mut child = Command::new(&restore)
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::piped())
+                    .spawn()?;
+                if let Some(mut stdin) = child.stdin.take() {
+                    stdin.write_all(input.as_bytes())?;
+                }
+                child.wait_with_output()
+            })
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("{restore}: {e}"))?;
         if !out.status.success() {
             return Err(format!("{restore}: {}", String::from_utf8_lossy(&out.stderr).trim()));
         }

@@ -4,26 +4,34 @@
 //! reach the same code the binary runs.
 //!
 //! ```text
-//!  cli       clap arguments, one struct per subcommand
-//!  replay    `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
-//!            ─► EndpointsMap ─► one JSON line per sync (docs/replay-format.md)
-//!  engine    the caches and maps every command drives
-//!  snapshot  one read of the cluster (manifests or API) into an engine
-//!  run       `proxyd run`: watches or --manifests ─► engine ─► sync loop
+//!  cli, config      the command line; --config files (proxyd's and
+//!                   kube-proxy's KubeProxyConfiguration), merged into it
+//!  kube_proxy_config  KubeProxyConfiguration -> settings
+//!  logging          the tracing subscriber and its filter
+//!  replay           `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
+//!                   ─► EndpointsMap ─► one JSON line per sync (docs/replay-format.md)
+//!  snapshot         one read of the cluster (manifests or API) into an Engine
+//!  run              `proxyd run`: sources ─► engines ─► the sync thread
 //!  manifest_source  --manifests polled, checked, streamed in as relists
-//!            ─► NftSyncer (partial syncs) ─► nft
-//!  render    `proxyd render`: the ruleset and a services table
-//!  explain   `proxyd explain`: why each endpoint is or isn't used
-//!  sync_runner  when to sync (min/max interval, retry with backoff)
-//!  dataplane    desired state ─► fragments ─► nft text ─► one transaction
+//!  sync_runner      when to sync (min/max interval, retry with backoff)
+//!  proxier          one family's sync: engine update ─► NftSyncer ─► conntrack
+//!  multus           multus mode: per-pod plans, namespaces from the runtime
+//!                   (CRI), per-pod tables and routes
+//!  health, metrics, http  /healthz, /livez, /metrics and their server
+//!  sysctls          kube-proxy's conntrack settings at startup
+//!  kube_proxy       kube-proxy's leftovers: found, warned about, removed
+//!  render, explain  `proxyd render` and `proxyd explain`
+//!  cleanup          `proxyd cleanup`
 //! ```
+//!
+//! The engine (`endpoints_map::Engine`), the dataplane's plans
+//! (`nft_dataplane`) and everything that touches the host
+//! (`linux_dataplane`: nft, netlink, namespaces, routes) are library
+//! crates of their own.
 
 pub mod cleanup;
 pub mod cli;
 pub mod config;
-pub mod conntrack;
-pub mod dataplane;
-pub mod engine;
 pub mod explain;
 pub mod health;
 pub mod http;
@@ -33,8 +41,6 @@ pub mod logging;
 pub mod manifest_source;
 pub mod metrics;
 pub mod multus;
-pub mod netlink;
-pub mod netns;
 pub mod proxier;
 pub mod render;
 pub mod replay;
@@ -42,3 +48,10 @@ pub mod run;
 pub mod snapshot;
 pub mod sync_runner;
 pub mod sysctls;
+
+/// Locks, ignoring poisoning: the data behind proxyd's locks is plain
+/// state that a panicking holder cannot leave half-written in a way the
+/// next user would trip on.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

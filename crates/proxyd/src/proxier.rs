@@ -12,10 +12,10 @@ use std::time::{Instant, SystemTime};
 use endpoints_map::topology::TrafficPolicies;
 use slice_model::{IpFamily, ServiceName};
 
-use crate::conntrack::{self, Conntrack, Flow};
-use crate::dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, SyncReport};
-use crate::engine::Engine;
 use crate::metrics::SyncObservation;
+use endpoints_map::Engine;
+use linux_dataplane::conntrack::{Conntrack, Flow};
+use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, SyncReport};
 
 /// Per service: its health-check node port and local ready endpoints.
 pub type HealthChecks = BTreeMap<ServiceName, (u16, usize)>;
@@ -51,7 +51,7 @@ pub struct SyncOutcome {
     pub conntrack_flows: usize,
     /// Conntrack deletions that failed (logged; retried never: the entries
     /// they aimed at expire on their own).
-    pub conntrack_errors: Vec<conntrack::ConntrackError>,
+    pub conntrack_errors: Vec<linux_dataplane::ConntrackError>,
 }
 
 impl Proxier {
@@ -113,7 +113,7 @@ impl Proxier {
         for p in ports {
             let eps = self.engine.endpoints.get(&p.name).unwrap_or(&[]);
             let policies = TrafficPolicies::of(p);
-            let c = crate::dataplane::desired::choose(p, eps, &config);
+            let c = nft_dataplane::desired::choose(p, eps, &config);
             let no_local = c.local.as_ref().is_some_and(Vec::is_empty) && c.has_any_endpoints;
             if no_local && p.internal_policy_local {
                 counts.0 += 1;
@@ -138,7 +138,7 @@ impl Proxier {
         let started = Instant::now();
         let update = self.engine.update();
         self.pending_flows
-            .extend(conntrack::plan(&update, &self.engine.services));
+            .extend(nft_dataplane::conntrack::plan(&update, &self.engine.services));
         self.pending_triggers
             .extend(update.endpoints.last_change_trigger_times.values().flatten().copied());
         self.pending_endpoint_changes += update.endpoints.changed_services.len() as u64;
@@ -196,26 +196,26 @@ mod tests {
     use slice_model::{EndpointSlice, Protocol, ServiceInfo, ServicePort, ServiceType, SliceEndpoint, TrafficPolicy};
 
     use super::*;
-    use crate::conntrack::RecordingConntrack;
-    use crate::dataplane::Recording;
+    use linux_dataplane::conntrack::RecordingConntrack;
+    use nft_dataplane::Recording;
 
     /// Shares a recording dataplane/conntrack with the test.
     struct Shared<T>(Arc<Mutex<T>>);
 
     impl Dataplane for Shared<Recording> {
-        fn apply(&mut self, tx: &crate::dataplane::Transaction) -> Result<usize, DataplaneError> {
+        fn apply(&mut self, tx: &nft_dataplane::Transaction) -> Result<usize, DataplaneError> {
             self.0.lock().unwrap().apply(tx)
         }
     }
 
     impl Dataplane for Shared<nft_dataplane::KernelModel> {
-        fn apply(&mut self, tx: &crate::dataplane::Transaction) -> Result<usize, DataplaneError> {
+        fn apply(&mut self, tx: &nft_dataplane::Transaction) -> Result<usize, DataplaneError> {
             self.0.lock().unwrap().apply(tx)
         }
     }
 
     impl Conntrack for Shared<RecordingConntrack> {
-        fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<conntrack::ConntrackError>) {
+        fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<linux_dataplane::ConntrackError>) {
             self.0.lock().unwrap().delete(family, flows)
         }
     }
@@ -317,7 +317,7 @@ mod tests {
                 ..DataplaneConfig::new(IpFamily::V4)
             },
             Box::new(Shared(model.clone())),
-            Box::new(crate::conntrack::NoConntrack),
+            Box::new(linux_dataplane::conntrack::NoConntrack),
         );
         let mut svc = lb();
         svc.service_type = ServiceType::ClusterIp;

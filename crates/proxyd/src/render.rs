@@ -9,11 +9,11 @@ use endpoints_map::topology::TopologyMode;
 use slice_model::{BaseEndpointInfo, ServicePortInfo};
 
 use crate::cli::RenderArgs;
-use crate::dataplane::desired::{EndpointGroup, GroupVerdict};
-use crate::dataplane::{DataplaneConfig, NftSyncer, Recording, ServiceTarget, SyncKind};
-use crate::engine::Engine;
 use crate::snapshot::one_shot;
+use endpoints_map::Engine;
+use nft_dataplane::desired::{EndpointGroup, GroupVerdict};
 use nft_dataplane::element::proto;
+use nft_dataplane::{DataplaneConfig, NftSyncer, Recording, ServiceTarget, SyncKind};
 
 /// `proxyd render` from the command line.
 pub fn main(args: RenderArgs) -> ExitCode {
@@ -97,7 +97,7 @@ fn frontends_text(t: &ServiceTarget) -> String {
 }
 
 fn notes(port: &ServicePortInfo, endpoints: &[BaseEndpointInfo], config: &DataplaneConfig) -> String {
-    let chosen = crate::dataplane::desired::choose(port, endpoints, config);
+    let chosen = nft_dataplane::desired::choose(port, endpoints, config);
     let mut notes = Vec::new();
     if port.internal_policy_local {
         notes.push("internal Local".to_owned());

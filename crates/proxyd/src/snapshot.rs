@@ -21,8 +21,8 @@ use kube::runtime::watcher::Event;
 use slice_model::ServiceName;
 
 use crate::cli::{ProxyArgs, SourceArgs};
-use crate::dataplane::DataplaneConfig;
-use crate::engine::Engine;
+use endpoints_map::Engine;
+use nft_dataplane::DataplaneConfig;
 
 /// The objects of a cluster at one moment.
 #[derive(Debug, Default)]

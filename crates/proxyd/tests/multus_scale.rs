@@ -11,15 +11,15 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU16;
 use std::sync::{Arc, Mutex};
 
+use endpoints_map::Engine;
 use informer_glue::multus::{Attachment, NetworkName, PodInfo, PodStore, ServiceNetworks};
+use linux_dataplane::ConntrackError;
+use linux_dataplane::Netns as NetnsPath;
+use linux_dataplane::RouteChange;
 use nft_dataplane::conntrack::Flow;
 use nft_dataplane::{Dataplane, DataplaneError, SyncKind, Transaction};
-use proxyd::conntrack::ConntrackError;
-use proxyd::engine::Engine;
 use proxyd::multus::backend::Commands;
-use proxyd::multus::routes::RouteChange;
 use proxyd::multus::{MultusProxier, NetnsDir, PodBackend, Route};
-use proxyd::netns::Netns as NetnsPath;
 use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint};
 
 mod common;
@@ -66,7 +66,7 @@ impl PodBackend for Counting {
         netns: &NetnsPath,
         family: IpFamily,
         want: &BTreeSet<Route>,
-    ) -> Result<RouteChange, String> {
+    ) -> Result<RouteChange, linux_dataplane::RouteError> {
         self.inner.routes(pod, netns, family, want)
     }
 
@@ -80,7 +80,12 @@ impl PodBackend for Counting {
         self.inner.conntrack(pod, netns, family, flows)
     }
 
-    fn remove_table(&mut self, pod: &str, netns: &NetnsPath, family: IpFamily) -> Result<(), String> {
+    fn remove_table(
+        &mut self,
+        pod: &str,
+        netns: &NetnsPath,
+        family: IpFamily,
+    ) -> Result<(), nft_dataplane::DataplaneError> {
         self.inner.remove_table(pod, netns, family)
     }
 }

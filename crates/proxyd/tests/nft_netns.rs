@@ -15,14 +15,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use endpoints_map::Engine;
+use linux_dataplane::{NftCommand, NftNetlink, WatchedNft};
 use nft_dataplane::element::{Element, Key};
 use nft_dataplane::names::{ChainId, SetId};
+use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind};
 use nft_dataplane::{Op, Transaction};
 use proxyd::cli::ProxyArgs;
-use proxyd::dataplane::{
-    Dataplane, DataplaneConfig, DataplaneError, NftCommand, NftNetlink, NftSyncer, SyncKind, WatchedNft,
-};
-use proxyd::engine::Engine;
 use proxyd::snapshot::Snapshot;
 use serde_json::Value;
 use slice_model::{
@@ -40,12 +39,12 @@ impl Netns {
 
     fn dataplane(&self) -> NftCommand {
         NftCommand {
-            netns: proxyd::netns::Netns::Named(self.0.clone()),
+            netns: linux_dataplane::Netns::Named(self.0.clone()),
         }
     }
 
     fn watched(&self) -> WatchedNft {
-        WatchedNft::new(proxyd::netns::Netns::Named(self.0.clone()))
+        WatchedNft::new(linux_dataplane::Netns::Named(self.0.clone()))
     }
 
     /// The table as nft reports it, normalised: set elements sorted, rules
@@ -126,7 +125,7 @@ fn slice(ns: &str, service: &str, name: &str, port: u16, ips: &[&str]) -> Endpoi
 }
 
 /// A periodic sync with no changes; panics if it fails.
-fn periodic<D: Dataplane>(syncer: &mut NftSyncer<D>, engine: &Engine) -> proxyd::dataplane::SyncReport {
+fn periodic<D: Dataplane>(syncer: &mut NftSyncer<D>, engine: &Engine) -> nft_dataplane::SyncReport {
     syncer
         .sync(
             &engine.services,
@@ -137,7 +136,7 @@ fn periodic<D: Dataplane>(syncer: &mut NftSyncer<D>, engine: &Engine) -> proxyd:
         .unwrap()
 }
 
-fn sync<D: Dataplane>(syncer: &mut NftSyncer<D>, engine: &mut Engine) -> proxyd::dataplane::SyncReport {
+fn sync<D: Dataplane>(syncer: &mut NftSyncer<D>, engine: &mut Engine) -> nft_dataplane::SyncReport {
     let changed = engine.update().changed;
     syncer
         .sync(&engine.services, &engine.endpoints, &changed, SyncKind::Changes)
@@ -305,7 +304,7 @@ fn an_idle_periodic_sync_runs_no_nft_and_repairs_what_others_commit() {
     require();
     let (mut engine, config) = example_cluster();
     let ns = Netns::new("idle");
-    let netns = proxyd::netns::Netns::Named(ns.0.clone());
+    let netns = linux_dataplane::Netns::Named(ns.0.clone());
     let mut netlink = NftNetlink::open(&netns).unwrap();
     let mut syncer = NftSyncer::new(config, WatchedNft::new(netns));
     let changed = engine.update().changed;
@@ -468,7 +467,7 @@ fn udp_flows_to(ns: &Netns, endpoint: &str) -> usize {
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
     require();
-    use proxyd::conntrack::NetlinkConntrack;
+    use linux_dataplane::NetlinkConntrack;
     use proxyd::proxier::Proxier;
 
     let ns = Netns::new("conntrack");
@@ -489,7 +488,7 @@ fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
         Engine::new("node-1", IpFamily::V4),
         DataplaneConfig::new(IpFamily::V4),
         Box::new(ns.dataplane()),
-        Box::new(NetlinkConntrack::new(proxyd::netns::Netns::Named(ns.0.clone()))),
+        Box::new(NetlinkConntrack::new(linux_dataplane::Netns::Named(ns.0.clone()))),
     );
     p.engine.update_service(&dns);
     p.engine.update_slice(udp_slice("10.1.0.1"));

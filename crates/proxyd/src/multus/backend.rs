@@ -4,17 +4,17 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use nft_dataplane::Dataplane;
 use nft_dataplane::conntrack::Flow;
 use nft_dataplane::names::POD_TABLE;
+use nft_dataplane::{Dataplane, DataplaneError};
 use slice_model::IpFamily;
 
-use super::plan::Route;
 use super::proxier::PodBackend;
-use super::routes::{self, RouteChange};
-use crate::conntrack::{Conntrack, ConntrackError, NetlinkConntrack};
-use crate::dataplane::{DryRun, NftCommand};
-use crate::netns::Netns;
+use linux_dataplane::Netns;
+use linux_dataplane::Route;
+use linux_dataplane::routes::{self, RouteChange, RouteError};
+use linux_dataplane::{Conntrack, ConntrackError, NetlinkConntrack};
+use linux_dataplane::{DryRun, NftCommand};
 
 /// `nft`, `ip` and netlink conntrack inside each pod's namespace.
 #[derive(Clone, Copy, Debug, Default)]
@@ -34,7 +34,7 @@ impl PodBackend for Commands {
         netns: &Netns,
         family: IpFamily,
         want: &BTreeSet<Route>,
-    ) -> Result<RouteChange, String> {
+    ) -> Result<RouteChange, RouteError> {
         routes::reconcile(netns, family, want)
     }
 
@@ -45,12 +45,9 @@ impl PodBackend for Commands {
         NetlinkConntrack::new(netns.clone()).delete(family, flows)
     }
 
-    fn remove_table(&mut self, _pod: &str, netns: &Netns, family: IpFamily) -> Result<(), String> {
+    fn remove_table(&mut self, _pod: &str, netns: &Netns, family: IpFamily) -> Result<(), DataplaneError> {
         let tx = nft_dataplane::Transaction::remove_table(family, POD_TABLE);
-        NftCommand { netns: netns.clone() }
-            .apply_text(&tx.text())
-            .map(drop)
-            .map_err(|e| e.to_string())
+        NftCommand { netns: netns.clone() }.apply_text(&tx.text()).map(drop)
     }
 }
 
@@ -71,7 +68,7 @@ impl PodBackend for DryRunPods {
         })
     }
 
-    fn routes(&mut self, pod: &str, _: &Netns, _: IpFamily, want: &BTreeSet<Route>) -> Result<RouteChange, String> {
+    fn routes(&mut self, pod: &str, _: &Netns, _: IpFamily, want: &BTreeSet<Route>) -> Result<RouteChange, RouteError> {
         for r in want {
             tracing::info!(pod = %pod, "dry run: route {r}");
         }
@@ -82,7 +79,7 @@ impl PodBackend for DryRunPods {
         (0, Vec::new())
     }
 
-    fn remove_table(&mut self, pod: &str, _: &Netns, _: IpFamily) -> Result<(), String> {
+    fn remove_table(&mut self, pod: &str, _: &Netns, _: IpFamily) -> Result<(), DataplaneError> {
         tracing::info!(pod = %pod, "dry run: table {POD_TABLE} removed");
         Ok(())
     }

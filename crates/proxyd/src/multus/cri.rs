@@ -149,6 +149,9 @@ pub struct CriResolver {
     namespaces: HashMap<String, PathBuf>,
     /// Why the runtime cannot be asked, while it cannot: said once.
     down: Option<String>,
+    /// The async runtime it was made in, whose I/O drives the gRPC calls
+    /// the sync thread makes.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl CriResolver {
@@ -163,6 +166,7 @@ impl CriResolver {
             listed: Err("not listed yet".into()),
             namespaces: HashMap::new(),
             down: None,
+            runtime: tokio::runtime::Handle::try_current().ok(),
         })
     }
 
@@ -364,12 +368,19 @@ impl CriResolver {
         self.find_async(pod).await
     }
 
-    /// Runs `f` on this resolver from the sync, which runs on the async
-    /// runtime's worker threads: the call waits there for the runtime.
+    /// Runs `f` on this resolver from a sync: from the sync thread (no
+    /// async runtime there) on the runtime it was made in; from a worker
+    /// of a runtime, in place.
     fn block_on<T>(&mut self, f: impl AsyncFnOnce(&mut Self) -> Result<T, ResolveError>) -> Result<T, ResolveError> {
-        let handle = tokio::runtime::Handle::try_current()
-            .map_err(|e| ResolveError::Unavailable(format!("no async runtime to ask the container runtime: {e}")))?;
-        tokio::task::block_in_place(|| handle.block_on(f(self)))
+        if let Ok(here) = tokio::runtime::Handle::try_current() {
+            return tokio::task::block_in_place(|| here.block_on(f(self)));
+        }
+        let Some(runtime) = self.runtime.clone() else {
+            return Err(ResolveError::Unavailable(
+                "no async runtime to ask the container runtime".into(),
+            ));
+        };
+        runtime.block_on(f(self))
     }
 }
 

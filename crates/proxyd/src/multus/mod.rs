@@ -19,7 +19,6 @@ pub mod cri;
 pub mod plan;
 pub mod proxier;
 pub mod resolver;
-pub mod routes;
 pub mod runtime_watch;
 pub mod view;
 

@@ -3,30 +3,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::IpAddr;
 
 use endpoints_map::ServicesMap;
 use informer_glue::multus::{NetworkName, PodInfo};
 use slice_model::{IpFamily, ServiceName};
 
-/// A route to a cluster IP through a pod's secondary interface, with that
-/// interface's address as source (else the pod's packets, and the replies,
-/// would use its primary network).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Route {
-    /// The cluster IP (a /32 or /128 route).
-    pub dest: IpAddr,
-    /// The pod's interface on the service's network.
-    pub dev: String,
-    /// That interface's address.
-    pub src: IpAddr,
-}
-
-impl fmt::Display for Route {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} dev {} src {}", self.dest, self.dev, self.src)
-    }
-}
+pub use linux_dataplane::Route;
 
 /// What one pod's namespace should hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -17,17 +17,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
+use endpoints_map::Engine;
 use informer_glue::multus::{PodStore, ServiceNetworks};
+use linux_dataplane::{ConntrackError, Netns, NetnsId, RouteChange, RouteError};
 use nft_dataplane::conntrack::Flow;
-use nft_dataplane::{Dataplane, DataplaneConfig, NftSyncer, SyncKind};
+use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind};
 use slice_model::{IpFamily, ServiceName};
 
 use super::plan::{PodPlan, Route, plan_pod};
 use super::resolver::{PodNetnsResolver, ResolveError};
-use super::routes::RouteChange;
-use crate::conntrack::ConntrackError;
-use crate::engine::{Engine, lock};
-use crate::netns::{Netns, NetnsId};
+use crate::lock;
 
 /// What a pod's namespace is changed with: the real commands, a dry run,
 /// or (in tests) models.
@@ -41,11 +40,11 @@ pub trait PodBackend: Send {
         netns: &Netns,
         family: IpFamily,
         want: &BTreeSet<Route>,
-    ) -> Result<RouteChange, String>;
+    ) -> Result<RouteChange, RouteError>;
     /// Deletes conntrack entries in the namespace.
     fn conntrack(&mut self, pod: &str, netns: &Netns, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>);
     /// Removes proxyd's table of `family` from the namespace.
-    fn remove_table(&mut self, pod: &str, netns: &Netns, family: IpFamily) -> Result<(), String>;
+    fn remove_table(&mut self, pod: &str, netns: &Netns, family: IpFamily) -> Result<(), DataplaneError>;
     /// Which namespace `netns` names now; `None` when it is gone.
     fn identify(&mut self, netns: &Netns) -> Option<NetnsId> {
         netns.identity()
@@ -173,10 +172,13 @@ impl MultusProxier {
         if let Some(st) = self.state.remove(key) {
             // Routes first, so that once the table is gone they are too. The
             // namespace may have gone with the pod: nothing to remove then.
-            let cleared = self
-                .backend
-                .routes(key, &st.netns, self.family, &BTreeSet::new())
-                .and_then(|_| self.backend.remove_table(key, &st.netns, self.family));
+            let cleared = match self.backend.routes(key, &st.netns, self.family, &BTreeSet::new()) {
+                Ok(_) => self
+                    .backend
+                    .remove_table(key, &st.netns, self.family)
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
             if let Err(e) = cleared {
                 tracing::debug!(pod = %key, "nothing removed from its namespace: {e}");
             }
@@ -257,10 +259,7 @@ impl MultusProxier {
         let Some(id) = self.backend.identify(&netns) else {
             // Gone: nothing in it to clean up.
             self.state.remove(key);
-            return Err(format!(
-                "the pod's network namespace is gone ({})",
-                netns.describe("").trim_end()
-            ));
+            return Err(format!("the pod's network namespace is gone ({netns})"));
         };
         if let Some(st) = self.state.get(key)
             && (st.netns != netns || st.netns_id != id)
@@ -298,7 +297,7 @@ impl MultusProxier {
         for key in gone_pods {
             self.drop_pod(&key);
         }
-        let stale_flows = crate::conntrack::plan(&update, &self.engine.services);
+        let stale_flows = nft_dataplane::conntrack::plan(&update, &self.engine.services);
         // One look at the runtime for the whole sync; a failure shows in
         // each lookup below.
         let _ = self.resolver.refresh();

@@ -13,13 +13,13 @@ use nft_dataplane::{Dataplane, DataplaneError, KernelModel, SyncKind, Transactio
 use proptest::prelude::*;
 use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint, SliceName};
 
-use super::plan::Route;
 use super::proxier::{MultusProxier, PodBackend};
 use super::resolver::{PodNetnsResolver, ResolveError};
-use super::routes::RouteChange;
-use crate::conntrack::ConntrackError;
-use crate::engine::Engine;
-use crate::netns::{Netns, NetnsId};
+use endpoints_map::Engine;
+use linux_dataplane::ConntrackError;
+use linux_dataplane::Route;
+use linux_dataplane::{Netns, NetnsId};
+use linux_dataplane::{RouteChange, RouteError};
 
 /// Every pod's namespace, as models: tables and routes by namespace
 /// path, counts by pod.
@@ -78,11 +78,18 @@ impl PodBackend for Fake {
         })
     }
 
-    fn routes(&mut self, _: &str, netns: &Netns, _: IpFamily, want: &BTreeSet<Route>) -> Result<RouteChange, String> {
+    fn routes(
+        &mut self,
+        _: &str,
+        netns: &Netns,
+        _: IpFamily,
+        want: &BTreeSet<Route>,
+    ) -> Result<RouteChange, RouteError> {
         let mut w = self.0.lock().unwrap();
         let path = path_of(netns);
         if w.dead.contains(&path) {
-            return Err(format!("{path}: No such file or directory"));
+            let source = std::io::Error::from(std::io::ErrorKind::NotFound);
+            return Err(RouteError::Netns(linux_dataplane::NetnsError::Open { path, source }));
         }
         let have = w.routes.entry(path).or_default();
         let change = RouteChange {
@@ -99,7 +106,7 @@ impl PodBackend for Fake {
         (flows.len() as u64, Vec::new())
     }
 
-    fn remove_table(&mut self, _: &str, netns: &Netns, _: IpFamily) -> Result<(), String> {
+    fn remove_table(&mut self, _: &str, netns: &Netns, _: IpFamily) -> Result<(), nft_dataplane::DataplaneError> {
         self.0.lock().unwrap().kernels.remove(&path_of(netns));
         Ok(())
     }

@@ -49,7 +49,7 @@ pub fn render_pods(
                 r.dest,
                 r.dev,
                 r.src,
-                super::routes::ROUTE_PROTO
+                linux_dataplane::routes::ROUTE_PROTO
             );
         }
         out.push('\n');

@@ -26,20 +26,24 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use endpoints_map::Engine;
+use linux_dataplane::{Netns, NftCommand};
+use nft_dataplane::DataplaneError;
 use slice_model::IpFamily;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
-use crate::dataplane::{DataplaneError, Netns, NftCommand};
-use crate::engine::Engine;
 use crate::health::{ProxierHealth, ServiceHealth};
 use crate::http::{Reply, serve};
 use crate::metrics::{CONTENT_TYPE, Metrics};
 use crate::proxier::HealthChecks;
 use crate::snapshot::{node_name, selection};
-use crate::sync_runner::{SyncRunner, SyncTiming};
+use crate::sync_runner::{Outcome, SyncReason, SyncRunner, SyncTiming};
+
+/// What one sync on the sync thread came to.
+type SyncResult = Result<Outcome, String>;
 
 pub use sync::families_text;
 
@@ -159,19 +163,25 @@ fn set_conntrack(args: &RunArgs) {
 /// may not change the ruleset (not root, no CAP_NET_ADMIN), says so now
 /// instead of failing every sync.
 fn check_nft(netns: &Netns) -> Result<(), String> {
-    let nft = netns.describe("nft");
+    let nft = match netns {
+        Netns::Current => "nft".to_owned(),
+        other => format!("nft ({other})"),
+    };
+    // Whether the kernel lets this process change nftables is asked of the
+    // kernel (an EPERM over netlink), not read from nft's messages.
+    let denied = || {
+        linux_dataplane::NftNetlink::open(netns)
+            .and_then(|mut n| n.generation().map(drop))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    };
     match (NftCommand { netns: netns.clone() }).check_access() {
         Ok(_) => Ok(()),
         Err(DataplaneError::Spawn { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Err(format!(
             "{nft}: not found; install nftables (Debian: apt-get install nftables), or use --dry-run"
         )),
-        Err(DataplaneError::Rejected { stderr, .. })
-            if stderr.contains("Operation not permitted") || stderr.contains("Permission denied") =>
-        {
-            Err(format!(
-                "{nft} may not change the ruleset ({stderr}): run proxyd as root or with CAP_NET_ADMIN, or use --dry-run"
-            ))
-        }
+        Err(DataplaneError::Rejected { stderr, .. }) if denied() => Err(format!(
+            "{nft} may not change the ruleset ({stderr}): run proxyd as root or with CAP_NET_ADMIN, or use --dry-run"
+        )),
         Err(e) => Err(format!("{nft} --check: {e}")),
     }
 }
@@ -248,12 +258,39 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             max_interval: args.sync_period,
             ..SyncTiming::default()
         };
+        // The syncs run on a thread of their own (they wait on nft and on
+        // netlink); the runner here decides when, and hands each over.
+        let (to_sync, syncs) = std::sync::mpsc::channel::<(SyncReason, oneshot::Sender<SyncResult>)>();
+        let sync_thread = std::thread::Builder::new()
+            .name("proxyd-sync".into())
+            .spawn(move || {
+                for (reason, reply) in syncs {
+                    let _ = reply.send(sync_loop.sync(reason));
+                }
+            })
+            .map_err(|e| anyhow::anyhow!("cannot start the sync thread: {e}"))?;
+        let stopped = shutdown.clone();
         SyncRunner::new(timing, sync_needed)
             .run(
-                |reason| std::future::ready(sync_loop.sync(reason)),
+                |reason| {
+                    let (reply, result) = oneshot::channel();
+                    let sent = to_sync.send((reason, reply));
+                    let stopped = stopped.clone();
+                    async move {
+                        sent.map_err(|_| "the sync thread stopped".to_owned())?;
+                        result.await.unwrap_or_else(|_| {
+                            stopped.cancel();
+                            Err("the sync thread stopped".to_owned())
+                        })
+                    }
+                },
                 shutdown.clone().cancelled_owned(),
             )
             .await;
+        drop(to_sync);
+        if let Err(panic) = sync_thread.join() {
+            std::panic::resume_unwind(panic);
+        }
     }
     shutdown.cancel();
     tasks.close();

@@ -22,10 +22,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
-use crate::engine::Engine;
 use crate::manifest_source::{self, ServiceSink};
 use crate::metrics::Metrics;
 use crate::snapshot::client;
+use endpoints_map::Engine;
 
 /// The handlers of a run, before a source drives them.
 pub struct Handlers {

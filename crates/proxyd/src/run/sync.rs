@@ -10,9 +10,6 @@ use slice_model::{IpFamily, ServiceName};
 use tokio::sync::watch;
 
 use crate::cli::RunArgs;
-use crate::conntrack::{Conntrack, NetlinkConntrack, NoConntrack};
-use crate::dataplane::{Dataplane, DataplaneConfig, DryRun, Netns, SyncKind, WatchedNft};
-use crate::engine::Engine;
 use crate::health::ProxierHealth;
 use crate::metrics::{Metrics, SyncObservation};
 use crate::multus::backend::{Commands, DryRunPods};
@@ -20,6 +17,10 @@ use crate::multus::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use crate::proxier::{HealthChecks, Proxier};
 use crate::snapshot::dataplane_config;
 use crate::sync_runner::{Outcome, SyncReason};
+use endpoints_map::Engine;
+use linux_dataplane::{Conntrack, NetlinkConntrack, NoConntrack};
+use linux_dataplane::{DryRun, Netns, WatchedNft};
+use nft_dataplane::{Dataplane, DataplaneConfig, SyncKind};
 
 /// The proxiers of a run: the node's tables, or (multus) pods' tables.
 pub enum Proxiers {

@@ -1,10 +1,11 @@
-//! [`Engine`]: the caches and maps every command drives, and one update
-//! step that reports which services changed.
+//! [`Engine`]: a proxier's change trackers (slices and services, shared
+//! with whatever feeds them) and its maps, with one update step that
+//! applies everything pending and says which services changed.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use endpoints_map::{EndpointsMap, ServicesMap, ServicesUpdateResult, UpdateResult};
+use crate::{EndpointsMap, ServicesMap, ServicesUpdateResult, UpdateResult};
 use slice_cache::{EndpointSliceCache, ServiceChangeTracker};
 use slice_model::{EndpointSlice, IpFamily, ServiceInfo, ServiceName, SliceName};
 
@@ -34,7 +35,7 @@ pub struct EngineUpdate {
 
 /// Locks, ignoring poisoning: the data is plain state that a panicking
 /// holder cannot leave half-written in a way the next update would trip on.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

@@ -1,17 +1,16 @@
-//! The process side of the dataplane: `nft -f -` ([`NftCommand`]) and
-//! `--dry-run` ([`DryRun`]). What to write, and the transactions that write
-//! it, come from the `nft-dataplane` crate, re-exported here.
+//! The dataplanes that write nftables: `nft -f -` ([`NftCommand`]), the
+//! same with netlink for elements and the ruleset generation
+//! ([`WatchedNft`]), and `--dry-run` ([`DryRun`]). What to write, and the
+//! transactions that write it, come from the `nft-dataplane` crate.
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
-pub use crate::netlink::NftNetlink;
-pub use crate::netns::Netns;
-pub use nft_dataplane::{
-    Dataplane, DataplaneConfig, DataplaneError, KernelModel, NftSyncer, Recording, ServiceTarget, SyncKind, SyncReport,
-    Transaction, desired, fragment,
-};
+use nft_dataplane::{Dataplane, DataplaneError, Transaction};
+
+use crate::netlink::NftNetlink;
+use crate::netns::Netns;
 
 /// The real thing: `nft -f -`, optionally inside another network namespace.
 #[derive(Debug, Clone, Default)]
@@ -44,47 +43,67 @@ impl<W: Write> std::fmt::Write for Feed<W> {
 }
 
 impl NftCommand {
+    /// `nft`, and where it runs, for messages.
     fn program(&self) -> String {
-        self.netns.describe("nft")
+        match self.netns {
+            Netns::Current => "nft".into(),
+            ref other => format!("nft in {other}"),
+        }
+    }
+
+    /// Runs `nft ARGS` in the namespace, with `io` to feed and read it.
+    fn nft<T: Send>(
+        &self,
+        args: &[&str],
+        io: impl FnOnce(&mut Command) -> std::io::Result<T> + Send,
+    ) -> Result<T, DataplaneError> {
+        let spawn_err = |source| DataplaneError::Spawn {
+            program: self.program(),
+            source,
+        };
+        let mut cmd = Command::new("nft");
+        cmd.args(args);
+        self.netns
+            .run(move || io(&mut cmd))
+            .map_err(|e| spawn_err(e.into()))?
+            .map_err(spawn_err)
     }
 
     /// Runs `nft -f -` with what `feed` writes to its standard input (and
     /// returns how much that was). nft reads all its input before it says
     /// anything, so writing everything before reading its stderr is safe.
-    fn run(&self, feed: impl FnOnce(&mut dyn Write) -> std::io::Result<usize>) -> Result<usize, DataplaneError> {
+    fn run(&self, feed: impl FnOnce(&mut dyn Write) -> std::io::Result<usize> + Send) -> Result<usize, DataplaneError> {
         self.run_with(&["-f", "-"], feed)
     }
 
     fn run_with(
         &self,
         args: &[&str],
-        feed: impl FnOnce(&mut dyn Write) -> std::io::Result<usize>,
+        feed: impl FnOnce(&mut dyn Write) -> std::io::Result<usize> + Send,
     ) -> Result<usize, DataplaneError> {
-        let mut cmd = self.netns.command("nft");
-        cmd.args(args);
-        let spawn_err = |source| DataplaneError::Spawn {
-            program: self.program(),
-            source,
-        };
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(spawn_err)?;
-        let fed = match child.stdin.take() {
-            Some(stdin) => {
-                let mut stdin = std::io::BufWriter::with_capacity(1 << 16, stdin);
-                feed(&mut stdin).and_then(|n| stdin.flush().map(|()| n))
-            }
-            None => Ok(0),
-        };
-        // stdin is closed here: nft sees the end of its input.
-        let out = child.wait_with_output().map_err(spawn_err)?;
+        let (out, fed) = self.nft(args, |cmd| {
+            let mut child = cmd
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            let fed = match child.stdin.take() {
+                Some(stdin) => {
+                    let mut stdin = std::io::BufWriter::with_capacity(1 << 16, stdin);
+                    feed(&mut stdin).and_then(|n| stdin.flush().map(|()| n))
+                }
+                None => Ok(0),
+            };
+            // stdin is closed here: nft sees the end of its input.
+            Ok((child.wait_with_output()?, fed))
+        })?;
         if !out.status.success() {
             return Err(rejected(&out));
         }
-        fed.map_err(spawn_err)
+        fed.map_err(|source| DataplaneError::Spawn {
+            program: self.program(),
+            source,
+        })
     }
 
     /// Whether nft runs and may change the ruleset: a transaction that
@@ -104,15 +123,7 @@ impl NftCommand {
     /// The tables in its namespace, one line each as `nft list tables`
     /// prints them (`table ip proxyd`).
     pub fn tables(&self) -> Result<Vec<String>, DataplaneError> {
-        let out = self
-            .netns
-            .command("nft")
-            .args(["list", "tables"])
-            .output()
-            .map_err(|source| DataplaneError::Spawn {
-                program: self.program(),
-                source,
-            })?;
+        let out = self.nft(&["list", "tables"], |cmd| cmd.output())?;
         if !out.status.success() {
             return Err(rejected(&out));
         }

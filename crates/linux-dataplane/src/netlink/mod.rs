@@ -16,6 +16,8 @@ use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType};
 
 pub use conntrack::NetlinkConntrack;
 pub use nftables::NftNetlink;
+/// `NETLINK_ROUTE`: protocol 0, which rustix spells as no protocol.
+pub(crate) const ROUTE: Option<rustix::net::Protocol> = None;
 
 use crate::netns::Netns;
 
@@ -45,36 +47,26 @@ fn nfproto(family: slice_model::IpFamily) -> u8 {
 
 /// A `NETLINK_NETFILTER` socket in one network namespace.
 #[derive(Debug)]
-struct Socket {
+pub(crate) struct Socket {
     fd: OwnedFd,
     seq: u32,
     buf: Vec<u8>,
 }
 
 impl Socket {
-    /// A socket in `netns` (entered by a short-lived thread: a socket stays
-    /// in the namespace it was made in).
+    /// A netfilter socket in `netns`.
     fn open(netns: &Netns) -> io::Result<Self> {
-        let path = match netns {
-            Netns::Current => return Self::here(),
-            Netns::Named(name) => std::path::PathBuf::from("/run/netns").join(name),
-            Netns::Path(path) => path.clone(),
-        };
-        std::thread::spawn(move || {
-            let ns =
-                std::fs::File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&ns),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )?;
-            Self::here()
-        })
-        .join()
-        .unwrap_or_else(|_| Err(io::Error::other("the thread entering the namespace panicked")))
+        Self::open_protocol(netns, Some(nl::NETFILTER))
     }
 
-    fn here() -> io::Result<Self> {
-        let fd = rustix::net::socket(AddressFamily::NETLINK, SocketType::RAW, Some(nl::NETFILTER))?;
+    /// A socket of `protocol` in `netns` (made by a thread inside it: a
+    /// socket stays in the namespace it was made in).
+    pub(crate) fn open_protocol(netns: &Netns, protocol: Option<rustix::net::Protocol>) -> io::Result<Self> {
+        netns.run(|| Self::here(protocol))?
+    }
+
+    fn here(protocol: Option<rustix::net::Protocol>) -> io::Result<Self> {
+        let fd = rustix::net::socket(AddressFamily::NETLINK, SocketType::RAW, protocol)?;
         rustix::net::bind(&fd, &SocketAddrNetlink::new(0, 0))?;
         // A kernel answers at once; never let a sync wait on a lost reply.
         rustix::net::sockopt::set_socket_timeout(
@@ -91,12 +83,23 @@ impl Socket {
         })
     }
 
-    fn next_seq(&mut self) -> u32 {
+    /// The socket, for ioctls that ask about its namespace.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.fd)
+    }
+
+    /// Reads one datagram; the slice lives until the next read.
+    pub(crate) fn recv_datagram(&mut self) -> io::Result<&[u8]> {
+        let (n, _) = rustix::net::recv(&self.fd, &mut self.buf[..], RecvFlags::empty())?;
+        Ok(self.buf.get(..n).unwrap_or_default())
+    }
+
+    pub(crate) fn next_seq(&mut self) -> u32 {
         self.seq = self.seq.wrapping_add(1);
         self.seq
     }
 
-    fn send(&self, messages: &[u8]) -> io::Result<()> {
+    pub(crate) fn send(&self, messages: &[u8]) -> io::Result<()> {
         rustix::net::sendto(&self.fd, messages, SendFlags::empty(), &SocketAddrNetlink::new(0, 0))
             .map(|_| ())
             .map_err(Into::into)

@@ -1,0 +1,35 @@
+//! The Linux side of a node service proxy: everything that touches the
+//! host. The plans it carries out (rules, elements, stale conntrack flows,
+//! routes) are made elsewhere, by pure code (`nft-dataplane`).
+//!
+//! ```text
+//!  nft        `nft -f -` (NftCommand); the same with netlink for elements
+//!             and the ruleset generation (WatchedNft); --dry-run (DryRun):
+//!             the nft_dataplane::Dataplane implementations
+//!  netlink    nftables (generation, tables, elements, reading a table
+//!             back) and conntrack (dump, delete) over netfilter netlink
+//!  conntrack  deleting stale UDP flows (Conntrack; NetlinkConntrack)
+//!  routes     routes to cluster IPs in a pod's namespace, over rtnetlink
+//!  netns      which network namespace, and working inside it (setns)
+//! ```
+//!
+//! No program but `nft` is run: namespaces are entered by a thread
+//! (`setns`), routes and conntrack go over netlink.
+//!
+//! Netfilter netlink messages are built and read by hand here (`netlink`):
+//! the maintained netlink crates decode rtnetlink (used for routes) but not
+//! the nf_tables expressions, set-element keys and batches this needs, and
+//! ctnetlink's NAT tuples are a few attributes. Every read is bounds-checked:
+//! a malformed reply is an error, never a panic.
+
+pub mod conntrack;
+mod netlink;
+pub mod netns;
+pub mod nft;
+pub mod routes;
+
+pub use conntrack::{Conntrack, ConntrackError, NetlinkConntrack, NoConntrack, RecordingConntrack};
+pub use netlink::NftNetlink;
+pub use netns::{Netns, NetnsError, NetnsId};
+pub use nft::{DryRun, NftCommand, WatchedNft};
+pub use routes::{Route, RouteChange, RouteError};
