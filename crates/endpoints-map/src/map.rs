@@ -35,6 +35,8 @@ impl fmt::Display for ServiceEndpoint {
 pub struct UpdateResult {
     /// UDP endpoints that are gone, or whose locality flipped: their
     /// conntrack entries would keep sending traffic to the wrong place.
+    /// Every endpoint counts, whether it was ready, serving or neither
+    /// (a not-serving endpoint can still hold entries from when it served).
     pub stale_endpoints: Vec<ServiceEndpoint>,
     /// UDP service ports that went from no endpoints to some: conntrack
     /// entries may black-hole their traffic.
@@ -165,9 +167,10 @@ impl EndpointsMap {
         self.port_count == 0
     }
 
-    /// For each service with any, the number of distinct IPs of its ready,
-    /// local endpoints (what its health-check node port reports), sorted by
-    /// service.
+    /// For each service that has at least one ready endpoint on this node,
+    /// the number of distinct IPs of those endpoints (what its health-check
+    /// node port reports), sorted by service. Services with none are left
+    /// out.
     pub fn local_ready_endpoints(&self) -> Vec<(&ServiceName, usize)> {
         let mut all: Vec<(&ServiceName, usize)> = self.local_ready.iter().map(|(n, c)| (n, *c)).collect();
         all.sort_unstable();

@@ -20,7 +20,7 @@ pub struct ServicesUpdateResult {
 
 /// The proxier's view of every service port. Updates cost time in
 /// proportion to the services that changed.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ServicesMap {
     services: HashMap<ServiceName, ServicePorts>,
     port_count: usize,

@@ -17,6 +17,9 @@
 use slice_model::{Endpoint, NodeHint, ServicePortInfo};
 
 /// The traffic policies that matter for one service port.
+///
+/// The default is a port reachable only inside the cluster with both
+/// policies `Cluster`: every usable endpoint serves every client.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TrafficPolicies {
     /// `internalTrafficPolicy: Local`.

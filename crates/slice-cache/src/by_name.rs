@@ -10,7 +10,7 @@ const EXACT_UP_TO: usize = 8;
 /// A service has one slice, or a few; even big ones have a hundred. A sorted
 /// vector is one allocation and one cache line for the common case, where a
 /// B-tree allocates a 400-byte node per map.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ByName<V>(Vec<(Arc<str>, V)>);
 
 impl<V> Default for ByName<V> {

@@ -12,7 +12,7 @@ use crate::ServiceEndpoints;
 use crate::by_name::ByName;
 
 /// What a slice will be once pending changes are applied.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 enum Pending {
     Update(SliceContent),
     Remove,
@@ -29,7 +29,7 @@ impl Pending {
 
 /// One service's slices, by slice name (so merging visits them in name
 /// order, as [rule 11](slice_model::rules) asks).
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, PartialEq)]
 struct ServiceTracker {
     /// Content in normal form ([`SliceContent::normalize`]), which the
     /// merge relies on.
@@ -50,7 +50,7 @@ impl ServiceTracker {
 
 /// The pending changes of one service, checked out: its endpoints before and
 /// after, and the trigger times of the slice changes behind it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ServiceChange {
     /// The service.
     pub service: ServiceName,
@@ -79,7 +79,8 @@ pub struct ServiceChange {
 ///
 /// `Clone` copies the whole cache (names and merged endpoint lists are
 /// shared, not copied), for properties that compare a cache with a fork of
-/// itself.
+/// itself. Two caches are equal when they serve the same node and family
+/// and hold the same slices, applied and pending.
 #[derive(Debug, Clone)]
 pub struct EndpointSliceCache {
     node_name: Box<str>,
@@ -94,6 +95,18 @@ pub struct EndpointSliceCache {
     queued: Vec<ServiceName>,
     /// How many services have pending changes.
     pending_services: usize,
+}
+
+impl PartialEq for EndpointSliceCache {
+    fn eq(&self, other: &Self) -> bool {
+        // `queued` is left out: the order in which services were queued
+        // says nothing the trackers' pending changes do not.
+        self.node_name == other.node_name
+            && self.family == other.family
+            && self.trackers == other.trackers
+            && self.owners == other.owners
+            && self.pending_services == other.pending_services
+    }
 }
 
 impl EndpointSliceCache {
@@ -120,8 +133,16 @@ impl EndpointSliceCache {
         self.family
     }
 
-    /// Records an added or modified slice. Returns whether anything changed;
-    /// an update that changes nothing queues nothing.
+    /// Records an added or modified slice. Only this cache's family is
+    /// kept of its endpoints.
+    ///
+    /// Returns whether the cache's record of the slice changed (a slice it
+    /// had not seen, another service, or other content); an update that
+    /// changes nothing queues nothing. That is not whether a service's
+    /// endpoints change: a new slice whose endpoints are all of the other
+    /// family is recorded (`true`) though it adds none. What changed for
+    /// the services is what the checkout (and `EndpointsMap::update`)
+    /// reports.
     pub fn update(&mut self, slice: EndpointSlice) -> bool {
         let EndpointSlice {
             name,
@@ -148,7 +169,9 @@ impl EndpointSliceCache {
     }
 
     /// Records a deleted slice, found by name whatever service it was filed
-    /// under. Removing a slice the cache never saw changes nothing.
+    /// under. Returns whether the cache knew the slice (its removal is then
+    /// pending); removing a slice the cache never saw changes nothing and
+    /// returns `false`.
     pub fn remove(&mut self, name: &SliceName) -> bool {
         let Some(service) = self.owners.remove(name) else {
             return false;
@@ -326,6 +349,35 @@ mod queue_tests {
             .unwrap()
             .with_port("http", Protocol::Tcp, 80)
             .with_endpoint(SliceEndpoint::new(addr.parse().unwrap()))
+    }
+
+    #[test]
+    fn caches_holding_the_same_slices_are_equal_whatever_the_order_they_came_in() {
+        let of = |service: &str, addr: &str| {
+            EndpointSlice::new("ns", &format!("{service}-1"), service)
+                .unwrap()
+                .with_port("http", Protocol::Tcp, 80)
+                .with_endpoint(SliceEndpoint::new(addr.parse().unwrap()))
+        };
+        let (a, b) = (of("web", "10.0.0.1"), of("api", "10.0.0.2"));
+        let mut one = EndpointSliceCache::new("node-1", IpFamily::V4);
+        let mut two = one.clone();
+        one.update(a.clone());
+        one.update(b.clone());
+        two.update(b.clone());
+        two.update(a.clone());
+        assert_ne!(one.queued, two.queued, "queued in another order");
+        assert_eq!(one, two);
+        one.checkout();
+        assert_ne!(one, two, "applied is not pending");
+        two.checkout();
+        assert_eq!(one, two);
+        two.update(of("api", "10.0.0.3"));
+        assert_ne!(one, two);
+        assert_ne!(
+            EndpointSliceCache::new("node-2", IpFamily::V4),
+            EndpointSliceCache::new("node-1", IpFamily::V4)
+        );
     }
 
     #[test]

@@ -28,6 +28,15 @@ impl Conditions {
         terminating: false,
     };
 
+    /// Ready, serving and terminating at once: what an object that says
+    /// both decodes to. It counts as ready ([rule 8](crate::rules)), as
+    /// kube-proxy counts it.
+    pub const READY_TERMINATING: Self = Self {
+        ready: true,
+        serving: true,
+        terminating: true,
+    };
+
     /// Neither ready nor serving (starting, or failing its probe).
     pub const NOT_READY: Self = Self {
         ready: false,
@@ -109,8 +118,15 @@ impl SliceEndpoint {
 }
 
 /// What the cache compares to decide whether a slice changed: its usable
-/// ports (sorted, without exact duplicates) and endpoints (sorted by
-/// address; copies of one address keep the slice's order).
+/// ports and its endpoints.
+///
+/// The cache compares and merges content in normal form
+/// ([`SliceContent::normalize`]: ports sorted without exact duplicates,
+/// endpoints in address order, copies of one address in the slice's order)
+/// and normalises what it is given. [`SliceBuilder`](crate::SliceBuilder)
+/// already leaves content in that form; [`EndpointSlice::with_port`] and
+/// [`EndpointSlice::with_endpoint`] keep the order and duplicates they are
+/// given.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct SliceContent {
     /// Ports that carry traffic.
@@ -298,8 +314,9 @@ impl EndpointSlice {
         })
     }
 
-    /// Adds a port. Port 0 carries no traffic and adds nothing, as
-    /// [rule 9](crate::rules) reads it in decoded slices.
+    /// Adds a port, after the others (duplicates kept: the cache sorts and
+    /// de-duplicates, see [`SliceContent`]). Port 0 carries no traffic and
+    /// adds nothing, as [rule 9](crate::rules) reads it in decoded slices.
     #[must_use]
     pub fn with_port(mut self, name: &str, protocol: Protocol, port: u16) -> Self {
         let Some(port) = NonZeroU16::new(port) else {
@@ -313,7 +330,8 @@ impl EndpointSlice {
         self
     }
 
-    /// Adds an endpoint.
+    /// Adds an endpoint, after the others (the cache puts them in address
+    /// order, see [`SliceContent`]).
     #[must_use]
     pub fn with_endpoint(mut self, endpoint: SliceEndpoint) -> Self {
         self.content.endpoints.push(endpoint);

@@ -82,6 +82,27 @@ impl Hash for ZoneHints {
     }
 }
 
+impl ZoneHints {
+    /// The zones, sorted, as strings.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.as_slice().iter().map(|z| &**z)
+    }
+}
+
+/// The zones, sorted and comma-separated (`zone-a,zone-b`); nothing for
+/// no hints.
+impl fmt::Display for ZoneHints {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, zone) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            f.write_str(zone)?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Debug for ZoneHints {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_set().entries(self.as_slice()).finish()
@@ -97,6 +118,9 @@ mod tests {
         let z = ZoneHints::new(["b", "a", "b"]);
         assert_eq!(z.as_slice(), [Arc::from("a"), Arc::from("b")]);
         assert!(z.contains("a") && !z.contains("c"));
+        assert_eq!(z.iter().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(z.to_string(), "a,b");
+        assert_eq!(ZoneHints::default().to_string(), "");
         assert!(ZoneHints::new(Vec::<String>::new()).is_empty());
         assert_eq!(z, ZoneHints::new(["a", "b"]), "equal sets, different copies");
         assert_ne!(z, ZoneHints::new(["a"]));
