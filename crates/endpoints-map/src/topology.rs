@@ -107,8 +107,85 @@ pub struct Categorized<'a, E> {
     pub local_terminating_fallback: bool,
 }
 
+impl<E: Endpoint> Categorized<'_, E> {
+    /// Whether `endpoint` (one of the port's) takes Local-policy traffic
+    /// (`local_policy`) or Cluster-policy traffic, and why: the decision
+    /// that put it in [`Categorized::local`] or [`Categorized::cluster`] or
+    /// left it out. `node_zone` is the one given to [`categorize`].
+    pub fn use_of(&self, endpoint: &E, local_policy: bool, node_zone: Option<&str>) -> EndpointUse {
+        let fallback = if local_policy {
+            self.local_terminating_fallback
+        } else {
+            self.cluster_terminating_fallback
+        };
+        endpoint_use(
+            endpoint,
+            local_policy,
+            self.topology,
+            node_zone.unwrap_or_default(),
+            fallback,
+        )
+    }
+}
+
 fn serving_terminating<E: Endpoint>(e: &E) -> bool {
     e.is_serving() && e.is_terminating()
+}
+
+/// Whether one endpoint takes one kind of traffic (Cluster- or
+/// Local-policy), and why: the decision [`categorize`] makes, endpoint by
+/// endpoint ([`Categorized::use_of`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndpointUse {
+    /// Used: ready (and in the topology the hints chose).
+    Used,
+    /// Used because no endpoint the policy may use is ready: serving and
+    /// terminating ones take the traffic.
+    TerminatingFallback,
+    /// Not used: Local policy, and the endpoint is on another node.
+    NotLocal,
+    /// Not used: neither ready nor serving.
+    NotReadyNorServing,
+    /// Not used: serving but terminating, and ready endpoints exist.
+    TerminatingWhileReadyExist,
+    /// Not used: not ready, and serving but not terminating (a state the
+    /// API does not produce; such an endpoint never takes traffic).
+    ServingNotReady,
+    /// Not used: the hints chose other nodes or zones ([`TopologyMode`]
+    /// says which).
+    OutsideTopology(TopologyMode),
+}
+
+impl EndpointUse {
+    /// Whether new connections reach the endpoint.
+    pub fn is_used(self) -> bool {
+        matches!(self, Self::Used | Self::TerminatingFallback)
+    }
+}
+
+/// The decision for one endpoint, given what was decided for the port
+/// (topology mode, whether the terminating fallback applies).
+fn endpoint_use<E: Endpoint>(e: &E, local_policy: bool, mode: TopologyMode, zone: &str, fallback: bool) -> EndpointUse {
+    if local_policy && !e.is_local() {
+        return EndpointUse::NotLocal;
+    }
+    if e.is_ready() {
+        return if fallback {
+            // Unreachable by construction (a ready endpoint leaves no
+            // fallback); said as what it would be.
+            EndpointUse::TerminatingWhileReadyExist
+        } else if local_policy || in_topology(e, mode, zone) {
+            EndpointUse::Used
+        } else {
+            EndpointUse::OutsideTopology(mode)
+        };
+    }
+    match (serving_terminating(e), fallback, e.is_serving()) {
+        (true, true, _) => EndpointUse::TerminatingFallback,
+        (true, false, _) => EndpointUse::TerminatingWhileReadyExist,
+        (false, _, false) => EndpointUse::NotReadyNorServing,
+        (false, _, true) => EndpointUse::ServingNotReady,
+    }
 }
 
 /// Decides whether node or zone hints narrow the cluster endpoints.
@@ -176,14 +253,17 @@ pub fn categorize<'a, E: Endpoint>(
         let (mode, decision) = topology_mode(endpoints, node_zone);
         out.topology = mode;
         out.topology_decision = decision;
-        let mut cluster: Vec<&E> = endpoints
-            .iter()
-            .filter(|e| e.is_ready() && in_topology(*e, mode, zone))
-            .collect();
+        let picked = |fallback: bool, want: EndpointUse| {
+            endpoints
+                .iter()
+                .filter(|e| endpoint_use(*e, false, mode, zone, fallback) == want)
+                .collect::<Vec<&E>>()
+        };
+        let mut cluster = picked(false, EndpointUse::Used);
         if cluster.is_empty() {
             // No ready endpoint anywhere (topology was already dropped if
             // there were ready ones outside the zone): terminating fallback.
-            cluster = endpoints.iter().filter(|e| serving_terminating(*e)).collect();
+            cluster = picked(true, EndpointUse::TerminatingFallback);
             out.cluster_terminating_fallback = !cluster.is_empty();
         }
         out.has_any_endpoints = !cluster.is_empty();
@@ -197,12 +277,15 @@ pub fn categorize<'a, E: Endpoint>(
 
     let usable = |e: &&E| e.is_ready() || serving_terminating(*e);
     out.has_any_endpoints |= endpoints.iter().any(|e| usable(&e));
-    let local_ready: Vec<&E> = endpoints.iter().filter(|e| e.is_local() && e.is_ready()).collect();
-    let local = if local_ready.is_empty() {
-        let fallback: Vec<&E> = endpoints
+    let picked = |fallback: bool, want: EndpointUse| {
+        endpoints
             .iter()
-            .filter(|e| e.is_local() && serving_terminating(*e))
-            .collect();
+            .filter(|e| endpoint_use(*e, true, TopologyMode::None, zone, fallback) == want)
+            .collect::<Vec<&E>>()
+    };
+    let local_ready = picked(false, EndpointUse::Used);
+    let local = if local_ready.is_empty() {
+        let fallback = picked(true, EndpointUse::TerminatingFallback);
         out.local_terminating_fallback = !fallback.is_empty();
         fallback
     } else {
@@ -586,5 +669,81 @@ mod tests {
         svc.internal_traffic_policy = TrafficPolicy::Local;
         let p = of(&svc);
         assert!(!p.uses_cluster_endpoints() && p.uses_local_endpoints());
+    }
+
+    /// Every endpoint kind (conditions, locality, zone hints), in lists of
+    /// up to three, under every policy and with and without a zone: the
+    /// reason `use_of` gives is "used" exactly for the endpoints the groups
+    /// hold, and each "not used" reason is true of the endpoint.
+    #[test]
+    fn use_of_says_used_exactly_for_the_endpoints_categorize_picked() {
+        let mut kinds = Vec::new();
+        for bits in 0..8u8 {
+            let conditions = slice_model::Conditions {
+                ready: bits & 1 != 0,
+                serving: bits & 2 != 0,
+                terminating: bits & 4 != 0,
+            };
+            for local in [false, true] {
+                for zones in [&[][..], &["a"][..], &["b"][..]] {
+                    kinds.push((conditions, local, zones));
+                }
+            }
+        }
+        let make = |i: usize, k: usize| {
+            let (c, local, zones) = kinds[k];
+            BaseEndpointInfo::new(format!("10.0.{i}.{k}:80").parse().unwrap())
+                .local(local)
+                .with_conditions(c)
+                .with_zones(zones.iter().copied())
+        };
+        let mut lists: Vec<Vec<BaseEndpointInfo>> = vec![Vec::new()];
+        for a in 0..kinds.len() {
+            lists.push(vec![make(0, a)]);
+            for b in 0..kinds.len() {
+                lists.push(vec![make(0, a), make(1, b)]);
+                lists.push(vec![make(0, a), make(1, b), make(2, (a * 7 + b * 13) % kinds.len())]);
+            }
+        }
+        let mut checked = 0u64;
+        for eps in &lists {
+            for bits in 0..8u8 {
+                let policies = TrafficPolicies {
+                    internal_local: bits & 1 != 0,
+                    external_local: bits & 2 != 0,
+                    externally_accessible: bits & 4 != 0,
+                };
+                for zone in [None, Some("a")] {
+                    let c = categorize(eps, policies, zone);
+                    for (local_policy, group) in [(false, &c.cluster), (true, &c.local)] {
+                        let Some(group) = group else { continue };
+                        for e in eps {
+                            let why = c.use_of(e, local_policy, zone);
+                            let picked = group.iter().any(|g| std::ptr::eq(*g, e));
+                            assert_eq!(
+                                why.is_used(),
+                                picked,
+                                "{why:?} for {e:?} in {eps:?} ({policies:?}, {zone:?})"
+                            );
+                            match why {
+                                EndpointUse::NotLocal => assert!(local_policy && !e.is_local()),
+                                EndpointUse::NotReadyNorServing => assert!(!e.is_ready() && !e.is_serving()),
+                                EndpointUse::TerminatingWhileReadyExist => assert!(!e.is_ready() && e.is_terminating()),
+                                EndpointUse::OutsideTopology(mode) => {
+                                    assert!(e.is_ready() && mode != TopologyMode::None && !local_policy)
+                                }
+                                EndpointUse::TerminatingFallback => {
+                                    assert!(e.is_serving() && e.is_terminating())
+                                }
+                                EndpointUse::Used => assert!(e.is_ready()),
+                                EndpointUse::ServingNotReady => assert!(e.is_serving() && !e.is_ready()),
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 200_000, "{checked}");
     }
 }

@@ -29,6 +29,42 @@ pub struct Selection {
     pub multus: bool,
 }
 
+/// What the proxy does with a Service ([`Selection::handling`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Handling {
+    /// It is proxied.
+    Proxied,
+    /// Its labels do not match this proxy's selector: another proxy's.
+    NotSelected,
+    /// `clusterIP: None`: clients reach its pods directly.
+    Headless,
+    /// Multus mode: an ExternalName alias (multus mode serves cluster IPs).
+    ExternalName,
+    /// Multus mode: no cluster IP.
+    NoClusterIp,
+    /// Multus mode: labelled for this proxy but names no network.
+    NoNetwork,
+    /// Multus mode: its network annotation does not parse.
+    BadNetwork(String),
+}
+
+impl std::fmt::Display for Handling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Proxied => f.write_str("proxied"),
+            Self::NotSelected => f.write_str("its labels do not match this proxy's selector"),
+            Self::Headless => f.write_str("headless (clusterIP: None): clients reach the pods directly"),
+            Self::ExternalName => f.write_str("an ExternalName service: multus mode serves ClusterIP services only"),
+            Self::NoClusterIp => f.write_str("without a cluster IP: multus mode serves ClusterIP services only"),
+            Self::NoNetwork => write!(
+                f,
+                "labelled for this proxy but has no {SERVICE_NETWORK_ANNOTATION} annotation"
+            ),
+            Self::BadNetwork(e) => write!(f, "{SERVICE_NETWORK_ANNOTATION}: {e}"),
+        }
+    }
+}
+
 impl Selection {
     /// The label selector for Service list and watch requests (its
     /// `Display` is the query's text); the client side checks what the
@@ -62,54 +98,56 @@ impl Selection {
         self.label_selector().matches(labels.unwrap_or(&BTreeMap::new()))
     }
 
-    /// Whether the proxy handles this service: selected by label and not
-    /// headless (`clusterIP: None` cannot be selected by label); in multus
-    /// mode it must also name a network (a labelled service without one is
-    /// skipped with a warning).
-    pub fn selects_service(&self, svc: &Service) -> bool {
+    /// What the proxy does with this service, and if it leaves it out,
+    /// why: the one place that decides (the watches, `render` and `explain`
+    /// all ask here).
+    pub fn handling(&self, svc: &Service) -> Handling {
+        if !self.selects_labels(svc.metadata.labels.as_ref()) {
+            return Handling::NotSelected;
+        }
         let spec = svc.spec.as_ref();
         let cluster_ip = spec.and_then(|s| s.cluster_ip.as_deref());
-        let headless = cluster_ip == Some("None");
-        let name = || {
-            format!(
-                "{}/{}",
-                svc.metadata.namespace.as_deref().unwrap_or("default"),
-                svc.metadata.name.as_deref().unwrap_or_default()
-            )
-        };
-        if !self.selects_labels(svc.metadata.labels.as_ref()) {
-            return false;
+        // A headless service's clients reach its pods directly; it is left
+        // out before anything else (`clusterIP: None` cannot be selected by
+        // label).
+        if cluster_ip == Some("None") {
+            return Handling::Headless;
         }
         if !self.multus {
-            return !headless;
+            // ExternalName services and services without a cluster IP are
+            // taken, as kube-proxy takes them: they program nothing.
+            return Handling::Proxied;
         }
-        // Multus mode serves cluster IPs only; what it cannot serve is said,
-        // and never reaches a pod's rules.
-        let external_name = spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName");
-        let why = if headless {
-            Some("headless")
-        } else if external_name {
-            Some("an ExternalName service")
-        } else if cluster_ip.is_none_or(str::is_empty) {
-            Some("without a cluster IP")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            tracing::warn!(service = %name(), "{why}: multus mode serves ClusterIP services only; skipped");
-            return false;
+        // Multus mode serves cluster IPs only.
+        if spec.and_then(|s| s.type_.as_deref()) == Some("ExternalName") {
+            return Handling::ExternalName;
+        }
+        if cluster_ip.is_none_or(str::is_empty) {
+            return Handling::NoClusterIp;
         }
         match service_network(svc) {
-            Ok(Some(_)) => true,
-            Ok(None) => {
+            Ok(Some(_)) => Handling::Proxied,
+            Ok(None) => Handling::NoNetwork,
+            Err(e) => Handling::BadNetwork(e.to_string()),
+        }
+    }
+
+    /// Whether the proxy handles this service ([`Selection::handling`]);
+    /// what multus mode cannot serve is said, and never reaches a pod's
+    /// rules.
+    pub fn selects_service(&self, svc: &Service) -> bool {
+        match self.handling(svc) {
+            Handling::Proxied => true,
+            Handling::NotSelected | Handling::Headless => false,
+            why => {
                 tracing::warn!(
-                    service = %name(),
-                    "labelled for this proxy but has no {SERVICE_NETWORK_ANNOTATION} annotation; skipped"
+                    service = %format!(
+                        "{}/{}",
+                        svc.metadata.namespace.as_deref().unwrap_or("default"),
+                        svc.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    "{why}; skipped"
                 );
-                false
-            }
-            Err(e) => {
-                tracing::warn!(service = %name(), "{SERVICE_NETWORK_ANNOTATION}: {e}; skipped");
                 false
             }
         }
@@ -185,14 +223,30 @@ mod tests {
             spec: Some(Default::default()),
             ..Service::default()
         };
+        assert_eq!(s.handling(&svc), Handling::NotSelected);
         svc.metadata.labels = Some(labels(&[(SERVICE_PROXY_NAME_LABEL, "multus-proxy")]));
         assert!(!s.selects_service(&svc), "no network annotation");
+        assert_eq!(s.handling(&svc), Handling::NoClusterIp, "said first");
         svc.metadata.annotations = Some(labels(&[(SERVICE_NETWORK_ANNOTATION, "macvlan1")]));
         assert!(!s.selects_service(&svc), "no cluster IP");
+        assert_eq!(s.handling(&svc), Handling::NoClusterIp);
         svc.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.1".into());
         assert!(s.selects_service(&svc));
+        assert_eq!(s.handling(&svc), Handling::Proxied);
+        let annotations = svc.metadata.annotations.take();
+        assert_eq!(s.handling(&svc), Handling::NoNetwork);
+        svc.metadata.annotations = annotations;
         svc.spec.as_mut().unwrap().type_ = Some("ExternalName".into());
         assert!(!s.selects_service(&svc), "ExternalName");
+        assert_eq!(s.handling(&svc), Handling::ExternalName);
+        // Outside multus mode an ExternalName service is taken (it programs
+        // nothing), a headless one is not.
+        let plain = Selection::default();
+        svc.metadata.labels = None;
+        assert_eq!(plain.handling(&svc), Handling::Proxied);
+        svc.spec.as_mut().unwrap().cluster_ip = Some("None".into());
+        assert_eq!(plain.handling(&svc), Handling::Headless);
+        svc.spec.as_mut().unwrap().cluster_ip = Some("10.96.0.1".into());
         svc.spec.as_mut().unwrap().type_ = None;
         svc.spec.as_mut().unwrap().cluster_ip = Some("None".into());
         assert!(!s.selects_service(&svc), "headless");

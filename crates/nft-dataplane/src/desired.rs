@@ -7,7 +7,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use endpoints_map::topology::{Categorized, TrafficPolicies, categorize};
+use endpoints_map::topology::{Categorized, TopologyMode, TrafficPolicies, categorize};
 use endpoints_map::{EndpointsMap, ServicesMap};
 use ipnet::IpNet;
 
@@ -175,6 +175,9 @@ pub struct EndpointGroup {
     /// The service port has usable endpoints somewhere in the cluster: with
     /// none in this group, its traffic is dropped rather than rejected.
     pub has_any_endpoints: bool,
+    /// The endpoints are serving, terminating ones: none the policy may
+    /// use is ready.
+    pub terminating_fallback: bool,
 }
 
 /// What to do with traffic that reaches a frontend.
@@ -221,6 +224,8 @@ pub struct ServiceTarget {
     pub affinity: Option<Duration>,
     /// `externalTrafficPolicy: Local`.
     pub external_local: bool,
+    /// How hints narrowed the Cluster-policy endpoints.
+    pub topology: TopologyMode,
     /// Endpoints for traffic to the cluster IP (internal traffic policy).
     pub internal: EndpointGroup,
     /// Endpoints for traffic to node ports and external/load-balancer IPs
@@ -254,6 +259,11 @@ impl ServiceTarget {
             EndpointGroup {
                 backends,
                 has_any_endpoints: chosen.has_any_endpoints,
+                terminating_fallback: if local {
+                    chosen.local_terminating_fallback
+                } else {
+                    chosen.cluster_terminating_fallback
+                },
             }
         };
         Self {
@@ -266,6 +276,7 @@ impl ServiceTarget {
             source_ranges: port.load_balancer_source_ranges.clone(),
             affinity: port.session_affinity,
             external_local: port.external_policy_local,
+            topology: chosen.topology,
             internal: group(port.internal_policy_local),
             external: policies
                 .externally_accessible

@@ -298,6 +298,20 @@ impl<D: Dataplane> NftSyncer<D> {
         &mut self.dataplane
     }
 
+    /// What the table holds for `service` since the last sync: its
+    /// fragment, with the frontends it holds and those it waits for
+    /// (`blocked`: another service held them first). `None` when it
+    /// contributes nothing, or before the first sync.
+    pub fn programmed(&self, service: &ServiceName) -> Option<Fragment> {
+        self.view.as_ref()?.fragments.get(service).map(Packed::unpack)
+    }
+
+    /// The service that holds `frontend` in the table (first come, first
+    /// served), if any.
+    pub fn frontend_owner(&self, frontend: &Frontend) -> Option<&ServiceName> {
+        self.view.as_ref()?.owners.get(frontend)
+    }
+
     /// Whether the next sync will replace the whole table.
     pub fn needs_full_sync(&self) -> bool {
         self.view.is_none() || self.last_full.is_none_or(|t| t.elapsed() >= FULL_RESYNC_PERIOD)

@@ -3,31 +3,34 @@
 //! is or is not used for traffic to the cluster IP and from outside, and
 //! the nftables elements and chains that implement it.
 //!
-//! Everything here is read from the model the proxier programs: slices
-//! converted by the watch path's own conversion, the merged endpoints of
-//! the endpoints map, and the one policy-and-topology decision
-//! ([`choose`]) the planner uses. [`explain_port`] is that reading as
-//! data; the text is only its rendering.
+//! Everything here is read from the model the proxier programs: services
+//! and slices converted by the watch path's own conversion (handed out by
+//! the snapshot as views), the merged endpoints of the endpoints map, the
+//! planner's decision for each endpoint and why
+//! ([`Categorized::use_of`](endpoints_map::topology::Categorized::use_of)),
+//! and the table as a syncer programs it (a frontend two services claim is
+//! shown under the one that holds it). [`explain_port`] is that reading as
+//! data; the text only words it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use endpoints_map::topology::{Categorized, TopologyDecision, TopologyMode};
-use informer_glue::selection::Selection;
+use endpoints_map::topology::{EndpointUse, TopologyDecision, TopologyMode};
+use informer_glue::selection::{Handling, Selection};
 use slice_model::{
-    BaseEndpointInfo, Endpoint, EndpointSlice, Interner, IpFamily, NodeHint, SERVICE_NAME_LABEL, ServiceName,
-    ServicePortInfo, SliceWarning,
+    BaseEndpointInfo, Endpoint, IpFamily, NodeHint, SERVICE_NAME_LABEL, ServiceName, ServicePortInfo, ServiceType,
 };
 
 use crate::cli::ExplainArgs;
-use crate::snapshot::{Snapshot, is_slice_of, one_shot, slices_of};
+use crate::snapshot::{SliceView, Snapshot, one_shot, slices_of};
 use endpoints_map::Engine;
 use nft_dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_service};
 use nft_dataplane::element::proto;
 use nft_dataplane::fragment;
 use nft_dataplane::names::FamilyWords;
+use nft_dataplane::{NftSyncer, Recording, SyncKind};
 
 /// `proxyd explain` from the command line.
 pub fn main(args: ExplainArgs) -> ExitCode {
@@ -73,18 +76,8 @@ pub fn explain(
     query: &str,
 ) -> anyhow::Result<String> {
     let (name, port_filter) = parse_query(query)?;
-    let svc = snapshot.services.iter().find(|s| {
-        s.metadata.namespace.as_deref() == Some(&*name.namespace) && s.metadata.name.as_deref() == Some(&*name.name)
-    });
-    let Some(svc) = svc else {
-        let mut known: Vec<String> = snapshot
-            .services
-            .iter()
-            .filter(|s| s.metadata.namespace.as_deref() == Some(&*name.namespace))
-            .filter_map(|s| s.metadata.name.clone())
-            .collect();
-        known.sort();
-        anyhow::bail!(
+    let view = snapshot.service(&name, selection).map_err(|known| {
+        anyhow::anyhow!(
             "no service {name}; services in namespace {}: {}",
             name.namespace,
             if known.is_empty() {
@@ -92,20 +85,20 @@ pub fn explain(
             } else {
                 known.join(", ")
             }
-        );
-    };
+        )
+    })?;
     let mut out = String::new();
-    let spec = svc.spec.clone().unwrap_or_default();
+    let info = &view.info;
+    let cluster_ips: Vec<String> = if info.headless {
+        vec!["None".into()]
+    } else {
+        info.cluster_ips.iter().map(ToString::to_string).collect()
+    };
     let _ = writeln!(
         out,
         "Service {name}: type {}, cluster IPs {}",
-        spec.type_.as_deref().unwrap_or("ClusterIP"),
-        spec.cluster_ips
-            .clone()
-            .filter(|ips| !ips.is_empty())
-            .or_else(|| spec.cluster_ip.clone().map(|ip| vec![ip]))
-            .unwrap_or_default()
-            .join(", ")
+        info.service_type,
+        cluster_ips.join(", ")
     );
     let _ = writeln!(
         out,
@@ -115,23 +108,27 @@ pub fn explain(
     );
     let ports = engine.services.service(&name).unwrap_or(&[]);
     if ports.is_empty() {
-        let why = if spec.cluster_ip.as_deref() == Some("None") {
-            "it is headless (clusterIP: None): clients reach the pods directly"
-        } else if spec.type_.as_deref() == Some("ExternalName") {
-            "it is an ExternalName alias: there is nothing to proxy"
-        } else if !selection.selects_labels(svc.metadata.labels.as_ref()) {
-            &format!(
+        let why = match &view.handling {
+            Handling::NotSelected => format!(
                 "its labels do not match this proxy's selector {}: another proxy handles it",
                 selection.label_selector()
-            )
-        } else {
-            "it has no cluster IP of this family, or no ports"
+            ),
+            Handling::Proxied if info.service_type == ServiceType::ExternalName => {
+                "it is an ExternalName alias: there is nothing to proxy".into()
+            }
+            Handling::Proxied => "it has no cluster IP of this family, or no ports".into(),
+            Handling::Headless => "it is headless (clusterIP: None): clients reach the pods directly".into(),
+            other => other.to_string(),
         };
         let _ = writeln!(out, "  not programmed: {why}");
         return Ok(out);
     }
-    let slices = model_slices(snapshot, &name, selection);
+    let slices = snapshot.slices_of_service(&name, selection);
     let targets = plan_service(&name, &engine.services, &engine.endpoints, config);
+    // What the table really holds: a syncer programs every service, so
+    // that a frontend two services claim goes to the one that holds it.
+    let mut table = NftSyncer::new(config.clone(), Recording::default());
+    table.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
     let mut matched = false;
     for port in ports {
         let wanted = port_filter
@@ -145,7 +142,7 @@ pub fn explain(
         let explained = explain_port(port, eps, config);
         write_port(&mut out, &explained, &slices, config, node);
         if let Some(t) = targets.iter().find(|t| t.name == port.name) {
-            implementation(&mut out, t, config);
+            implementation(&mut out, t, config, &table);
         }
     }
     if !matched {
@@ -159,74 +156,39 @@ pub fn explain(
     Ok(out)
 }
 
-/// One slice of the service as the watch path converts it, or why it is
-/// not used.
-struct ModelSlice {
-    name: String,
-    address_type: String,
-    converted: Result<(EndpointSlice, Vec<SliceWarning>), String>,
-}
-
-/// The service's slices, converted by the same code as the watch path.
-fn model_slices(snapshot: &Snapshot, service: &ServiceName, selection: &Selection) -> Vec<ModelSlice> {
-    let mut interner = Interner::new();
-    snapshot
-        .slices
-        .iter()
-        .filter(|s| is_slice_of(s, service))
-        .map(|raw| ModelSlice {
-            name: raw.metadata.name.clone().unwrap_or_else(|| "(no name)".into()),
-            address_type: raw.address_type.clone(),
-            converted: if selection.selects_slice(raw) {
-                informer_glue::slice_from_k8s(raw, &mut interner).map_err(|e| e.to_string())
-            } else {
-                Err("not selected: its labels hand it to another proxy or controller".into())
-            },
-        })
-        .collect()
-}
-
-/// Whether one kind of traffic reaches an endpoint.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Use {
-    /// Load-balanced to it.
-    Used,
-    /// Load-balanced to it only because nothing is ready: it is serving
-    /// and terminating.
-    TerminatingFallback,
-    /// Not used, and why.
-    NotUsed(String),
-}
-
-impl Use {
-    /// Whether traffic reaches the endpoint.
-    pub fn is_used(&self) -> bool {
-        !matches!(self, Use::NotUsed(_))
-    }
-}
-
-impl std::fmt::Display for Use {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Use::Used => f.write_str("USED"),
-            Use::TerminatingFallback => {
-                f.write_str("USED (terminating fallback: no ready endpoint, serving terminating ones are used)")
-            }
-            Use::NotUsed(why) => write!(f, "not used: {why}"),
+/// What a decision about one endpoint says, in words: the reason is the
+/// planner's ([`EndpointUse`]), only worded here.
+fn use_text(why: EndpointUse, e: &BaseEndpointInfo, config: &DataplaneConfig) -> String {
+    match why {
+        EndpointUse::Used => "USED".into(),
+        EndpointUse::TerminatingFallback => {
+            "USED (terminating fallback: no ready endpoint, serving terminating ones are used)".into()
         }
+        EndpointUse::NotLocal => "not used: not on this node (Local policy)".into(),
+        EndpointUse::NotReadyNorServing => "not used: not ready and not serving".into(),
+        EndpointUse::TerminatingWhileReadyExist => "not used: terminating, and ready endpoints exist".into(),
+        EndpointUse::ServingNotReady => "not used: serving but not ready, and not terminating".into(),
+        EndpointUse::OutsideTopology(TopologyMode::PreferSameNode) => {
+            "not used: node hints: hinted for other nodes only".into()
+        }
+        EndpointUse::OutsideTopology(_) => format!(
+            "not used: hinted for zone(s) {:?}, this node is in {}",
+            e.zone_hints().as_slice(),
+            config.node_zone.as_deref().unwrap_or_default()
+        ),
     }
 }
 
 /// One endpoint of a service port and what reaches it.
 #[derive(Clone, Debug)]
-pub struct EndpointUse {
+pub struct EndpointReach {
     /// The merged endpoint, as the endpoints map holds it.
     pub endpoint: BaseEndpointInfo,
     /// Traffic to the cluster IP (internal traffic policy).
-    pub internal: Use,
+    pub internal: EndpointUse,
     /// Traffic to node ports, external and load-balancer IPs (external
     /// traffic policy); `None` when the port is not reachable from outside.
-    pub external: Option<Use>,
+    pub external: Option<EndpointUse>,
 }
 
 /// One service port as the proxier decides it.
@@ -237,7 +199,7 @@ pub struct PortExplanation<'a> {
     /// How topology narrowed the Cluster-policy endpoints, and why.
     pub topology: (TopologyMode, TopologyDecision),
     /// Every endpoint of the port in the endpoints map, in its order.
-    pub endpoints: Vec<EndpointUse>,
+    pub endpoints: Vec<EndpointReach>,
 }
 
 impl PortExplanation<'_> {
@@ -246,14 +208,7 @@ impl PortExplanation<'_> {
     pub fn used(&self, external: bool) -> impl Iterator<Item = &BaseEndpointInfo> {
         self.endpoints
             .iter()
-            .filter(move |e| {
-                if external {
-                    e.external.as_ref()
-                } else {
-                    Some(&e.internal)
-                }
-                .is_some_and(Use::is_used)
-            })
+            .filter(move |e| if external { e.external } else { Some(e.internal) }.is_some_and(EndpointUse::is_used))
             .map(|e| &e.endpoint)
     }
 }
@@ -266,29 +221,13 @@ pub fn explain_port<'a>(
     config: &DataplaneConfig,
 ) -> PortExplanation<'a> {
     let chosen = choose(port, endpoints, config);
-    let uses = |e: &BaseEndpointInfo, local_policy: bool| {
-        let (group, fallback) = if local_policy {
-            (chosen.local.as_deref(), chosen.local_terminating_fallback)
-        } else {
-            (chosen.cluster.as_deref(), chosen.cluster_terminating_fallback)
-        };
-        match group {
-            Some(g) if g.iter().any(|g| g.socket_addr() == e.socket_addr()) => {
-                if fallback {
-                    Use::TerminatingFallback
-                } else {
-                    Use::Used
-                }
-            }
-            _ => Use::NotUsed(why_not(e, local_policy, &chosen, config)),
-        }
-    };
+    let uses = |e: &BaseEndpointInfo, local_policy: bool| chosen.use_of(e, local_policy, config.node_zone.as_deref());
     PortExplanation {
         port,
         topology: (chosen.topology, chosen.topology_decision),
         endpoints: endpoints
             .iter()
-            .map(|e| EndpointUse {
+            .map(|e| EndpointReach {
                 endpoint: e.clone(),
                 internal: uses(e, port.internal_policy_local),
                 external: port
@@ -299,37 +238,7 @@ pub fn explain_port<'a>(
     }
 }
 
-/// Why an endpoint is not in the group of its policy.
-fn why_not(
-    e: &BaseEndpointInfo,
-    local_policy: bool,
-    chosen: &Categorized<'_, BaseEndpointInfo>,
-    config: &DataplaneConfig,
-) -> String {
-    if local_policy && !e.is_local() {
-        return "not on this node (Local policy)".into();
-    }
-    if !(e.is_ready() || e.is_serving() && e.is_terminating()) {
-        return "not ready and not serving".into();
-    }
-    if !e.is_ready() {
-        return "terminating, and ready endpoints exist".into();
-    }
-    match (local_policy, chosen.topology) {
-        (false, TopologyMode::PreferSameNode) => "node hints: hinted for other nodes only".into(),
-        (false, TopologyMode::PreferSameZone) => format!(
-            "hinted for zone(s) {:?}, this node is in {}",
-            e.zone_hints().as_slice(),
-            config.node_zone.as_deref().unwrap_or_default()
-        ),
-        _ => {
-            debug_assert!(false, "an endpoint left out for no known reason: {e:?}");
-            "left out for a reason explain does not know (a bug: please report it)".into()
-        }
-    }
-}
-
-fn write_port(out: &mut String, x: &PortExplanation<'_>, slices: &[ModelSlice], config: &DataplaneConfig, node: &str) {
+fn write_port(out: &mut String, x: &PortExplanation<'_>, slices: &[SliceView], config: &DataplaneConfig, node: &str) {
     let port = x.port;
     let port_name = if port.name.port.is_empty() {
         "(unnamed)"
@@ -408,7 +317,7 @@ fn topology_text(d: TopologyDecision, config: &DataplaneConfig, node: &str) -> S
 /// The slice's endpoints on this port, each with what reaches it.
 fn slice_lines<'s>(
     out: &mut String,
-    slice: &'s ModelSlice,
+    slice: &'s SliceView,
     x: &PortExplanation<'_>,
     config: &DataplaneConfig,
     node: &str,
@@ -495,15 +404,35 @@ fn slice_lines<'s>(
         if e.endpoint.node_hint == NodeHint::ThisNode && x.topology.0 == TopologyMode::PreferSameNode {
             let _ = writeln!(out, "        hinted for this node");
         }
-        let _ = writeln!(out, "        to the cluster IP: {}", e.internal);
-        if let Some(ext) = &e.external {
-            let _ = writeln!(out, "        from outside:      {ext}");
+        let _ = writeln!(
+            out,
+            "        to the cluster IP: {}",
+            use_text(e.internal, &e.endpoint, config)
+        );
+        if let Some(ext) = e.external {
+            let _ = writeln!(out, "        from outside:      {}", use_text(ext, &e.endpoint, config));
         }
     }
 }
 
-fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig) {
-    let frag = fragment::build(std::slice::from_ref(t), config, |_| true, None);
+/// The elements, chains and rules of one port, as the table holds them:
+/// built as the syncer built them, with the frontends this service holds;
+/// a frontend another service holds first is named with its holder.
+fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig, table: &NftSyncer<Recording>) {
+    let service = &t.name.service;
+    let mut held_by_others = Vec::new();
+    let frag = fragment::build(
+        std::slice::from_ref(t),
+        config,
+        |f| match table.frontend_owner(f) {
+            Some(owner) if owner != service => {
+                held_by_others.push((*f, owner.clone()));
+                false
+            }
+            _ => true,
+        },
+        None,
+    );
     let words = FamilyWords::of(config.family);
     let _ = writeln!(out, "  nftables (table {} proxyd):", words.table);
     for e in &frag.entries {
@@ -536,5 +465,11 @@ fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig)
     }
     if frag.entries.is_empty() {
         let _ = writeln!(out, "    nothing");
+    }
+    for (frontend, owner) in held_by_others {
+        let _ = writeln!(
+            out,
+            "    {frontend}: not this service's: service {owner} holds it (the first to claim it); this one's use waits until it is free"
+        );
     }
 }

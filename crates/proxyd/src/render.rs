@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::process::ExitCode;
 
 use endpoints_map::topology::TopologyMode;
-use slice_model::{BaseEndpointInfo, ServicePortInfo};
+use slice_model::ServicePortInfo;
 
 use crate::cli::RenderArgs;
 use crate::snapshot::one_shot;
@@ -96,8 +96,8 @@ fn frontends_text(t: &ServiceTarget) -> String {
     parts.join(" ")
 }
 
-fn notes(port: &ServicePortInfo, endpoints: &[BaseEndpointInfo], config: &DataplaneConfig) -> String {
-    let chosen = nft_dataplane::desired::choose(port, endpoints, config);
+/// What shapes a port's traffic, read from its plan (`t`).
+fn notes(port: &ServicePortInfo, t: &ServiceTarget, config: &DataplaneConfig) -> String {
     let mut notes = Vec::new();
     if port.internal_policy_local {
         notes.push("internal Local".to_owned());
@@ -105,12 +105,12 @@ fn notes(port: &ServicePortInfo, endpoints: &[BaseEndpointInfo], config: &Datapl
     if port.external_policy_local && port.externally_accessible() {
         notes.push("external Local".to_owned());
     }
-    match chosen.topology {
+    match t.topology {
         TopologyMode::PreferSameZone => notes.push(format!("zone {}", config.node_zone.as_deref().unwrap_or_default())),
         TopologyMode::PreferSameNode => notes.push("same node".into()),
         TopologyMode::None => {}
     }
-    if chosen.cluster_terminating_fallback || chosen.local_terminating_fallback {
+    if t.internal.terminating_fallback || t.external.as_ref().is_some_and(|g| g.terminating_fallback) {
         notes.push("terminating fallback".into());
     }
     if let Some(t) = port.session_affinity {
@@ -141,7 +141,7 @@ pub fn services_table(engine: &Engine, config: &DataplaneConfig) -> String {
             frontends_text(&t),
             group_text(Some(&t.internal)),
             group_text(t.external.as_ref()),
-            notes(port, eps, config),
+            notes(port, &t, config),
         ]);
     }
     let mut widths = header.map(str::len);

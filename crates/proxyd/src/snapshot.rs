@@ -24,18 +24,20 @@ use crate::cli::{ProxyArgs, SourceArgs};
 use endpoints_map::Engine;
 use nft_dataplane::DataplaneConfig;
 
-/// The objects of a cluster at one moment.
+/// The objects of a cluster at one moment. The Kubernetes objects stay in
+/// here: commands read them as the model (the views below), never their
+/// fields.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     /// Services.
-    pub services: Vec<Service>,
+    services: Vec<Service>,
     /// EndpointSlices: from [`Snapshot::fetch`], only those its caller
     /// asked to keep (every slice goes to the engine as it is read).
-    pub slices: Vec<EndpointSlice>,
+    slices: Vec<EndpointSlice>,
     /// This node's zone label, if its Node object was found.
     pub node_zone: Option<String>,
     /// This node's pods (multus mode; empty otherwise).
-    pub pods: Vec<Pod>,
+    pods: Vec<Pod>,
     /// The union of the ServiceCIDR objects' ranges.
     pub service_cidrs: Vec<ipnet::IpNet>,
     /// This Node's pod ranges (`spec.podCIDRs`), for `--detect-local-mode
@@ -163,6 +165,16 @@ pub async fn api_service_cidrs(client: &kube::Client) -> Vec<ipnet::IpNet> {
 }
 
 impl Snapshot {
+    /// A snapshot of these objects (this node's zone unknown; no pods, no
+    /// ServiceCIDRs, no Node), for code that has them at hand.
+    pub fn of(services: Vec<Service>, slices: Vec<EndpointSlice>) -> Self {
+        Self {
+            services,
+            slices,
+            ..Self::default()
+        }
+    }
+
     /// Reads the objects once from `source`, handing each EndpointSlice to
     /// the engine as it is read and keeping only those `keep` picks (a
     /// cluster's worth of typed slices is never held at once); returns
@@ -260,6 +272,50 @@ impl Snapshot {
         (pods, networks)
     }
 
+    /// One service as the model has it, and what this proxy does with it;
+    /// when there is no such service, the names of those in its namespace.
+    pub fn service(&self, name: &ServiceName, selection: &Selection) -> Result<ServiceView, Vec<String>> {
+        let named = |s: &&Service| {
+            s.metadata.namespace.as_deref() == Some(&*name.namespace) && s.metadata.name.as_deref() == Some(&*name.name)
+        };
+        let Some(svc) = self.services.iter().find(named) else {
+            let mut known: Vec<String> = self
+                .services
+                .iter()
+                .filter(|s| s.metadata.namespace.as_deref() == Some(&*name.namespace))
+                .filter_map(|s| s.metadata.name.clone())
+                .collect();
+            known.sort();
+            return Err(known);
+        };
+        let info = informer_glue::service_from_k8s(svc)
+            .map(|(info, _)| info)
+            .unwrap_or_else(|_| slice_model::ServiceInfo::new(name.clone()));
+        Ok(ServiceView {
+            info,
+            handling: selection.handling(svc),
+        })
+    }
+
+    /// The slices of `service`, each converted by the watch path's own
+    /// conversion, or why it is not used.
+    pub fn slices_of_service(&self, service: &ServiceName, selection: &Selection) -> Vec<SliceView> {
+        let mut interner = slice_model::Interner::new();
+        self.slices
+            .iter()
+            .filter(|s| is_slice_of(s, service))
+            .map(|raw| SliceView {
+                name: raw.metadata.name.clone().unwrap_or_else(|| "(no name)".into()),
+                address_type: raw.address_type.clone(),
+                converted: if selection.selects_slice(raw) {
+                    informer_glue::slice_from_k8s(raw, &mut interner).map_err(|e| e.to_string())
+                } else {
+                    Err("not selected: its labels hand it to another proxy or controller".into())
+                },
+            })
+            .collect()
+    }
+
     /// An engine holding these objects (applied), as proxy `node` would
     /// see them.
     pub fn engine(&self, node: &str, proxy: &ProxyArgs) -> Engine {
@@ -267,6 +323,27 @@ impl Snapshot {
         self.slices.iter().cloned().for_each(|s| feed.slice(s));
         feed.finish(&self.services)
     }
+}
+
+/// A service as the model has it, and what this proxy does with it.
+#[derive(Debug)]
+pub struct ServiceView {
+    /// The converted Service.
+    pub info: slice_model::ServiceInfo,
+    /// Whether this proxy handles it, and if not, why.
+    pub handling: informer_glue::selection::Handling,
+}
+
+/// One EndpointSlice of a service as the watch path converts it, or why it
+/// is not used.
+#[derive(Debug)]
+pub struct SliceView {
+    /// Its name.
+    pub name: String,
+    /// Its `addressType`.
+    pub address_type: String,
+    /// The model slice and the conversion's warnings, or why there is none.
+    pub converted: Result<(slice_model::EndpointSlice, Vec<slice_model::SliceWarning>), String>,
 }
 
 /// Builds an engine from EndpointSlices handed over one at a time, through

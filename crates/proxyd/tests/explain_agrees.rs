@@ -90,15 +90,8 @@ fn explain_agrees_with_the_table_on_the_example_cluster() {
     let m = informer_glue::manifests::load(&path).unwrap();
     let mut compared = 0;
     for (node, zone) in [("node-1", None), ("node-2", Some("zone-b")), ("node-3", None)] {
-        let snapshot = Snapshot {
-            node_zone: m.node_zone(node),
-            services: m.services.clone(),
-            slices: m.slices.clone(),
-            pods: Vec::new(),
-            service_cidrs: Vec::new(),
-            node_pod_cidrs: Vec::new(),
-            node_primary_ips: Vec::new(),
-        };
+        let mut snapshot = Snapshot::of(m.services.clone(), m.slices.clone());
+        snapshot.node_zone = m.node_zone(node);
         compared += check(&snapshot, node, zone);
     }
     assert!(compared > 40, "{compared} endpoints compared");
@@ -206,15 +199,7 @@ fn explain_agrees_with_the_table_on_a_generated_trace() {
     let mut compared = 0;
     for node in ["node-0", "node-1", "node-2", "node-4"] {
         for zone in [None, Some("zone-a"), Some("zone-c")] {
-            let snapshot = Snapshot {
-                node_zone: None,
-                services: services.clone(),
-                slices: slices.clone(),
-                pods: Vec::new(),
-                service_cidrs: Vec::new(),
-                node_pod_cidrs: Vec::new(),
-                node_primary_ips: Vec::new(),
-            };
+            let snapshot = Snapshot::of(services.clone(), slices.clone());
             compared += check(&snapshot, node, zone);
         }
     }

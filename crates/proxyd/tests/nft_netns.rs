@@ -88,15 +88,9 @@ fn proxy_args() -> ProxyArgs {
 fn example_cluster() -> (Engine, DataplaneConfig) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
     let m = informer_glue::manifests::load(&path).unwrap();
-    let snapshot = Snapshot {
-        node_zone: m.node_zone("node-1"),
-        services: m.services,
-        slices: m.slices,
-        pods: Vec::new(),
-        service_cidrs: Vec::new(),
-        node_pod_cidrs: Vec::new(),
-        node_primary_ips: Vec::new(),
-    };
+    let zone = m.node_zone("node-1");
+    let mut snapshot = Snapshot::of(m.services, m.slices);
+    snapshot.node_zone = zone;
     let engine = snapshot.engine("node-1", &proxy_args());
     let config = proxyd::snapshot::dataplane_config(&proxy_args(), snapshot.node_zone);
     (engine, config)
@@ -564,15 +558,7 @@ fn example_cluster_loads_as_ipv6() {
         cluster_cidr: vec!["10.244.0.0/16".parse().unwrap(), "fd00:10:244::/56".parse().unwrap()],
         ..proxy_args()
     };
-    let snapshot = Snapshot {
-        node_zone: None,
-        services: m.services,
-        slices: m.slices,
-        pods: Vec::new(),
-        service_cidrs: Vec::new(),
-        node_pod_cidrs: Vec::new(),
-        node_primary_ips: Vec::new(),
-    };
+    let snapshot = Snapshot::of(m.services, m.slices);
     let mut engine = snapshot.engine("node-1", &proxy);
     let config = proxyd::snapshot::dataplane_config(&proxy, None);
     let ns = Netns::new("v6");

@@ -167,6 +167,54 @@ fn explain_names_the_selector_that_leaves_a_service_out() {
     );
 }
 
+/// Two services claim one external IP and port: the table gives it to
+/// one of them, and explain says so of the other instead of showing the
+/// element as its own.
+#[test]
+fn explain_shows_a_frontend_another_service_holds_as_held_by_it() {
+    let mut text = String::new();
+    for (name, ip, ep) in [("a", "10.96.0.21", "10.244.0.21"), ("b", "10.96.0.22", "10.244.0.22")] {
+        text.push_str(&format!(
+            "---\nkind: Service\nmetadata: {{name: {name}, namespace: ns}}\n\
+             spec: {{clusterIP: {ip}, externalIPs: [192.0.2.9], ports: [{{name: http, port: 80}}]}}\n\
+             ---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: {name}-1, namespace: ns, labels: {{kubernetes.io/service-name: {name}}}}}\n\
+             addressType: IPv4\nports: [{{name: http, port: 8080, protocol: TCP}}]\n\
+             endpoints: [{{addresses: [{ep}], conditions: {{ready: true}}}}]\n"
+        ));
+    }
+    let explain = |svc: &str| {
+        let (code, out, err) = on_one_file(&format!("shared-{svc}"), &text, &["explain", &format!("ns/{svc}")]);
+        assert_eq!(code, Some(0), "{err}");
+        out
+    };
+    // The table's part of each explanation.
+    let table = |out: String| {
+        out.split_once("  nftables (")
+            .map(|(_, t)| t.to_owned())
+            .unwrap_or_default()
+    };
+    let (a, b) = (table(explain("a")), table(explain("b")));
+    let held = |out: &str, other: &str| {
+        out.lines()
+            .any(|l| l.contains("192.0.2.9") && l.contains(&format!("service ns/{other} holds it")))
+    };
+    assert!(held(&a, "b") != held(&b, "a"), "exactly one waits:\n{a}\n{b}");
+    let (holder, waiter) = if held(&b, "a") { (&a, &b) } else { (&b, &a) };
+    assert!(
+        holder
+            .lines()
+            .any(|l| l.contains("192.0.2.9") && !l.contains("holds it")),
+        "the holder shows its element:\n{holder}"
+    );
+    assert!(
+        !waiter
+            .lines()
+            .any(|l| l.contains("192.0.2.9") && !l.contains("holds it")),
+        "the other shows none of its own for that frontend:\n{waiter}"
+    );
+}
+
 /// `render` on a directory holding only `text`: exit code and stderr.
 fn render_broken(tag: &str, text: &str) -> (Option<i32>, String) {
     let (code, _, err) = on_one_file(tag, text, &["render"]);

@@ -368,9 +368,9 @@ mod queue_tests {
         two.update(a.clone());
         assert_ne!(one.queued, two.queued, "queued in another order");
         assert_eq!(one, two);
-        one.checkout();
+        let _ = one.checkout();
         assert_ne!(one, two, "applied is not pending");
-        two.checkout();
+        let _ = two.checkout();
         assert_eq!(one, two);
         two.update(of("api", "10.0.0.3"));
         assert_ne!(one, two);

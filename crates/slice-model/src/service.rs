@@ -24,6 +24,19 @@ pub enum ServiceType {
     ExternalName,
 }
 
+/// The API's spelling: `ClusterIP`, `NodePort`, `LoadBalancer`,
+/// `ExternalName`.
+impl std::fmt::Display for ServiceType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::ClusterIp => "ClusterIP",
+            Self::NodePort => "NodePort",
+            Self::LoadBalancer => "LoadBalancer",
+            Self::ExternalName => "ExternalName",
+        })
+    }
+}
+
 /// `spec.internalTrafficPolicy` / `spec.externalTrafficPolicy`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub enum TrafficPolicy {
