@@ -10,6 +10,7 @@ mod packed;
 pub mod rule;
 pub mod skeleton;
 pub mod syncer;
+pub mod target;
 pub mod tracer;
 pub mod transaction;
 
@@ -17,6 +18,7 @@ pub use desired::{DataplaneConfig, LocalDetector, ServiceTarget};
 pub use fragment::Fragment;
 pub use kernel::KernelModel;
 pub use syncer::{NftSyncer, SyncKind, SyncReport};
+pub use target::{Target, Written};
 pub use transaction::{Op, Transaction};
 
 /// Why an apply failed.

@@ -302,6 +302,19 @@ impl SyncMetrics {
         let _ = self.conntrack_duration.get_or_create(&l);
     }
 
+    /// Records the network programming latency of changes with these
+    /// trigger times, programmed `now`.
+    pub fn observe_programming(&self, family: IpFamily, trigger_times: &[SystemTime], now: SystemTime) {
+        let l = labels(family);
+        for t in trigger_times {
+            // Clock skew between the controller and this node can make the
+            // difference negative; such samples are meaningless.
+            if let Ok(d) = now.duration_since(*t) {
+                self.programming.get_or_create(&l).observe(d.as_secs_f64());
+            }
+        }
+    }
+
     /// Records one sync of `family`.
     pub fn observe_sync(&self, family: IpFamily, o: &SyncObservation, now: SystemTime) {
         let l = labels(family);
@@ -317,13 +330,7 @@ impl SyncMetrics {
             &self.partial_duration
         };
         kind.get_or_create(&l).observe(secs);
-        for t in &o.trigger_times {
-            // Clock skew between the controller and this node can make the
-            // difference negative; such samples are meaningless.
-            if let Ok(d) = now.duration_since(*t) {
-                self.programming.get_or_create(&l).observe(d.as_secs_f64());
-            }
-        }
+        self.observe_programming(family, &o.trigger_times, now);
         if o.conntrack_deleted > 0 || o.conntrack_duration > Duration::ZERO {
             self.conntrack_duration
                 .get_or_create(&l)

@@ -7,15 +7,15 @@
 //! entries to delete, trigger times to report) waits for the next one.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use endpoints_map::topology::TrafficPolicies;
 use slice_model::{IpFamily, ServiceName};
 
 use crate::metrics::SyncObservation;
 use endpoints_map::Engine;
-use linux_dataplane::conntrack::{Conntrack, Flow};
-use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, SyncReport};
+use linux_dataplane::conntrack::Conntrack;
+use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, SyncReport, Target};
 
 /// Per service: its health-check node port and local ready endpoints.
 pub type HealthChecks = BTreeMap<ServiceName, (u16, usize)>;
@@ -26,11 +26,8 @@ pub struct Proxier {
     pub family: IpFamily,
     /// Its engine.
     pub engine: Engine,
-    syncer: NftSyncer<Box<dyn Dataplane + Send>>,
+    table: Target<Box<dyn Dataplane + Send>>,
     conntrack: Box<dyn Conntrack + Send>,
-    pending_services: BTreeSet<ServiceName>,
-    pending_flows: BTreeSet<Flow>,
-    pending_triggers: Vec<SystemTime>,
     pending_endpoint_changes: u64,
     pending_service_changes: u64,
     health_checks: HealthChecks,
@@ -65,11 +62,8 @@ impl Proxier {
         Self {
             family: config.family,
             engine,
-            syncer: NftSyncer::new(config, dataplane),
+            table: Target::new(NftSyncer::new(config, dataplane)),
             conntrack,
-            pending_services: BTreeSet::new(),
-            pending_flows: BTreeSet::new(),
-            pending_triggers: Vec::new(),
             pending_endpoint_changes: 0,
             pending_service_changes: 0,
             health_checks: HealthChecks::new(),
@@ -87,7 +81,7 @@ impl Proxier {
     /// Changes the dataplane's configuration; the next sync rewrites the
     /// table when that is a change (see [`NftSyncer::reconfigure`]).
     pub fn reconfigure(&mut self, change: impl FnOnce(&mut DataplaneConfig)) -> bool {
-        self.syncer.reconfigure(change)
+        self.table.syncer().reconfigure(change)
     }
 
     /// Changes waiting for the next sync: (endpoint changes, service
@@ -97,7 +91,7 @@ impl Proxier {
     }
 
     fn refresh_service(&mut self, name: &ServiceName) {
-        let config = self.syncer.config().clone();
+        let config = self.table.syncer().config().clone();
         let ports = self.engine.services.service(name).unwrap_or(&[]);
         let hc = ports.iter().find_map(|p| p.health_check_node_port);
         match hc {
@@ -137,24 +131,15 @@ impl Proxier {
     pub fn sync(&mut self, kind: SyncKind) -> Result<SyncOutcome, DataplaneError> {
         let started = Instant::now();
         let update = self.engine.update();
-        self.pending_flows
-            .extend(nft_dataplane::conntrack::plan(&update, &self.engine.services));
-        self.pending_triggers
-            .extend(update.endpoints.last_change_trigger_times.values().flatten().copied());
+        self.table.owe(&update, &self.engine.services, |_| true, |_| true);
         self.pending_endpoint_changes += update.endpoints.changed_services.len() as u64;
         self.pending_service_changes += update.services.updated_services.len() as u64;
         for name in &update.changed {
             self.refresh_service(name);
         }
-        self.pending_services.extend(update.changed.iter().cloned());
-        let report = self.syncer.sync(
-            &self.engine.services,
-            &self.engine.endpoints,
-            &self.pending_services,
-            kind,
-        )?;
+        let written = self.table.sync(&self.engine.services, &self.engine.endpoints, kind)?;
         // The rules are in place: now the entries they replace can go.
-        let flows: Vec<Flow> = std::mem::take(&mut self.pending_flows).into_iter().collect();
+        let flows = written.flows;
         let conntrack_started = Instant::now();
         let (deleted, conntrack_errors) = if flows.is_empty() {
             (0, Vec::new())
@@ -163,11 +148,11 @@ impl Proxier {
         };
         let observation = SyncObservation {
             duration: started.elapsed(),
-            full: report.full,
+            full: written.report.full,
             failed: false,
             endpoint_changes: std::mem::take(&mut self.pending_endpoint_changes),
             service_changes: std::mem::take(&mut self.pending_service_changes),
-            trigger_times: std::mem::take(&mut self.pending_triggers),
+            trigger_times: written.trigger_times,
             no_local_internal: self.no_local_totals.0,
             no_local_external: self.no_local_totals.1,
             conntrack_deleted: deleted,
@@ -177,11 +162,10 @@ impl Proxier {
                 conntrack_started.elapsed()
             },
         };
-        let changed = std::mem::take(&mut self.pending_services);
         Ok(SyncOutcome {
-            report,
+            report: written.report,
             observation,
-            changed,
+            changed: written.services,
             conntrack_flows: flows.len(),
             conntrack_errors,
         })
@@ -215,7 +199,11 @@ mod tests {
     }
 
     impl Conntrack for Shared<RecordingConntrack> {
-        fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<linux_dataplane::ConntrackError>) {
+        fn delete(
+            &mut self,
+            family: IpFamily,
+            flows: &[nft_dataplane::conntrack::Flow],
+        ) -> (u64, Vec<linux_dataplane::ConntrackError>) {
             self.0.lock().unwrap().delete(family, flows)
         }
     }

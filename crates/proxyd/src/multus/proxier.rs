@@ -15,13 +15,14 @@
 //! never stops the others.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use endpoints_map::Engine;
 use informer_glue::multus::{PodStore, ServiceNetworks};
 use linux_dataplane::{ConntrackError, Netns, NetnsId, RouteChange, RouteError};
 use nft_dataplane::conntrack::Flow;
-use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind};
+use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, Target, Written};
 use slice_model::{IpFamily, ServiceName};
 
 use super::plan::{PodPlan, Route, plan_pod};
@@ -56,7 +57,9 @@ struct PodState {
     netns: Netns,
     /// The namespace programmed: a new one at the same path is not it.
     netns_id: NetnsId,
-    syncer: NftSyncer<Box<dyn Dataplane + Send>>,
+    /// The pod's table and what it owes (the node's proxier runs the same
+    /// machine).
+    target: Target<Box<dyn Dataplane + Send>>,
     plan: PodPlan,
     routes_in_place: bool,
 }
@@ -82,11 +85,24 @@ pub struct MultusSync {
     /// `(pod, why)` for each served pod that is not programmed up to date
     /// after this sync: retried until it is, or is gone.
     pub pending: Vec<(String, String)>,
+    /// `last-change-trigger-time`s of the changes programmed by this sync,
+    /// in every pod that serves them.
+    pub trigger_times: Vec<std::time::SystemTime>,
 }
 
-/// A pod's key, its plan, and the services to write (`None`: its table
-/// stays as it is).
-type Planned = (String, PodPlan, Option<BTreeSet<ServiceName>>);
+/// A pod's key, its plan, and whether its table is written now.
+type Planned = (String, PodPlan, bool);
+
+/// Whether a stale flow is one to these cluster IPs (a pod reaches
+/// services through their cluster IPs only).
+fn to_cluster_ip(flow: &Flow, cluster_ips: &BTreeSet<IpAddr>) -> bool {
+    match flow {
+        Flow::ToFrontend { addr, .. } | Flow::FrontendToEndpoint { addr, .. } | Flow::ToAddress { addr } => {
+            cluster_ips.contains(addr)
+        }
+        Flow::ToNodePort { .. } | Flow::NodePortToEndpoint { .. } => false,
+    }
+}
 
 /// How many pods' tables are written at once.
 const WRITERS: usize = 8;
@@ -150,12 +166,7 @@ impl MultusProxier {
         let cluster_ips: BTreeSet<_> = routes.iter().map(|r| r.dest).collect();
         let mine: Vec<Flow> = flows
             .iter()
-            .filter(|f| match f {
-                Flow::ToFrontend { addr, .. } | Flow::FrontendToEndpoint { addr, .. } | Flow::ToAddress { addr } => {
-                    cluster_ips.contains(addr)
-                }
-                Flow::ToNodePort { .. } | Flow::NodePortToEndpoint { .. } => false,
-            })
+            .filter(|f| to_cluster_ip(f, &cluster_ips))
             .copied()
             .collect();
         if mine.is_empty() {
@@ -187,17 +198,15 @@ impl MultusProxier {
 
     /// Writes the tables of the pods that need it (`Some(touched)`), a few
     /// at a time: per pod, `Ok(true)` when a transaction was applied.
-    fn write_tables(&mut self, planned: &[Planned], kind: SyncKind) -> BTreeMap<String, Result<bool, String>> {
+    fn write_tables(&mut self, planned: &[Planned], kind: SyncKind) -> BTreeMap<String, Result<Written, String>> {
         let (services, endpoints) = (&self.engine.services, &self.engine.endpoints);
-        let wanted: BTreeMap<&String, &BTreeSet<ServiceName>> = planned
+        let wanted: BTreeSet<&String> = planned
             .iter()
-            .filter_map(|(k, _, touched)| touched.as_ref().map(|t| (k, t)))
+            .filter(|(_, _, write)| *write)
+            .map(|(k, _, _)| k)
             .collect();
-        let mut jobs: Vec<(&String, &mut PodState, &BTreeSet<ServiceName>)> = self
-            .state
-            .iter_mut()
-            .filter_map(|(k, st)| wanted.get(k).map(|t| (k, st, *t)))
-            .collect();
+        let mut jobs: Vec<(&String, &mut PodState)> =
+            self.state.iter_mut().filter(|(k, _)| wanted.contains(k)).collect();
         let per_worker = jobs.len().div_ceil(WRITERS).max(1);
         std::thread::scope(|scope| {
             let handles: Vec<_> = jobs
@@ -206,12 +215,8 @@ impl MultusProxier {
                     scope.spawn(move || {
                         chunk
                             .iter_mut()
-                            .map(|(key, st, touched)| {
-                                let r = st
-                                    .syncer
-                                    .sync(services, endpoints, touched, kind)
-                                    .map(|r| r.full || r.services_written > 0 || r.script_bytes > 0)
-                                    .map_err(|e| e.to_string());
+                            .map(|(key, st)| {
+                                let r = st.target.sync(services, endpoints, kind).map_err(|e| e.to_string());
                                 ((*key).clone(), r)
                             })
                             .collect::<Vec<_>>()
@@ -275,7 +280,7 @@ impl MultusProxier {
                 PodState {
                     netns,
                     netns_id: id,
-                    syncer: NftSyncer::new(DataplaneConfig::pod(self.family), dataplane),
+                    target: Target::new(NftSyncer::new(DataplaneConfig::pod(self.family), dataplane)),
                     plan: PodPlan::default(),
                     routes_in_place: false,
                 },
@@ -331,11 +336,18 @@ impl MultusProxier {
             let selection_changed = st.plan.services != plan.services;
             if selection_changed {
                 let served = plan.services.clone();
-                st.syncer.set_filter(Box::new(move |n| served.contains(n)));
+                st.target.syncer().set_filter(Box::new(move |n| served.contains(n)));
             }
-            let touched: BTreeSet<ServiceName> = update.changed.intersection(&plan.services).cloned().collect();
-            let write = kind == SyncKind::Periodic || !touched.is_empty() || st.syncer.needs_full_sync();
-            planned.push((key.clone(), plan, write.then_some(touched)));
+            // Entries to a deleted service's cluster IP: the old plan knew it.
+            let cluster_ips: BTreeSet<IpAddr> = plan.routes.iter().chain(&st.plan.routes).map(|r| r.dest).collect();
+            st.target.owe(
+                &update,
+                &self.engine.services,
+                |s| plan.services.contains(s),
+                |f| to_cluster_ip(f, &cluster_ips),
+            );
+            let write = kind == SyncKind::Periodic || st.target.owes();
+            planned.push((key.clone(), plan, write));
         }
 
         // Each pod's table is its own nft transaction, mostly waiting on
@@ -345,9 +357,16 @@ impl MultusProxier {
             let Some(st) = self.state.get_mut(&key) else {
                 continue;
             };
-            match written.remove(&key) {
-                Some(Ok(true)) => out.transactions += 1,
-                Some(Ok(false)) | None => {}
+            let flows = match written.remove(&key) {
+                Some(Ok(w)) => {
+                    let r = &w.report;
+                    if r.full || r.services_written > 0 || r.script_bytes > 0 {
+                        out.transactions += 1;
+                    }
+                    out.trigger_times.extend(w.trigger_times);
+                    w.flows
+                }
+                None => Vec::new(),
                 Some(Err(e)) => {
                     let namespace_gone = self.backend.identify(&st.netns) != Some(st.netns_id);
                     let why = if namespace_gone {
@@ -361,7 +380,7 @@ impl MultusProxier {
                     pending.insert(key, why);
                     continue;
                 }
-            }
+            };
             if st.plan.routes != plan.routes || !st.routes_in_place || kind == SyncKind::Periodic {
                 match self.backend.routes(&key, &st.netns, self.family, &plan.routes) {
                     Ok(change) => {
@@ -378,11 +397,15 @@ impl MultusProxier {
                     }
                 }
             }
-            // Entries to a deleted service's cluster IP: the old plan knew it.
-            let routes: BTreeSet<Route> = plan.routes.union(&st.plan.routes).cloned().collect();
-            let netns = st.netns.clone();
             st.plan = plan;
-            self.clear_stale(&key, &netns, &routes, &stale_flows, &mut out);
+            // The rules that replace them are in place.
+            if !flows.is_empty() {
+                let (deleted, errors) = self.backend.conntrack(&key, &st.netns, self.family, &flows);
+                out.conntrack_deleted += deleted;
+                for e in errors {
+                    tracing::warn!(pod = %key, "conntrack cleanup: {e}");
+                }
+            }
         }
         self.note_pending(pending);
         out.pending = self.pending.iter().map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -21,6 +21,9 @@ use linux_dataplane::Route;
 use linux_dataplane::{Netns, NetnsId};
 use linux_dataplane::{RouteChange, RouteError};
 
+/// The trigger time of every slice change here.
+const CHANGED_AT: std::time::SystemTime = std::time::SystemTime::UNIX_EPOCH;
+
 /// Every pod's namespace, as models: tables and routes by namespace
 /// path, counts by pod.
 #[derive(Default)]
@@ -31,6 +34,8 @@ struct World {
     conntrack: BTreeMap<String, Vec<Flow>>,
     /// Namespaces that no longer exist (their sandbox died).
     dead: BTreeSet<String>,
+    /// Pods whose nft fails (their namespace is fine).
+    failing: BTreeSet<String>,
 }
 
 fn path_of(netns: &Netns) -> String {
@@ -56,6 +61,12 @@ impl Dataplane for PodKernel {
             return Err(DataplaneError::Rejected {
                 status: "exit status: 1".into(),
                 stderr: format!("nsenter: cannot open {}: No such file or directory", self.netns),
+            });
+        }
+        if w.failing.contains(&self.pod) {
+            return Err(DataplaneError::Rejected {
+                status: "exit status: 1".into(),
+                stderr: "injected".into(),
             });
         }
         *w.transactions.entry(self.pod.clone()).or_default() += 1;
@@ -263,7 +274,8 @@ impl Setup {
     fn endpoints(&mut self, service: &str, ips: &[&str]) {
         let mut s = EndpointSlice::new("default", &format!("{service}-1"), service)
             .unwrap()
-            .with_port("p", Protocol::Udp, 5353);
+            .with_port("p", Protocol::Udp, 5353)
+            .with_trigger_time(CHANGED_AT);
         for ip in ips {
             s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).on_node("node-2"));
         }
@@ -372,6 +384,38 @@ fn one_endpoint_change_rewrites_only_the_pods_on_that_network() {
         w.conntrack
     );
     drop(w);
+    assert_eq!(s.trace("red-1", "192.168.20.101", "10.96.0.20"), "192.168.20.12:5353");
+}
+
+/// A pod whose table could not be written when an endpoint changed still
+/// gets the stale entries of that change deleted, once its table is
+/// written: what a target owes is kept across failures (as the node's).
+#[test]
+fn a_failed_write_keeps_the_pods_stale_flows_for_the_next_sync() {
+    let mut s = two_networks();
+    s.proxier.sync(SyncKind::Changes);
+    s.world.lock().unwrap().conntrack.clear();
+    s.world.lock().unwrap().failing.insert("default/red-1".into());
+    s.endpoints("dns-red", &["192.168.20.12"]);
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert_eq!(out.failures.len(), 1, "{out:?}");
+    let stale = Flow::FrontendToEndpoint {
+        addr: "10.96.0.20".parse().unwrap(),
+        port: 53,
+        endpoint: "192.168.20.11".parse().unwrap(),
+    };
+    let deleted = |s: &Setup, pod: &str| {
+        let w = s.world.lock().unwrap();
+        w.conntrack.get(pod).is_some_and(|f| f.contains(&stale))
+    };
+    assert!(deleted(&s, "default/red-2"), "the pod written gets its cleanup now");
+    assert_eq!(out.trigger_times, [CHANGED_AT], "programmed in red-2");
+    assert!(!deleted(&s, "default/red-1"), "not before its rules are in place");
+    s.world.lock().unwrap().failing.clear();
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert!(out.failures.is_empty() && out.pending.is_empty(), "{out:?}");
+    assert!(deleted(&s, "default/red-1"), "once its table is written");
+    assert_eq!(out.trigger_times, [CHANGED_AT], "programmed in red-1 now");
     assert_eq!(s.trace("red-1", "192.168.20.101", "10.96.0.20"), "192.168.20.12:5353");
 }
 

@@ -331,6 +331,11 @@ fn sync_multus(
         if let Some(m) = &metrics.multus {
             m.observe(p.family, &out);
         }
+        // A change programmed in several pods is one change.
+        let mut programmed = out.trigger_times.clone();
+        programmed.sort_unstable();
+        programmed.dedup();
+        metrics.sync.observe_programming(p.family, &programmed, now);
         tracing::info!(
             family = %p.family,
             reason = %reason,

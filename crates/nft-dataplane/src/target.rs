@@ -1,0 +1,218 @@
+//! [`Target`]: one table (the node's, or one pod's) and the work it still
+//! owes: the services to rewrite, the stale conntrack flows its new rules
+//! make safe to delete, and the trigger times its programming latency is
+//! measured from. The node's proxier and each multus pod run the same
+//! machine: an engine update adds to what a target owes; a sync that
+//! writes the table hands the flows and trigger times over and clears what
+//! it owed; a failed sync keeps everything for the next one (whose write is
+//! then a full one).
+
+use std::collections::BTreeSet;
+use std::time::SystemTime;
+
+use endpoints_map::{EndpointsMap, EngineUpdate, ServicesMap};
+use slice_model::ServiceName;
+
+use crate::conntrack::{Flow, plan};
+use crate::{Dataplane, DataplaneError, NftSyncer, SyncKind, SyncReport};
+
+/// A table and what it owes.
+pub struct Target<D> {
+    syncer: NftSyncer<D>,
+    services: BTreeSet<ServiceName>,
+    flows: BTreeSet<Flow>,
+    trigger_times: Vec<SystemTime>,
+}
+
+/// What a sync that wrote the table leaves to its caller.
+#[derive(Debug)]
+pub struct Written {
+    /// The dataplane's report.
+    pub report: SyncReport,
+    /// The changed services it owed (written, unless a full sync wrote
+    /// everything).
+    pub services: BTreeSet<ServiceName>,
+    /// Stale conntrack flows: the rules that replace them are in place,
+    /// so they can be deleted now.
+    pub flows: Vec<Flow>,
+    /// `last-change-trigger-time`s of the changes now programmed.
+    pub trigger_times: Vec<SystemTime>,
+}
+
+impl<D: Dataplane> Target<D> {
+    /// A target writing through `syncer`, owing nothing yet.
+    pub fn new(syncer: NftSyncer<D>) -> Self {
+        Self {
+            syncer,
+            services: BTreeSet::new(),
+            flows: BTreeSet::new(),
+            trigger_times: Vec::new(),
+        }
+    }
+
+    /// The syncer (its configuration, filter, dataplane).
+    pub fn syncer(&mut self) -> &mut NftSyncer<D> {
+        &mut self.syncer
+    }
+
+    /// Records what an engine update makes this target owe: the changed
+    /// services it `serves`, their trigger times, and the stale flows it
+    /// `keeps` (`map` is the services map after the update).
+    pub fn owe(
+        &mut self,
+        update: &EngineUpdate,
+        map: &ServicesMap,
+        serves: impl Fn(&ServiceName) -> bool,
+        keeps: impl Fn(&Flow) -> bool,
+    ) {
+        self.services
+            .extend(update.changed.iter().filter(|s| serves(s)).cloned());
+        let times = &update.endpoints.last_change_trigger_times;
+        self.trigger_times.extend(
+            times
+                .iter()
+                .filter(|(s, _)| serves(s))
+                .flat_map(|(_, t)| t.iter().copied()),
+        );
+        self.flows.extend(plan(update, map).into_iter().filter(|f| keeps(f)));
+    }
+
+    /// Whether a sync now has something to do without being asked for a
+    /// periodic one: services or flows owed, or a table to rewrite whole.
+    pub fn owes(&self) -> bool {
+        !self.services.is_empty() || !self.flows.is_empty() || self.syncer.needs_full_sync()
+    }
+
+    /// The services owed.
+    pub fn owed_services(&self) -> &BTreeSet<ServiceName> {
+        &self.services
+    }
+
+    /// Writes the table (the owed services, or all of it) and, once that
+    /// worked, hands over what may follow it. A failure keeps everything
+    /// owed.
+    pub fn sync(
+        &mut self,
+        services: &ServicesMap,
+        endpoints: &EndpointsMap,
+        kind: SyncKind,
+    ) -> Result<Written, DataplaneError> {
+        let report = self.syncer.sync(services, endpoints, &self.services, kind)?;
+        Ok(Written {
+            report,
+            services: std::mem::take(&mut self.services),
+            flows: std::mem::take(&mut self.flows).into_iter().collect(),
+            trigger_times: std::mem::take(&mut self.trigger_times),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU16;
+    use std::time::Duration;
+
+    use endpoints_map::Engine;
+    use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServicePort, SliceEndpoint};
+
+    use super::*;
+    use crate::{DataplaneConfig, Recording};
+
+    /// A dataplane that fails while told to.
+    #[derive(Default)]
+    struct Flaky {
+        failing: bool,
+        applied: usize,
+    }
+
+    impl Dataplane for Flaky {
+        fn apply(&mut self, tx: &crate::Transaction) -> Result<usize, DataplaneError> {
+            if self.failing {
+                return Err(DataplaneError::Rejected {
+                    status: "exit status 1".into(),
+                    stderr: "injected".into(),
+                });
+            }
+            self.applied += 1;
+            Ok(tx.text().len())
+        }
+    }
+
+    fn dns(engine: &mut Engine, endpoint: &str, at: u64) {
+        let mut s = ServiceInfo::new(ServiceName::new("ns", "dns"));
+        s.cluster_ips = vec!["10.96.0.10".parse().unwrap()];
+        s.ports = vec![ServicePort {
+            name: "dns".into(),
+            protocol: Protocol::Udp,
+            port: NonZeroU16::new(53).unwrap(),
+            node_port: None,
+        }];
+        engine.update_service(&s);
+        let slice = EndpointSlice::new("ns", "dns-1", "dns")
+            .unwrap()
+            .with_port("dns", Protocol::Udp, 53)
+            .with_endpoint(SliceEndpoint::new(endpoint.parse().unwrap()))
+            .with_trigger_time(SystemTime::UNIX_EPOCH + Duration::from_secs(at));
+        engine.update_slice(slice);
+    }
+
+    #[test]
+    fn what_a_failed_sync_owed_is_owed_until_a_sync_writes_it() {
+        let mut engine = Engine::new("node-1", IpFamily::V4);
+        let config = DataplaneConfig::new(IpFamily::V4);
+        let mut target = Target::new(NftSyncer::new(config, Flaky::default()));
+        dns(&mut engine, "10.1.0.1", 1);
+        let first = engine.update();
+        target.owe(&first, &engine.services, |_| true, |_| true);
+        target
+            .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
+            .unwrap();
+
+        // The endpoint is replaced while the dataplane fails: the service,
+        // the stale flow and the trigger time stay owed.
+        target.syncer().dataplane().failing = true;
+        dns(&mut engine, "10.1.0.2", 2);
+        let second = engine.update();
+        target.owe(&second, &engine.services, |_| true, |_| true);
+        assert!(
+            target
+                .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
+                .is_err()
+        );
+        assert!(target.owes());
+        assert_eq!(target.owed_services().len(), 1);
+
+        target.syncer().dataplane().failing = false;
+        let nothing_new = engine.update();
+        target.owe(&nothing_new, &engine.services, |_| true, |_| true);
+        let written = target
+            .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
+            .unwrap();
+        assert!(written.report.full, "after a failure the table is written whole");
+        assert_eq!(written.services.len(), 1);
+        assert!(
+            written.flows.contains(&Flow::FrontendToEndpoint {
+                addr: "10.96.0.10".parse().unwrap(),
+                port: 53,
+                endpoint: "10.1.0.1".parse().unwrap(),
+            }),
+            "{:?}",
+            written.flows
+        );
+        assert_eq!(written.trigger_times, [SystemTime::UNIX_EPOCH + Duration::from_secs(2)]);
+        assert!(!target.owes(), "all handed over");
+    }
+
+    #[test]
+    fn a_target_owes_only_what_it_serves_and_keeps() {
+        let mut engine = Engine::new("node-1", IpFamily::V4);
+        let mut target = Target::new(NftSyncer::new(DataplaneConfig::new(IpFamily::V4), Recording::default()));
+        dns(&mut engine, "10.1.0.1", 1);
+        let update = engine.update();
+        target.owe(&update, &engine.services, |s| s.name.as_ref() != "dns", |_| false);
+        let written = target
+            .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
+            .unwrap();
+        assert!(written.services.is_empty() && written.flows.is_empty() && written.trigger_times.is_empty());
+    }
+}
