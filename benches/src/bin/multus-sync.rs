@@ -16,9 +16,9 @@ use std::time::Instant;
 
 use endpoints_map::Engine;
 use informer_glue::multus::{Attachment, NetworkName, PodInfo, PodStore, ServiceNetworks};
+use multus_dataplane::backend::Commands;
+use multus_dataplane::{MultusProxier, NetnsDir};
 use nft_dataplane::SyncKind;
-use proxyd::multus::backend::Commands;
-use proxyd::multus::{MultusProxier, NetnsDir};
 use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, SliceEndpoint};
 
 fn ip(args: &[&str]) -> Result<(), String> {

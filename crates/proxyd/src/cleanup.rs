@@ -7,10 +7,10 @@ use nft_dataplane::names::{POD_TABLE, TABLE};
 use slice_model::IpFamily;
 
 use crate::cli::CleanupArgs;
-use crate::multus::PodBackend;
-use crate::multus::backend::Commands;
 use linux_dataplane::Netns;
 use linux_dataplane::NftCommand;
+use multus_dataplane::PodBackend;
+use multus_dataplane::backend::Commands;
 use nft_dataplane::Transaction;
 
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack

@@ -42,7 +42,7 @@ pub fn main(args: ExplainArgs) -> ExitCode {
         if args.proxy.multus {
             let (service, _) = parse_query(&args.service)?;
             let (pods, networks) = l.snapshot.multus_view(&l.node, &selection);
-            text.push_str(&crate::multus::view::explain_pods(
+            text.push_str(&multus_dataplane::view::explain_pods(
                 &service,
                 &l.engine.services,
                 l.config.family,

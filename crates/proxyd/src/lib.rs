@@ -48,10 +48,3 @@ pub mod run;
 pub mod snapshot;
 pub mod sync_runner;
 pub mod sysctls;
-
-/// Locks, ignoring poisoning: the data behind proxyd's locks is plain
-/// state that a panicking holder cannot leave half-written in a way the
-/// next user would trip on.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}

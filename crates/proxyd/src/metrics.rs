@@ -417,7 +417,7 @@ impl MultusMetrics {
     }
 
     /// Records one multus sync of `family`.
-    pub fn observe(&self, family: IpFamily, sync: &crate::multus::MultusSync) {
+    pub fn observe(&self, family: IpFamily, sync: &multus_dataplane::MultusSync) {
         let l = labels(family);
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         let g = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);

@@ -23,7 +23,13 @@ pub fn main(args: RenderArgs) -> ExitCode {
                 .snapshot
                 .multus_view(&l.node, &crate::snapshot::selection(&args.proxy));
             let e = &l.engine;
-            return crate::multus::view::render_pods(&e.services, &e.endpoints, l.config.family, &pods, &networks);
+            return Ok(multus_dataplane::view::render_pods(
+                &e.services,
+                &e.endpoints,
+                l.config.family,
+                &pods,
+                &networks,
+            )?);
         }
         let (text, syncer) = render_keeping_view(&l.engine, &l.config, !args.nft_only)?;
         // The process ends next: freeing the view piece by piece would only

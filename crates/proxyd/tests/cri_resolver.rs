@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use fake_cri::{FakeCri, Sandbox};
 use informer_glue::multus::PodInfo;
+use multus_dataplane::{PodNetnsResolver, ResolveError};
 use proxyd::multus::cri::CriResolver;
-use proxyd::multus::{PodNetnsResolver, ResolveError};
 
 fn pod() -> PodInfo {
     PodInfo {

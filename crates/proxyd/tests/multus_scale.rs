@@ -16,10 +16,10 @@ use informer_glue::multus::{Attachment, NetworkName, PodInfo, PodStore, ServiceN
 use linux_dataplane::ConntrackError;
 use linux_dataplane::Netns as NetnsPath;
 use linux_dataplane::RouteChange;
+use multus_dataplane::backend::Commands;
+use multus_dataplane::{MultusProxier, NetnsDir, PodBackend, Route};
 use nft_dataplane::conntrack::Flow;
 use nft_dataplane::{Dataplane, DataplaneError, SyncKind, Transaction};
-use proxyd::multus::backend::Commands;
-use proxyd::multus::{MultusProxier, NetnsDir, PodBackend, Route};
 use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint};
 
 mod common;

@@ -12,14 +12,14 @@ use tokio::sync::watch;
 use crate::cli::RunArgs;
 use crate::health::ProxierHealth;
 use crate::metrics::{Metrics, SyncObservation};
-use crate::multus::backend::{Commands, DryRunPods};
-use crate::multus::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use crate::proxier::{HealthChecks, Proxier};
 use crate::snapshot::dataplane_config;
 use crate::sync_runner::{Outcome, SyncReason};
 use endpoints_map::Engine;
 use linux_dataplane::{Conntrack, NetlinkConntrack, NoConntrack};
 use linux_dataplane::{DryRun, Netns, WatchedNft};
+use multus_dataplane::backend::{Commands, DryRunPods};
+use multus_dataplane::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use nft_dataplane::{Dataplane, DataplaneConfig, SyncKind};
 
 /// The proxiers of a run: the node's tables, or (multus) pods' tables.

@@ -20,7 +20,7 @@ pub fn render_pods(
     family: IpFamily,
     pods: &[PodInfo],
     networks: &BTreeMap<ServiceName, NetworkName>,
-) -> anyhow::Result<String> {
+) -> Result<String, nft_dataplane::DataplaneError> {
     let mut out = String::new();
     let mut sorted: Vec<&PodInfo> = pods.iter().collect();
     sorted.sort_by_key(|p| p.key());

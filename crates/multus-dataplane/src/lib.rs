@@ -1,0 +1,43 @@
+//! Multus mode: services on secondary networks, programmed inside each
+//! selected pod's network namespace, as multus-proxy serves them.
+//!
+//! ```text
+//!  Services (labelled + service-network) ─► engine, and service -> network
+//!  EndpointSlices (multus controller's)  ─► engine
+//!  Pods on this node (network-status)    ─► pod store
+//!                        │
+//!  MultusProxier.sync ── plan_pod: services on the pod's networks, routes
+//!                        ├─ resolver: the pod's namespace (a directory
+//!                        │  here; the daemon adds the container runtime)
+//!                        └─ per pod, a Target (the node's sync machine):
+//!                           nft table `proxyd-multus` (output hook, DNAT
+//!                           with the pod's source kept), routes to cluster
+//!                           IPs through its secondary interface, stale UDP
+//!                           conntrack entries deleted once the table is in
+//!                           place
+//! ```
+//!
+//! - [`plan`]: which services each pod gets and the routes its namespace
+//!   needs, a pure function of the pod, the services' networks and the
+//!   services map; [`view`] renders and explains it.
+//! - [`proxier`]: the per-pod sync over a [`PodNetnsResolver`] and a
+//!   [`PodBackend`] (the host's in [`backend`], or models in tests).
+
+pub mod backend;
+pub mod plan;
+pub mod proxier;
+pub mod resolver;
+pub mod view;
+
+pub use plan::{PodPlan, Route, Skip, plan_pod};
+pub use proxier::{MultusProxier, MultusSync, PodBackend};
+pub use resolver::{NetnsDir, PodNetnsResolver, ResolveError};
+
+#[cfg(test)]
+mod tests;
+
+/// Locks, ignoring poisoning: the stores behind these locks hold plain
+/// state that a panicking holder cannot leave half-written.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
