@@ -16,11 +16,12 @@
 //! No program but `nft` is run: namespaces are entered by a thread
 //! (`setns`), routes and conntrack go over netlink.
 //!
-//! Netfilter netlink messages are built and read by hand here (`netlink`):
-//! the maintained netlink crates decode rtnetlink (used for routes) but not
-//! the nf_tables expressions, set-element keys and batches this needs, and
-//! ctnetlink's NAT tuples are a few attributes. Every read is bounds-checked:
-//! a malformed reply is an error, never a panic.
+//! Routes use the field's rtnetlink messages (`netlink-packet-route`).
+//! Netfilter netlink messages (nftables generation, tables, set elements
+//! and batches; conntrack dumps and deletions) are built and read by hand
+//! here (`netlink`); `netlink-packet-netfilter` 0.4 covers them too and is
+//! not used yet. Every read is bounds-checked: a malformed reply is an
+//! error, never a panic.
 
 pub mod conntrack;
 mod netlink;
