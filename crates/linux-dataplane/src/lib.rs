@@ -11,9 +11,12 @@
 //!  conntrack  deleting stale UDP flows (Conntrack; NetlinkConntrack)
 //!  routes     routes to cluster IPs in a pod's namespace, over rtnetlink
 //!  netns      which network namespace, and working inside it (setns)
+//!  kube_proxy what kube-proxy left on a node (its nftables tables, its
+//!             iptables chains): found and removed
 //! ```
 //!
-//! No program but `nft` is run: namespaces are entered by a thread
+//! No program but `nft` (and, for kube-proxy's leftovers, the iptables
+//! save and restore tools) is run: namespaces are entered by a thread
 //! (`setns`), routes and conntrack go over netlink.
 //!
 //! Routes use the field's rtnetlink messages (`netlink-packet-route`).
@@ -24,6 +27,7 @@
 //! error, never a panic.
 
 pub mod conntrack;
+pub mod kube_proxy;
 mod netlink;
 pub mod netns;
 pub mod nft;

@@ -7,8 +7,8 @@
 //!  Pods on this node (network-status)    ─► pod store
 //!                        │
 //!  MultusProxier.sync ── plan_pod: services on the pod's networks, routes
-//!                        ├─ resolver: the pod's namespace (a directory
-//!                        │  here; the daemon adds the container runtime)
+//!                        ├─ resolver: the pod's namespace (a directory,
+//!                        │  or the container runtime over CRI)
 //!                        └─ per pod, a Target (the node's sync machine):
 //!                           nft table `proxyd-multus` (output hook, DNAT
 //!                           with the pod's source kept), routes to cluster
@@ -22,11 +22,15 @@
 //!   services map; [`view`] renders and explains it.
 //! - [`proxier`]: the per-pod sync over a [`PodNetnsResolver`] and a
 //!   [`PodBackend`] (the host's in [`backend`], or models in tests).
+//! - [`cri`]: the resolver that asks the container runtime (CRI v1);
+//!   [`runtime_watch`] follows the runtime (sandbox events, or its socket).
 
 pub mod backend;
+pub mod cri;
 pub mod plan;
 pub mod proxier;
 pub mod resolver;
+pub mod runtime_watch;
 pub mod view;
 
 pub use plan::{PodPlan, Route, Skip, plan_pod};

@@ -70,7 +70,7 @@ pub fn cleanup(args: CleanupArgs) -> ExitCode {
 /// `proxyd cleanup --kube-proxy`: kube-proxy's rules, as `kube-proxy
 /// --cleanup` removes them; says what it removed.
 fn cleanup_kube_proxy(netns: &Netns) -> ExitCode {
-    let found = match crate::kube_proxy::find(netns) {
+    let found = match linux_dataplane::kube_proxy::find(netns) {
         Ok(f) => f,
         Err(e) => {
             tracing::error!("cleanup --kube-proxy: cannot read the ruleset: {e}");
@@ -81,7 +81,7 @@ fn cleanup_kube_proxy(netns: &Netns) -> ExitCode {
         tracing::info!("no rules of kube-proxy's here (nothing to remove)");
         return ExitCode::SUCCESS;
     }
-    match crate::kube_proxy::remove(netns, &found) {
+    match linux_dataplane::kube_proxy::remove(netns, &found) {
         Ok(removed) => {
             tracing::info!("removed kube-proxy's {}", removed.join("; "));
             ExitCode::SUCCESS

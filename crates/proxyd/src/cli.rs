@@ -115,7 +115,7 @@ impl PodNetnsArgs {
             );
         }
         if let Some(e) = &self.container_runtime_endpoint
-            && let Err(why) = crate::multus::cri::socket_path(e)
+            && let Err(why) = multus_dataplane::cri::socket_path(e)
         {
             problems.push(format!("--container-runtime-endpoint: {why}"));
         }
@@ -124,13 +124,13 @@ impl PodNetnsArgs {
 
     /// The runtime to ask, when no --pod-netns-dir is given: the endpoint
     /// given, else the default one whose socket exists.
-    pub fn runtime(&self) -> Result<crate::multus::cri::CriResolver, String> {
+    pub fn runtime(&self) -> Result<multus_dataplane::cri::CriResolver, String> {
         let prefix = self.host_prefix.clone().unwrap_or_default();
         let endpoint = self
             .container_runtime_endpoint
             .clone()
-            .unwrap_or_else(|| crate::multus::cri::default_endpoint(&prefix));
-        crate::multus::cri::CriResolver::new(&endpoint, &prefix)
+            .unwrap_or_else(|| multus_dataplane::cri::default_endpoint(&prefix));
+        multus_dataplane::cri::CriResolver::new(&endpoint, &prefix)
     }
 }
 

@@ -14,20 +14,18 @@
 //!  run              `proxyd run`: sources ─► engines ─► the sync thread
 //!  manifest_source  --manifests polled, checked, streamed in as relists
 //!  sync_runner      when to sync (min/max interval, retry with backoff)
-//!  proxier          one family's sync: engine update ─► NftSyncer ─► conntrack
-//!  multus           multus mode: per-pod plans, namespaces from the runtime
-//!                   (CRI), per-pod tables and routes
+//!  proxier          one family's sync: engine update ─► its Target ─► conntrack
 //!  health, metrics, http  /healthz, /livez, /metrics and their server
 //!  sysctls          kube-proxy's conntrack settings at startup
-//!  kube_proxy       kube-proxy's leftovers: found, warned about, removed
 //!  render, explain  `proxyd render` and `proxyd explain`
 //!  cleanup          `proxyd cleanup`
 //! ```
 //!
-//! The engine (`endpoints_map::Engine`), the dataplane's plans
-//! (`nft_dataplane`) and everything that touches the host
-//! (`linux_dataplane`: nft, netlink, namespaces, routes) are library
-//! crates of their own.
+//! The engine (`endpoints_map::Engine`), the dataplane's plans and its
+//! sync machine (`nft_dataplane`), multus mode (`multus_dataplane`: the
+//! per-pod planner and sync, the CRI resolver) and everything that touches
+//! the host (`linux_dataplane`: nft, netlink, namespaces, routes,
+//! kube-proxy's leftovers) are library crates of their own.
 
 pub mod cleanup;
 pub mod cli;
@@ -35,12 +33,10 @@ pub mod config;
 pub mod explain;
 pub mod health;
 pub mod http;
-pub mod kube_proxy;
 pub mod kube_proxy_config;
 pub mod logging;
 pub mod manifest_source;
 pub mod metrics;
-pub mod multus;
 pub mod proxier;
 pub mod render;
 pub mod replay;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use fake_cri::{FakeCri, Sandbox};
 use informer_glue::multus::PodInfo;
+use multus_dataplane::cri::CriResolver;
 use multus_dataplane::{PodNetnsResolver, ResolveError};
-use proxyd::multus::cri::CriResolver;
 
 fn pod() -> PodInfo {
     PodInfo {
@@ -203,7 +203,7 @@ async fn sandbox_events_and_a_returning_runtime_wake_a_sync() {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use proxyd::multus::runtime_watch::follow_runtime;
+    use multus_dataplane::runtime_watch::follow_runtime;
     use tokio_util::sync::CancellationToken;
 
     let (dir, a, b) = scratch("events");

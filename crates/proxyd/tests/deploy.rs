@@ -167,8 +167,8 @@ fn the_multus_daemonset_selects_its_own_services_and_reaches_pods_namespaces() {
         .iter()
         .map(|m| m["mountPath"].as_str().unwrap().to_owned())
         .collect();
-    let endpoint_dirs = proxyd::multus::cri::DEFAULT_ENDPOINTS.map(|e| {
-        proxyd::multus::cri::socket_path(e)
+    let endpoint_dirs = multus_dataplane::cri::DEFAULT_ENDPOINTS.map(|e| {
+        multus_dataplane::cri::socket_path(e)
             .unwrap()
             .parent()
             .unwrap()

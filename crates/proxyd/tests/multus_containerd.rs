@@ -33,7 +33,7 @@ use cri_api::v1::{
     PodSandboxMetadata, PodSandboxStatusRequest, RemovePodSandboxRequest, RunPodSandboxRequest, StopPodSandboxRequest,
     VersionRequest,
 };
-use proxyd::multus::cri::{CriResolver, netns_from_info};
+use multus_dataplane::cri::{CriResolver, netns_from_info};
 use tonic::transport::Channel;
 
 mod common;

@@ -197,7 +197,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     set_conntrack(&args);
     set_oom_score_adj(args.kube_proxy.oom_score_adj);
     if !args.is_dry_run() && !args.proxy.multus {
-        crate::kube_proxy::warn_if_present(&Netns::from_flag(args.netns.clone()));
+        linux_dataplane::kube_proxy::warn_if_present(&Netns::from_flag(args.netns.clone()));
     }
     let node = node_name(&args.proxy)?;
     let families = args.families();
@@ -229,7 +229,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .pods
             .runtime()
             .map_err(|why| anyhow::anyhow!("--container-runtime-endpoint: {why}"))?;
-        tasks.spawn(crate::multus::runtime_watch::follow_runtime(
+        tasks.spawn(multus_dataplane::runtime_watch::follow_runtime(
             runtime,
             changes.clone(),
             shutdown.clone(),

@@ -20,7 +20,7 @@ use cri_api::v1::{ContainerEventResponse, GetEventsRequest, VersionRequest};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::cri::CriResolver;
+use crate::cri::CriResolver;
 
 /// How often a runtime that does not answer, or its socket, is looked at.
 const POLL: Duration = Duration::from_millis(250);

@@ -17,10 +17,47 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+use nft_dataplane::DataplaneError;
 use serde_json::Value;
 
-use linux_dataplane::Netns;
-use linux_dataplane::NftCommand;
+use crate::netns::{Netns, NetnsError};
+use crate::nft::NftCommand;
+
+/// Why kube-proxy's rules could not be read or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeftoverError {
+    /// The namespace could not be entered.
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    /// A program could not be started.
+    #[error("cannot run {program} ({netns}): {source}")]
+    Run {
+        /// The program.
+        program: String,
+        /// Where.
+        netns: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A program failed.
+    #[error("{command} ({netns}): {stderr}")]
+    Failed {
+        /// The program and its arguments.
+        command: String,
+        /// Where.
+        netns: String,
+        /// What it said.
+        stderr: String,
+    },
+    /// nft's JSON did not parse.
+    #[error("nft -j list ruleset: not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    /// nft refused the removal of nftables' part (nothing of it was
+    /// removed: one transaction).
+    #[error("nothing of nftables' part was removed: {0}")]
+    Nft(#[source] DataplaneError),
+}
 
 /// The iptables tables kube-proxy writes to.
 const IPTABLES_TABLES: [&str; 3] = ["nat", "filter", "mangle"];
@@ -77,17 +114,20 @@ fn short_list(names: &[String]) -> String {
 }
 
 /// Runs `program args` in `netns`; its standard output, or why not.
-fn output(netns: &Netns, program: &str, args: &[&str]) -> Result<String, String> {
+fn output(netns: &Netns, program: &str, args: &[&str]) -> Result<String, LeftoverError> {
     let out = netns
-        .run(|| Command::new(program).args(args).stdin(Stdio::null()).output())
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot run {program} ({netns}): {e}"))?;
+        .run(|| Command::new(program).args(args).stdin(Stdio::null()).output())?
+        .map_err(|source| LeftoverError::Run {
+            program: program.to_owned(),
+            netns: netns.to_string(),
+            source,
+        })?;
     if !out.status.success() {
-        return Err(format!(
-            "{program} {} ({netns}): {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(LeftoverError::Failed {
+            command: format!("{program} {}", args.join(" ")),
+            netns: netns.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -186,8 +226,11 @@ fn legacy_commands(netns: &Netns) -> Vec<&'static str> {
     ]
     .into_iter()
     .filter(|(_, names)| {
-        // /proc/net is the reader's namespace's: read it from inside.
-        output(netns, "cat", &[names]).is_ok_and(|t| !t.trim().is_empty())
+        // The thread's /proc/net is its namespace's: read from inside.
+        let thread_own = names.replace("/proc/net/", "/proc/thread-self/net/");
+        netns
+            .run(|| std::fs::read_to_string(&thread_own))
+            .is_ok_and(|t| t.is_ok_and(|t| !t.trim().is_empty()))
     })
     .map(|(command, _)| command)
     .collect()
@@ -195,9 +238,9 @@ fn legacy_commands(netns: &Netns) -> Vec<&'static str> {
 
 /// kube-proxy's rules in `netns`. Legacy iptables is looked at only where
 /// its tables are loaded and its tools are there.
-pub fn find(netns: &Netns) -> Result<Leftovers, String> {
+pub fn find(netns: &Netns) -> Result<Leftovers, LeftoverError> {
     let text = output(netns, "nft", &["-j", "-a", "list", "ruleset"])?;
-    let json: Value = serde_json::from_str(&text).map_err(|e| format!("nft -j list ruleset: not JSON: {e}"))?;
+    let json: Value = serde_json::from_str(&text).map_err(LeftoverError::NotJson)?;
     let mut found = from_ruleset(&json);
     for command in legacy_commands(netns) {
         let save = format!("{command}-save");
@@ -215,7 +258,7 @@ pub fn find(netns: &Netns) -> Result<Leftovers, String> {
 
 /// Removes `found` from `netns`: nftables' part in one transaction, each
 /// legacy table in one restore. Returns what was removed.
-pub fn remove(netns: &Netns, found: &Leftovers) -> Result<Vec<String>, String> {
+pub fn remove(netns: &Netns, found: &Leftovers) -> Result<Vec<String>, LeftoverError> {
     let mut removed = Vec::new();
     let mut script = String::new();
     for t in &found.nft_tables {
@@ -242,7 +285,7 @@ pub fn remove(netns: &Netns, found: &Leftovers) -> Result<Vec<String>, String> {
     if !script.is_empty() {
         NftCommand { netns: netns.clone() }
             .apply_text(&script)
-            .map_err(|e| format!("nothing of nftables' part was removed: {e}"))?;
+            .map_err(LeftoverError::Nft)?;
     }
     for ((command, table), chains) in &found.iptables_legacy {
         let save = output(netns, &format!("{command}-save"), &["-t", table])?;
@@ -259,11 +302,18 @@ pub fn remove(netns: &Netns, found: &Leftovers) -> Result<Vec<String>, String> {
                     stdin.write_all(input.as_bytes())?;
                 }
                 child.wait_with_output()
-            })
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("{restore}: {e}"))?;
+            })?
+            .map_err(|source| LeftoverError::Run {
+                program: restore.clone(),
+                netns: netns.to_string(),
+                source,
+            })?;
         if !out.status.success() {
-            return Err(format!("{restore}: {}", String::from_utf8_lossy(&out.stderr).trim()));
+            return Err(LeftoverError::Failed {
+                command: restore,
+                netns: netns.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            });
         }
         removed.push(format!("{command} {table}: {} chains", chains.len()));
     }

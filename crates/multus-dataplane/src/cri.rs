@@ -22,7 +22,7 @@ use informer_glue::multus::PodInfo;
 use serde_json::Value;
 use tonic::transport::{Channel, Endpoint};
 
-use multus_dataplane::{PodNetnsResolver, ResolveError};
+use crate::{PodNetnsResolver, ResolveError};
 
 /// The sockets tried when no `--container-runtime-endpoint` is given.
 pub const DEFAULT_ENDPOINTS: [&str; 2] = [
