@@ -19,6 +19,7 @@ use std::process::{Command, Stdio};
 
 use nft_dataplane::DataplaneError;
 use serde_json::Value;
+use slice_model::IpFamily;
 
 use crate::netns::{Netns, NetnsError};
 use crate::nft::NftCommand;
@@ -51,7 +52,7 @@ pub enum LeftoverError {
         stderr: String,
     },
     /// nft's JSON did not parse.
-    #[error("nft -j list ruleset: not JSON: {0}")]
+    #[error("nft -j list table: not JSON: {0}")]
     NotJson(#[source] serde_json::Error),
     /// nft refused the removal of nftables' part (nothing of it was
     /// removed: one transaction).
@@ -238,10 +239,39 @@ fn legacy_commands(netns: &Netns) -> Vec<&'static str> {
 
 /// kube-proxy's rules in `netns`. Legacy iptables is looked at only where
 /// its tables are loaded and its tools are there.
+///
+/// Only the tables kube-proxy writes are read: the ruleset may hold a
+/// large table of proxyd's, which nft would take seconds to list. Which of
+/// them exist is asked over netlink.
 pub fn find(netns: &Netns) -> Result<Leftovers, LeftoverError> {
-    let text = output(netns, "nft", &["-j", "-a", "list", "ruleset"])?;
-    let json: Value = serde_json::from_str(&text).map_err(LeftoverError::NotJson)?;
-    let mut found = from_ruleset(&json);
+    let mut netlink = crate::NftNetlink::open(netns).map_err(|source| LeftoverError::Run {
+        program: "netlink".into(),
+        netns: netns.to_string(),
+        source,
+    })?;
+    let mut items: Vec<Value> = Vec::new();
+    for (family, word) in [(IpFamily::V4, "ip"), (IpFamily::V6, "ip6")] {
+        for table in std::iter::once("kube-proxy").chain(IPTABLES_TABLES) {
+            let exists = netlink
+                .table_exists(family, table)
+                .map_err(|source| LeftoverError::Run {
+                    program: format!("netlink: table {word} {table}"),
+                    netns: netns.to_string(),
+                    source,
+                })?;
+            if !exists {
+                continue;
+            }
+            if table == "kube-proxy" {
+                items.push(serde_json::json!({"table": {"family": word, "name": table}}));
+                continue;
+            }
+            let text = output(netns, "nft", &["-j", "-a", "list", "table", word, table])?;
+            let json: Value = serde_json::from_str(&text).map_err(LeftoverError::NotJson)?;
+            items.extend(json["nftables"].as_array().into_iter().flatten().cloned());
+        }
+    }
+    let mut found = from_ruleset(&serde_json::json!({ "nftables": items }));
     for command in legacy_commands(netns) {
         let save = format!("{command}-save");
         match output(netns, &save, &[]) {

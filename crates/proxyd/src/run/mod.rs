@@ -197,7 +197,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     set_conntrack(&args);
     set_oom_score_adj(args.kube_proxy.oom_score_adj);
     if !args.is_dry_run() && !args.proxy.multus {
-        linux_dataplane::kube_proxy::warn_if_present(&Netns::from_flag(args.netns.clone()));
+        // Only a warning: it never holds up the start.
+        let netns = Netns::from_flag(args.netns.clone());
+        std::thread::spawn(move || linux_dataplane::kube_proxy::warn_if_present(&netns));
     }
     let node = node_name(&args.proxy)?;
     let families = args.families();
