@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use nft_dataplane::DataplaneError;
 use serde_json::Value;
@@ -114,22 +114,34 @@ fn short_list(names: &[String]) -> String {
     text
 }
 
-/// Runs `program args` in `netns`; its standard output, or why not.
-fn output(netns: &Netns, program: &str, args: &[&str]) -> Result<String, LeftoverError> {
-    let out = netns
-        .run(|| Command::new(program).args(args).stdin(Stdio::null()).output())?
-        .map_err(|source| LeftoverError::Run {
-            program: program.to_owned(),
-            netns: netns.to_string(),
-            source,
-        })?;
+/// Runs what `spawn` starts in `netns`; its output when it succeeded,
+/// else why not (`shown`: the command, for messages).
+fn checked(
+    netns: &Netns,
+    shown: String,
+    spawn: impl FnOnce() -> std::io::Result<Output> + Send,
+) -> Result<Output, LeftoverError> {
+    let out = netns.run(spawn)?.map_err(|source| LeftoverError::Run {
+        program: shown.clone(),
+        netns: netns.to_string(),
+        source,
+    })?;
     if !out.status.success() {
         return Err(LeftoverError::Failed {
-            command: format!("{program} {}", args.join(" ")),
+            command: shown,
             netns: netns.to_string(),
             stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
         });
     }
+    Ok(out)
+}
+
+/// Runs `program args` in `netns`; its standard output, or why not.
+fn output(netns: &Netns, program: &str, args: &[&str]) -> Result<String, LeftoverError> {
+    let shown = format!("{program} {}", args.join(" "));
+    let out = checked(netns, shown, || {
+        Command::new(program).args(args).stdin(Stdio::null()).output()
+    })?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
@@ -321,30 +333,17 @@ pub fn remove(netns: &Netns, found: &Leftovers) -> Result<Vec<String>, LeftoverE
         let save = output(netns, &format!("{command}-save"), &["-t", table])?;
         let restore = format!("{command}-restore");
         let input = without_kube(&save);
-        let out = netns
-            .run(|| {
-                let mut child = Command::new(&restore)
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped())
-                    .spawn()?;
-                if let Some(mut stdin) = child.stdin.take() {
-                    stdin.write_all(input.as_bytes())?;
-                }
-                child.wait_with_output()
-            })?
-            .map_err(|source| LeftoverError::Run {
-                program: restore.clone(),
-                netns: netns.to_string(),
-                source,
-            })?;
-        if !out.status.success() {
-            return Err(LeftoverError::Failed {
-                command: restore,
-                netns: netns.to_string(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-            });
-        }
+        checked(netns, restore.clone(), || {
+            let mut child = Command::new(&restore)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()?;
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(input.as_bytes())?;
+            }
+            child.wait_with_output()
+        })?;
         removed.push(format!("{command} {table}: {} chains", chains.len()));
     }
     Ok(removed)
