@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use serde::Deserialize;
-use slice_model::ServiceName;
+use slice_model::{PodName, ServiceName};
 use tokio::sync::Notify;
 
 use crate::fold::EventHandler;
@@ -114,9 +114,9 @@ pub struct PodInfo {
 }
 
 impl PodInfo {
-    /// `namespace/name`.
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+    /// Its name, the key multus mode knows it by.
+    pub fn key(&self) -> PodName {
+        PodName::new(self.namespace.as_str(), self.name.as_str())
     }
 
     /// The pod's interface on `network`, if it has one.
@@ -292,13 +292,13 @@ impl<H: EventHandler<Service>> EventHandler<Service> for NetworkRecorder<H> {
 #[derive(Debug, Default)]
 pub struct PodStore {
     /// `namespace/name` -> pod.
-    pub pods: BTreeMap<String, PodInfo>,
+    pub pods: BTreeMap<PodName, PodInfo>,
 }
 
 impl PodStore {
     /// Puts a pod in (or takes it out, for `None`); returns whether that
     /// changed anything.
-    pub fn set(&mut self, key: String, pod: Option<PodInfo>) -> bool {
+    pub fn set(&mut self, key: PodName, pod: Option<PodInfo>) -> bool {
         match pod {
             Some(p) => self.pods.insert(key, p.clone()).as_ref() != Some(&p),
             None => self.pods.remove(&key).is_some(),
@@ -355,7 +355,7 @@ impl EventHandler<Pod> for PodHandler {
 
     fn on_delete(&mut self, obj: &Pod) {
         let ns = obj.metadata.namespace.as_deref().unwrap_or("default");
-        let key = format!("{ns}/{}", obj.metadata.name.as_deref().unwrap_or_default());
+        let key = PodName::new(ns, obj.metadata.name.as_deref().unwrap_or_default());
         if lock(&self.store).set(key, None) {
             self.changed.notify_one();
         }
@@ -515,8 +515,9 @@ mod tests {
         p.metadata.uid = Some("u-1".into());
         h.on_add(&p);
         assert!(woken());
-        assert_eq!(lock(&h.store).pods.keys().collect::<Vec<_>>(), ["pods/client"]);
-        assert_eq!(lock(&h.store).pods["pods/client"].uid.as_deref(), Some("u-1"));
+        let client = PodName::new("pods", "client");
+        assert_eq!(lock(&h.store).pods.keys().collect::<Vec<_>>(), [&client]);
+        assert_eq!(lock(&h.store).pods[&client].uid.as_deref(), Some("u-1"));
         h.on_update(&p, &p);
         assert!(!woken(), "no change, nothing to do");
         let mut moved = p.clone();

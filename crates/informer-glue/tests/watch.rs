@@ -627,7 +627,15 @@ async fn only_this_nodes_pods_are_watched() {
         "spec.nodeName=node-1",
         handler,
     );
-    let names = || store.lock().unwrap().pods.keys().cloned().collect::<Vec<_>>();
+    let names = || {
+        store
+            .lock()
+            .unwrap()
+            .pods
+            .keys()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
     wait_for("node-1's pod", || names() == ["apps/a"]).await;
     server.apply(pod("c", "node-1", "192.168.10.3")).unwrap();
     server.drop_watches();
@@ -636,7 +644,7 @@ async fn only_this_nodes_pods_are_watched() {
     server.apply(pod("a", "node-2", "192.168.10.1")).unwrap();
     wait_for("the pod that left", || names() == ["apps/c"]).await;
     assert_eq!(
-        store.lock().unwrap().pods["apps/c"].attachments[0].ips[0].to_string(),
+        store.lock().unwrap().pods[&slice_model::PodName::new("apps", "c")].attachments[0].ips[0].to_string(),
         "192.168.10.3"
     );
     let _ = stop.send(());

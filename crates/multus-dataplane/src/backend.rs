@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use nft_dataplane::conntrack::Flow;
 use nft_dataplane::names::POD_TABLE;
 use nft_dataplane::{Dataplane, DataplaneError};
-use slice_model::IpFamily;
+use slice_model::{IpFamily, PodName};
 
 use super::proxier::PodBackend;
 use linux_dataplane::Netns;
@@ -24,13 +24,13 @@ pub struct Commands {
 }
 
 impl PodBackend for Commands {
-    fn dataplane(&mut self, _pod: &str, netns: &Netns) -> Box<dyn Dataplane + Send> {
+    fn dataplane(&mut self, _pod: &PodName, netns: &Netns) -> Box<dyn Dataplane + Send> {
         Box::new(NftCommand { netns: netns.clone() })
     }
 
     fn routes(
         &mut self,
-        _pod: &str,
+        _pod: &PodName,
         netns: &Netns,
         family: IpFamily,
         want: &BTreeSet<Route>,
@@ -38,14 +38,20 @@ impl PodBackend for Commands {
         routes::reconcile(netns, family, want)
     }
 
-    fn conntrack(&mut self, _pod: &str, netns: &Netns, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
+    fn conntrack(
+        &mut self,
+        _pod: &PodName,
+        netns: &Netns,
+        family: IpFamily,
+        flows: &[Flow],
+    ) -> (u64, Vec<ConntrackError>) {
         if self.no_conntrack {
             return (0, Vec::new());
         }
         NetlinkConntrack::new(netns.clone()).delete(family, flows)
     }
 
-    fn remove_table(&mut self, _pod: &str, netns: &Netns, family: IpFamily) -> Result<(), DataplaneError> {
+    fn remove_table(&mut self, _pod: &PodName, netns: &Netns, family: IpFamily) -> Result<(), DataplaneError> {
         let tx = nft_dataplane::Transaction::remove_table(family, POD_TABLE);
         NftCommand { netns: netns.clone() }.apply_text(&tx.text()).map(drop)
     }
@@ -60,26 +66,32 @@ pub struct DryRunPods {
 }
 
 impl PodBackend for DryRunPods {
-    fn dataplane(&mut self, pod: &str, _netns: &Netns) -> Box<dyn Dataplane + Send> {
+    fn dataplane(&mut self, pod: &PodName, _netns: &Netns) -> Box<dyn Dataplane + Send> {
         Box::new(DryRun {
             dir: self.dir.clone(),
             count: 0,
-            prefix: format!("{}-", pod.replace('/', "_")),
+            prefix: format!("{}_{}-", pod.namespace, pod.name),
         })
     }
 
-    fn routes(&mut self, pod: &str, _: &Netns, _: IpFamily, want: &BTreeSet<Route>) -> Result<RouteChange, RouteError> {
+    fn routes(
+        &mut self,
+        pod: &PodName,
+        _: &Netns,
+        _: IpFamily,
+        want: &BTreeSet<Route>,
+    ) -> Result<RouteChange, RouteError> {
         for r in want {
             tracing::info!(pod = %pod, "dry run: route {r}");
         }
         Ok(RouteChange::default())
     }
 
-    fn conntrack(&mut self, _: &str, _: &Netns, _: IpFamily, _: &[Flow]) -> (u64, Vec<ConntrackError>) {
+    fn conntrack(&mut self, _: &PodName, _: &Netns, _: IpFamily, _: &[Flow]) -> (u64, Vec<ConntrackError>) {
         (0, Vec::new())
     }
 
-    fn remove_table(&mut self, pod: &str, _: &Netns, _: IpFamily) -> Result<(), DataplaneError> {
+    fn remove_table(&mut self, pod: &PodName, _: &Netns, _: IpFamily) -> Result<(), DataplaneError> {
         tracing::info!(pod = %pod, "dry run: table {POD_TABLE} removed");
         Ok(())
     }

@@ -23,7 +23,7 @@ use informer_glue::multus::{PodStore, ServiceNetworks};
 use linux_dataplane::{ConntrackError, Netns, NetnsId, RouteChange, RouteError};
 use nft_dataplane::conntrack::Flow;
 use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, Target, Written};
-use slice_model::{IpFamily, ServiceName};
+use slice_model::{IpFamily, PodName, ServiceName};
 
 use super::plan::{PodPlan, Route, plan_pod};
 use super::resolver::{PodNetnsResolver, ResolveError};
@@ -33,19 +33,25 @@ use crate::lock;
 /// or (in tests) models.
 pub trait PodBackend: Send {
     /// The dataplane that applies transactions in `pod`'s namespace.
-    fn dataplane(&mut self, pod: &str, netns: &Netns) -> Box<dyn Dataplane + Send>;
+    fn dataplane(&mut self, pod: &PodName, netns: &Netns) -> Box<dyn Dataplane + Send>;
     /// Makes proxyd's routes of `family` in the namespace exactly `want`.
     fn routes(
         &mut self,
-        pod: &str,
+        pod: &PodName,
         netns: &Netns,
         family: IpFamily,
         want: &BTreeSet<Route>,
     ) -> Result<RouteChange, RouteError>;
     /// Deletes conntrack entries in the namespace.
-    fn conntrack(&mut self, pod: &str, netns: &Netns, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>);
+    fn conntrack(
+        &mut self,
+        pod: &PodName,
+        netns: &Netns,
+        family: IpFamily,
+        flows: &[Flow],
+    ) -> (u64, Vec<ConntrackError>);
     /// Removes proxyd's table of `family` from the namespace.
-    fn remove_table(&mut self, pod: &str, netns: &Netns, family: IpFamily) -> Result<(), DataplaneError>;
+    fn remove_table(&mut self, pod: &PodName, netns: &Netns, family: IpFamily) -> Result<(), DataplaneError>;
     /// Which namespace `netns` names now; `None` when it is gone.
     fn identify(&mut self, netns: &Netns) -> Option<NetnsId> {
         netns.identity()
@@ -79,19 +85,19 @@ pub struct MultusSync {
     pub conntrack_deleted: u64,
     /// `(pod, why)` for each pod that could not be brought up to date on
     /// this sync.
-    pub failures: Vec<(String, String)>,
+    pub failures: Vec<(PodName, String)>,
     /// Pods whose namespace the runtime could not be asked about.
     pub runtime_errors: usize,
     /// `(pod, why)` for each served pod that is not programmed up to date
     /// after this sync: retried until it is, or is gone.
-    pub pending: Vec<(String, String)>,
+    pub pending: Vec<(PodName, String)>,
     /// `last-change-trigger-time`s of the changes programmed by this sync,
     /// in every pod that serves them.
     pub trigger_times: Vec<std::time::SystemTime>,
 }
 
 /// A pod's key, its plan, and whether its table is written now.
-type Planned = (String, PodPlan, bool);
+type Planned = (PodName, PodPlan, bool);
 
 /// Whether a stale flow is one to these cluster IPs (a pod reaches
 /// services through their cluster IPs only).
@@ -117,10 +123,10 @@ pub struct MultusProxier {
     networks: Arc<Mutex<ServiceNetworks>>,
     resolver: Box<dyn PodNetnsResolver>,
     backend: Box<dyn PodBackend>,
-    state: BTreeMap<String, PodState>,
+    state: BTreeMap<PodName, PodState>,
     /// Served pods not programmed up to date, and why: said when a pod
     /// enters or leaves it, not at every retry.
-    pending: BTreeMap<String, String>,
+    pending: BTreeMap<PodName, String>,
 }
 
 impl MultusProxier {
@@ -146,7 +152,7 @@ impl MultusProxier {
     }
 
     /// The pods programmed now and the services each gets.
-    pub fn programmed(&self) -> BTreeMap<String, BTreeSet<ServiceName>> {
+    pub fn programmed(&self) -> BTreeMap<PodName, BTreeSet<ServiceName>> {
         self.state
             .iter()
             .map(|(k, s)| (k.clone(), s.plan.services.clone()))
@@ -157,7 +163,7 @@ impl MultusProxier {
     /// `routes` in a pod's namespace.
     fn clear_stale(
         &mut self,
-        key: &str,
+        key: &PodName,
         netns: &Netns,
         routes: &BTreeSet<Route>,
         flows: &[Flow],
@@ -179,7 +185,7 @@ impl MultusProxier {
         }
     }
 
-    fn drop_pod(&mut self, key: &str) {
+    fn drop_pod(&mut self, key: &PodName) {
         if let Some(st) = self.state.remove(key) {
             // Routes first, so that once the table is gone they are too. The
             // namespace may have gone with the pod: nothing to remove then.
@@ -198,14 +204,14 @@ impl MultusProxier {
 
     /// Writes the tables of the pods that need it (`Some(touched)`), a few
     /// at a time: per pod, `Ok(true)` when a transaction was applied.
-    fn write_tables(&mut self, planned: &[Planned], kind: SyncKind) -> BTreeMap<String, Result<Written, String>> {
+    fn write_tables(&mut self, planned: &[Planned], kind: SyncKind) -> BTreeMap<PodName, Result<Written, String>> {
         let (services, endpoints) = (&self.engine.services, &self.engine.endpoints);
-        let wanted: BTreeSet<&String> = planned
+        let wanted: BTreeSet<&PodName> = planned
             .iter()
             .filter(|(_, _, write)| *write)
             .map(|(k, _, _)| k)
             .collect();
-        let mut jobs: Vec<(&String, &mut PodState)> =
+        let mut jobs: Vec<(&PodName, &mut PodState)> =
             self.state.iter_mut().filter(|(k, _)| wanted.contains(k)).collect();
         let per_worker = jobs.len().div_ceil(WRITERS).max(1);
         std::thread::scope(|scope| {
@@ -240,7 +246,7 @@ impl MultusProxier {
     /// afresh there. `Err`: why it cannot be programmed now.
     fn follow_namespace(
         &mut self,
-        key: &str,
+        key: &PodName,
         pod: &informer_glue::multus::PodInfo,
         out: &mut MultusSync,
     ) -> Result<(), String> {
@@ -276,7 +282,7 @@ impl MultusProxier {
         if !self.state.contains_key(key) {
             let dataplane = self.backend.dataplane(key, &netns);
             self.state.insert(
-                key.to_owned(),
+                key.clone(),
                 PodState {
                     netns,
                     netns_id: id,
@@ -298,7 +304,7 @@ impl MultusProxier {
         };
         let pods = lock(&self.pods).pods.clone();
         let networks = lock(&self.networks).by_service.clone();
-        let gone_pods: Vec<String> = self.state.keys().filter(|k| !pods.contains_key(*k)).cloned().collect();
+        let gone_pods: Vec<PodName> = self.state.keys().filter(|k| !pods.contains_key(*k)).cloned().collect();
         for key in gone_pods {
             self.drop_pod(&key);
         }
@@ -310,7 +316,7 @@ impl MultusProxier {
         // First each pod's plan, namespace and filter; then the tables;
         // then routes and conntrack.
         let mut planned: Vec<Planned> = Vec::new();
-        let mut pending: BTreeMap<String, String> = BTreeMap::new();
+        let mut pending: BTreeMap<PodName, String> = BTreeMap::new();
         for (key, pod) in &pods {
             let plan = match plan_pod(pod, &networks, &self.engine.services, self.family) {
                 Ok(p) => p,
@@ -415,7 +421,7 @@ impl MultusProxier {
 
     /// Says which pods became pending (or pending for another reason) and
     /// which are programmed again.
-    fn note_pending(&mut self, now: BTreeMap<String, String>) {
+    fn note_pending(&mut self, now: BTreeMap<PodName, String>) {
         for (key, why) in &now {
             if self.pending.get(key) != Some(why) {
                 tracing::warn!(pod = %key, "not programmed, retried until it is: {why}");

@@ -11,7 +11,9 @@ use nft_dataplane::conntrack::Flow;
 use nft_dataplane::tracer::{Host, Origin, Packet};
 use nft_dataplane::{Dataplane, DataplaneError, KernelModel, SyncKind, Transaction};
 use proptest::prelude::*;
-use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint, SliceName};
+use slice_model::{
+    EndpointSlice, IpFamily, PodName, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint, SliceName,
+};
 
 use super::proxier::{MultusProxier, PodBackend};
 use super::resolver::{PodNetnsResolver, ResolveError};
@@ -81,9 +83,9 @@ impl Dataplane for PodKernel {
 struct Fake(Shared);
 
 impl PodBackend for Fake {
-    fn dataplane(&mut self, pod: &str, netns: &Netns) -> Box<dyn Dataplane + Send> {
+    fn dataplane(&mut self, pod: &PodName, netns: &Netns) -> Box<dyn Dataplane + Send> {
         Box::new(PodKernel {
-            pod: pod.to_owned(),
+            pod: pod.to_string(),
             netns: path_of(netns),
             world: self.0.clone(),
         })
@@ -91,7 +93,7 @@ impl PodBackend for Fake {
 
     fn routes(
         &mut self,
-        _: &str,
+        _: &PodName,
         netns: &Netns,
         _: IpFamily,
         want: &BTreeSet<Route>,
@@ -111,13 +113,13 @@ impl PodBackend for Fake {
         Ok(change)
     }
 
-    fn conntrack(&mut self, pod: &str, _: &Netns, _: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
+    fn conntrack(&mut self, pod: &PodName, _: &Netns, _: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
         let mut w = self.0.lock().unwrap();
-        w.conntrack.entry(pod.to_owned()).or_default().extend_from_slice(flows);
+        w.conntrack.entry(pod.to_string()).or_default().extend_from_slice(flows);
         (flows.len() as u64, Vec::new())
     }
 
-    fn remove_table(&mut self, _: &str, netns: &Netns, _: IpFamily) -> Result<(), nft_dataplane::DataplaneError> {
+    fn remove_table(&mut self, _: &PodName, netns: &Netns, _: IpFamily) -> Result<(), nft_dataplane::DataplaneError> {
         self.0.lock().unwrap().kernels.remove(&path_of(netns));
         Ok(())
     }
@@ -170,11 +172,11 @@ impl PodNetnsResolver for Resolver {
         if s.down {
             return Err(ResolveError::Unavailable("connect: socket missing".into()));
         }
-        if pod.name.starts_with("gone") || s.not_ready.contains(&pod.key()) {
+        if pod.name.starts_with("gone") || s.not_ready.contains(&pod.key().to_string()) {
             return Err(ResolveError::Gone("no ready sandbox for it".into()));
         }
         drop(s);
-        Ok(PathBuf::from(self.path(&pod.key())))
+        Ok(PathBuf::from(self.path(&pod.key().to_string())))
     }
 }
 
@@ -242,7 +244,7 @@ impl Setup {
     }
 
     fn remove_pod(&self, name: &str) {
-        self.pods.lock().unwrap().set(format!("default/{name}"), None);
+        self.pods.lock().unwrap().set(PodName::new("default", name), None);
     }
 
     fn service(&mut self, name: &str, ip: &str, network: &str) {
@@ -462,7 +464,7 @@ fn a_pod_without_a_namespace_stays_pending_and_never_blocks_the_others() {
     s.endpoints("dns-blue", &["192.168.10.13"]);
     let out = s.proxier.sync(SyncKind::Changes);
     assert_eq!(
-        out.pending.iter().map(|p| p.0.as_str()).collect::<Vec<_>>(),
+        out.pending.iter().map(|p| p.0.to_string()).collect::<Vec<_>>(),
         ["default/gone-1"],
         "still pending, looked up again: {out:?}"
     );

@@ -9,8 +9,6 @@ use slice_model::IpFamily;
 use crate::cli::CleanupArgs;
 use linux_dataplane::Netns;
 use linux_dataplane::NftCommand;
-use multus_dataplane::PodBackend;
-use multus_dataplane::backend::Commands;
 use nft_dataplane::Transaction;
 
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
@@ -106,7 +104,6 @@ fn tables(netns: &Netns) -> Result<Vec<String>, String> {
 /// `proxyd cleanup --multus`: multus mode's table and routes out of every
 /// pod namespace found; says what it removed and where nothing was.
 fn cleanup_multus(args: &CleanupArgs) -> ExitCode {
-    let mut backend = Commands { no_conntrack: true };
     let namespaces = match multus_namespaces(args) {
         Ok(n) => n,
         Err(e) => {
@@ -129,15 +126,16 @@ fn cleanup_multus(args: &CleanupArgs) -> ExitCode {
         for family in [IpFamily::V4, IpFamily::V6] {
             let name = table_name(family, POD_TABLE);
             if tables.contains(&name) {
-                match backend.remove_table(&path.display().to_string(), &netns, family) {
-                    Ok(()) => removed.push(name),
+                let tx = nft_dataplane::Transaction::remove_table(family, POD_TABLE);
+                match (NftCommand { netns: netns.clone() }).apply_text(&tx.text()) {
+                    Ok(_) => removed.push(name),
                     Err(e) => {
                         tracing::error!(netns = %path.display(), "{name} not removed: {e}");
                         failed = true;
                     }
                 }
             }
-            match backend.routes(&path.display().to_string(), &netns, family, &Default::default()) {
+            match linux_dataplane::routes::reconcile(&netns, family, &Default::default()) {
                 Ok(change) if change.removed > 0 => removed.push(format!("{} {family} route(s)", change.removed)),
                 Ok(_) => {}
                 Err(e) => tracing::debug!(netns = %path.display(), "routes: {e}"),

@@ -52,9 +52,9 @@ impl Dataplane for Counted {
 }
 
 impl PodBackend for Counting {
-    fn dataplane(&mut self, pod: &str, netns: &NetnsPath) -> Box<dyn Dataplane + Send> {
+    fn dataplane(&mut self, pod: &slice_model::PodName, netns: &NetnsPath) -> Box<dyn Dataplane + Send> {
         Box::new(Counted {
-            pod: pod.to_owned(),
+            pod: pod.to_string(),
             inner: self.inner.dataplane(pod, netns),
             counts: self.counts.clone(),
         })
@@ -62,7 +62,7 @@ impl PodBackend for Counting {
 
     fn routes(
         &mut self,
-        pod: &str,
+        pod: &slice_model::PodName,
         netns: &NetnsPath,
         family: IpFamily,
         want: &BTreeSet<Route>,
@@ -72,7 +72,7 @@ impl PodBackend for Counting {
 
     fn conntrack(
         &mut self,
-        pod: &str,
+        pod: &slice_model::PodName,
         netns: &NetnsPath,
         family: IpFamily,
         flows: &[Flow],
@@ -82,7 +82,7 @@ impl PodBackend for Counting {
 
     fn remove_table(
         &mut self,
-        pod: &str,
+        pod: &slice_model::PodName,
         netns: &NetnsPath,
         family: IpFamily,
     ) -> Result<(), nft_dataplane::DataplaneError> {

@@ -26,7 +26,7 @@ pub use intern::Interner;
 /// `ipnet`'s CIDR type, as [`ServiceInfo`] uses it (so users need not
 /// depend on `ipnet` themselves).
 pub use ipnet::IpNet;
-pub use names::{NamespacedName, ServiceName, ServicePortName, SliceName};
+pub use names::{NamespacedName, PodName, ServiceName, ServicePortName, SliceName};
 pub use node::NodeName;
 pub use node_hints::{NodeHint, NodeHints};
 pub use protocol::{IpFamily, Protocol, UnknownIpFamily, UnknownProtocol};

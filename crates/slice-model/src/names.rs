@@ -99,6 +99,11 @@ kind_of_name!(
     SliceName
 );
 
+kind_of_name!(
+    /// The name of a Pod (`namespace/name`): multus mode's key for a pod.
+    PodName
+);
+
 /// A service port as the proxy load-balances it: service, port name and
 /// protocol. Port names may be empty (a service with a single unnamed port).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -304,7 +304,7 @@ fn sync_node(
 const NAMED_PODS: usize = 5;
 
 /// The pending pods, named (with why) when there are few.
-fn pending_text(pending: &[(String, String)]) -> String {
+fn pending_text(pending: &[(slice_model::PodName, String)]) -> String {
     if pending.len() > NAMED_PODS {
         return format!("{} pods", pending.len());
     }
@@ -380,9 +380,12 @@ mod tests {
 
     #[test]
     fn few_pending_pods_are_named_with_why() {
-        let few = [("apps/a".to_owned(), "no ready sandbox".to_owned())];
+        use slice_model::PodName;
+        let few = [(PodName::new("apps", "a"), "no ready sandbox".to_owned())];
         assert_eq!(pending_text(&few), "apps/a (no ready sandbox)");
-        let many: Vec<(String, String)> = (0..6).map(|i| (format!("apps/p{i}"), "x".to_owned())).collect();
+        let many: Vec<(PodName, String)> = (0..6)
+            .map(|i| (PodName::new("apps", format!("p{i}")), "x".to_owned()))
+            .collect();
         assert_eq!(pending_text(&many), "6 pods");
     }
 }
