@@ -51,11 +51,6 @@ impl Read {
         Self { fingerprint, result }
     }
 
-    /// What the check found, when the read is valid.
-    pub fn summary(&self) -> Option<&Summary> {
-        self.result.as_ref().ok().map(|(_, s)| s)
-    }
-
     /// Why the read is not valid.
     pub fn error(&self) -> Option<&ManifestError> {
         self.result.as_ref().err()
