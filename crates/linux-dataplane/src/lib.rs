@@ -19,12 +19,13 @@
 //! save and restore tools) is run: namespaces are entered by a thread
 //! (`setns`), routes and conntrack go over netlink.
 //!
-//! Routes use the field's rtnetlink messages (`netlink-packet-route`).
-//! Netfilter netlink messages (nftables generation, tables, set elements
-//! and batches; conntrack dumps and deletions) are built and read by hand
-//! here (`netlink`); `netlink-packet-netfilter` 0.4 covers them too and is
-//! not used yet. Every read is bounds-checked: a malformed reply is an
-//! error, never a panic.
+//! Routes use the field's rtnetlink messages (`netlink-packet-route`) and
+//! conntrack its ctnetlink messages (`netlink-packet-netfilter`), framed by
+//! `netlink-packet-core`. The nftables messages (generation, tables, set
+//! elements, batches) are still built and read by hand here (`netlink`);
+//! `netlink-packet-netfilter` 0.4 covers them too and is not used for them
+//! yet. Sockets are rustix's, one type for netfilter and rtnetlink. Every
+//! read is bounds-checked: a malformed reply is an error, never a panic.
 
 pub mod conntrack;
 pub mod kube_proxy;

@@ -5,32 +5,19 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
+use netlink_packet_core::{DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, ParseableParametrized};
+use netlink_packet_netfilter::conntrack::{ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol};
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily};
 use slice_model::IpFamily;
 
-use super::{
-    ENOENT, NFGENMSG, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Next, Reply, Socket, attr, find, message, nested, nfproto,
-};
+use super::{ENOENT, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Next, Reply, Socket};
 use crate::conntrack::{Conntrack, ConntrackError, Flow};
 use crate::netns::Netns;
 
-const NFNL_SUBSYS_CTNETLINK: u16 = 1;
-const IPCTNL_MSG_CT_NEW: u16 = 0;
-const IPCTNL_MSG_CT_GET: u16 = 1;
-const IPCTNL_MSG_CT_DELETE: u16 = 2;
-const CTA_TUPLE_ORIG: u16 = 1;
-const CTA_TUPLE_REPLY: u16 = 2;
+/// `CTA_ZONE`: netlink-packet-netfilter has no variant for it.
 const CTA_ZONE: u16 = 18;
-const CTA_TUPLE_IP: u16 = 1;
-const CTA_TUPLE_PROTO: u16 = 2;
-const CTA_IP_V4_SRC: u16 = 1;
-const CTA_IP_V4_DST: u16 = 2;
-const CTA_IP_V6_SRC: u16 = 3;
-const CTA_IP_V6_DST: u16 = 4;
-const CTA_PROTO_NUM: u16 = 1;
-const CTA_PROTO_SRC_PORT: u16 = 2;
-const CTA_PROTO_DST_PORT: u16 = 3;
 const IPPROTO_UDP: u8 = super::ip_protocol(slice_model::Protocol::Udp);
 /// Deletes per datagram; their acknowledgements are read before the next.
 const BATCH: usize = 128;
@@ -61,17 +48,11 @@ impl NetlinkConntrack {
         let (mut deleted, mut errors) = (0, Vec::new());
         for batch in matching.chunks(BATCH) {
             let first = socket.seq.wrapping_add(1);
-            let mut req = Vec::with_capacity(batch.len() * 64);
+            let mut req = Vec::with_capacity(batch.len() * 96);
             for entry in batch {
                 let seq = socket.next_seq();
-                message(
-                    &mut req,
-                    CT_DELETE,
-                    NLM_F_REQUEST | NLM_F_ACK,
-                    seq,
-                    nfproto(family),
-                    |b| entry.write(b),
-                );
+                let delete = ConntrackMessage::Delete(entry.attributes());
+                append(&mut req, family, delete, NLM_F_REQUEST | NLM_F_ACK, seq);
             }
             socket.send(&req)?;
             for (k, entry) in batch.iter().enumerate() {
@@ -101,7 +82,24 @@ impl NetlinkConntrack {
     }
 }
 
-const CT_DELETE: u16 = NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_DELETE;
+/// Appends one ctnetlink request for `family` to `out`, padded to the
+/// netlink alignment so that the next one can follow in the datagram.
+fn append(out: &mut Vec<u8>, family: IpFamily, message: ConntrackMessage, flags: u16, seq: u32) {
+    let proto = match family {
+        IpFamily::V4 => NetfilterProtoFamily::IPv4,
+        IpFamily::V6 => NetfilterProtoFamily::IPv6,
+    };
+    let inner = NetfilterMessage::new(NetfilterHeader::new(proto, 0, 0), message);
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    header.sequence_number = seq;
+    let mut request = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(inner));
+    request.finalize();
+    let start = out.len();
+    out.resize(start + request.buffer_len(), 0);
+    request.serialize(&mut out[start..]);
+    out.resize(out.len().next_multiple_of(4), 0);
+}
 
 impl Conntrack for NetlinkConntrack {
     fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
@@ -191,71 +189,97 @@ impl std::fmt::Display for Entry {
 }
 
 impl Entry {
-    /// A `IPCTNL_MSG_CT_NEW` payload (one entry of a dump).
-    fn parse(payload: &[u8]) -> Option<Self> {
-        let body = payload.get(NFGENMSG..)?;
-        let orig = Tuple::parse(find(body, CTA_TUPLE_ORIG)?)?;
-        let reply = Tuple::parse(find(body, CTA_TUPLE_REPLY)?)?;
-        let zone = find(body, CTA_ZONE).and_then(|z| Some(u16::from_be_bytes(z.get(..2)?.try_into().ok()?)));
+    /// One message of a dump: `kind` and the payload after the netlink
+    /// header. `None` for anything but a whole conntrack entry.
+    fn parse(kind: u16, payload: &[u8]) -> Option<Self> {
+        let message = NetfilterMessage::parse_with_param(payload, kind).ok()?;
+        let NetfilterMessageInner::Conntrack(ConntrackMessage::New(attributes)) = message.inner else {
+            return None;
+        };
+        let (mut orig, mut reply, mut zone) = (None, None, None);
+        for a in &attributes {
+            match a {
+                ConntrackAttribute::CtaTupleOrig(t) => orig = Tuple::of(t),
+                ConntrackAttribute::CtaTupleReply(t) => reply = Tuple::of(t),
+                ConntrackAttribute::Other(nla) if nla.kind() == CTA_ZONE && nla.value_len() == 2 => {
+                    let mut value = [0u8; 2];
+                    nla.emit_value(&mut value);
+                    zone = Some(u16::from_be_bytes(value));
+                }
+                _ => {}
+            }
+        }
         Some(Self {
-            orig,
-            reply_src: reply.src,
+            orig: orig?,
+            reply_src: reply?.src,
             zone,
         })
     }
 
     /// The attributes that name this entry in a delete.
-    fn write(&self, out: &mut Vec<u8>) {
-        let o = self.orig;
-        nested(out, CTA_TUPLE_ORIG, |b| {
-            nested(b, CTA_TUPLE_IP, |b| match (o.src, o.dst) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => {
-                    attr(b, CTA_IP_V4_SRC, &s.octets());
-                    attr(b, CTA_IP_V4_DST, &d.octets());
-                }
-                (s, d) => {
-                    attr(b, CTA_IP_V6_SRC, &v6(s).octets());
-                    attr(b, CTA_IP_V6_DST, &v6(d).octets());
-                }
-            });
-            nested(b, CTA_TUPLE_PROTO, |b| {
-                attr(b, CTA_PROTO_NUM, &[o.proto]);
-                attr(b, CTA_PROTO_SRC_PORT, &o.src_port.to_be_bytes());
-                attr(b, CTA_PROTO_DST_PORT, &o.dst_port.to_be_bytes());
-            });
-        });
+    fn attributes(&self) -> Vec<ConntrackAttribute> {
+        let mut out = vec![ConntrackAttribute::CtaTupleOrig(self.orig.attributes())];
         if let Some(zone) = self.zone {
-            attr(out, CTA_ZONE, &zone.to_be_bytes());
+            out.push(ConntrackAttribute::Other(DefaultNla::new(
+                CTA_ZONE,
+                zone.to_be_bytes().to_vec(),
+            )));
         }
-    }
-}
-
-fn v6(a: IpAddr) -> Ipv6Addr {
-    match a {
-        IpAddr::V6(a) => a,
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
+        out
     }
 }
 
 impl Tuple {
-    fn parse(tuple: &[u8]) -> Option<Self> {
-        let ip = find(tuple, CTA_TUPLE_IP)?;
-        let proto = find(tuple, CTA_TUPLE_PROTO)?;
-        let addr = |v4: u16, v6: u16| -> Option<IpAddr> {
-            if let Some(b) = find(ip, v4) {
-                return Some(IpAddr::V4(Ipv4Addr::from(<[u8; 4]>::try_from(b.get(..4)?).ok()?)));
+    fn of(tuple: &[netlink_packet_netfilter::conntrack::Tuple]) -> Option<Self> {
+        use netlink_packet_netfilter::conntrack::Tuple as T;
+        let (mut src, mut dst, mut proto) = (None, None, None);
+        let (mut src_port, mut dst_port) = (0, 0);
+        for part in tuple {
+            match part {
+                T::Ip(ips) => {
+                    for ip in ips {
+                        match ip {
+                            IPTuple::SourceAddress(a) => src = Some(*a),
+                            IPTuple::DestinationAddress(a) => dst = Some(*a),
+                            _ => {}
+                        }
+                    }
+                }
+                T::Proto(protos) => {
+                    for p in protos {
+                        match p {
+                            ProtoTuple::Protocol(p) => proto = Some(u8::from(*p)),
+                            ProtoTuple::SourcePort(port) => src_port = *port,
+                            ProtoTuple::DestinationPort(port) => dst_port = *port,
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
             }
-            let b = find(ip, v6)?;
-            Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(b.get(..16)?).ok()?)))
-        };
-        let port = |k: u16| -> Option<u16> { Some(u16::from_be_bytes(find(proto, k)?.get(..2)?.try_into().ok()?)) };
+        }
         Some(Self {
-            src: addr(CTA_IP_V4_SRC, CTA_IP_V6_SRC)?,
-            dst: addr(CTA_IP_V4_DST, CTA_IP_V6_DST)?,
-            proto: *find(proto, CTA_PROTO_NUM)?.first()?,
-            src_port: port(CTA_PROTO_SRC_PORT).unwrap_or(0),
-            dst_port: port(CTA_PROTO_DST_PORT).unwrap_or(0),
+            src: src?,
+            dst: dst?,
+            proto: proto?,
+            src_port,
+            dst_port,
         })
+    }
+
+    fn attributes(&self) -> Vec<netlink_packet_netfilter::conntrack::Tuple> {
+        use netlink_packet_netfilter::conntrack::Tuple as T;
+        vec![
+            T::Ip(vec![
+                IPTuple::SourceAddress(self.src),
+                IPTuple::DestinationAddress(self.dst),
+            ]),
+            T::Proto(vec![
+                ProtoTuple::Protocol(Protocol::from(self.proto)),
+                ProtoTuple::SourcePort(self.src_port),
+                ProtoTuple::DestinationPort(self.dst_port),
+            ]),
+        ]
     }
 }
 
@@ -263,14 +287,20 @@ impl Tuple {
 fn dump_udp(socket: &mut Socket, family: IpFamily, stale: &Stale) -> io::Result<Vec<Entry>> {
     let seq = socket.next_seq();
     let mut req = Vec::with_capacity(32);
-    let get = NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_GET;
-    message(&mut req, get, NLM_F_REQUEST | NLM_F_DUMP, seq, nfproto(family), |_| {});
+    append(
+        &mut req,
+        family,
+        ConntrackMessage::Get(Vec::new()),
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+    );
     socket.send(&req)?;
     let (mut found, mut failed) = (Vec::new(), None);
     socket.receive(seq, |reply| {
         match reply {
-            Reply::Message(kind, payload) if kind == NFNL_SUBSYS_CTNETLINK << 8 | IPCTNL_MSG_CT_NEW => {
-                if let Some(e) = Entry::parse(payload).filter(|e| e.orig.proto == IPPROTO_UDP && stale.matches(e)) {
+            Reply::Message(kind, payload) => {
+                if let Some(e) = Entry::parse(kind, payload).filter(|e| e.orig.proto == IPPROTO_UDP && stale.matches(e))
+                {
                     found.push(e);
                 }
             }
@@ -291,6 +321,8 @@ fn dump_udp(socket: &mut Socket, family: IpFamily, stale: &Stale) -> io::Result<
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     fn entry(dst: &str, dport: u16, nat: &str) -> Entry {
@@ -346,6 +378,9 @@ mod tests {
         assert!(!one(Flow::ToAddress { addr: ip("10.96.0.11") }));
     }
 
+    /// The kind of a dump's entries: ctnetlink's subsystem, IPCTNL_MSG_CT_NEW.
+    const CT_NEW: u16 = 1 << 8;
+
     #[test]
     fn an_entry_reads_back_what_a_delete_names() {
         for (dst, nat) in [("10.96.0.10", "10.244.1.5"), ("fd00::10", "fd00:1::5")] {
@@ -353,24 +388,22 @@ mod tests {
             e.orig.src = if dst.contains(':') { ip("fd00::1") } else { e.orig.src };
             e.zone = Some(7);
             // A dump entry: the delete's attributes plus a reply tuple.
-            let mut payload = vec![0u8; NFGENMSG];
-            e.write(&mut payload);
-            let reply = Entry {
-                orig: Tuple {
-                    src: e.reply_src,
-                    dst: e.orig.src,
-                    ..e.orig
-                },
-                ..e
+            let reply = Tuple {
+                src: e.reply_src,
+                dst: e.orig.src,
+                ..e.orig
             };
-            let mut r = Vec::new();
-            reply.write(&mut r);
-            let tuple = find(&r, CTA_TUPLE_ORIG).map(<[u8]>::to_vec).unwrap_or_default();
-            nested(&mut payload, CTA_TUPLE_REPLY, |b| b.extend(&tuple));
-            assert_eq!(Entry::parse(&payload), Some(e));
+            let mut attributes = e.attributes();
+            attributes.push(ConntrackAttribute::CtaTupleReply(reply.attributes()));
+            let family = if dst.contains(':') { IpFamily::V6 } else { IpFamily::V4 };
+            let mut datagram = Vec::new();
+            append(&mut datagram, family, ConntrackMessage::New(attributes), 0, 1);
+            let payload = &datagram[16..];
+            assert_eq!(Entry::parse(CT_NEW, payload), Some(e));
             for cut in 0..payload.len() {
-                let _ = Entry::parse(&payload[..cut]);
+                let _ = Entry::parse(CT_NEW, &payload[..cut]);
             }
+            assert_eq!(Entry::parse(CT_NEW + 2, payload), None, "a delete is not an entry");
         }
     }
 }
