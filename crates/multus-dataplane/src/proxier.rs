@@ -342,13 +342,13 @@ impl MultusProxier {
             let selection_changed = st.plan.services != plan.services;
             if selection_changed {
                 let served = plan.services.clone();
-                st.target.syncer().set_filter(Box::new(move |n| served.contains(n)));
+                st.target.syncer_mut().set_filter(Box::new(move |n| served.contains(n)));
             }
             // Entries to a deleted service's cluster IP: the old plan knew it.
             let cluster_ips: BTreeSet<IpAddr> = plan.routes.iter().chain(&st.plan.routes).map(|r| r.dest).collect();
             st.target.owe(
                 &update,
-                &self.engine.services,
+                &stale_flows,
                 |s| plan.services.contains(s),
                 |f| to_cluster_ip(f, &cluster_ips),
             );

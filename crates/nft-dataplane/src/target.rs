@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use endpoints_map::{EndpointsMap, EngineUpdate, ServicesMap};
 use slice_model::ServiceName;
 
-use crate::conntrack::{Flow, plan};
+use crate::conntrack::Flow;
 use crate::{Dataplane, DataplaneError, NftSyncer, SyncKind, SyncReport};
 
 /// A table and what it owes.
@@ -50,18 +50,23 @@ impl<D: Dataplane> Target<D> {
         }
     }
 
-    /// The syncer (its configuration, filter, dataplane).
-    pub fn syncer(&mut self) -> &mut NftSyncer<D> {
+    /// The syncer.
+    pub fn syncer(&self) -> &NftSyncer<D> {
+        &self.syncer
+    }
+
+    /// The syncer, to change (its configuration, filter, dataplane).
+    pub fn syncer_mut(&mut self) -> &mut NftSyncer<D> {
         &mut self.syncer
     }
 
     /// Records what an engine update makes this target owe: the changed
-    /// services it `serves`, their trigger times, and the stale flows it
-    /// `keeps` (`map` is the services map after the update).
+    /// services it `serves`, their trigger times, and the `stale` flows
+    /// (the update's, planned once for every target: [`plan`](crate::conntrack::plan)) it `keeps`.
     pub fn owe(
         &mut self,
         update: &EngineUpdate,
-        map: &ServicesMap,
+        stale: &[Flow],
         serves: impl Fn(&ServiceName) -> bool,
         keeps: impl Fn(&Flow) -> bool,
     ) {
@@ -74,7 +79,7 @@ impl<D: Dataplane> Target<D> {
                 .filter(|(s, _)| serves(s))
                 .flat_map(|(_, t)| t.iter().copied()),
         );
-        self.flows.extend(plan(update, map).into_iter().filter(|f| keeps(f)));
+        self.flows.extend(stale.iter().filter(|f| keeps(f)).copied());
     }
 
     /// Whether a sync now has something to do without being asked for a
@@ -116,6 +121,7 @@ mod tests {
     use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServicePort, SliceEndpoint};
 
     use super::*;
+    use crate::conntrack::plan;
     use crate::{DataplaneConfig, Recording};
 
     /// A dataplane that fails while told to.
@@ -163,17 +169,17 @@ mod tests {
         let mut target = Target::new(NftSyncer::new(config, Flaky::default()));
         dns(&mut engine, "10.1.0.1", 1);
         let first = engine.update();
-        target.owe(&first, &engine.services, |_| true, |_| true);
+        target.owe(&first, &plan(&first, &engine.services), |_| true, |_| true);
         target
             .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
             .unwrap();
 
         // The endpoint is replaced while the dataplane fails: the service,
         // the stale flow and the trigger time stay owed.
-        target.syncer().dataplane().failing = true;
+        target.syncer_mut().dataplane().failing = true;
         dns(&mut engine, "10.1.0.2", 2);
         let second = engine.update();
-        target.owe(&second, &engine.services, |_| true, |_| true);
+        target.owe(&second, &plan(&second, &engine.services), |_| true, |_| true);
         assert!(
             target
                 .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
@@ -182,9 +188,9 @@ mod tests {
         assert!(target.owes());
         assert_eq!(target.owed_services().len(), 1);
 
-        target.syncer().dataplane().failing = false;
+        target.syncer_mut().dataplane().failing = false;
         let nothing_new = engine.update();
-        target.owe(&nothing_new, &engine.services, |_| true, |_| true);
+        target.owe(&nothing_new, &plan(&nothing_new, &engine.services), |_| true, |_| true);
         let written = target
             .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
             .unwrap();
@@ -209,7 +215,8 @@ mod tests {
         let mut target = Target::new(NftSyncer::new(DataplaneConfig::new(IpFamily::V4), Recording::default()));
         dns(&mut engine, "10.1.0.1", 1);
         let update = engine.update();
-        target.owe(&update, &engine.services, |s| s.name.as_ref() != "dns", |_| false);
+        let stale = plan(&update, &engine.services);
+        target.owe(&update, &stale, |s| s.name.as_ref() != "dns", |_| false);
         let written = target
             .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
             .unwrap();

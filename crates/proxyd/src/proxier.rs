@@ -81,7 +81,7 @@ impl Proxier {
     /// Changes the dataplane's configuration; the next sync rewrites the
     /// table when that is a change (see [`NftSyncer::reconfigure`]).
     pub fn reconfigure(&mut self, change: impl FnOnce(&mut DataplaneConfig)) -> bool {
-        self.table.syncer().reconfigure(change)
+        self.table.syncer_mut().reconfigure(change)
     }
 
     /// Changes waiting for the next sync: (endpoint changes, service
@@ -91,7 +91,7 @@ impl Proxier {
     }
 
     fn refresh_service(&mut self, name: &ServiceName) {
-        let config = self.table.syncer().config().clone();
+        let config = self.table.syncer().config();
         let ports = self.engine.services.service(name).unwrap_or(&[]);
         let hc = ports.iter().find_map(|p| p.health_check_node_port);
         match hc {
@@ -107,7 +107,7 @@ impl Proxier {
         for p in ports {
             let eps = self.engine.endpoints.get(&p.name).unwrap_or(&[]);
             let policies = TrafficPolicies::of(p);
-            let c = nft_dataplane::desired::choose(p, eps, &config);
+            let c = nft_dataplane::desired::choose(p, eps, config);
             let no_local = c.local.as_ref().is_some_and(Vec::is_empty) && c.has_any_endpoints;
             if no_local && p.internal_policy_local {
                 counts.0 += 1;
@@ -131,7 +131,8 @@ impl Proxier {
     pub fn sync(&mut self, kind: SyncKind) -> Result<SyncOutcome, DataplaneError> {
         let started = Instant::now();
         let update = self.engine.update();
-        self.table.owe(&update, &self.engine.services, |_| true, |_| true);
+        let stale = nft_dataplane::conntrack::plan(&update, &self.engine.services);
+        self.table.owe(&update, &stale, |_| true, |_| true);
         self.pending_endpoint_changes += update.endpoints.changed_services.len() as u64;
         self.pending_service_changes += update.services.updated_services.len() as u64;
         for name in &update.changed {
