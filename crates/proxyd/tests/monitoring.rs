@@ -94,16 +94,8 @@ fn expressions() -> Vec<String> {
 fn scrape(tag: &str, extra: &[&str]) -> String {
     let dir = std::env::temp_dir().join(format!("proxyd-monitoring-{tag}-{}", std::process::id()));
     let port = free_port();
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
     let _child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_proxyd"))
-            .args(["run", "--hostname-override", "node-1", "--healthz-bind-address", ""])
-            .arg("--metrics-bind-address")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--manifests")
-            .arg(&example)
-            .arg("--dry-run-dir")
-            .arg(&dir)
+        common::dry_run_on_the_example(&dir, port)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())

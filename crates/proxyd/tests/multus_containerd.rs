@@ -109,11 +109,7 @@ impl Containerd {
             "bash",
             &[&script.display().to_string(), &image.display().to_string(), IMAGE],
         );
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = common::runtime();
         let mut c = Self {
             dir,
             bridge,

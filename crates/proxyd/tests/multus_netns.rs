@@ -376,11 +376,7 @@ fn pods_are_found_through_the_container_runtime_once_it_answers() {
     require();
     let mut lab = Lab::new("b");
     lab.write(&[("server1", true), ("server2", true)], true);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let _enter = rt.enter();
     let socket = std::env::temp_dir().join(format!("{}-cri.sock", lab.ns));
     let mut cri = fake_cri::FakeCri::new(&socket);
@@ -426,11 +422,7 @@ fn a_recreated_sandbox_is_followed_by_its_event() {
     require();
     let mut lab = Lab::new("d");
     lab.write(&[("server1", true), ("server2", true)], true);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let _enter = rt.enter();
     let mut cri = fake_cri::FakeCri::new(&std::env::temp_dir().join(format!("{}-cri.sock", lab.ns)));
     let pod_ns = lab.ns.clone();
@@ -484,11 +476,7 @@ fn a_recreated_sandbox_is_followed_by_its_event() {
 fn the_real_binary_follows_the_api_server() {
     require();
     let mut lab = Lab::new("c");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let server = rt.block_on(fake_apiserver::FakeApiServer::start()).unwrap();
     lab.publish(&server, &[("server1", true), ("server2", true)]);
     let kubeconfig = std::env::temp_dir().join(format!("{}-kubeconfig", lab.ns));

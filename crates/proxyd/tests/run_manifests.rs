@@ -399,7 +399,6 @@ fn run_without_nft_says_so_and_stops() {
 /// the process's.
 #[test]
 fn kube_proxys_process_flags_work() {
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
     let dir = std::env::temp_dir().join(format!("proxyd-kp-flags-{}", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
         .args(["run", "--proxy-mode", "ipvs", "--dry-run"])
@@ -411,13 +410,7 @@ fn kube_proxys_process_flags_work() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     let start = |extra: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_proxyd"))
-            .args(["run", "--hostname-override", "node-1", "--healthz-bind-address", ""])
-            .args(["--metrics-bind-address", &format!("127.0.0.1:{port}")])
-            .arg("--manifests")
-            .arg(&example)
-            .arg("--dry-run-dir")
-            .arg(&dir)
+        common::dry_run_on_the_example(&dir, port)
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -165,3 +165,29 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// An async runtime for a test's fakes (API server, container runtime):
+/// one worker thread, timers and I/O on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `proxyd run` on the bundled example cluster as node-1, writing its
+/// syncs to `dir` instead of applying them, with no health server and
+/// `/metrics` on 127.0.0.1:`metrics_port`.
+pub fn dry_run_on_the_example(dir: &std::path::Path, metrics_port: u16) -> std::process::Command {
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_proxyd"));
+    cmd.args(["run", "--hostname-override", "node-1", "--healthz-bind-address", ""])
+        .arg("--metrics-bind-address")
+        .arg(format!("127.0.0.1:{metrics_port}"))
+        .arg("--manifests")
+        .arg(example)
+        .arg("--dry-run-dir")
+        .arg(dir);
+    cmd
+}
