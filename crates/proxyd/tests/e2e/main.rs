@@ -417,6 +417,12 @@ async fn a_failing_nft_is_retried_and_never_half_applied() {
     assert_eq!(c.tcp("10.96.0.10", 80, 5), vec![PODS[0]; 5], "the old rules, whole");
     std::fs::remove_file(&flag).unwrap();
     c.eventually("the retry", || c.tcp("10.96.0.10", 80, 1) == [PODS[1]]);
+    // The sync thread logs its line after the rules are in place: the
+    // traffic can see them a moment before the log does.
+    c.eventually("the retry's sync line", || {
+        let log = c.log.lock().unwrap().join("\n");
+        log.find("sync failed").is_some_and(|at| log[at..].contains("synced"))
+    });
     let log = c.log.lock().unwrap().join("\n");
     // nft's words once per failed sync, on the line that says it failed.
     let said: Vec<&str> = log.lines().filter(|l| l.contains("injected failure")).collect();
