@@ -120,7 +120,7 @@ fn slice(service: u32, part: u32, first: u32, count: u32, unready: Option<u32>) 
             "name": format!("svc-{service}-{part}"), "namespace": namespace(service),
             "labels": {"kubernetes.io/service-name": format!("svc-{service}")},
             "annotations": {
-                "endpoints.kubernetes.io/last-change-trigger-time": proxyd::health::rfc3339(SystemTime::now()),
+                "endpoints.kubernetes.io/last-change-trigger-time": node_proxy::health::rfc3339(SystemTime::now()),
             },
         },
         "addressType": "IPv4",

@@ -27,7 +27,9 @@
 //! The fold turns "known before a relist, absent after it" into a delete, so
 //! nothing deleted while the watch was down survives ([`fold`]); the runner
 //! logs and counts watch errors and never gives up ([`runner`]); selection
-//! follows kube-proxy's labels ([`selection`]).
+//! follows kube-proxy's labels ([`selection`]). A one-time read of the
+//! cluster, for commands that work from a moment's state, is a
+//! [`snapshot`].
 //!
 //! Library users pick the Kubernetes version: this crate enables no
 //! `k8s-openapi` version feature.
@@ -35,6 +37,7 @@
 mod cache_handler;
 mod convert;
 pub mod fold;
+pub mod manifest_source;
 pub mod manifests;
 pub mod metrics;
 pub mod multus;
@@ -45,6 +48,7 @@ pub mod selection;
 mod service;
 pub mod service_cidr;
 mod service_handler;
+pub mod snapshot;
 pub mod tombstone;
 pub mod wire;
 

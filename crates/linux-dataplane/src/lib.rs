@@ -11,6 +11,8 @@
 //!  conntrack  deleting stale UDP flows (Conntrack; NetlinkConntrack)
 //!  routes     routes to cluster IPs in a pod's namespace, over rtnetlink
 //!  netns      which network namespace, and working inside it (setns)
+//!  sysctl     the conntrack table's size and timeouts (/proc/sys), and
+//!             its hash table (the nf_conntrack module's hashsize)
 //!  kube_proxy what kube-proxy left on a node (its nftables tables, its
 //!             iptables chains): found and removed
 //! ```
@@ -33,6 +35,7 @@ mod netlink;
 pub mod netns;
 pub mod nft;
 pub mod routes;
+pub mod sysctl;
 
 pub use conntrack::{Conntrack, ConntrackError, NetlinkConntrack, NoConntrack, RecordingConntrack};
 pub use netlink::NftNetlink;

@@ -12,17 +12,16 @@
 //!                   ─► EndpointsMap ─► one JSON line per sync (docs/replay-format.md)
 //!  snapshot         one read of the cluster (manifests or API) into an Engine
 //!  run              `proxyd run`: sources ─► engines ─► the sync thread
-//!  manifest_source  --manifests polled, checked, streamed in as relists
-//!  sync_runner      when to sync (min/max interval, retry with backoff)
-//!  proxier          one family's sync: engine update ─► its Target ─► conntrack
-//!  health, metrics, http  /healthz, /livez, /metrics and their server
+//!  metrics          the run's registry: kube-proxy's, the sources', multus
+//!                   mode's and the process metrics
 //!  sysctls          kube-proxy's conntrack settings at startup
 //!  render, explain  `proxyd render` and `proxyd explain`
 //!  cleanup          `proxyd cleanup`
 //! ```
 //!
 //! The engine (`endpoints_map::Engine`), the dataplane's plans and its
-//! sync machine (`nft_dataplane`), multus mode (`multus_dataplane`: the
+//! sync machine (`nft_dataplane`), the node's sync loop with kube-proxy's
+//! health and metrics (`node_proxy`), multus mode (`multus_dataplane`: the
 //! per-pod planner and sync, the CRI resolver) and everything that touches
 //! the host (`linux_dataplane`: nft, netlink, namespaces, routes,
 //! kube-proxy's leftovers) are library crates of their own.
@@ -31,16 +30,11 @@ pub mod cleanup;
 pub mod cli;
 pub mod config;
 pub mod explain;
-pub mod health;
-pub(crate) mod http;
 pub(crate) mod kube_proxy_config;
 pub mod logging;
-pub(crate) mod manifest_source;
 pub(crate) mod metrics;
-pub mod proxier;
 pub mod render;
 pub mod replay;
 pub mod run;
 pub mod snapshot;
-pub(crate) mod sync_runner;
 pub(crate) mod sysctls;

@@ -5,18 +5,16 @@
 //! keeps them; without them it would fall back to the kernel's 5-day
 //! established timeout and default table size.
 //!
-//! Each value is written only when it differs from the kernel's. A value
-//! that may not be written (a read-only `/proc/sys` or `/sys` in a
-//! container, a network namespace where the table size is the host's) is
-//! one warning naming what was left as it is, never a failed start.
+//! `linux_dataplane::sysctl` writes each value only where it differs from
+//! the kernel's. What may not be written is one warning naming what was
+//! left as it is, never a failed start.
 
-use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args;
 
 use crate::cli::parse_duration;
+use linux_dataplane::sysctl::{Applied, Sysctls, cpus};
 
 /// kube-proxy's cap on the scaled table size.
 const MAX_LIMIT: u64 = 1 << 20;
@@ -108,121 +106,6 @@ impl ConntrackArgs {
     }
 }
 
-/// This machine's CPUs, as kube-proxy counts them (all online CPUs, not
-/// only those this process may use).
-pub fn cpus() -> u64 {
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok();
-    online
-        .as_deref()
-        .and_then(count_cpu_list)
-        .filter(|n| *n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u64))
-}
-
-/// The CPUs of a list such as `0-3,8,10-11`.
-fn count_cpu_list(list: &str) -> Option<u64> {
-    let mut n = 0u64;
-    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        n += match part.split_once('-') {
-            Some((a, b)) => b.parse::<u64>().ok()?.checked_sub(a.parse().ok()?)? + 1,
-            None => {
-                part.parse::<u64>().ok()?;
-                1
-            }
-        };
-    }
-    Some(n)
-}
-
-/// What [`Sysctls::apply`] did.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Applied {
-    /// `(setting, before, after)` for each value written.
-    pub written: Vec<(String, u64, u64)>,
-    /// `(setting, value, why)` for each value that could not be written.
-    pub refused: Vec<(String, u64, String)>,
-}
-
-/// Where the settings live: `/proc/sys` and the conntrack module's
-/// hashsize parameter (elsewhere in tests).
-#[derive(Clone, Debug)]
-pub struct Sysctls {
-    /// The sysctl tree (`/proc/sys`).
-    pub proc_sys: PathBuf,
-    /// The conntrack hash table's size
-    /// (`/sys/module/nf_conntrack/parameters/hashsize`).
-    pub hashsize: PathBuf,
-}
-
-impl Default for Sysctls {
-    fn default() -> Self {
-        Self {
-            proc_sys: PathBuf::from("/proc/sys"),
-            hashsize: PathBuf::from("/sys/module/nf_conntrack/parameters/hashsize"),
-        }
-    }
-}
-
-fn read_u64(path: &Path) -> std::io::Result<u64> {
-    let text = std::fs::read_to_string(path)?;
-    text.trim()
-        .parse()
-        .map_err(|e| std::io::Error::new(ErrorKind::InvalidData, format!("{:?}: {e}", text.trim())))
-}
-
-/// Why a write failed, in an operator's words.
-fn why(e: &std::io::Error) -> String {
-    match e.kind() {
-        ErrorKind::ReadOnlyFilesystem => "read-only file system".into(),
-        ErrorKind::PermissionDenied => "permission denied (read-only here, or not the host's network namespace)".into(),
-        ErrorKind::NotFound => "not there (is the nf_conntrack module loaded?)".into(),
-        _ => e.to_string(),
-    }
-}
-
-impl Sysctls {
-    /// Writes each of `wanted` (under `net/netfilter/`) that differs, and
-    /// grows the hash table to a quarter of a new table size when it is
-    /// smaller.
-    pub fn apply(&self, wanted: &[(&str, u64)]) -> Applied {
-        let mut out = Applied::default();
-        for (name, value) in wanted {
-            let path = self.proc_sys.join("net/netfilter").join(name);
-            let setting = format!("net.netfilter.{name}");
-            let before = match read_u64(&path) {
-                Ok(v) => v,
-                Err(e) => {
-                    out.refused.push((setting, *value, why(&e)));
-                    continue;
-                }
-            };
-            if before != *value {
-                if let Err(e) = std::fs::write(&path, value.to_string()) {
-                    out.refused.push((setting, *value, why(&e)));
-                    continue;
-                }
-                out.written.push((setting, before, *value));
-            }
-            if *name == "nf_conntrack_max" {
-                self.grow_hashsize(*value / 4, &mut out);
-            }
-        }
-        out
-    }
-
-    fn grow_hashsize(&self, want: u64, out: &mut Applied) {
-        let setting = "nf_conntrack hashsize".to_owned();
-        match read_u64(&self.hashsize) {
-            Ok(have) if have >= want => {}
-            Ok(have) => match std::fs::write(&self.hashsize, want.to_string()) {
-                Ok(()) => out.written.push((setting, have, want)),
-                Err(e) => out.refused.push((setting, want, why(&e))),
-            },
-            Err(e) => out.refused.push((setting, want, why(&e))),
-        }
-    }
-}
-
 /// Sets kube-proxy's conntrack values at startup and says what it did:
 /// an INFO line per value written, one WARN for everything that could
 /// not be.
@@ -298,85 +181,5 @@ mod tests {
                 ("nf_conntrack_udp_timeout_stream", 120),
             ]
         );
-    }
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(count_cpu_list("0-1\n"), Some(2));
-        assert_eq!(count_cpu_list("0-3,8,10-11"), Some(7));
-        assert_eq!(count_cpu_list("x"), None);
-        assert_eq!(count_cpu_list("3-1"), None);
-        assert!(cpus() >= 1);
-    }
-
-    /// A sysctl tree in a scratch directory.
-    fn tree(tag: &str, values: &[(&str, u64)], hashsize: u64) -> (PathBuf, Sysctls) {
-        let dir = std::env::temp_dir().join(format!("proxyd-sysctls-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let nf = dir.join("proc/net/netfilter");
-        std::fs::create_dir_all(&nf).unwrap();
-        for (name, v) in values {
-            std::fs::write(nf.join(name), format!("{v}\n")).unwrap();
-        }
-        std::fs::write(dir.join("hashsize"), format!("{hashsize}\n")).unwrap();
-        let s = Sysctls {
-            proc_sys: dir.join("proc"),
-            hashsize: dir.join("hashsize"),
-        };
-        (dir, s)
-    }
-
-    fn value(dir: &Path, name: &str) -> u64 {
-        read_u64(&dir.join("proc/net/netfilter").join(name)).unwrap()
-    }
-
-    #[test]
-    fn only_values_that_differ_are_written_and_the_hash_table_grows() {
-        let (dir, s) = tree(
-            "write",
-            &[
-                ("nf_conntrack_max", 65_536),
-                ("nf_conntrack_tcp_timeout_established", 432_000),
-                ("nf_conntrack_tcp_timeout_close_wait", 3600),
-            ],
-            16_384,
-        );
-        let applied = s.apply(&args(&[]).wanted(2));
-        assert_eq!(
-            applied.written,
-            [
-                ("net.netfilter.nf_conntrack_max".to_owned(), 65_536, 131_072),
-                ("nf_conntrack hashsize".to_owned(), 16_384, 32_768),
-                (
-                    "net.netfilter.nf_conntrack_tcp_timeout_established".to_owned(),
-                    432_000,
-                    86_400
-                ),
-            ],
-            "close-wait already right"
-        );
-        assert!(applied.refused.is_empty());
-        assert_eq!(value(&dir, "nf_conntrack_max"), 131_072);
-        assert_eq!(read_u64(&dir.join("hashsize")).unwrap(), 32_768);
-        let again = s.apply(&args(&[]).wanted(2));
-        assert_eq!(again, Applied::default(), "nothing differs: nothing written");
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn what_cannot_be_written_is_reported_and_the_rest_is_still_set() {
-        // No nf_conntrack_max here (as where the module is missing).
-        let (dir, s) = tree("refused", &[("nf_conntrack_tcp_timeout_established", 432_000)], 1024);
-        let applied = s.apply(&args(&[]).wanted(2));
-        assert_eq!(applied.refused.len(), 2, "{applied:?}");
-        assert!(applied.refused[0].0.contains("nf_conntrack_max"), "{applied:?}");
-        assert!(applied.refused[0].2.contains("nf_conntrack module"), "{applied:?}");
-        assert_eq!(value(&dir, "nf_conntrack_tcp_timeout_established"), 86_400);
-        assert_eq!(
-            read_u64(&dir.join("hashsize")).unwrap(),
-            1024,
-            "no table size: no hash change"
-        );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

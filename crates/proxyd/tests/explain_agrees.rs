@@ -57,7 +57,7 @@ fn traced(
 /// endpoints were compared.
 fn check(snapshot: &Snapshot, node: &str, zone: Option<&str>) -> usize {
     let proxy = proxy_args(node, zone);
-    let engine = snapshot.engine(node, &proxy);
+    let engine = proxyd::snapshot::engine(snapshot, node, &proxy);
     let config = dataplane_config(&proxy, snapshot.node_zone.clone());
     let mut syncer = NftSyncer::new(config.clone(), KernelModel::default());
     let names: BTreeSet<_> = engine.services.iter().map(|p| p.name.service.clone()).collect();

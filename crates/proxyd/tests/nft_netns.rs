@@ -91,7 +91,7 @@ fn example_cluster() -> (Engine, DataplaneConfig) {
     let zone = m.node_zone("node-1");
     let mut snapshot = Snapshot::of(m.services, m.slices);
     snapshot.node_zone = zone;
-    let engine = snapshot.engine("node-1", &proxy_args());
+    let engine = proxyd::snapshot::engine(&snapshot, "node-1", &proxy_args());
     let config = proxyd::snapshot::dataplane_config(&proxy_args(), snapshot.node_zone);
     (engine, config)
 }
@@ -462,7 +462,7 @@ fn udp_flows_to(ns: &Netns, endpoint: &str) -> usize {
 fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
     require();
     use linux_dataplane::NetlinkConntrack;
-    use proxyd::proxier::Proxier;
+    use node_proxy::proxier::Proxier;
 
     let ns = Netns::new("conntrack");
     for addr in ["10.1.0.1/32", "10.1.0.2/32", "10.9.0.1/32"] {
@@ -559,7 +559,7 @@ fn example_cluster_loads_as_ipv6() {
         ..proxy_args()
     };
     let snapshot = Snapshot::of(m.services, m.slices);
-    let mut engine = snapshot.engine("node-1", &proxy);
+    let mut engine = proxyd::snapshot::engine(&snapshot, "node-1", &proxy);
     let config = proxyd::snapshot::dataplane_config(&proxy, None);
     let ns = Netns::new("v6");
     let mut syncer = NftSyncer::new(config.clone(), ns.dataplane());

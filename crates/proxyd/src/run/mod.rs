@@ -35,12 +35,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
-use crate::health::{ProxierHealth, ServiceHealth};
-use crate::http::{Reply, serve};
 use crate::metrics::{CONTENT_TYPE, Metrics};
-use crate::proxier::HealthChecks;
 use crate::snapshot::{node_name, selection};
-use crate::sync_runner::{Outcome, SyncReason, SyncRunner, SyncTiming};
+use node_proxy::health::{ProxierHealth, ServiceHealth};
+use node_proxy::http::{Reply, serve};
+use node_proxy::proxier::HealthChecks;
+use node_proxy::runner::{Outcome, SyncReason, SyncRunner, SyncTiming};
 
 /// What one sync on the sync thread came to.
 type SyncResult = Result<Outcome, String>;
@@ -156,7 +156,7 @@ fn set_conntrack(args: &RunArgs) {
         tracing::info!(netns = %ns, "conntrack settings are left as they are with --netns");
         return;
     }
-    crate::sysctls::set_conntrack(&args.conntrack, &crate::sysctls::Sysctls::default());
+    crate::sysctls::set_conntrack(&args.conntrack, &linux_dataplane::sysctl::Sysctls::default());
 }
 
 /// Checks a transaction with `nft --check`: a missing `nft`, or one that
@@ -341,7 +341,7 @@ async fn start_admin_servers(
     {
         tracing::info!(address = %addr, "serving /metrics");
         let m = metrics.clone();
-        let handler: crate::http::Handler = Arc::new(move |path| match path {
+        let handler: node_proxy::http::Handler = Arc::new(move |path| match path {
             "/metrics" => Reply {
                 status: 200,
                 headers: vec![("Content-Type", CONTENT_TYPE.into())],

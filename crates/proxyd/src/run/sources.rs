@@ -22,10 +22,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
-use crate::manifest_source::{self, ServiceSink};
 use crate::metrics::Metrics;
 use crate::snapshot::client;
 use endpoints_map::Engine;
+use informer_glue::manifest_source::{self, ServiceSink};
 
 /// The handlers of a run, before a source drives them.
 pub struct Handlers {
@@ -200,7 +200,7 @@ fn start_manifests(
         path.to_owned(),
         first,
         sink,
-        shutdown.clone(),
+        shutdown.clone().cancelled_owned(),
     ));
     Ok(())
 }

@@ -10,17 +10,18 @@ use slice_model::{IpFamily, ServiceName};
 use tokio::sync::watch;
 
 use crate::cli::RunArgs;
-use crate::health::ProxierHealth;
-use crate::metrics::{Metrics, SyncObservation};
-use crate::proxier::{HealthChecks, Proxier};
+use crate::metrics::Metrics;
 use crate::snapshot::dataplane_config;
-use crate::sync_runner::{Outcome, SyncReason};
 use endpoints_map::Engine;
 use linux_dataplane::{Conntrack, NetlinkConntrack, NoConntrack};
 use linux_dataplane::{DryRun, Netns, WatchedNft};
 use multus_dataplane::backend::{Commands, DryRunPods};
 use multus_dataplane::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use nft_dataplane::{Dataplane, DataplaneConfig, SyncKind};
+use node_proxy::health::ProxierHealth;
+use node_proxy::metrics::SyncObservation;
+use node_proxy::proxier::{HealthChecks, Proxier};
+use node_proxy::runner::{Outcome, SyncReason};
 
 /// The proxiers of a run: the node's tables, or (multus) pods' tables.
 pub enum Proxiers {

@@ -524,7 +524,7 @@ async fn network_programming_latency_for_1000_services() {
             &[Ep::ready((i + 1) % 3)],
             false,
         );
-        let stamp = proxyd::health::rfc3339(std::time::SystemTime::now());
+        let stamp = node_proxy::health::rfc3339(std::time::SystemTime::now());
         s["metadata"]["annotations"] = json!({"endpoints.kubernetes.io/last-change-trigger-time": stamp});
         c.apply(s);
     }

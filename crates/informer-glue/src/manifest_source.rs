@@ -1,27 +1,27 @@
-//! `--manifests` as the source of Services and EndpointSlices: the files
-//! are polled, and each complete, valid read is handed to the handlers as
+//! Manifest files as the source of Services, EndpointSlices, Pods, this
+//! Node and ServiceCIDRs, in place of the watches: the files are polled, and each complete, valid read is handed to the handlers as
 //! a relist (vanished objects become deletes, changed ones updates).
 //!
 //! A read is checked whole before anything is handed over, so a broken or
 //! half-written file changes nothing; the objects are then converted again
 //! one at a time as they are handed over, so memory never holds a
-//! cluster's worth of typed objects (see [`informer_glue::manifests`]).
+//! cluster's worth of typed objects (see [`crate::manifests`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use informer_glue::SliceCacheHandler;
-use informer_glue::fold::{EventFold, EventHandler, Fanout};
-use informer_glue::manifests::{self, ManifestError, Object, Summary, Texts};
-use informer_glue::multus::PodHandler;
-use informer_glue::node::ThisNode;
-use informer_glue::selection::Selection;
-use informer_glue::service_cidr::ServiceCidrs;
-use informer_glue::tombstone::{SlimServices, SlimSlices};
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
-use tokio_util::sync::CancellationToken;
+
+use crate::SliceCacheHandler;
+use crate::fold::{EventFold, EventHandler, Fanout};
+use crate::manifests::{self, ManifestError, Object, Summary, Texts};
+use crate::multus::PodHandler;
+use crate::node::ThisNode;
+use crate::selection::Selection;
+use crate::service_cidr::ServiceCidrs;
+use crate::tombstone::{SlimServices, SlimSlices};
 
 /// How often the files are checked for changes.
 const POLL: Duration = Duration::from_secs(1);
@@ -71,7 +71,8 @@ pub struct Sink {
     pods: Option<(PodHandler, EventFold<Pod>)>,
     /// This node's zone and eligibility, from its Node in the files.
     this_node: Option<ThisNode>,
-    /// The ServiceCIDRs' ranges in the files (unless --service-cidr).
+    /// The ServiceCIDRs' ranges in the files (none when the ranges are
+    /// given otherwise).
     service_cidrs: Option<ServiceCidrs>,
 }
 
@@ -156,13 +157,14 @@ impl Sink {
 }
 
 /// Hands `first` (read at startup) to `sink`, then re-reads the files
-/// under `path` whenever they change, until `shutdown`.
-pub async fn watch_manifests(path: PathBuf, first: Read, mut sink: Sink, shutdown: CancellationToken) {
+/// under `path` whenever they change, until `shutdown` completes.
+pub async fn watch_manifests(path: PathBuf, first: Read, mut sink: Sink, shutdown: impl Future<Output = ()>) {
     let mut last = first.fingerprint.clone();
     sink.take(&path, first);
+    let mut shutdown = std::pin::pin!(shutdown);
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => return,
+            () = &mut shutdown => return,
             () = tokio::time::sleep(POLL) => {}
         }
         let now = manifests::fingerprint(&path);

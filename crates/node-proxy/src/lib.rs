@@ -1,0 +1,26 @@
+//! # node-proxy
+//!
+//! A node service proxy's loop, with kube-proxy's semantics: the parts of
+//! kube-proxy's `pkg/proxy` that are neither the maps (`endpoints-map`)
+//! nor the rules (`nft-dataplane`) nor the host (`linux-dataplane`).
+//!
+//! ```text
+//!  runner    when to sync: at most one per min interval, at least one
+//!            per max interval, failed syncs retried with a backoff
+//!            (kube-proxy's BoundedFrequencyRunner)
+//!  proxier   one IP family's sync: engine update ─► its nftables Target
+//!            ─► the conntrack entries the new rules replace
+//!  health    /healthz and /livez, and each Local LoadBalancer service's
+//!            healthCheckNodePort
+//!  metrics   kube-proxy's sync and health metric families
+//!  http      the small HTTP/1 server the health endpoints answer on
+//! ```
+//!
+//! Multus mode's per-pod sync is the `multus-dataplane` crate; the `proxyd`
+//! binary wires these parts to its sources and command line.
+
+pub mod health;
+pub mod http;
+pub mod metrics;
+pub mod proxier;
+pub mod runner;
