@@ -37,6 +37,7 @@
 mod cache_handler;
 mod convert;
 pub mod fold;
+pub mod kube_proxy_config;
 pub mod manifest_source;
 pub mod manifests;
 pub mod metrics;

@@ -7,7 +7,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use nft_dataplane::names::FamilyWords;
 use nft_dataplane::{Dataplane, DataplaneError, Transaction};
+use slice_model::IpFamily;
 
 use crate::netlink::NftNetlink;
 use crate::netns::Netns;
@@ -111,8 +113,8 @@ impl NftCommand {
     /// (`nft --check`). Unlike listing, it costs the same however large the
     /// table is (nft 1.0.6 reads every element to list the tables).
     pub fn check_access(&self) -> Result<(), DataplaneError> {
-        let mut probe = Transaction::for_table(slice_model::IpFamily::V4, nft_dataplane::names::TABLE);
-        probe.push(nft_dataplane::Op::AddTable(slice_model::IpFamily::V4));
+        let mut probe = Transaction::for_table(IpFamily::V4, nft_dataplane::names::TABLE);
+        probe.push(nft_dataplane::Op::AddTable(IpFamily::V4));
         let text = probe.text();
         self.run_with(&["--check", "-f", "-"], |stdin| {
             stdin.write_all(text.as_bytes()).map(|()| text.len())
@@ -120,17 +122,31 @@ impl NftCommand {
         .map(drop)
     }
 
-    /// The tables in its namespace, one line each as `nft list tables`
-    /// prints them (`table ip proxyd`).
-    pub fn tables(&self) -> Result<Vec<String>, DataplaneError> {
-        let out = self.nft(&["list", "tables"], |cmd| cmd.output())?;
-        if !out.status.success() {
-            return Err(rejected(&out));
+    /// Removes the tables named `table` of both families, those there, in
+    /// one transaction. Which are there is asked of the kernel (listing
+    /// them with nft would read every element). Returns the tables
+    /// removed and those that were not there, as `table ip proxyd`.
+    pub fn remove_tables(&self, table: &'static str) -> Result<RemovedTables, DataplaneError> {
+        let netlink = |source| DataplaneError::Netlink {
+            what: format!("look for the {table} tables"),
+            source,
+        };
+        let mut kernel = NftNetlink::open(&self.netns).map_err(netlink)?;
+        let mut out = RemovedTables::default();
+        let mut script = String::new();
+        for family in [IpFamily::V4, IpFamily::V6] {
+            let name = format!("table {} {table}", FamilyWords::of(family).table);
+            if kernel.table_exists(family, table).map_err(netlink)? {
+                script.push_str(&Transaction::remove_table(family, table).text());
+                out.removed.push(name);
+            } else {
+                out.absent.push(name);
+            }
         }
-        Ok(String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| l.trim().to_owned())
-            .collect())
+        if !script.is_empty() {
+            self.apply_text(&script)?;
+        }
+        Ok(out)
     }
 
     /// Applies raw nft text as one transaction (for commands that are not
@@ -167,6 +183,68 @@ impl Dataplane for NftCommand {
                 (Err(_), None) => Err(std::io::Error::other("the transaction could not be rendered")),
             }
         })
+    }
+}
+
+/// What [`NftCommand::remove_tables`] did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RemovedTables {
+    /// The tables removed, as `table ip proxyd`.
+    pub removed: Vec<String>,
+    /// The tables that were not there.
+    pub absent: Vec<String>,
+}
+
+/// Why `nft` cannot program this host.
+#[derive(Debug, thiserror::Error)]
+pub enum NftAccessError {
+    /// No `nft` program.
+    #[error("{nft}: not found; install nftables (Debian: apt-get install nftables)")]
+    NotFound {
+        /// `nft`, with the namespace it was to run in.
+        nft: String,
+    },
+    /// The kernel does not let this process change nftables.
+    #[error("{nft} may not change the ruleset ({stderr}): run as root or with CAP_NET_ADMIN")]
+    Denied {
+        /// `nft`, with the namespace it was to run in.
+        nft: String,
+        /// What nft said.
+        stderr: String,
+    },
+    /// Another failure of `nft --check`.
+    #[error("{nft} --check: {source}")]
+    Other {
+        /// `nft`, with the namespace it was to run in.
+        nft: String,
+        /// What failed.
+        #[source]
+        source: DataplaneError,
+    },
+}
+
+/// Checks that `nft` runs in `netns` and may change the ruleset, with a
+/// transaction checked and not committed ([`NftCommand::check_access`]),
+/// so that a missing `nft` or a missing capability is said once at the
+/// start instead of failing every sync. Whether the kernel refused is asked
+/// of the kernel (an EPERM over netlink), not read from nft's messages.
+pub fn check_nft(netns: &Netns) -> Result<(), NftAccessError> {
+    let nft = match netns {
+        Netns::Current => "nft".to_owned(),
+        other => format!("nft ({other})"),
+    };
+    let denied = || {
+        NftNetlink::open(netns)
+            .and_then(|mut n| n.generation().map(drop))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
+    };
+    match (NftCommand { netns: netns.clone() }).check_access() {
+        Ok(()) => Ok(()),
+        Err(DataplaneError::Spawn { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(NftAccessError::NotFound { nft })
+        }
+        Err(DataplaneError::Rejected { stderr, .. }) if denied() => Err(NftAccessError::Denied { nft, stderr }),
+        Err(source) => Err(NftAccessError::Other { nft, source }),
     }
 }
 
@@ -238,7 +316,7 @@ impl Dataplane for WatchedNft {
         }
     }
 
-    fn table_exists(&mut self, family: slice_model::IpFamily, table: &str) -> Option<bool> {
+    fn table_exists(&mut self, family: IpFamily, table: &str) -> Option<bool> {
         self.netlink
             .as_mut()?
             .table_exists(family, table)
@@ -248,7 +326,7 @@ impl Dataplane for WatchedNft {
 
     fn objects(
         &mut self,
-        family: slice_model::IpFamily,
+        family: IpFamily,
         table: &str,
     ) -> Option<Result<nft_dataplane::TableObjects, DataplaneError>> {
         let read = self.netlink.as_mut()?.objects(family, table).map_err(|source| {

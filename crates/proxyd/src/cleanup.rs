@@ -7,9 +7,7 @@ use nft_dataplane::names::{POD_TABLE, TABLE};
 use slice_model::IpFamily;
 
 use crate::cli::CleanupArgs;
-use linux_dataplane::Netns;
-use linux_dataplane::NftCommand;
-use nft_dataplane::Transaction;
+use linux_dataplane::{Netns, NftCommand, RemovedTables};
 
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack
 /// entries are left to time out: deleting them would cut live connections.
@@ -28,34 +26,14 @@ pub fn cleanup(args: CleanupArgs) -> ExitCode {
     if args.kube_proxy {
         return cleanup_kube_proxy(&netns);
     }
-    let present = match tables(&netns) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::error!("cleanup: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let (mut gone, mut absent) = (Vec::new(), Vec::new());
-    let mut script = String::new();
-    for family in [IpFamily::V4, IpFamily::V6] {
-        let name = table_name(family, TABLE);
-        if present.contains(&name) {
-            script.push_str(&Transaction::remove_table(family, TABLE).text());
-            gone.push(name);
-        } else {
-            absent.push(name);
-        }
-    }
-    if !absent.is_empty() {
-        tracing::info!("not there (nothing to remove): {}", absent.join(", "));
-    }
-    if gone.is_empty() {
-        return ExitCode::SUCCESS;
-    }
-    // Both families in one nft run: one transaction.
-    match (NftCommand { netns }).apply_text(&script) {
-        Ok(_) => {
-            tracing::info!("removed {}", gone.join(", "));
+    match (NftCommand { netns }).remove_tables(TABLE) {
+        Ok(RemovedTables { removed, absent }) => {
+            if !absent.is_empty() {
+                tracing::info!("not there (nothing to remove): {}", absent.join(", "));
+            }
+            if !removed.is_empty() {
+                tracing::info!("removed {}", removed.join(", "));
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -91,16 +69,6 @@ fn cleanup_kube_proxy(netns: &Netns) -> ExitCode {
     }
 }
 
-/// `table ip proxyd`, as `nft list tables` prints it.
-fn table_name(family: IpFamily, table: &str) -> String {
-    format!("table {} {table}", nft_dataplane::names::FamilyWords::of(family).table)
-}
-
-/// The tables in `netns`, as `nft list tables` prints them.
-fn tables(netns: &Netns) -> Result<Vec<String>, String> {
-    NftCommand { netns: netns.clone() }.tables().map_err(|e| e.to_string())
-}
-
 /// `proxyd cleanup --multus`: multus mode's table and routes out of every
 /// pod namespace found; says what it removed and where nothing was.
 fn cleanup_multus(args: &CleanupArgs) -> ExitCode {
@@ -114,27 +82,15 @@ fn cleanup_multus(args: &CleanupArgs) -> ExitCode {
     let mut failed = false;
     for path in namespaces {
         let netns = Netns::Path(path.clone());
-        let tables = match tables(&netns) {
-            Ok(t) => t,
+        let mut removed = match (NftCommand { netns: netns.clone() }).remove_tables(POD_TABLE) {
+            Ok(tables) => tables.removed,
             Err(e) => {
-                tracing::error!(netns = %path.display(), "{e}");
+                tracing::error!(netns = %path.display(), "{POD_TABLE} tables not removed: {e}");
                 failed = true;
-                continue;
+                Vec::new()
             }
         };
-        let mut removed = Vec::new();
         for family in [IpFamily::V4, IpFamily::V6] {
-            let name = table_name(family, POD_TABLE);
-            if tables.contains(&name) {
-                let tx = nft_dataplane::Transaction::remove_table(family, POD_TABLE);
-                match (NftCommand { netns: netns.clone() }).apply_text(&tx.text()) {
-                    Ok(_) => removed.push(name),
-                    Err(e) => {
-                        tracing::error!(netns = %path.display(), "{name} not removed: {e}");
-                        failed = true;
-                    }
-                }
-            }
             match linux_dataplane::routes::reconcile(&netns, family, &Default::default()) {
                 Ok(change) if change.removed > 0 => removed.push(format!("{} {family} route(s)", change.removed)),
                 Ok(_) => {}

@@ -11,12 +11,9 @@
 //! (`iptables`, `ipvs`, `winkernel`) are accepted and left out with one
 //! INFO line; a `mode` other than `nftables` (or empty) is an error.
 
-use std::collections::BTreeMap;
-
 use std::time::Duration;
 
-use serde::Deserialize;
-use serde_json::Value;
+use informer_glue::kube_proxy_config::{API_VERSION, KIND, KubeProxyConfiguration};
 
 use crate::cli::{
     DetectLocalMode, parse_bind_address, parse_cidr, parse_duration, parse_interface, parse_nodeport_address,
@@ -24,116 +21,6 @@ use crate::cli::{
 };
 use crate::config::Settings;
 use crate::logging::LogFormat;
-
-/// `apiVersion` of the format.
-pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
-/// `kind` of the format.
-pub const KIND: &str = "KubeProxyConfiguration";
-
-/// The file. Fields are optional: a missing one is its zero value.
-/// Fields of other modes and of kube-proxy's process (logging, profiling)
-/// are decoded, so that a misspelt one is still an error, but not used.
-#[allow(
-    dead_code,
-    reason = "fields kube-proxy has and proxyd does not use are decoded strictly, not read"
-)]
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct KubeProxyConfiguration {
-    api_version: Option<String>,
-    kind: Option<String>,
-    feature_gates: Option<BTreeMap<String, bool>>,
-    client_connection: Option<ClientConnection>,
-    logging: Option<Logging>,
-    hostname_override: Option<String>,
-    bind_address: Option<String>,
-    healthz_bind_address: Option<String>,
-    metrics_bind_address: Option<String>,
-    bind_address_hard_fail: Option<bool>,
-    enable_profiling: Option<bool>,
-    show_hidden_metrics_for_version: Option<String>,
-    mode: Option<String>,
-    iptables: Option<Value>,
-    ipvs: Option<Value>,
-    winkernel: Option<Value>,
-    nftables: Option<Nftables>,
-    detect_local_mode: Option<String>,
-    detect_local: Option<DetectLocal>,
-    #[serde(rename = "clusterCIDR")]
-    cluster_cidr: Option<String>,
-    node_port_addresses: Option<Vec<String>>,
-    oom_score_adj: Option<i32>,
-    conntrack: Option<Conntrack>,
-    config_sync_period: Option<String>,
-    port_range: Option<String>,
-    windows_run_as_service: Option<bool>,
-}
-
-/// `clientConnection` (`acceptContentTypes` is decoded, not used).
-#[allow(dead_code, reason = "acceptContentTypes is decoded strictly, not read")]
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct ClientConnection {
-    kubeconfig: Option<String>,
-    accept_content_types: Option<String>,
-    content_type: Option<String>,
-    qps: Option<f64>,
-    burst: Option<i64>,
-}
-
-/// `logging` (component-base's LoggingConfiguration): `verbosity` and
-/// `format` are used, the rest decoded strictly and not used.
-#[allow(
-    dead_code,
-    reason = "the fields but verbosity and format are decoded strictly, not read"
-)]
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Logging {
-    format: Option<String>,
-    flush_frequency: Option<Value>,
-    verbosity: Option<u32>,
-    vmodule: Option<Value>,
-    options: Option<Value>,
-}
-
-/// `nftables`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Nftables {
-    masquerade_all: Option<bool>,
-    masquerade_bit: Option<i32>,
-    sync_period: Option<String>,
-    min_sync_period: Option<String>,
-}
-
-/// `detectLocal`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct DetectLocal {
-    bridge_interface: Option<String>,
-    #[serde(rename = "clusterCIDRs")]
-    cluster_cidrs: Option<Vec<String>>,
-    interface_name_prefix: Option<String>,
-}
-
-/// `conntrack`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Conntrack {
-    max_per_core: Option<i64>,
-    min: Option<i64>,
-    tcp_established_timeout: Option<String>,
-    tcp_close_wait_timeout: Option<String>,
-    tcp_be_liberal: Option<bool>,
-    udp_timeout: Option<String>,
-    udp_stream_timeout: Option<String>,
-}
-
-/// Whether a YAML/JSON document is kube-proxy's format.
-pub fn is_kube_proxy_config(doc: &Value) -> bool {
-    doc.get("kind").and_then(Value::as_str) == Some(KIND)
-}
 
 /// A set, non-zero value (`""`, `0s`, `0` and `null` are kube-proxy's
 /// "use the default").

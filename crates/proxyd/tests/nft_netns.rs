@@ -958,7 +958,7 @@ fn run_without_permission_for_nft_says_so_and_stops() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("nft may not change the ruleset") && err.contains("run proxyd as root or with CAP_NET_ADMIN"),
+        err.contains("nft may not change the ruleset") && err.contains("run as root or with CAP_NET_ADMIN"),
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -3,7 +3,6 @@
 //! sync. The format is a stable contract: see `docs/replay-format.md`.
 
 pub mod output;
-pub mod reader;
 pub mod timing;
 
 use std::collections::BTreeMap;
@@ -17,7 +16,7 @@ use slice_cache::EndpointSliceCache;
 use slice_model::{Interner, IpFamily, ServiceInfo, ServiceName};
 
 use crate::cli::ReplayArgs;
-use reader::{Action, Event, decode_line};
+use informer_glue::wire::event::{Action, Event, decode_line};
 use timing::{Timing, timed};
 
 /// Why a replay stopped.

@@ -27,8 +27,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use endpoints_map::Engine;
-use linux_dataplane::{Netns, NftCommand};
-use nft_dataplane::DataplaneError;
+use linux_dataplane::Netns;
 use slice_model::IpFamily;
 use tokio::sync::{Notify, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -120,6 +119,11 @@ pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
 /// change the ruleset (fatal), and `conntrack` for the stale UDP entries
 /// (a warning: the rules work without it).
 pub fn check_host(args: &RunArgs) -> Result<(), String> {
+    // The dry run is the other way to run without nft.
+    let with_dry_run = |e: linux_dataplane::NftAccessError| match e {
+        linux_dataplane::NftAccessError::Other { .. } => e.to_string(),
+        _ => format!("{e}, or use --dry-run"),
+    };
     if args.is_dry_run() {
         return Ok(());
     }
@@ -128,7 +132,7 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
     } else {
         Netns::from_flag(args.netns.clone())
     };
-    check_nft(&netns)
+    linux_dataplane::check_nft(&netns).map_err(with_dry_run)
 }
 
 /// kube-proxy's `--oom-score-adj`: the kernel's OOM killer picks proxyd
@@ -157,33 +161,6 @@ fn set_conntrack(args: &RunArgs) {
         return;
     }
     crate::sysctls::set_conntrack(&args.conntrack, &linux_dataplane::sysctl::Sysctls::default());
-}
-
-/// Checks a transaction with `nft --check`: a missing `nft`, or one that
-/// may not change the ruleset (not root, no CAP_NET_ADMIN), says so now
-/// instead of failing every sync.
-fn check_nft(netns: &Netns) -> Result<(), String> {
-    let nft = match netns {
-        Netns::Current => "nft".to_owned(),
-        other => format!("nft ({other})"),
-    };
-    // Whether the kernel lets this process change nftables is asked of the
-    // kernel (an EPERM over netlink), not read from nft's messages.
-    let denied = || {
-        linux_dataplane::NftNetlink::open(netns)
-            .and_then(|mut n| n.generation().map(drop))
-            .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied)
-    };
-    match (NftCommand { netns: netns.clone() }).check_access() {
-        Ok(_) => Ok(()),
-        Err(DataplaneError::Spawn { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Err(format!(
-            "{nft}: not found; install nftables (Debian: apt-get install nftables), or use --dry-run"
-        )),
-        Err(DataplaneError::Rejected { stderr, .. }) if denied() => Err(format!(
-            "{nft} may not change the ruleset ({stderr}): run proxyd as root or with CAP_NET_ADMIN, or use --dry-run"
-        )),
-        Err(e) => Err(format!("{nft} --check: {e}")),
-    }
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {

@@ -6,6 +6,9 @@
 //! needs, skips what it doesn't (managedFields, targetRef, ...) without
 //! allocating, and still type-checks the EndpointSlice fields it knows, so
 //! that a slice whose fields have the wrong JSON types is an error.
+//! [`event`] decodes the event around an object, one JSON line each.
+
+pub mod event;
 
 use std::borrow::Cow;
 use std::fmt;

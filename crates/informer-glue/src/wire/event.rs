@@ -1,4 +1,6 @@
-//! One line of a replay trace into an [`Event`].
+//! One watch event, a JSON line `{"type": …, "object": …}` as a recorded
+//! trace holds it (`proxyd replay`'s input: the watch's event types, plus
+//! `SYNC`), into an [`Event`].
 //!
 //! The fast path decodes the whole line in one pass, borrowing strings, into
 //! an EndpointSlice-shaped object (a Service fits too: its `spec` is kept as
@@ -6,11 +8,10 @@
 //! malformed line (an error) from an object of another kind whose fields do
 //! not fit an EndpointSlice (skipped or tracked, not an error).
 
-use std::fmt;
-
-use informer_glue::wire::{KindAndMeta, Str, WireObject};
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use super::{KindAndMeta, Str, WireObject};
 
 /// What a watch event does to its object.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -30,7 +31,7 @@ pub enum Action {
     reason = "lives for one line and is moved once; boxing would allocate per event on the hot path"
 )]
 pub enum Event<'a> {
-    /// `SYNC`: apply pending changes and print a line.
+    /// `SYNC` (a trace's own type): apply the pending changes.
     Sync,
     /// `BOOKMARK`: ignored.
     Bookmark,
@@ -39,16 +40,9 @@ pub enum Event<'a> {
 }
 
 /// Why a line is not a usable watch event (the caller adds the line number).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct DecodeError(pub String);
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for DecodeError {}
 
 #[derive(Deserialize)]
 struct FastLine<'a> {
