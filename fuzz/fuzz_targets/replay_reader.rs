@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use proxyd::replay::{Options, Replayer};
+use proxyd::{ReplayOptions as Options, Replayer};
 
 fuzz_target!(|data: &[u8]| {
     let opts = Options {

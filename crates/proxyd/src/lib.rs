@@ -1,7 +1,9 @@
 //! # proxyd
 //!
-//! The daemon and its tools, as a library so that tests and fuzz targets
-//! reach the same code the binary runs.
+//! The daemon and its tools. The binary calls [`main`]; the other public
+//! items (re-exported from private modules) are there so that the
+//! integration tests, benches and fuzz targets reach the same code the
+//! binary runs. The modules:
 //!
 //! ```text
 //!  cli, config      the command line; --config files (proxyd's and
@@ -26,15 +28,42 @@
 //! the host (`linux_dataplane`: nft, netlink, namespaces, routes,
 //! kube-proxy's leftovers) are library crates of their own.
 
-pub mod cleanup;
-pub mod cli;
-pub mod config;
-pub mod explain;
-pub(crate) mod kube_proxy_config;
-pub mod logging;
-pub(crate) mod metrics;
-pub mod render;
-pub mod replay;
-pub mod run;
-pub mod snapshot;
-pub(crate) mod sysctls;
+mod cleanup;
+mod cli;
+mod config;
+mod explain;
+mod kube_proxy_config;
+mod logging;
+mod metrics;
+mod render;
+mod replay;
+mod run;
+mod snapshot;
+mod sysctls;
+
+pub use cli::{Command, ProxyArgs, RunArgs};
+pub use config::parse as parse_command_line;
+pub use explain::explain_port;
+pub use replay::{Options as ReplayOptions, Replayer};
+pub use run::validate as validate_run;
+pub use snapshot::{Snapshot, dataplane_config, engine as snapshot_engine};
+
+/// The `proxyd` command: parses the command line (and `--config`), sets up
+/// logging and runs the subcommand.
+pub fn main() -> std::process::ExitCode {
+    let (cli, notes) = match config::parse(std::env::args_os().collect()) {
+        Ok(parsed) => (parsed.cli, parsed.notes),
+        Err(e) => e.exit(),
+    };
+    logging::init(&cli.log);
+    for note in notes {
+        tracing::info!("{note}");
+    }
+    match cli.command {
+        Command::Replay(args) => replay::main(args),
+        Command::Run(args) => run::main(*args),
+        Command::Render(args) => render::main(args),
+        Command::Explain(args) => explain::main(args),
+        Command::Cleanup(args) => cleanup::cleanup(args),
+    }
+}

@@ -39,13 +39,9 @@ pub fn main(args: RenderArgs) -> ExitCode {
     })
 }
 
-/// The full nft ruleset, then (with `table`) the services table.
-pub fn render(engine: &Engine, config: &DataplaneConfig, table: bool) -> anyhow::Result<String> {
-    Ok(render_keeping_view(engine, config, table)?.0)
-}
-
-/// [`render`], and the syncer that holds the table's view, for a caller
-/// that would rather not spend the time to free it.
+/// The full nft ruleset, then (with `table`) the services table, and the
+/// syncer that holds the table's view, for a caller that would rather not
+/// spend the time to free it.
 fn render_keeping_view(
     engine: &Engine,
     config: &DataplaneConfig,

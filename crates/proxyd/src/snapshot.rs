@@ -7,7 +7,7 @@ use informer_glue::selection::Selection;
 use informer_glue::snapshot::{SnapshotFeed, SnapshotSource};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-pub use informer_glue::snapshot::{ServiceView, SliceView, Snapshot, is_slice_of, slices_of};
+pub use informer_glue::snapshot::{SliceView, Snapshot, slices_of};
 
 use crate::cli::{ProxyArgs, SourceArgs};
 use endpoints_map::Engine;

@@ -3,7 +3,7 @@
 //! with a line error.
 
 use proptest::prelude::*;
-use proxyd::replay::{Options, Replayer};
+use proxyd::{ReplayOptions as Options, Replayer};
 use serde_json::{Value, json};
 
 fn replayer() -> Replayer<Vec<u8>> {

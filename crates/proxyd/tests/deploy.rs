@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::path::Path;
 
-use proxyd::cli::Command;
+use proxyd::Command;
 use serde_json::Value;
 
 fn deploy(file: &str) -> Vec<Value> {
@@ -30,7 +30,7 @@ fn strings(v: &Value) -> Vec<String> {
         .collect()
 }
 
-fn check(file: &str) -> proxyd::cli::RunArgs {
+fn check(file: &str) -> proxyd::RunArgs {
     // This node's Node, watched for its zone label and eligibility; the
     // ServiceCIDRs, for the service ranges.
     check_with(
@@ -45,7 +45,7 @@ fn check(file: &str) -> proxyd::cli::RunArgs {
 
 /// As [`check`], with the resources beyond services and slices the mode
 /// reads, and the capabilities it needs.
-fn check_with(file: &str, extra: &[(&str, &str, &[&str])], caps: &[&str]) -> proxyd::cli::RunArgs {
+fn check_with(file: &str, extra: &[(&str, &str, &[&str])], caps: &[&str]) -> proxyd::RunArgs {
     let docs = deploy(file);
     // RBAC: read-only, exactly these resources.
     let role = of_kind(&docs, "ClusterRole")[0];
@@ -121,13 +121,13 @@ fn check_with(file: &str, extra: &[(&str, &str, &[&str])], caps: &[&str]) -> pro
         argv.push(a.into());
     }
     assert_eq!(strings(&c["command"]), ["/usr/local/bin/proxyd"]);
-    let cli = proxyd::config::parse(argv)
+    let cli = proxyd::parse_command_line(argv)
         .unwrap_or_else(|e| panic!("{file}: {e}"))
         .cli;
     let Command::Run(args) = cli.command else {
         panic!("{file}: not `proxyd run`")
     };
-    proxyd::run::validate(&args).unwrap_or_else(|p| panic!("{file}: {p:?}"));
+    proxyd::validate_run(&args).unwrap_or_else(|p| panic!("{file}: {p:?}"));
     assert_eq!(args.proxy.hostname_override.as_deref(), Some("node-1"));
 
     // Probes hit the health server proxyd actually serves.
@@ -242,13 +242,13 @@ fn the_kube_proxy_configmap_variant_takes_kubeadms_files_unchanged() {
             .replace("/var/lib/kube-proxy/config.conf", fixture.to_str().unwrap());
         argv.push(a.into());
     }
-    let cli = proxyd::config::parse(argv)
+    let cli = proxyd::parse_command_line(argv)
         .unwrap_or_else(|e| panic!("{file}: {e}"))
         .cli;
     let Command::Run(args) = cli.command else {
         panic!("{file}: not `proxyd run`")
     };
-    proxyd::run::validate(&args).unwrap_or_else(|p| panic!("{file}: {p:?}"));
+    proxyd::validate_run(&args).unwrap_or_else(|p| panic!("{file}: {p:?}"));
     assert_eq!(args.proxy.hostname_override.as_deref(), Some("node-1"));
     assert_eq!(
         args.source.kubeconfig.as_deref(),

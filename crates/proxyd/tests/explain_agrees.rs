@@ -15,9 +15,9 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use nft_dataplane::tracer::{Host, Origin, Packet};
 use nft_dataplane::{KernelModel, NftSyncer, SyncKind};
-use proxyd::cli::ProxyArgs;
-use proxyd::explain::explain_port;
-use proxyd::snapshot::{Snapshot, dataplane_config};
+use proxyd::ProxyArgs;
+use proxyd::explain_port;
+use proxyd::{Snapshot, dataplane_config};
 use serde_json::{Value, json};
 
 const NODE_IP: &str = "192.168.0.1";
@@ -57,7 +57,7 @@ fn traced(
 /// endpoints were compared.
 fn check(snapshot: &Snapshot, node: &str, zone: Option<&str>) -> usize {
     let proxy = proxy_args(node, zone);
-    let engine = proxyd::snapshot::engine(snapshot, node, &proxy);
+    let engine = proxyd::snapshot_engine(snapshot, node, &proxy);
     let config = dataplane_config(&proxy, snapshot.node_zone.clone());
     let mut syncer = NftSyncer::new(config.clone(), KernelModel::default());
     let names: BTreeSet<_> = engine.services.iter().map(|p| p.name.service.clone()).collect();

@@ -21,8 +21,8 @@ use nft_dataplane::element::{Element, Key};
 use nft_dataplane::names::{ChainId, SetId};
 use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind};
 use nft_dataplane::{Op, Transaction};
-use proxyd::cli::ProxyArgs;
-use proxyd::snapshot::Snapshot;
+use proxyd::ProxyArgs;
+use proxyd::Snapshot;
 use serde_json::Value;
 use slice_model::{
     EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint, SliceName, TrafficPolicy,
@@ -91,8 +91,8 @@ fn example_cluster() -> (Engine, DataplaneConfig) {
     let zone = m.node_zone("node-1");
     let mut snapshot = Snapshot::of(m.services, m.slices);
     snapshot.node_zone = zone;
-    let engine = proxyd::snapshot::engine(&snapshot, "node-1", &proxy_args());
-    let config = proxyd::snapshot::dataplane_config(&proxy_args(), snapshot.node_zone);
+    let engine = proxyd::snapshot_engine(&snapshot, "node-1", &proxy_args());
+    let config = proxyd::dataplane_config(&proxy_args(), snapshot.node_zone);
     (engine, config)
 }
 
@@ -559,8 +559,8 @@ fn example_cluster_loads_as_ipv6() {
         ..proxy_args()
     };
     let snapshot = Snapshot::of(m.services, m.slices);
-    let mut engine = proxyd::snapshot::engine(&snapshot, "node-1", &proxy);
-    let config = proxyd::snapshot::dataplane_config(&proxy, None);
+    let mut engine = proxyd::snapshot_engine(&snapshot, "node-1", &proxy);
+    let config = proxyd::dataplane_config(&proxy, None);
     let ns = Netns::new("v6");
     let mut syncer = NftSyncer::new(config.clone(), ns.dataplane());
     assert!(sync(&mut syncer, &mut engine).full);
