@@ -14,6 +14,7 @@ use crate::stale::detect_stale;
 
 /// A service port and one of its endpoints: a stale UDP endpoint whose
 /// conntrack entries should be cleared.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub struct ServiceEndpoint {
     /// The service port.
@@ -63,6 +64,23 @@ pub struct EndpointsMap {
     services: HashMap<ServiceName, Arc<ServiceEndpoints>, FastHash>,
     local_ready: HashMap<ServiceName, usize, FastHash>,
     port_count: usize,
+}
+
+/// Every service port with endpoints, in the order of
+/// [`EndpointsMap::ports`]: `[{"service_port": …, "endpoints": […]}, …]`.
+#[cfg(feature = "serde")]
+impl serde::Serialize for EndpointsMap {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(serde::Serialize)]
+        struct Port<'a> {
+            service_port: ServicePortName,
+            endpoints: &'a [BaseEndpointInfo],
+        }
+        serializer.collect_seq(self.ports().map(|(service_port, endpoints)| Port {
+            service_port,
+            endpoints,
+        }))
+    }
 }
 
 impl EndpointsMap {

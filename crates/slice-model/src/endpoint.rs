@@ -63,6 +63,7 @@ pub trait Endpoint {
 
 /// The base [`Endpoint`] implementation: everything the cache knows of an
 /// endpoint, per service port.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct BaseEndpointInfo {
     /// Address and port.

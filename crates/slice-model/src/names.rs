@@ -9,6 +9,7 @@ use crate::Protocol;
 ///
 /// Used for services and for EndpointSlices alike. Ordering is by namespace,
 /// then name, which is the order every sorted output of this project uses.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NamespacedName {
     /// The namespace.
@@ -52,6 +53,7 @@ macro_rules! kind_of_name {
     ($(#[$doc:meta])* $ty:ident) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[cfg_attr(feature = "serde", derive(serde::Serialize), serde(transparent))]
         pub struct $ty(NamespacedName);
 
         impl $ty {
@@ -106,6 +108,7 @@ kind_of_name!(
 
 /// A service port as the proxy load-balances it: service, port name and
 /// protocol. Port names may be empty (a service with a single unnamed port).
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ServicePortName {
     /// The service.

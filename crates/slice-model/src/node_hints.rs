@@ -52,6 +52,7 @@ impl NodeHints {
 
 /// What an endpoint's node hints say to one node's proxy: all a proxier
 /// needs of them, in one byte.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Debug)]
 pub enum NodeHint {
     /// The endpoint has no node hints.

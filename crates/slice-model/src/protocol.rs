@@ -8,6 +8,8 @@ use std::str::FromStr;
 ///
 /// Variants are declared in the order of their API spelling, so sorting by
 /// protocol sorts as the text does (`SCTP` < `TCP` < `UDP`).
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "UPPERCASE"))]
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
 pub enum Protocol {
     /// SCTP.

@@ -109,6 +109,14 @@ impl fmt::Debug for ZoneHints {
     }
 }
 
+/// A list of zone names.
+#[cfg(feature = "serde")]
+impl serde::Serialize for ZoneHints {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
