@@ -7,12 +7,12 @@ use std::collections::HashSet;
 use std::io;
 use std::net::IpAddr;
 
-use netlink_packet_core::{DefaultNla, NetlinkHeader, NetlinkMessage, NetlinkPayload, Nla, ParseableParametrized};
+use netlink_packet_core::{DefaultNla, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Nla, ParseableParametrized};
 use netlink_packet_netfilter::conntrack::{ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol};
-use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily};
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterMessageInner};
 use slice_model::IpFamily;
 
-use super::{ENOENT, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Next, Reply, Socket};
+use super::{ENOENT, Next, Reply, Socket, nfproto};
 use crate::conntrack::{Conntrack, ConntrackError, Flow};
 use crate::netns::Netns;
 
@@ -82,23 +82,9 @@ impl NetlinkConntrack {
     }
 }
 
-/// Appends one ctnetlink request for `family` to `out`, padded to the
-/// netlink alignment so that the next one can follow in the datagram.
+/// Appends one ctnetlink request for `family` to `out`.
 fn append(out: &mut Vec<u8>, family: IpFamily, message: ConntrackMessage, flags: u16, seq: u32) {
-    let proto = match family {
-        IpFamily::V4 => NetfilterProtoFamily::IPv4,
-        IpFamily::V6 => NetfilterProtoFamily::IPv6,
-    };
-    let inner = NetfilterMessage::new(NetfilterHeader::new(proto, 0, 0), message);
-    let mut header = NetlinkHeader::default();
-    header.flags = flags;
-    header.sequence_number = seq;
-    let mut request = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(inner));
-    request.finalize();
-    let start = out.len();
-    out.resize(start + request.buffer_len(), 0);
-    request.serialize(&mut out[start..]);
-    out.resize(out.len().next_multiple_of(4), 0);
+    super::append(out, NetfilterHeader::new(nfproto(family), 0, 0), message, flags, seq);
 }
 
 impl Conntrack for NetlinkConntrack {

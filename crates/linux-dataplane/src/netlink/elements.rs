@@ -8,35 +8,22 @@
 //! concatenated key or value takes a multiple of four bytes, addresses and
 //! ports in network order, `numgen` slots and positions in host order.
 
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 
+use netlink_packet_core::{Emitable, NLM_F_CREATE, NLM_F_REQUEST};
+use netlink_packet_netfilter::nftables::{
+    DataAttribute, ListAttribute, NfTablesMessage, SetElementAttribute, SetElementList, SetElementMessage, Verdict,
+    VerdictAttribute,
+};
+use netlink_packet_netfilter::none::ControlMessage;
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterProtoFamily};
 use nft_dataplane::element::{Element, Frontend, Key, Value};
 use nft_dataplane::{Op, Transaction};
 
-use super::nftables::NFNL_SUBSYS_NFTABLES;
-use super::{NLM_F_REQUEST, attr, attr_with, ip_protocol, message, nested, nfproto};
+use super::{append, ip_protocol, nfproto};
 
-/// nfnetlink's batch markers and nftables' element messages.
-const NFNL_MSG_BATCH_BEGIN: u16 = 16;
-const NFNL_MSG_BATCH_END: u16 = 17;
-const NFT_MSG_NEWSETELEM: u16 = 12;
-const NFT_MSG_DELSETELEM: u16 = 14;
-const NLM_F_CREATE: u16 = 0x400;
-const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
-const NFTA_SET_ELEM_LIST_SET: u16 = 2;
-const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_SET_ELEM_KEY: u16 = 1;
-const NFTA_SET_ELEM_DATA: u16 = 2;
-const NFTA_DATA_VALUE: u16 = 1;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
-const NFTA_VERDICT_CHAIN: u16 = 2;
-/// The subsystem's part of an nftables message type.
-const NFT_SUBSYS_MESSAGE: u16 = NFNL_SUBSYS_NFTABLES << 8;
-/// `NFT_GOTO`.
-const VERDICT_GOTO: i32 = -4;
+/// nfnetlink's nftables subsystem, named by the batch markers.
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
 /// An attribute's length is 16 bits: a message's element list stays well
 /// under it.
 const LIST_BYTES: usize = 48 * 1024;
@@ -79,71 +66,61 @@ pub fn batch(tx: &Transaction, first_seq: u32) -> Option<Batch> {
     {
         return None;
     }
-    let family = nfproto(tx.family);
-    let mut table = tx.table.as_bytes().to_vec();
-    table.push(0);
+    let header = NetfilterHeader::new(nfproto(tx.family), 0, 0);
     let mut out = Vec::with_capacity(256 + 64 * tx.element_count());
     let mut what = Vec::new();
     let mut seq = first_seq;
-    marker(&mut out, NFNL_MSG_BATCH_BEGIN, seq);
+    marker(&mut out, ControlMessage::BatchBegin, seq);
     for op in &tx.ops {
-        let (kind, flags, verb, set, elements) = match op {
-            Op::AddElements(set, e) => (NFT_MSG_NEWSETELEM, NLM_F_CREATE, "add", set, e),
-            Op::DeleteElements(set, e) => (NFT_MSG_DELSETELEM, 0, "delete", set, e),
+        let (add, set, elements) = match op {
+            Op::AddElements(set, e) => (true, set, e),
+            Op::DeleteElements(set, e) => (false, set, e),
             Op::FlushSet(set) => {
                 // A delete that names no elements empties the set.
-                let mut name = set.to_string().into_bytes();
-                name.push(0);
                 seq = seq.wrapping_add(1);
-                message(
-                    &mut out,
-                    NFT_SUBSYS_MESSAGE | NFT_MSG_DELSETELEM,
-                    NLM_F_REQUEST,
-                    seq,
-                    family,
-                    |b| {
-                        attr(b, NFTA_SET_ELEM_LIST_TABLE, &table);
-                        attr(b, NFTA_SET_ELEM_LIST_SET, &name);
-                    },
-                );
+                let list = vec![
+                    SetElementList::Table(tx.table.to_owned()),
+                    SetElementList::Set(set.to_string()),
+                ];
+                let flush = NfTablesMessage::DeleteSetElement(SetElementMessage { attributes: list });
+                append(&mut out, header.clone(), flush, NLM_F_REQUEST, seq);
                 what.push(format!("flush set {set}"));
                 continue;
             }
             _ => return None,
         };
-        let mut name = set.to_string().into_bytes();
-        name.push(0);
         let mut rest = elements.as_slice();
         while !rest.is_empty() {
             seq = seq.wrapping_add(1);
-            let mut taken = 0;
-            message(
-                &mut out,
-                NFT_SUBSYS_MESSAGE | kind,
-                NLM_F_REQUEST | flags,
-                seq,
-                family,
-                |b| {
-                    attr(b, NFTA_SET_ELEM_LIST_TABLE, &table);
-                    attr(b, NFTA_SET_ELEM_LIST_SET, &name);
-                    nested(b, NFTA_SET_ELEM_LIST_ELEMENTS, |b| {
-                        let start = b.len();
-                        for e in rest {
-                            if b.len() - start >= LIST_BYTES {
-                                break;
-                            }
-                            element(b, e, kind == NFT_MSG_DELSETELEM);
-                            taken += 1;
-                        }
-                    });
-                },
-            );
+            let (mut list, mut bytes) = (Vec::new(), 0);
+            for e in rest {
+                if bytes >= LIST_BYTES {
+                    break;
+                }
+                let e = element(e, add);
+                bytes += e.buffer_len();
+                list.push(e);
+            }
+            let taken = list.len();
+            let attributes = vec![
+                SetElementList::Table(tx.table.to_owned()),
+                SetElementList::Set(set.to_string()),
+                SetElementList::Elements(list),
+            ];
+            let (message, flags, verb) = if add {
+                let m = NfTablesMessage::NewSetElement(SetElementMessage { attributes });
+                (m, NLM_F_REQUEST | NLM_F_CREATE, "add")
+            } else {
+                let m = NfTablesMessage::DeleteSetElement(SetElementMessage { attributes });
+                (m, NLM_F_REQUEST, "delete")
+            };
+            append(&mut out, header.clone(), message, flags, seq);
             rest = rest.get(taken..).unwrap_or_default();
             what.push(format!("{verb} {taken} elements of set {set}"));
         }
     }
     seq = seq.wrapping_add(1);
-    marker(&mut out, NFNL_MSG_BATCH_END, seq);
+    marker(&mut out, ControlMessage::BatchEnd, seq);
     Some(Batch {
         bytes: out,
         first_seq,
@@ -152,40 +129,32 @@ pub fn batch(tx: &Transaction, first_seq: u32) -> Option<Batch> {
 }
 
 /// A batch begin or end message (`res_id` names the nftables subsystem).
-fn marker(out: &mut Vec<u8>, kind: u16, seq: u32) {
-    message(out, kind, NLM_F_REQUEST, seq, 0, |_| {});
-    // `nfgenmsg.res_id`, big-endian, is the last two bytes of the message.
-    let at = out.len() - 2;
-    out[at..].copy_from_slice(&NFNL_SUBSYS_NFTABLES.to_be_bytes());
+fn marker(out: &mut Vec<u8>, marker: ControlMessage, seq: u32) {
+    let header = NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, NFNL_SUBSYS_NFTABLES);
+    append(out, header, marker, NLM_F_REQUEST, seq);
 }
 
-/// One element: its key, and for an add its value. Written in place:
-/// a large load is hundreds of thousands of them.
-fn element(out: &mut Vec<u8>, e: &Element, key_only: bool) {
-    nested(out, NFTA_LIST_ELEM, |b| {
-        nested(b, NFTA_SET_ELEM_KEY, |b| {
-            attr_with(b, NFTA_DATA_VALUE, |b| write_key(b, &e.key))
-        });
-        match (&e.value, key_only) {
-            (Some(Value::Endpoint(ep)), false) => {
-                nested(b, NFTA_SET_ELEM_DATA, |b| {
-                    attr_with(b, NFTA_DATA_VALUE, |b| write_endpoint(b, *ep));
-                });
-            }
-            (Some(Value::Goto(chain)), false) => {
-                nested(b, NFTA_SET_ELEM_DATA, |b| {
-                    nested(b, NFTA_DATA_VERDICT, |b| {
-                        attr(b, NFTA_VERDICT_CODE, &VERDICT_GOTO.to_be_bytes());
-                        attr_with(b, NFTA_VERDICT_CHAIN, |b| {
-                            // Writing to a Vec cannot fail.
-                            let _ = write!(b, "{chain}\0");
-                        });
-                    });
-                });
-            }
-            _ => {}
+/// One element: its key, and for an add its value.
+fn element(e: &Element, with_value: bool) -> ListAttribute<SetElementAttribute> {
+    let mut key = Vec::with_capacity(40);
+    write_key(&mut key, &e.key);
+    let mut attributes = vec![SetElementAttribute::Key(DataAttribute::Value(key))];
+    match (&e.value, with_value) {
+        (Some(Value::Endpoint(ep)), true) => {
+            let mut value = Vec::with_capacity(20);
+            write_endpoint(&mut value, *ep);
+            attributes.push(SetElementAttribute::Data(DataAttribute::Value(value)));
         }
-    });
+        (Some(Value::Goto(chain)), true) => {
+            let verdict = vec![
+                VerdictAttribute::Code(Verdict::Goto),
+                VerdictAttribute::Chain(chain.to_string()),
+            ];
+            attributes.push(SetElementAttribute::Data(DataAttribute::Verdict(verdict)));
+        }
+        _ => {}
+    }
+    ListAttribute::Element(attributes)
 }
 
 /// A key's bytes: a single field as it is, each field of a concatenation
@@ -246,7 +215,9 @@ fn port(out: &mut Vec<u8>, p: u16) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{HEADER, NFGENMSG, attrs, find, u16_at, u32_at};
+    use netlink_packet_core::{NetlinkBuffer, ParseableParametrized};
+    use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner};
+
     use super::*;
     use nft_dataplane::names::{ChainId, SetId};
     use slice_model::IpFamily;
@@ -292,19 +263,40 @@ mod tests {
         assert_eq!(key_bytes(&Key::AddrPair(v6, v6)).len(), 32);
     }
 
-    /// The element messages of a batch, as (type, sequence, set, element count).
-    fn messages(b: &Batch) -> Vec<(u16, u32, String, usize)> {
+    /// What a message of a batch is.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Kind {
+        Begin,
+        End,
+        Add,
+        Delete,
+    }
+
+    /// The messages of a batch, parsed back: (what, sequence, set, element
+    /// count).
+    fn messages(b: &Batch) -> Vec<(Kind, u32, String, usize)> {
         let mut out = Vec::new();
         let mut data = b.bytes.as_slice();
-        while let Some(len) = u32_at(data, 0) {
-            let (msg, rest) = data.split_at(len as usize);
-            data = rest;
-            let body = msg.get(HEADER + NFGENMSG..).unwrap_or_default();
-            let set = find(body, NFTA_SET_ELEM_LIST_SET)
-                .map(|s| String::from_utf8_lossy(s).trim_end_matches('\0').to_owned())
-                .unwrap_or_default();
-            let count = find(body, NFTA_SET_ELEM_LIST_ELEMENTS).map_or(0, |l| attrs(l).count());
-            out.push((u16_at(msg, 4).unwrap_or(0), u32_at(msg, 8).unwrap_or(0), set, count));
+        while !data.is_empty() {
+            let msg = NetlinkBuffer::new_checked(data).expect("a whole message");
+            data = &data[(msg.length() as usize).next_multiple_of(4)..];
+            let parsed = NetfilterMessage::parse_with_param(msg.payload(), msg.message_type()).expect("parses");
+            let (kind, lists) = match parsed.inner {
+                NetfilterMessageInner::None(ControlMessage::BatchBegin) => (Kind::Begin, Vec::new()),
+                NetfilterMessageInner::None(ControlMessage::BatchEnd) => (Kind::End, Vec::new()),
+                NetfilterMessageInner::NfTables(NfTablesMessage::NewSetElement(m)) => (Kind::Add, m.attributes),
+                NetfilterMessageInner::NfTables(NfTablesMessage::DeleteSetElement(m)) => (Kind::Delete, m.attributes),
+                other => panic!("unexpected {other:?}"),
+            };
+            let (mut set, mut count) = (String::new(), 0);
+            for l in lists {
+                match l {
+                    SetElementList::Set(s) => set = s,
+                    SetElementList::Elements(e) => count = e.len(),
+                    _ => {}
+                }
+            }
+            out.push((kind, msg.sequence_number(), set, count));
         }
         out
     }
@@ -328,10 +320,11 @@ mod tests {
         ));
         let b = batch(&tx, 100).expect("elements only");
         let m = messages(&b);
-        assert_eq!(m.first().map(|x| (x.0, x.1)), Some((NFNL_MSG_BATCH_BEGIN, 100)));
-        assert_eq!(m.last().map(|x| (x.0, x.1)), Some((NFNL_MSG_BATCH_END, b.last_seq())));
+        assert_eq!(m.first().map(|x| (&x.0, x.1)), Some((&Kind::Begin, 100)));
+        assert_eq!(m.last().map(|x| (&x.0, x.1)), Some((&Kind::End, b.last_seq())));
         let body = &m[1..m.len() - 1];
-        assert_eq!(body[0].0, NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_DELSETELEM);
+        assert_eq!(body[0].0, Kind::Delete);
+        assert!(body[1..].iter().all(|x| x.0 == Kind::Add));
         assert_eq!(body[0].2, "service-chains");
         assert!(body.len() > 2, "5,000 elements take more than one message");
         assert_eq!(body[1..].iter().map(|x| x.3).sum::<usize>(), 5000);
@@ -345,10 +338,7 @@ mod tests {
         let f = batch(&flush, 1).expect("a flush is an element operation");
         let m = messages(&f);
         assert_eq!(m.len(), 3);
-        assert_eq!(
-            (m[1].0, m[1].2.as_str(), m[1].3),
-            (NFT_SUBSYS_MESSAGE | NFT_MSG_DELSETELEM, "cluster-ips", 0)
-        );
+        assert_eq!((&m[1].0, m[1].2.as_str(), m[1].3), (&Kind::Delete, "cluster-ips", 0));
         let mut with_rule = tx.clone();
         with_rule.push(Op::FlushChain(ChainId::Services));
         assert!(batch(&with_rule, 1).is_none(), "anything but elements goes to nft");

@@ -1,7 +1,8 @@
 //! netfilter over netlink, without running a program: what nftables says
 //! of its ruleset ([`NftNetlink`]) and conntrack deletions
-//! ([`NetlinkConntrack`]). Messages are built and read here, bounds-checked:
-//! a malformed reply is an error, never a panic.
+//! ([`NetlinkConntrack`]). Messages are `netlink-packet-netfilter`'s,
+//! framed by `netlink-packet-core`; replies are read bounds-checked: a
+//! malformed reply is an error, never a panic.
 
 mod conntrack;
 mod elements;
@@ -11,6 +12,12 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
+use netlink_packet_core::{
+    ErrorBuffer, NLM_F_DUMP_INTR, NLMSG_DONE, NLMSG_ERROR, NetlinkBuffer, NetlinkHeader, NetlinkMessage,
+    NetlinkPayload, ParseableParametrized,
+};
+use netlink_packet_netfilter::nftables::NfTablesMessage;
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterMessageInner, NetfilterProtoFamily};
 use rustix::net::netlink::{self as nl, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType};
 
@@ -21,27 +28,38 @@ pub(crate) const ROUTE: Option<rustix::net::Protocol> = None;
 
 use crate::netns::Netns;
 
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
-const NLM_F_DUMP: u16 = 0x300;
-/// Set on a dump's messages when what was dumped changed during the dump.
-const NLM_F_DUMP_INTR: u16 = 0x10;
-const NLA_F_NESTED: u16 = 0x8000;
 /// "No such object": a table or conntrack entry that is not there.
 const ENOENT: i32 = 2;
-/// `nlmsghdr`.
-const HEADER: usize = 16;
-/// `nfgenmsg`, after the header of every nfnetlink message.
-const NFGENMSG: usize = 4;
 
 /// The netfilter protocol family (`NFPROTO_IPV4`, `NFPROTO_IPV6`) of
 /// `nfgenmsg`.
-fn nfproto(family: slice_model::IpFamily) -> u8 {
+fn nfproto(family: slice_model::IpFamily) -> NetfilterProtoFamily {
     match family {
-        slice_model::IpFamily::V4 => 2,
-        slice_model::IpFamily::V6 => 10,
+        slice_model::IpFamily::V4 => NetfilterProtoFamily::IPv4,
+        slice_model::IpFamily::V6 => NetfilterProtoFamily::IPv6,
+    }
+}
+
+/// Appends one nfnetlink message to `out`, padded to netlink's alignment
+/// so that the next one can follow in the same datagram.
+fn append(out: &mut Vec<u8>, header: NetfilterHeader, inner: impl Into<NetfilterMessageInner>, flags: u16, seq: u32) {
+    let mut netlink = NetlinkHeader::default();
+    netlink.flags = flags;
+    netlink.sequence_number = seq;
+    let inner = NetfilterMessage::new(header, inner);
+    let mut message = NetlinkMessage::new(netlink, NetlinkPayload::InnerMessage(inner));
+    message.finalize();
+    let start = out.len();
+    out.resize(start + message.buffer_len(), 0);
+    message.serialize(&mut out[start..]);
+    out.resize(out.len().next_multiple_of(4), 0);
+}
+
+/// The nftables message of a reply of type `kind`, if it is one.
+fn nftables_message(kind: u16, payload: &[u8]) -> Option<NfTablesMessage> {
+    match NetfilterMessage::parse_with_param(payload, kind).ok()?.inner {
+        NetfilterMessageInner::NfTables(m) => Some(m),
+        _ => None,
     }
 }
 
@@ -133,28 +151,27 @@ fn parse_datagram(
     wanted: &impl Fn(u32) -> bool,
     each: &mut impl FnMut(u32, Reply<'_>) -> Next,
 ) -> io::Result<Next> {
-    while data.len() >= HEADER {
-        let len = u32_at(data, 0).ok_or_else(|| malformed("short header"))? as usize;
-        if len < HEADER || len > data.len() {
-            return Err(malformed("bad message length"));
-        }
-        let (msg, rest) = data.split_at(len);
-        data = rest.get(len.next_multiple_of(4) - len..).unwrap_or_default();
-        let Some(seq) = u32_at(msg, 8).filter(|s| wanted(*s)) else {
+    while !data.is_empty() {
+        let msg = NetlinkBuffer::new_checked(data).map_err(|e| malformed(&e.to_string()))?;
+        let len = msg.length() as usize;
+        data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
+        let seq = msg.sequence_number();
+        if !wanted(seq) {
             continue;
-        };
-        let payload = msg.get(HEADER..).unwrap_or_default();
-        if u16_at(msg, 6).unwrap_or(0) & NLM_F_DUMP_INTR != 0
+        }
+        if msg.flags() & NLM_F_DUMP_INTR != 0
             && let Next::Stop = each(seq, Reply::Interrupted)
         {
             return Ok(Next::Stop);
         }
-        let reply = match u16_at(msg, 4).unwrap_or(0) {
+        let payload = msg.payload();
+        let reply = match msg.message_type() {
             NLMSG_DONE => Reply::Done,
-            NLMSG_ERROR => match u32_at(payload, 0).map(|c| c as i32) {
-                Some(0) => Reply::Ack,
-                Some(code) => Reply::Error(code.saturating_neg()),
-                None => return Err(malformed("short error message")),
+            NLMSG_ERROR => match ErrorBuffer::new_checked(payload) {
+                Ok(error) => error
+                    .code()
+                    .map_or(Reply::Ack, |code| Reply::Error(code.get().saturating_neg())),
+                Err(_) => return Err(malformed("short error message")),
             },
             kind => Reply::Message(kind, payload),
         };
@@ -186,38 +203,6 @@ enum Next {
     Stop,
 }
 
-/// Appends one nfnetlink message to `out`: header, `nfgenmsg` for `family`,
-/// then what `body` writes (attributes).
-fn message(out: &mut Vec<u8>, kind: u16, flags: u16, seq: u32, family: u8, body: impl FnOnce(&mut Vec<u8>)) {
-    let start = out.len();
-    out.extend([0u8; 4]);
-    out.extend(kind.to_ne_bytes());
-    out.extend(flags.to_ne_bytes());
-    out.extend(seq.to_ne_bytes());
-    out.extend(0u32.to_ne_bytes());
-    out.extend([family, 0, 0, 0]);
-    body(out);
-    let len = (out.len() - start) as u32;
-    out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
-    out.resize(out.len().next_multiple_of(4), 0);
-}
-
-/// Appends one attribute.
-fn attr(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
-    attr_with(out, kind, |b| b.extend(value));
-}
-
-/// Appends one attribute whose value `value` writes in place.
-fn attr_with(out: &mut Vec<u8>, kind: u16, value: impl FnOnce(&mut Vec<u8>)) {
-    let start = out.len();
-    out.extend([0u8; 2]);
-    out.extend(kind.to_ne_bytes());
-    value(out);
-    let len = (out.len() - start) as u16;
-    out[start..start + 2].copy_from_slice(&len.to_ne_bytes());
-    out.resize(out.len().next_multiple_of(4), 0);
-}
-
 /// The IP protocol number of a service protocol.
 const fn ip_protocol(p: slice_model::Protocol) -> u8 {
     match p {
@@ -227,64 +212,6 @@ const fn ip_protocol(p: slice_model::Protocol) -> u8 {
     }
 }
 
-/// Appends a nested attribute holding what `inner` writes.
-fn nested(out: &mut Vec<u8>, kind: u16, inner: impl FnOnce(&mut Vec<u8>)) {
-    let start = out.len();
-    out.extend([0u8; 2]);
-    out.extend((kind | NLA_F_NESTED).to_ne_bytes());
-    inner(out);
-    let len = (out.len() - start) as u16;
-    out[start..start + 2].copy_from_slice(&len.to_ne_bytes());
-}
-
-/// The attributes in `data`, as (type without flags, value); stops at the
-/// first malformed one.
-fn attrs(mut data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        let len = usize::from(u16_at(data, 0)?);
-        let kind = u16_at(data, 2)? & 0x3fff;
-        let value = data.get(4..len)?;
-        data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
-        Some((kind, value))
-    })
-}
-
-/// The value of the first attribute of type `kind`.
-fn find(data: &[u8], kind: u16) -> Option<&[u8]> {
-    attrs(data).find(|(k, _)| *k == kind).map(|(_, v)| v)
-}
-
-fn u16_at(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
 fn malformed(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, format!("netlink reply: {what}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn attributes_round_trip_and_truncation_is_not_a_panic() {
-        let mut m = Vec::new();
-        message(&mut m, 0x0102, NLM_F_REQUEST, 9, 2, |b| {
-            attr(b, 1, &[7]);
-            nested(b, 2, |b| attr(b, 3, &5u16.to_be_bytes()));
-        });
-        assert_eq!(u32_at(&m, 0), Some(m.len() as u32));
-        let body = &m[HEADER + NFGENMSG..];
-        let got: Vec<(u16, Vec<u8>)> = attrs(body).map(|(k, v)| (k, v.to_vec())).collect();
-        assert_eq!(got.len(), 2);
-        assert_eq!(got[0], (1, vec![7]));
-        assert_eq!(find(&got[1].1, 3), Some(&5u16.to_be_bytes()[..]));
-        for cut in 0..body.len() {
-            let _ = attrs(&body[..cut]).count();
-        }
-    }
 }

@@ -11,38 +11,26 @@
 
 use std::io;
 
+use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NlaBuffer, NlasIterator, Parseable};
+use netlink_packet_netfilter::nftables::{
+    ChainAttribute, ChainMessage, GenAttribute, GenMessage, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute,
+    SetFlags, SetMessage, TableAttribute, TableMessage,
+};
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterProtoFamily};
 use slice_model::IpFamily;
 
 use nft_dataplane::{DataplaneError, TableObjects, Transaction};
 
 use super::elements::{self, Batch};
-use super::{
-    ENOENT, NFGENMSG, NLM_F_DUMP, NLM_F_REQUEST, Next, Reply, Socket, attr, find, malformed, message, nfproto,
-};
+use super::{ENOENT, Next, Reply, Socket, append, malformed, nfproto, nftables_message};
 use crate::netns::Netns;
 
-/// nfnetlink's nftables subsystem and its generation messages.
-pub(super) const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFT_MSG_NEWTABLE: u16 = 0;
-const NFT_MSG_GETTABLE: u16 = 1;
-const NFT_MSG_GETCHAIN: u16 = 4;
-const NFT_MSG_GETRULE: u16 = 7;
-const NFT_MSG_GETSET: u16 = 10;
-/// The table and name attributes of chains, rules and sets.
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
+/// `NFTA_RULE_TABLE` and `NFTA_RULE_CHAIN`: a rule dump reads these two
+/// attributes alone, without decoding every rule's expressions.
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_SET_TABLE: u16 = 1;
-const NFTA_SET_NAME: u16 = 2;
-const NFTA_SET_FLAGS: u16 = 3;
-const NFT_SET_ANONYMOUS: u32 = 1;
-const NFT_MSG_NEWGEN: u16 = 15;
-const NFT_MSG_GETGEN: u16 = 16;
-const NFTA_TABLE_NAME: u16 = 1;
-/// What a socket can send without a larger buffer (the kernel's default).
+/// The send buffer a batch fits in without raising it.
 const SEND_BUFFER: usize = 200 * 1024;
-const NFTA_GEN_ID: u16 = 1;
 
 /// Asks the nftables of one network namespace.
 #[derive(Debug)]
@@ -56,30 +44,31 @@ impl NftNetlink {
 
     /// Whether the table `name` of `family` exists.
     pub fn table_exists(&mut self, family: IpFamily, name: &str) -> io::Result<bool> {
-        let mut text = name.as_bytes().to_vec();
-        text.push(0);
-        self.ask(
-            NFT_MSG_GETTABLE,
-            nfproto(family),
-            |b| attr(b, NFTA_TABLE_NAME, &text),
-            |reply| match reply {
-                Reply::Message(kind, _) if *kind == NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWTABLE => Some(Ok(true)),
-                Reply::Error(ENOENT) => Some(Ok(false)),
+        let get = NfTablesMessage::GetTable(TableMessage {
+            attributes: vec![TableAttribute::Name(name.to_owned())],
+        });
+        self.ask(get, nfproto(family), |reply| match reply {
+            Reply::Message(kind, payload) => match nftables_message(*kind, payload) {
+                Some(NfTablesMessage::NewTable(_)) => Some(Ok(true)),
                 _ => None,
             },
-        )
+            Reply::Error(ENOENT) => Some(Ok(false)),
+            _ => None,
+        })
     }
 
     /// The current generation.
     pub fn generation(&mut self) -> io::Result<u32> {
         self.ask(
-            NFT_MSG_GETGEN,
-            0,
-            |_| {},
+            generation_request(),
+            NetfilterProtoFamily::Unspec,
             |reply| match reply {
-                Reply::Message(kind, payload) if *kind == NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN => {
-                    Some(generation_of(payload).ok_or_else(|| malformed("no generation attribute")))
-                }
+                Reply::Message(kind, payload) => match nftables_message(*kind, payload)? {
+                    NfTablesMessage::NewGen(m) => {
+                        Some(generation_of(&m).ok_or_else(|| malformed("no generation attribute")))
+                    }
+                    _ => None,
+                },
                 _ => None,
             },
         )
@@ -101,21 +90,32 @@ impl NftNetlink {
     /// The three dumps of [`objects`](Self::objects), and whether any was
     /// interrupted.
     fn dump_objects(&mut self, family: IpFamily, name: &str) -> io::Result<(TableObjects, bool)> {
-        let mut table = name.as_bytes().to_vec();
-        table.push(0);
-        let family = nfproto(family);
+        let table = || name.to_owned();
         let mut objects = TableObjects::default();
-        let mut interrupted = self.dump(NFT_MSG_GETSET, family, NFTA_SET_TABLE, &table, |a| {
-            objects.sets.extend(named_set(a));
+        let get_sets = NfTablesMessage::GetSet(SetMessage {
+            attributes: vec![SetAttribute::Table(table())],
+        });
+        let mut interrupted = self.dump(get_sets, family, |kind, payload| {
+            if let Some(NfTablesMessage::NewSet(set)) = nftables_message(kind, payload) {
+                objects.sets.extend(named_set_of(&set, name));
+            }
         })?;
         let mut rules: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-        interrupted |= self.dump(NFT_MSG_GETCHAIN, family, NFTA_CHAIN_TABLE, &table, |a| {
-            if let Some(chain) = string(a, NFTA_CHAIN_NAME) {
+        let get_chains = NfTablesMessage::GetChain(ChainMessage {
+            attributes: vec![ChainAttribute::Table(table())],
+        });
+        interrupted |= self.dump(get_chains, family, |kind, payload| {
+            if let Some(NfTablesMessage::NewChain(chain)) = nftables_message(kind, payload)
+                && let Some(chain) = chain_of(&chain, name)
+            {
                 rules.insert(chain, 0);
             }
         })?;
-        interrupted |= self.dump(NFT_MSG_GETRULE, family, NFTA_RULE_TABLE, &table, |a| {
-            if let Some(n) = string(a, NFTA_RULE_CHAIN).and_then(|c| rules.get_mut(&c)) {
+        let get_rules = NfTablesMessage::GetRule(RuleMessage {
+            attributes: vec![RuleAttribute::Table(table())],
+        });
+        interrupted |= self.dump(get_rules, family, |_, payload| {
+            if let Some(n) = rule_chain(payload, name).and_then(|c| rules.get_mut(&c)) {
                 *n += 1;
             }
         })?;
@@ -125,33 +125,23 @@ impl NftNetlink {
         Ok((objects, interrupted))
     }
 
-    /// Dumps the objects of type `kind` (a get request) in `family`, asking
-    /// for those of `table` (attribute `table_attr`), and hands the
-    /// attributes of each of that table to `each` (the kernel filters some
-    /// dumps by table, not all). Returns whether the kernel marked the dump
-    /// interrupted.
+    /// Dumps what `request` asks for in `family` (the objects of one table:
+    /// the kernel filters some dumps by table, not all, so `each` checks)
+    /// and hands each reply's type and payload to `each`. Returns whether
+    /// the kernel marked the dump interrupted.
     fn dump(
         &mut self,
-        kind: u16,
-        family: u8,
-        table_attr: u16,
-        table: &[u8],
-        mut each: impl FnMut(&[u8]),
+        request: NfTablesMessage,
+        family: IpFamily,
+        mut each: impl FnMut(u16, &[u8]),
     ) -> io::Result<bool> {
         let seq = self.0.next_seq();
         let mut req = Vec::with_capacity(64);
-        message(
-            &mut req,
-            NFNL_SUBSYS_NFTABLES << 8 | kind,
-            NLM_F_REQUEST | NLM_F_DUMP,
-            seq,
-            family,
-            |b| attr(b, table_attr, table),
-        );
+        let header = NetfilterHeader::new(nfproto(family), 0, 0);
+        append(&mut req, header, request, NLM_F_REQUEST | NLM_F_DUMP, seq);
         self.0.send(&req)?;
         let mut state = DumpState::default();
-        self.0
-            .receive(seq, |reply| dump_reply(reply, table_attr, table, &mut each, &mut state))?;
+        self.0.receive(seq, |reply| dump_reply(reply, &mut each, &mut state))?;
         state.outcome()
     }
 
@@ -183,14 +173,8 @@ impl NftNetlink {
         // every error the batch caused.
         let probe = self.0.next_seq();
         let mut req = Vec::with_capacity(32);
-        message(
-            &mut req,
-            NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_GETGEN,
-            NLM_F_REQUEST,
-            probe,
-            0,
-            |_| {},
-        );
+        let header = NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, 0);
+        append(&mut req, header, generation_request(), NLM_F_REQUEST, probe);
         self.0.send(&req).map_err(|e| failed("asking for the generation", e))?;
         let (first, last) = (batch.first_seq, batch.last_seq());
         let mut refused: Option<(u32, i32)> = None;
@@ -217,25 +201,22 @@ impl NftNetlink {
         }
     }
 
-    /// Sends one nftables request `kind` for `family` with the attributes
-    /// `body` writes, and reads replies until `answer` makes something of
-    /// one; any other error the kernel reports is the result.
+    /// Sends `request` (`nfgenmsg` for `family`), and reads replies until `answer` makes
+    /// something of one; any other error the kernel reports is the result.
     fn ask<T>(
         &mut self,
-        kind: u16,
-        family: u8,
-        body: impl FnOnce(&mut Vec<u8>),
+        request: NfTablesMessage,
+        family: NetfilterProtoFamily,
         mut answer: impl FnMut(&Reply<'_>) -> Option<io::Result<T>>,
     ) -> io::Result<T> {
         let seq = self.0.next_seq();
         let mut req = Vec::with_capacity(64);
-        message(
+        append(
             &mut req,
-            NFNL_SUBSYS_NFTABLES << 8 | kind,
+            NetfilterHeader::new(family, 0, 0),
+            request,
             NLM_F_REQUEST,
             seq,
-            family,
-            body,
         );
         self.0.send(&req)?;
         let mut found = Err(malformed("no answer in the reply"));
@@ -289,21 +270,12 @@ impl DumpState {
     }
 }
 
-/// One reply of a dump: the attributes of an object of `table` go to
-/// `each`; the end or an error (kept in `state`) stops the dump.
-fn dump_reply(
-    reply: Reply<'_>,
-    table_attr: u16,
-    table: &[u8],
-    each: &mut impl FnMut(&[u8]),
-    state: &mut DumpState,
-) -> Next {
+/// One reply of a dump: a message goes to `each`; the end or an error
+/// (kept in `state`) stops the dump.
+fn dump_reply(reply: Reply<'_>, each: &mut impl FnMut(u16, &[u8]), state: &mut DumpState) -> Next {
     match reply {
-        Reply::Message(_, payload) => {
-            let attrs = payload.get(NFGENMSG..).unwrap_or_default();
-            if find(attrs, table_attr) == Some(table) {
-                each(attrs);
-            }
+        Reply::Message(kind, payload) => {
+            each(kind, payload);
             Next::More
         }
         Reply::Interrupted => {
@@ -319,47 +291,111 @@ fn dump_reply(
     }
 }
 
-/// The name of a set a `NFT_MSG_NEWSET` describes, unless it is one of
-/// nft's anonymous sets (a rule's inline `{ … }`), which are not proxyd's.
-fn named_set(attrs: &[u8]) -> Option<String> {
-    let flags = find(attrs, NFTA_SET_FLAGS).and_then(|f| Some(u32::from_be_bytes(f.get(..4)?.try_into().ok()?)));
-    if flags.is_some_and(|f| f & NFT_SET_ANONYMOUS != 0) {
-        return None;
+/// `NFT_MSG_GETGEN`.
+fn generation_request() -> NfTablesMessage {
+    NfTablesMessage::GetGen(GenMessage { attributes: Vec::new() })
+}
+
+/// The generation a `NFT_MSG_NEWGEN` reports.
+fn generation_of(m: &GenMessage) -> Option<u32> {
+    m.attributes.iter().find_map(|a| match a {
+        GenAttribute::Id(id) => Some(*id),
+        _ => None,
+    })
+}
+
+/// The name of a set of `table`, unless it is one of nft's anonymous sets
+/// (a rule's inline `{ … }`), which are not proxyd's.
+fn named_set_of(set: &SetMessage, table: &str) -> Option<String> {
+    let (mut in_table, mut name) = (false, None);
+    for a in &set.attributes {
+        match a {
+            SetAttribute::Table(t) => in_table = t == table,
+            SetAttribute::Name(n) => name = Some(n),
+            SetAttribute::Flags(f) if f.contains(SetFlags::Anonymous) => return None,
+            _ => {}
+        }
     }
-    string(attrs, NFTA_SET_NAME)
+    name.filter(|_| in_table).cloned()
 }
 
-/// A NUL-terminated string attribute.
-fn string(attrs: &[u8], kind: u16) -> Option<String> {
-    let value = find(attrs, kind)?;
-    let text = value.strip_suffix(&[0]).unwrap_or(value);
-    std::str::from_utf8(text).ok().map(str::to_owned)
+/// The name of a chain of `table`.
+fn chain_of(chain: &ChainMessage, table: &str) -> Option<String> {
+    let (mut in_table, mut name) = (false, None);
+    for a in &chain.attributes {
+        match a {
+            ChainAttribute::Table(t) => in_table = t == table,
+            ChainAttribute::Name(n) => name = Some(n),
+            _ => {}
+        }
+    }
+    name.filter(|_| in_table).cloned()
 }
 
-/// `NFTA_GEN_ID` (big-endian) of a `NFT_MSG_NEWGEN` payload.
-fn generation_of(payload: &[u8]) -> Option<u32> {
-    let value = find(payload.get(NFGENMSG..)?, NFTA_GEN_ID)?;
-    Some(u32::from_be_bytes(value.get(..4)?.try_into().ok()?))
+/// The chain of a rule of `table` (from a `NFT_MSG_NEWRULE` payload,
+/// `nfgenmsg` first): only the table and chain attributes are decoded.
+fn rule_chain(payload: &[u8], table: &str) -> Option<String> {
+    let (mut in_table, mut chain) = (false, None);
+    for nla in NlasIterator::new(payload.get(4..)?) {
+        let nla: NlaBuffer<&[u8]> = nla.ok()?;
+        if !matches!(nla.kind(), NFTA_RULE_TABLE | NFTA_RULE_CHAIN) {
+            continue;
+        }
+        match RuleAttribute::parse(&nla).ok()? {
+            RuleAttribute::Table(t) => in_table = t == table,
+            RuleAttribute::Chain(c) => chain = Some(c),
+            _ => {}
+        }
+    }
+    chain.filter(|_| in_table)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{HEADER, NLM_F_DUMP_INTR, NLMSG_ERROR, parse_datagram, u16_at, u32_at};
+    use netlink_packet_core::{NLM_F_DUMP_INTR, NLMSG_DONE, NLMSG_ERROR};
+
+    use super::super::parse_datagram;
     use super::*;
 
-    fn newgen(seq: u32, id: u32) -> Vec<u8> {
+    /// A `NFT_MSG_NEWGEN` reply.
+    fn gen_reply(seq: u32, attributes: Vec<GenAttribute>) -> Vec<u8> {
         let mut m = Vec::new();
-        message(&mut m, NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN, 0, seq, 0, |b| {
-            attr(b, NFTA_GEN_ID, &id.to_be_bytes());
-        });
+        let header = NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, 0);
+        append(
+            &mut m,
+            header,
+            NfTablesMessage::NewGen(GenMessage { attributes }),
+            0,
+            seq,
+        );
+        m
+    }
+
+    fn newgen(seq: u32, id: u32) -> Vec<u8> {
+        gen_reply(seq, vec![GenAttribute::Id(id)])
+    }
+
+    /// A bare netlink message (header only) of `kind`, followed by `body`.
+    fn bare(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+        let len = 16 + body.len() as u32;
+        let mut m = Vec::new();
+        m.extend(len.to_ne_bytes());
+        m.extend(kind.to_ne_bytes());
+        m.extend(flags.to_ne_bytes());
+        m.extend(seq.to_ne_bytes());
+        m.extend(0u32.to_ne_bytes());
+        m.extend(body);
         m
     }
 
     fn generation_in(data: &[u8], seq: u32) -> io::Result<Option<u32>> {
         let mut got = None;
         parse_datagram(data, &|s| s == seq, &mut |_, r| match r {
-            Reply::Message(_, p) => {
-                got = generation_of(p);
+            Reply::Message(kind, p) => {
+                got = match nftables_message(kind, p) {
+                    Some(NfTablesMessage::NewGen(m)) => generation_of(&m),
+                    _ => None,
+                };
                 Next::Stop
             }
             Reply::Error(e) => {
@@ -378,10 +414,10 @@ mod tests {
         let mut two = newgen(6, 1);
         two.extend(newgen(7, 2));
         assert_eq!(generation_in(&two, 7).ok(), Some(Some(2)));
-        let mut denied = Vec::new();
-        message(&mut denied, NLMSG_ERROR, 0, 7, 0, |_| {});
-        let at = HEADER;
-        denied[at..at + 4].copy_from_slice(&(-1i32).to_ne_bytes());
+        // An error: the errno, then the header of the request it answers.
+        let mut errno = (-1i32).to_ne_bytes().to_vec();
+        errno.extend(bare(0, 0, 7, &[]));
+        let denied = bare(NLMSG_ERROR, 0, 7, &errno);
         assert_eq!(generation_in(&denied, 7).ok(), Some(Some(1001)), "EPERM");
     }
 
@@ -389,17 +425,20 @@ mod tests {
     fn set_dump(seq: u32) -> Vec<u8> {
         let mut out = Vec::new();
         for (table, name, flags) in [
-            (&b"proxyd\0"[..], &b"cluster-ips\0"[..], 0u32),
-            (b"proxyd\0", b"__set0\0", NFT_SET_ANONYMOUS),
-            (b"other\0", b"theirs\0", 0),
+            ("proxyd", "cluster-ips", SetFlags::empty()),
+            ("proxyd", "__set0", SetFlags::Anonymous),
+            ("other", "theirs", SetFlags::empty()),
         ] {
-            message(&mut out, NFNL_SUBSYS_NFTABLES << 8 | 9, 0, seq, 2, |b| {
-                attr(b, NFTA_SET_TABLE, table);
-                attr(b, NFTA_SET_NAME, name);
-                attr(b, NFTA_SET_FLAGS, &flags.to_be_bytes());
+            let set = NfTablesMessage::NewSet(SetMessage {
+                attributes: vec![
+                    SetAttribute::Table(table.into()),
+                    SetAttribute::Name(name.into()),
+                    SetAttribute::Flags(flags),
+                ],
             });
+            append(&mut out, NetfilterHeader::new(nfproto(IpFamily::V4), 0, 0), set, 0, seq);
         }
-        message(&mut out, super::super::NLMSG_DONE, 0, seq, 0, |_| {});
+        out.extend(bare(NLMSG_DONE, 0, seq, &0u32.to_ne_bytes()));
         out
     }
 
@@ -409,9 +448,11 @@ mod tests {
         parse_datagram(data, &|s| s == 3, &mut |_, r| {
             dump_reply(
                 r,
-                NFTA_SET_TABLE,
-                b"proxyd\0",
-                &mut |a| sets.extend(named_set(a)),
+                &mut |kind, payload| {
+                    if let Some(NfTablesMessage::NewSet(set)) = nftables_message(kind, payload) {
+                        sets.extend(named_set_of(&set, "proxyd"));
+                    }
+                },
                 &mut state,
             )
         })?;
@@ -427,10 +468,10 @@ mod tests {
         let good = set_dump(3);
         assert_eq!(dumped_sets(&good).ok().map(|(_, i)| i), Some(false));
         // The second message's flags (`nlmsg_flags`, after length and type).
-        let second = u32_at(&good, 0).expect("a first message") as usize;
+        let second = u32::from_ne_bytes(good[..4].try_into().expect("a first message")) as usize;
         let mut marked = good.clone();
-        let flags = u16_at(&marked, second + 6).expect("a second message") | NLM_F_DUMP_INTR;
-        marked[second + 6..second + 8].copy_from_slice(&flags.to_ne_bytes());
+        let flags = u16::from_ne_bytes(marked[second + 6..second + 8].try_into().expect("a second message"));
+        marked[second + 6..second + 8].copy_from_slice(&(flags | NLM_F_DUMP_INTR).to_ne_bytes());
         let (sets, interrupted) = dumped_sets(&marked).expect("still a dump");
         assert!(interrupted);
         assert_eq!(sets, ["cluster-ips"], "the objects are still read");
@@ -511,8 +552,46 @@ mod tests {
         let mut bad = good.clone();
         bad[0] = 200;
         assert!(generation_in(&bad, 1).is_err());
-        let mut empty = Vec::new();
-        message(&mut empty, NFNL_SUBSYS_NFTABLES << 8 | NFT_MSG_NEWGEN, 0, 1, 0, |_| {});
-        assert_eq!(generation_in(&empty, 1).ok(), Some(None));
+        assert_eq!(generation_in(&gen_reply(1, Vec::new()), 1).ok(), Some(None));
+    }
+
+    /// The payload (after the netlink header) of a `NFT_MSG_NEWRULE` of
+    /// `table`'s `chain`, with an expression between the two attributes.
+    fn rule_payload(table: &str, chain: &str) -> Vec<u8> {
+        use netlink_packet_netfilter::nftables::{ExpressionAttribute, Expressions, Immediate, ListAttribute};
+        let rule = NfTablesMessage::NewRule(RuleMessage {
+            attributes: vec![
+                RuleAttribute::Table(table.into()),
+                RuleAttribute::Expressions(vec![
+                    Expressions::Immediate(vec![Immediate::Data(
+                        netlink_packet_netfilter::nftables::DataAttribute::Value(vec![1, 2, 3, 4]),
+                    )])
+                    .into(),
+                    ListAttribute::Element(vec![ExpressionAttribute::Name("notrack".into())]),
+                ]),
+                RuleAttribute::Chain(chain.into()),
+            ],
+        });
+        let mut m = Vec::new();
+        append(&mut m, NetfilterHeader::new(nfproto(IpFamily::V6), 0, 0), rule, 0, 1);
+        m[16..].to_vec()
+    }
+
+    #[test]
+    fn a_rule_dump_reads_its_table_and_chain_only() {
+        let payload = rule_payload("proxyd", "services");
+        assert_eq!(rule_chain(&payload, "proxyd").as_deref(), Some("services"));
+        assert_eq!(rule_chain(&payload, "other"), None, "another table's rule");
+        for cut in 0..payload.len() {
+            let _ = rule_chain(&payload[..cut], "proxyd");
+        }
+        let chain = ChainMessage {
+            attributes: vec![
+                ChainAttribute::Table("proxyd".into()),
+                ChainAttribute::Name("services".into()),
+            ],
+        };
+        assert_eq!(chain_of(&chain, "proxyd").as_deref(), Some("services"));
+        assert_eq!(chain_of(&chain, "other"), None);
     }
 }
