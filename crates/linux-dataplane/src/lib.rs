@@ -21,12 +21,17 @@
 //! save and restore tools) is run: namespaces are entered by a thread
 //! (`setns`), routes and conntrack go over netlink.
 //!
-//! Routes use the field's rtnetlink messages (`netlink-packet-route`) and
-//! conntrack its ctnetlink messages (`netlink-packet-netfilter`), framed by
-//! `netlink-packet-core`. The nftables messages (generation, tables, set
-//! elements, batches) are still built and read by hand here (`netlink`);
-//! `netlink-packet-netfilter` 0.4 covers them too and is not used for them
-//! yet. Sockets are rustix's, one type for netfilter and rtnetlink. Every
+//! Netlink messages are the field's crates': rtnetlink's
+//! (`netlink-packet-route`) for routes, and `netlink-packet-netfilter`'s for
+//! conntrack (ctnetlink dump and delete) and nftables (generation, tables,
+//! set, chain and rule dumps, set elements, batches), framed and read with
+//! `netlink-packet-core`. Two pieces are ours, where the crates have no
+//! notion of them: the byte layout of proxyd's concatenated set keys and
+//! values (`nft`'s: each field padded to four bytes, `netlink::elements`),
+//! and a rule dump that decodes only each rule's table and chain (the
+//! rule counts it serves need nothing else, and a large table has hundreds
+//! of thousands of expressions).
+//! Sockets are rustix's, one type for netfilter and rtnetlink. Every
 //! read is bounds-checked: a malformed reply is an error, never a panic.
 
 pub mod conntrack;
