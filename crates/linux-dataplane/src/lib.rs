@@ -11,6 +11,7 @@
 //!  conntrack  deleting stale UDP flows (Conntrack; NetlinkConntrack)
 //!  routes     routes to cluster IPs in a pod's namespace, over rtnetlink
 //!  netns      which network namespace, and working inside it (setns)
+//!  process    this process's OOM score adjustment
 //!  sysctl     the conntrack table's size and timeouts (/proc/sys), and
 //!             its hash table (the nf_conntrack module's hashsize)
 //!  kube_proxy what kube-proxy left on a node (its nftables tables, its
@@ -42,6 +43,7 @@ pub mod kube_proxy;
 mod netlink;
 pub mod netns;
 pub mod nft;
+pub mod process;
 pub mod routes;
 pub mod sysctl;
 

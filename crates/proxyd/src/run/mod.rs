@@ -138,14 +138,10 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
 /// kube-proxy's `--oom-score-adj`: the kernel's OOM killer picks proxyd
 /// last. Not allowed (no CAP_SYS_RESOURCE to lower it): a warning.
 fn set_oom_score_adj(value: i32) {
-    let path = "/proc/self/oom_score_adj";
-    let now = std::fs::read_to_string(path).ok();
-    if now.as_deref().map(str::trim) == Some(value.to_string().as_str()) {
-        return;
-    }
-    match std::fs::write(path, value.to_string()) {
-        Ok(()) => tracing::info!(oom_score_adj = value, "set"),
-        Err(e) => tracing::warn!("--oom-score-adj {value}: cannot write {path}: {e}"),
+    match linux_dataplane::process::set_oom_score_adj(value) {
+        Ok(true) => tracing::info!(oom_score_adj = value, "set"),
+        Ok(false) => {}
+        Err(e) => tracing::warn!("--oom-score-adj {value}: cannot write /proc/self/oom_score_adj: {e}"),
     }
 }
 
