@@ -33,13 +33,32 @@ pub const DEFAULT_ENDPOINTS: [&str; 2] = [
 /// How long one runtime call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// An endpoint that is not a unix socket's (`unix:///path`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a unix:///path endpoint")]
+pub struct NotUnixEndpoint(pub String);
+
+/// Why a sandbox's verbose status names no network namespace.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxInfoError {
+    /// No verbose `info` in the status.
+    #[error("the sandbox status has no verbose \"info\" (is the runtime CRI v1?)")]
+    NoInfo,
+    /// The `info` is not JSON.
+    #[error("the sandbox's verbose info is not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    /// Neither a namespace path nor a process.
+    #[error("the sandbox's verbose info names no network namespace path and no pid")]
+    NoNamespace,
+}
+
 /// The socket path of a `unix://` endpoint.
-pub fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
+pub fn socket_path(endpoint: &str) -> Result<PathBuf, NotUnixEndpoint> {
     endpoint
         .strip_prefix("unix://")
         .filter(|p| p.starts_with('/'))
         .map(PathBuf::from)
-        .ok_or_else(|| format!("{endpoint:?} is not a unix:///path endpoint"))
+        .ok_or_else(|| NotUnixEndpoint(endpoint.to_owned()))
 }
 
 /// The first default endpoint whose socket exists (under `host_prefix`),
@@ -62,11 +81,9 @@ fn under(host_prefix: &Path, path: &Path) -> PathBuf {
 
 /// The namespace file named in a sandbox's verbose info: the runtime
 /// spec's network namespace path, else `/proc/PID/ns/net`.
-pub fn netns_from_info(info: &HashMap<String, String>) -> Result<PathBuf, String> {
-    let text = info
-        .get("info")
-        .ok_or("the sandbox status has no verbose \"info\" (is the runtime CRI v1?)")?;
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("the sandbox's verbose info is not JSON: {e}"))?;
+pub fn netns_from_info(info: &HashMap<String, String>) -> Result<PathBuf, SandboxInfoError> {
+    let text = info.get("info").ok_or(SandboxInfoError::NoInfo)?;
+    let v: Value = serde_json::from_str(text)?;
     let namespaces = v
         .pointer("/runtimeSpec/linux/namespaces")
         .and_then(Value::as_array)
@@ -81,7 +98,7 @@ pub fn netns_from_info(info: &HashMap<String, String>) -> Result<PathBuf, String
     }
     match v.get("pid").and_then(Value::as_u64) {
         Some(pid) if pid > 0 => Ok(PathBuf::from(format!("/proc/{pid}/ns/net"))),
-        _ => Err("the sandbox's verbose info names no network namespace path and no pid".into()),
+        _ => Err(SandboxInfoError::NoNamespace),
     }
 }
 
@@ -157,7 +174,7 @@ pub struct CriResolver {
 impl CriResolver {
     /// A resolver asking the runtime at `endpoint` (`unix:///…`); paths
     /// it returns are read under `host_prefix` (empty: as they are).
-    pub fn new(endpoint: &str, host_prefix: &Path) -> Result<Self, String> {
+    pub fn new(endpoint: &str, host_prefix: &Path) -> Result<Self, NotUnixEndpoint> {
         socket_path(endpoint)?;
         Ok(Self {
             endpoint: endpoint.to_owned(),
@@ -243,10 +260,7 @@ impl CriResolver {
                     verbose: true,
                 })
                 .await;
-            if let Ok(path) = status
-                .map_err(|s| s.to_string())
-                .and_then(|r| netns_from_info(&r.into_inner().info))
-            {
+            if let Some(path) = status.ok().and_then(|r| netns_from_info(&r.into_inner().info).ok()) {
                 let seen = under(&self.host_prefix, &path);
                 if seen.exists() {
                     out.push(seen);
@@ -414,7 +428,12 @@ mod tests {
         );
         let crio = info(r#"{"pid": 4242, "runtimeSpec": {"linux": {"namespaces": [{"type": "network"}]}}}"#);
         assert_eq!(netns_from_info(&crio).unwrap(), Path::new("/proc/4242/ns/net"));
-        assert!(netns_from_info(&info("{not json")).unwrap_err().contains("not JSON"));
+        assert!(
+            netns_from_info(&info("{not json"))
+                .unwrap_err()
+                .to_string()
+                .contains("not JSON")
+        );
         assert!(netns_from_info(&info(r#"{"pid": 0}"#)).is_err());
         assert!(netns_from_info(&HashMap::new()).is_err());
     }

@@ -34,7 +34,7 @@ pub mod runtime_watch;
 pub mod view;
 
 pub use plan::{PodPlan, Route, Skip, plan_pod};
-pub use proxier::{MultusProxier, MultusSync, PodBackend};
+pub use proxier::{MultusProxier, MultusSync, PodBackend, PodProblem};
 pub use resolver::{NetnsDir, PodNetnsResolver, ResolveError};
 
 #[cfg(test)]

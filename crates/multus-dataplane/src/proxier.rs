@@ -70,6 +70,27 @@ struct PodState {
     routes_in_place: bool,
 }
 
+/// Why a served pod is not programmed up to date.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PodProblem {
+    /// Its namespace could not be found: the resolver's reason.
+    #[error("{0}")]
+    NoNamespace(String),
+    /// The namespace the resolver named is gone.
+    #[error("the pod's network namespace is gone ({0})")]
+    NamespaceGone(Netns),
+    /// The namespace went away while its table was written (so not nft's
+    /// failure: there was nothing to run it in).
+    #[error("the pod's network namespace is gone")]
+    NamespaceGoneDuringWrite,
+    /// The table could not be written: the dataplane's error.
+    #[error("table not written: {0}")]
+    TableNotWritten(String),
+    /// The routes could not be set: the host's error.
+    #[error("routes not set: {0}")]
+    RoutesNotSet(String),
+}
+
 /// What one multus sync did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MultusSync {
@@ -85,12 +106,12 @@ pub struct MultusSync {
     pub conntrack_deleted: u64,
     /// `(pod, why)` for each pod that could not be brought up to date on
     /// this sync.
-    pub failures: Vec<(PodName, String)>,
+    pub failures: Vec<(PodName, PodProblem)>,
     /// Pods whose namespace the runtime could not be asked about.
     pub runtime_errors: usize,
     /// `(pod, why)` for each served pod that is not programmed up to date
     /// after this sync: retried until it is, or is gone.
-    pub pending: Vec<(PodName, String)>,
+    pub pending: Vec<(PodName, PodProblem)>,
     /// `last-change-trigger-time`s of the changes programmed by this sync,
     /// in every pod that serves them.
     pub trigger_times: Vec<std::time::SystemTime>,
@@ -126,7 +147,7 @@ pub struct MultusProxier {
     state: BTreeMap<PodName, PodState>,
     /// Served pods not programmed up to date, and why: said when a pod
     /// enters or leaves it, not at every retry.
-    pending: BTreeMap<PodName, String>,
+    pending: BTreeMap<PodName, PodProblem>,
 }
 
 impl MultusProxier {
@@ -204,7 +225,11 @@ impl MultusProxier {
 
     /// Writes the tables of the pods that need it (`Some(touched)`), a few
     /// at a time: per pod, `Ok(true)` when a transaction was applied.
-    fn write_tables(&mut self, planned: &[Planned], kind: SyncKind) -> BTreeMap<PodName, Result<Written, String>> {
+    fn write_tables(
+        &mut self,
+        planned: &[Planned],
+        kind: SyncKind,
+    ) -> BTreeMap<PodName, Result<Written, DataplaneError>> {
         let (services, endpoints) = (&self.engine.services, &self.engine.endpoints);
         let wanted: BTreeSet<&PodName> = planned
             .iter()
@@ -222,7 +247,7 @@ impl MultusProxier {
                         chunk
                             .iter_mut()
                             .map(|(key, st)| {
-                                let r = st.target.sync(services, endpoints, kind).map_err(|e| e.to_string());
+                                let r = st.target.sync(services, endpoints, kind);
                                 ((*key).clone(), r)
                             })
                             .collect::<Vec<_>>()
@@ -249,28 +274,32 @@ impl MultusProxier {
         key: &PodName,
         pod: &informer_glue::multus::PodInfo,
         out: &mut MultusSync,
-    ) -> Result<(), String> {
+    ) -> Result<(), PodProblem> {
         let path = match self.resolver.resolve(pod) {
             Ok(path) => path,
             // The runtime cannot be asked: a programmed pod keeps its
             // state (its rules stay, and are kept up to date).
             Err(ResolveError::Unavailable(why)) => {
                 out.runtime_errors += 1;
-                return if self.state.contains_key(key) { Ok(()) } else { Err(why) };
+                return if self.state.contains_key(key) {
+                    Ok(())
+                } else {
+                    Err(PodProblem::NoNamespace(why))
+                };
             }
             Err(ResolveError::Gone(why)) => {
                 if self.state.contains_key(key) {
                     tracing::info!(pod = %key, "the pod's sandbox is gone ({why}): programmed again once it has a new one");
                     self.drop_pod(key);
                 }
-                return Err(why);
+                return Err(PodProblem::NoNamespace(why));
             }
         };
         let netns = Netns::Path(path);
         let Some(id) = self.backend.identify(&netns) else {
             // Gone: nothing in it to clean up.
             self.state.remove(key);
-            return Err(format!("the pod's network namespace is gone ({netns})"));
+            return Err(PodProblem::NamespaceGone(netns));
         };
         if let Some(st) = self.state.get(key)
             && (st.netns != netns || st.netns_id != id)
@@ -316,7 +345,7 @@ impl MultusProxier {
         // First each pod's plan, namespace and filter; then the tables;
         // then routes and conntrack.
         let mut planned: Vec<Planned> = Vec::new();
-        let mut pending: BTreeMap<PodName, String> = BTreeMap::new();
+        let mut pending: BTreeMap<PodName, PodProblem> = BTreeMap::new();
         for (key, pod) in &pods {
             let plan = match plan_pod(pod, &networks, &self.engine.services, self.family) {
                 Ok(p) => p,
@@ -378,9 +407,9 @@ impl MultusProxier {
                     let why = if namespace_gone {
                         // Not nft's failure: there was nothing to run it in.
                         self.state.remove(&key);
-                        "the pod's network namespace is gone".to_owned()
+                        PodProblem::NamespaceGoneDuringWrite
                     } else {
-                        format!("table not written: {e}")
+                        PodProblem::TableNotWritten(e.to_string())
                     };
                     out.failures.push((key.clone(), why.clone()));
                     pending.insert(key, why);
@@ -397,7 +426,7 @@ impl MultusProxier {
                     }
                     Err(e) => {
                         st.routes_in_place = false;
-                        let why = format!("routes not set: {e}");
+                        let why = PodProblem::RoutesNotSet(e.to_string());
                         out.failures.push((key.clone(), why.clone()));
                         pending.insert(key.clone(), why);
                     }
@@ -421,7 +450,7 @@ impl MultusProxier {
 
     /// Says which pods became pending (or pending for another reason) and
     /// which are programmed again.
-    fn note_pending(&mut self, now: BTreeMap<PodName, String>) {
+    fn note_pending(&mut self, now: BTreeMap<PodName, PodProblem>) {
         for (key, why) in &now {
             if self.pending.get(key) != Some(why) {
                 tracing::warn!(pod = %key, "not programmed, retried until it is: {why}");

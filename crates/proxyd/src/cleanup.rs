@@ -116,7 +116,7 @@ fn multus_namespaces(args: &CleanupArgs) -> anyhow::Result<Vec<std::path::PathBu
         all.sort();
         return Ok(all);
     }
-    let mut cri = args.pods.runtime().map_err(anyhow::Error::msg)?;
+    let mut cri = args.pods.runtime()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(cri.all_namespaces()).map_err(anyhow::Error::msg)
 }

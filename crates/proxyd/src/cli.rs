@@ -124,7 +124,7 @@ impl PodNetnsArgs {
 
     /// The runtime to ask, when no --pod-netns-dir is given: the endpoint
     /// given, else the default one whose socket exists.
-    pub fn runtime(&self) -> Result<multus_dataplane::cri::CriResolver, String> {
+    pub fn runtime(&self) -> Result<multus_dataplane::cri::CriResolver, multus_dataplane::cri::NotUnixEndpoint> {
         let prefix = self.host_prefix.clone().unwrap_or_default();
         let endpoint = self
             .container_runtime_endpoint

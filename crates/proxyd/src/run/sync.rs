@@ -305,7 +305,7 @@ fn sync_node(
 const NAMED_PODS: usize = 5;
 
 /// The pending pods, named (with why) when there are few.
-fn pending_text(pending: &[(slice_model::PodName, String)]) -> String {
+fn pending_text(pending: &[(slice_model::PodName, multus_dataplane::PodProblem)]) -> String {
     if pending.len() > NAMED_PODS {
         return format!("{} pods", pending.len());
     }
@@ -381,11 +381,20 @@ mod tests {
 
     #[test]
     fn few_pending_pods_are_named_with_why() {
+        use multus_dataplane::PodProblem;
         use slice_model::PodName;
-        let few = [(PodName::new("apps", "a"), "no ready sandbox".to_owned())];
+        let few = [(
+            PodName::new("apps", "a"),
+            PodProblem::NoNamespace("no ready sandbox".into()),
+        )];
         assert_eq!(pending_text(&few), "apps/a (no ready sandbox)");
-        let many: Vec<(PodName, String)> = (0..6)
-            .map(|i| (PodName::new("apps", format!("p{i}")), "x".to_owned()))
+        let many: Vec<(PodName, PodProblem)> = (0..6)
+            .map(|i| {
+                (
+                    PodName::new("apps", format!("p{i}")),
+                    PodProblem::NamespaceGoneDuringWrite,
+                )
+            })
             .collect();
         assert_eq!(pending_text(&many), "6 pods");
     }
