@@ -1,7 +1,6 @@
-//! kube-proxy's configuration file, `KubeProxyConfiguration`
-//! (`kubeproxy.config.k8s.io/v1alpha1`), as kubeadm writes it into the
-//! `kube-proxy` ConfigMap: `--config` takes it as well as proxyd's own
-//! format, so that kube-proxy's DaemonSet arguments
+//! kube-proxy's configuration file (`informer_glue::kube_proxy_config`)
+//! turned into proxyd's settings: `--config` takes it as well as proxyd's
+//! own format, so that kube-proxy's DaemonSet arguments
 //! (`--config=/var/lib/kube-proxy/config.conf --hostname-override=…`) work.
 //!
 //! The file is decoded strictly (an unknown field is an error naming it, as
