@@ -30,9 +30,8 @@
 //! proxyd's concatenated set keys and values (`nft`'s: each field padded to
 //! four bytes), which the crates have no notion of; the elements of an
 //! element list, written in place (the crate's typed elements, a few
-//! vectors each and measured again at every nesting level, made a
-//! 600,000-element load 18 times slower to encode; a test checks the bytes
-//! are the crate's); and a rule dump that decodes only each rule's table
+//! vectors each and measured again at every nesting level, are too slow
+//! for a large load; a test checks the bytes are the crate's); and a rule dump that decodes only each rule's table
 //! and chain (the rule counts it serves need nothing else, and a large
 //! table has hundreds of thousands of expressions).
 //! Sockets are rustix's, one type for netfilter and rtnetlink. Every

@@ -180,10 +180,6 @@ fn unix_seconds(t: SystemTime) -> f64 {
         .as_secs_f64()
 }
 
-fn labels(family: IpFamily) -> FamilyLabels {
-    FamilyLabels::of(family)
-}
-
 impl SyncMetrics {
     /// Registers the families, with a zero series for each of `families`.
     pub fn register(r: &mut Registry, families: &[IpFamily]) -> Self {
@@ -283,7 +279,7 @@ impl SyncMetrics {
 
     /// Creates every series of `family` (at zero).
     fn touch(&self, family: IpFamily) {
-        let l = labels(family);
+        let l = FamilyLabels::of(family);
         let _ = self.duration.get_or_create(&l);
         let _ = self.full_duration.get_or_create(&l);
         let _ = self.partial_duration.get_or_create(&l);
@@ -308,7 +304,7 @@ impl SyncMetrics {
     /// Records the network programming latency of changes with these
     /// trigger times, programmed `now`.
     pub fn observe_programming(&self, family: IpFamily, trigger_times: &[SystemTime], now: SystemTime) {
-        let l = labels(family);
+        let l = FamilyLabels::of(family);
         for t in trigger_times {
             // Clock skew between the controller and this node can make the
             // difference negative; such samples are meaningless.
@@ -320,7 +316,7 @@ impl SyncMetrics {
 
     /// Records one sync of `family`.
     pub fn observe_sync(&self, family: IpFamily, o: &SyncObservation, now: SystemTime) {
-        let l = labels(family);
+        let l = FamilyLabels::of(family);
         if o.failed {
             self.sync_failures.get_or_create(&l).inc();
             return;
@@ -355,7 +351,7 @@ impl SyncMetrics {
 
     /// Sets the pending-change gauges of `family`.
     pub fn set_pending(&self, family: IpFamily, endpoints: usize, services: usize) {
-        let l = labels(family);
+        let l = FamilyLabels::of(family);
         let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
         self.endpoint_changes_pending.get_or_create(&l).set(n(endpoints));
         self.service_changes_pending.get_or_create(&l).set(n(services));
@@ -365,7 +361,9 @@ impl SyncMetrics {
     /// sync): a change can concern any family served.
     pub fn queued(&self, now: SystemTime) {
         for &f in &self.families {
-            self.last_queued.get_or_create(&labels(f)).set(unix_seconds(now));
+            self.last_queued
+                .get_or_create(&FamilyLabels::of(f))
+                .set(unix_seconds(now));
         }
     }
 }

@@ -142,9 +142,9 @@ fn marker(out: &mut Vec<u8>, marker: ControlMessage, seq: u32) {
 }
 
 /// One element (`NFTA_LIST_ELEM`): its key, and for an add its value,
-/// written in place. The crate's typed elements hold their bytes in
+/// written in place: the crate's typed elements hold their bytes in
 /// vectors of their own and measure every nested level again as they are
-/// emitted: 18 times slower for a large load (benches/RESULTS.md).
+/// emitted, which a large load pays per element (benches/RESULTS.md).
 fn element(out: &mut Vec<u8>, e: &Element, with_value: bool) {
     nested(out, NFTA_LIST_ELEM, |b| {
         nested(b, NFTA_SET_ELEM_KEY, |b| {

@@ -304,32 +304,53 @@ fn generation_of(m: &GenMessage) -> Option<u32> {
     })
 }
 
+/// What one attribute of a dumped object says of it.
+enum Field<'a> {
+    /// The table it belongs to.
+    Table(&'a str),
+    /// Its name.
+    Name(&'a str),
+    /// It is not one of proxyd's (an anonymous set).
+    Skip,
+    /// Nothing that matters here.
+    Other,
+}
+
+/// The name an object of `table` has, from what its attributes say; `None`
+/// for another table's object, or one to skip.
+fn name_in_table<'a>(fields: impl IntoIterator<Item = Field<'a>>, table: &str) -> Option<String> {
+    let (mut in_table, mut name) = (false, None);
+    for field in fields {
+        match field {
+            Field::Table(t) => in_table = t == table,
+            Field::Name(n) => name = Some(n),
+            Field::Skip => return None,
+            Field::Other => {}
+        }
+    }
+    name.filter(|_| in_table).map(str::to_owned)
+}
+
 /// The name of a set of `table`, unless it is one of nft's anonymous sets
 /// (a rule's inline `{ … }`), which are not proxyd's.
 fn named_set_of(set: &SetMessage, table: &str) -> Option<String> {
-    let (mut in_table, mut name) = (false, None);
-    for a in &set.attributes {
-        match a {
-            SetAttribute::Table(t) => in_table = t == table,
-            SetAttribute::Name(n) => name = Some(n),
-            SetAttribute::Flags(f) if f.contains(SetFlags::Anonymous) => return None,
-            _ => {}
-        }
-    }
-    name.filter(|_| in_table).cloned()
+    let fields = set.attributes.iter().map(|a| match a {
+        SetAttribute::Table(t) => Field::Table(t),
+        SetAttribute::Name(n) => Field::Name(n),
+        SetAttribute::Flags(f) if f.contains(SetFlags::Anonymous) => Field::Skip,
+        _ => Field::Other,
+    });
+    name_in_table(fields, table)
 }
 
 /// The name of a chain of `table`.
 fn chain_of(chain: &ChainMessage, table: &str) -> Option<String> {
-    let (mut in_table, mut name) = (false, None);
-    for a in &chain.attributes {
-        match a {
-            ChainAttribute::Table(t) => in_table = t == table,
-            ChainAttribute::Name(n) => name = Some(n),
-            _ => {}
-        }
-    }
-    name.filter(|_| in_table).cloned()
+    let fields = chain.attributes.iter().map(|a| match a {
+        ChainAttribute::Table(t) => Field::Table(t),
+        ChainAttribute::Name(n) => Field::Name(n),
+        _ => Field::Other,
+    });
+    name_in_table(fields, table)
 }
 
 /// The chain of a rule of `table` (from a `NFT_MSG_NEWRULE` payload,
