@@ -309,7 +309,7 @@ impl SnapshotFeed {
 }
 
 /// Whether `slice` is one of `service`'s (by its service-name label).
-pub fn is_slice_of(slice: &EndpointSlice, service: &ServiceName) -> bool {
+fn is_slice_of(slice: &EndpointSlice, service: &ServiceName) -> bool {
     slice.metadata.namespace.as_deref() == Some(&*service.namespace)
         && slice
             .metadata
@@ -331,7 +331,7 @@ type NodeFacts = (Option<String>, Vec<ipnet::IpNet>, Vec<std::net::IpAddr>);
 
 /// The zone label, pod ranges and primary addresses of node `name`, read
 /// from the API; none (with a warning) when it cannot be read.
-pub async fn api_node(client: &kube::Client, name: &str) -> NodeFacts {
+async fn api_node(client: &kube::Client, name: &str) -> NodeFacts {
     match Api::<Node>::all(client.clone()).get_opt(name).await {
         Ok(Some(node)) => (
             crate::node::zone_of(&node),
@@ -354,7 +354,7 @@ pub async fn api_node(client: &kube::Client, name: &str) -> NodeFacts {
 
 /// The union of the ServiceCIDRs' ranges, read from the API; none (with
 /// a warning) when they cannot be read.
-pub async fn api_service_cidrs(client: &kube::Client) -> Vec<ipnet::IpNet> {
+async fn api_service_cidrs(client: &kube::Client) -> Vec<ipnet::IpNet> {
     match Api::<ServiceCIDR>::all(client.clone())
         .list(&ListParams::default())
         .await

@@ -262,7 +262,8 @@ pub fn find(netns: &Netns) -> Result<Leftovers, LeftoverError> {
         source,
     })?;
     let mut items: Vec<Value> = Vec::new();
-    for (family, word) in [(IpFamily::V4, "ip"), (IpFamily::V6, "ip6")] {
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let word = nft_dataplane::names::FamilyWords::of(family).table;
         for table in std::iter::once("kube-proxy").chain(IPTABLES_TABLES) {
             let exists = netlink
                 .table_exists(family, table)

@@ -117,6 +117,26 @@ pub struct MultusSync {
     pub trigger_times: Vec<std::time::SystemTime>,
 }
 
+/// Deletes the conntrack entries of `flows` in a pod's namespace, counting
+/// them in `out`; what could not be deleted is a warning.
+fn delete_flows(
+    backend: &mut dyn PodBackend,
+    key: &PodName,
+    netns: &Netns,
+    family: IpFamily,
+    flows: &[Flow],
+    out: &mut MultusSync,
+) {
+    if flows.is_empty() {
+        return;
+    }
+    let (deleted, errors) = backend.conntrack(key, netns, family, flows);
+    out.conntrack_deleted += deleted;
+    for e in errors {
+        tracing::warn!(pod = %key, "conntrack cleanup: {e}");
+    }
+}
+
 /// A pod's key, its plan, and whether its table is written now.
 type Planned = (PodName, PodPlan, bool);
 
@@ -196,14 +216,7 @@ impl MultusProxier {
             .filter(|f| to_cluster_ip(f, &cluster_ips))
             .copied()
             .collect();
-        if mine.is_empty() {
-            return;
-        }
-        let (deleted, errors) = self.backend.conntrack(key, netns, self.family, &mine);
-        out.conntrack_deleted += deleted;
-        for e in errors {
-            tracing::warn!(pod = %key, "conntrack cleanup: {e}");
-        }
+        delete_flows(self.backend.as_mut(), key, netns, self.family, &mine, out);
     }
 
     fn drop_pod(&mut self, key: &PodName) {
@@ -223,8 +236,8 @@ impl MultusProxier {
         }
     }
 
-    /// Writes the tables of the pods that need it (`Some(touched)`), a few
-    /// at a time: per pod, `Ok(true)` when a transaction was applied.
+    /// Writes the tables of the planned pods marked for a write, a few at a
+    /// time: per pod, what its target's sync handed over, or its error.
     fn write_tables(
         &mut self,
         planned: &[Planned],
@@ -434,13 +447,7 @@ impl MultusProxier {
             }
             st.plan = plan;
             // The rules that replace them are in place.
-            if !flows.is_empty() {
-                let (deleted, errors) = self.backend.conntrack(&key, &st.netns, self.family, &flows);
-                out.conntrack_deleted += deleted;
-                for e in errors {
-                    tracing::warn!(pod = %key, "conntrack cleanup: {e}");
-                }
-            }
+            delete_flows(self.backend.as_mut(), &key, &st.netns, self.family, &flows, &mut out);
         }
         self.note_pending(pending);
         out.pending = self.pending.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
