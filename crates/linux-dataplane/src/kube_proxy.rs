@@ -3,15 +3,18 @@
 //! --kube-proxy`, as `kube-proxy --cleanup` removes them.
 //!
 //! * nftables mode: the tables `ip kube-proxy` and `ip6 kube-proxy`;
-//! * iptables mode through iptables-nft: the `KUBE-*` chains in the `nat`,
-//!   `filter` and `mangle` tables of both families, and the rules of other
-//!   chains that jump to them (read and changed with `nft`);
+//! * iptables mode through iptables-nft: kube-proxy's chains (the set its
+//!   own cleanup removes, [`is_kube_proxys_chain`]) in the `nat`, `filter`
+//!   and `mangle` tables of both families, and the rules of other chains
+//!   that jump to them (read and changed with `nft`);
 //! * iptables mode through legacy iptables: the same chains, where the
 //!   kernel has legacy tables loaded (`/proc/net/ip_tables_names`), read
 //!   with `iptables-legacy-save` and removed with `iptables-legacy-restore`.
 //!
-//! Everything else in those tables (other programs' chains and rules) is
-//! left as it is.
+//! Everything else in those tables is left as it is: other programs'
+//! chains and rules, and kubelet's chains, which also start with `KUBE-`
+//! (`KUBE-FIREWALL`, its guard against martian traffic to 127.0.0.0/8,
+//! `KUBE-KUBELET-CANARY`, `KUBE-IPTABLES-HINT`) and are on every node.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -63,10 +66,51 @@ pub enum LeftoverError {
 /// The iptables tables kube-proxy writes to.
 const IPTABLES_TABLES: [&str; 3] = ["nat", "filter", "mangle"];
 
+/// kube-proxy's fixed chains in each iptables table (its proxier's chain
+/// constants, the canary included).
+const KUBE_PROXY_CHAINS: [(&str, &[&str]); 3] = [
+    (
+        "nat",
+        &[
+            "KUBE-SERVICES",
+            "KUBE-NODEPORTS",
+            "KUBE-POSTROUTING",
+            "KUBE-MARK-MASQ",
+            "KUBE-PROXY-CANARY",
+        ],
+    ),
+    (
+        "filter",
+        &[
+            "KUBE-SERVICES",
+            "KUBE-EXTERNAL-SERVICES",
+            "KUBE-FORWARD",
+            "KUBE-NODEPORTS",
+            "KUBE-PROXY-FIREWALL",
+            "KUBE-PROXY-CANARY",
+        ],
+    ),
+    ("mangle", &["KUBE-PROXY-CANARY"]),
+];
+
+/// The prefixes of kube-proxy's per-service and per-endpoint chains (in
+/// `nat`): service, local service, external, firewall, endpoint.
+const KUBE_PROXY_CHAIN_PREFIXES: [&str; 5] = ["KUBE-SVC-", "KUBE-SVL-", "KUBE-EXT-", "KUBE-FW-", "KUBE-SEP-"];
+
+/// Whether chain `name` of iptables table `table` is kube-proxy's: the set
+/// `kube-proxy --cleanup` removes. Other `KUBE-` chains are not: kubelet
+/// makes `KUBE-FIREWALL`, `KUBE-KUBELET-CANARY` and `KUBE-IPTABLES-HINT`.
+pub fn is_kube_proxys_chain(table: &str, name: &str) -> bool {
+    let fixed = KUBE_PROXY_CHAINS
+        .iter()
+        .any(|(t, chains)| *t == table && chains.contains(&name));
+    fixed || (table == "nat" && KUBE_PROXY_CHAIN_PREFIXES.iter().any(|p| name.starts_with(p)))
+}
+
 /// kube-proxy's chains in one iptables-nft table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct KubeChains {
-    /// The `KUBE-*` chains.
+    /// kube-proxy's chains ([`is_kube_proxys_chain`]).
     pub chains: Vec<String>,
     /// Other chains' rules that jump to them: (chain, rule handle).
     pub jumps: Vec<(String, u64)>,
@@ -77,9 +121,9 @@ pub struct KubeChains {
 pub struct Leftovers {
     /// nftables mode's tables: `ip kube-proxy`, `ip6 kube-proxy`.
     pub nft_tables: Vec<String>,
-    /// iptables-nft's `KUBE-*` chains by (family, table).
+    /// iptables-nft's chains of kube-proxy's by (family, table).
     pub iptables_nft: BTreeMap<(String, String), KubeChains>,
-    /// Legacy iptables' `KUBE-*` chains by (command, table):
+    /// Legacy iptables' chains of kube-proxy's by (command, table):
     /// (`iptables-legacy`, `nat`) -> chains.
     pub iptables_legacy: BTreeMap<(String, String), Vec<String>>,
 }
@@ -166,7 +210,7 @@ pub fn from_ruleset(json: &Value) -> Leftovers {
                 c["table"].as_str().unwrap_or_default(),
                 c["name"].as_str().unwrap_or_default(),
             );
-            if iptables_table(family, table) && name.starts_with("KUBE-") {
+            if iptables_table(family, table) && is_kube_proxys_chain(table, name) {
                 let entry = found.iptables_nft.entry((family.into(), table.into())).or_default();
                 entry.chains.push(name.to_owned());
             }
@@ -180,12 +224,12 @@ pub fn from_ruleset(json: &Value) -> Leftovers {
             r["table"].as_str().unwrap_or_default(),
             r["chain"].as_str().unwrap_or_default(),
         );
-        if chain.starts_with("KUBE-") {
-            continue;
-        }
         let Some(kube) = found.iptables_nft.get_mut(&(family.to_owned(), table.to_owned())) else {
             continue;
         };
+        if kube.chains.iter().any(|c| c == chain) {
+            continue;
+        }
         let to_kube = r["expr"].as_array().into_iter().flatten().any(|e| {
             ["jump", "goto"].iter().any(|verdict| {
                 e[verdict]["target"]
@@ -200,7 +244,7 @@ pub fn from_ruleset(json: &Value) -> Leftovers {
     found
 }
 
-/// The `KUBE-*` chains in `iptables-legacy-save` output.
+/// kube-proxy's chains in `iptables-legacy-save` output, by table.
 pub fn legacy_chains(save: &str) -> BTreeMap<String, Vec<String>> {
     let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut table = String::new();
@@ -209,7 +253,7 @@ pub fn legacy_chains(save: &str) -> BTreeMap<String, Vec<String>> {
             table = t.trim().to_owned();
         } else if let Some(decl) = line.strip_prefix(':') {
             let name = decl.split_whitespace().next().unwrap_or_default();
-            if name.starts_with("KUBE-") && IPTABLES_TABLES.contains(&table.as_str()) {
+            if IPTABLES_TABLES.contains(&table.as_str()) && is_kube_proxys_chain(&table, name) {
                 out.entry(table.clone()).or_default().push(name.to_owned());
             }
         }
@@ -217,18 +261,67 @@ pub fn legacy_chains(save: &str) -> BTreeMap<String, Vec<String>> {
     out
 }
 
-/// `iptables-legacy-save` output with kube-proxy's chains and every rule
-/// that names one taken out: what restoring the table leaves.
-pub fn without_kube(save: &str) -> String {
+/// `iptables-legacy-save` output with kube-proxy's chains, their rules and
+/// every rule that jumps (or goes) to one of them taken out: what restoring
+/// the table leaves.
+pub fn without_kube_proxy(save: &str) -> String {
     let mut out = String::new();
+    let mut table = "";
     for line in save.lines() {
-        let kube = (line.starts_with(':') || line.starts_with("-A ")) && line.contains("KUBE-");
-        if !kube {
+        if let Some(t) = line.strip_prefix('*') {
+            table = t.trim();
+        }
+        let ours = |name: &str| is_kube_proxys_chain(table, name);
+        let kube_proxys = if let Some(decl) = line.strip_prefix(':') {
+            decl.split_whitespace().next().is_some_and(ours)
+        } else if let Some(rule) = line.strip_prefix("-A ") {
+            let words = shell_words(rule);
+            let chain = words.first().is_some_and(|c| ours(c));
+            let target = words
+                .windows(2)
+                .any(|w| matches!(w[0].as_str(), "-j" | "--jump" | "-g" | "--goto") && ours(&w[1]));
+            chain || target
+        } else {
+            false
+        };
+        if !kube_proxys {
             out.push_str(line);
             out.push('\n');
         }
     }
     out
+}
+
+/// The words of an iptables-save rule line, double-quoted parts (comments)
+/// as one word each.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut escaped, mut any) = (false, false, false);
+    for c in line.chars() {
+        match c {
+            _ if escaped => {
+                word.push(c);
+                escaped = false;
+            }
+            '\\' if quoted => escaped = true,
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any || !word.is_empty() {
+                    words.push(std::mem::take(&mut word));
+                }
+                any = false;
+            }
+            c => word.push(c),
+        }
+    }
+    if any || !word.is_empty() {
+        words.push(word);
+    }
+    words
 }
 
 /// The legacy iptables commands whose kernel tables are loaded here.
@@ -333,7 +426,7 @@ pub fn remove(netns: &Netns, found: &Leftovers) -> Result<Vec<String>, LeftoverE
     for ((command, table), chains) in &found.iptables_legacy {
         let save = output(netns, &format!("{command}-save"), &["-t", table])?;
         let restore = format!("{command}-restore");
-        let input = without_kube(&save);
+        let input = without_kube_proxy(&save);
         checked(netns, restore.clone(), || {
             let mut child = Command::new(&restore)
                 .stdin(Stdio::piped())
@@ -421,13 +514,71 @@ mod tests {
         let chains = legacy_chains(SAVE);
         assert_eq!(chains.len(), 1);
         assert_eq!(chains["nat"], ["KUBE-SERVICES", "KUBE-SVC-X"]);
-        let kept = without_kube(SAVE);
+        let kept = without_kube_proxy(SAVE);
         assert!(!kept.contains("KUBE-"), "{kept}");
         assert!(
             kept.contains(":DOCKER - [0:0]") && kept.contains("-A PREROUTING -j DOCKER"),
             "{kept}"
         );
         assert!(kept.contains("*nat") && kept.contains("COMMIT"), "{kept}");
+    }
+
+    /// kubelet's chains start with `KUBE-` too, on every node: they are
+    /// never kube-proxy's, and neither are the jumps to them.
+    #[test]
+    fn kubelets_chains_are_not_kube_proxys() {
+        for (table, name) in [
+            ("filter", "KUBE-FIREWALL"),
+            ("nat", "KUBE-KUBELET-CANARY"),
+            ("mangle", "KUBE-IPTABLES-HINT"),
+            ("nat", "KUBE-MARK-DROP"),
+            ("filter", "KUBE-SVC-ABC"),
+            ("mangle", "KUBE-SERVICES"),
+        ] {
+            assert!(!is_kube_proxys_chain(table, name), "{table} {name}");
+        }
+        for (table, name) in [
+            ("nat", "KUBE-MARK-MASQ"),
+            ("nat", "KUBE-SEP-ABC"),
+            ("nat", "KUBE-FW-ABC"),
+            ("filter", "KUBE-PROXY-FIREWALL"),
+            ("mangle", "KUBE-PROXY-CANARY"),
+        ] {
+            assert!(is_kube_proxys_chain(table, name), "{table} {name}");
+        }
+        let ruleset = json!({"nftables": [
+            {"chain": {"family": "ip", "table": "filter", "name": "INPUT", "handle": 1}},
+            {"chain": {"family": "ip", "table": "filter", "name": "KUBE-FIREWALL", "handle": 2}},
+            {"chain": {"family": "ip", "table": "filter", "name": "KUBE-FORWARD", "handle": 3}},
+            {"rule": {"family": "ip", "table": "filter", "chain": "INPUT", "handle": 10,
+                      "expr": [{"jump": {"target": "KUBE-FIREWALL"}}]}},
+            {"rule": {"family": "ip", "table": "filter", "chain": "KUBE-FIREWALL", "handle": 11,
+                      "expr": [{"jump": {"target": "KUBE-FORWARD"}}]}},
+        ]});
+        let found = from_ruleset(&ruleset);
+        let kube = &found.iptables_nft[&("ip".to_owned(), "filter".to_owned())];
+        assert_eq!(kube.chains, ["KUBE-FORWARD"]);
+        assert_eq!(
+            kube.jumps,
+            [("KUBE-FIREWALL".to_owned(), 11)],
+            "a jump from kubelet's chain goes"
+        );
+    }
+
+    #[test]
+    fn legacy_cleanup_keeps_kubelets_chains_and_reads_comments_as_words() {
+        let save = "*filter\n:INPUT ACCEPT [0:0]\n:KUBE-FIREWALL - [0:0]\n:KUBE-FORWARD - [0:0]\n\
+            -A INPUT -j KUBE-FIREWALL\n\
+            -A INPUT -m comment --comment \"say -j KUBE-FORWARD\" -j ACCEPT\n\
+            -A INPUT -m comment --comment \"kube\" -j KUBE-FORWARD\n\
+            -A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -j DROP\nCOMMIT\n";
+        assert_eq!(legacy_chains(save)["filter"], ["KUBE-FORWARD"]);
+        assert_eq!(
+            without_kube_proxy(save),
+            "*filter\n:INPUT ACCEPT [0:0]\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j KUBE-FIREWALL\n\
+             -A INPUT -m comment --comment \"say -j KUBE-FORWARD\" -j ACCEPT\n\
+             -A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -j DROP\nCOMMIT\n"
+        );
     }
 
     #[test]
