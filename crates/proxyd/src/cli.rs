@@ -59,8 +59,9 @@ pub struct CleanupArgs {
     pub multus: bool,
 
     /// Remove kube-proxy's rules instead of proxyd's, as `kube-proxy
-    /// --cleanup` does: its nftables tables, and its KUBE-* chains (and the
-    /// jumps to them) in iptables-nft and legacy iptables.
+    /// --cleanup` does: its nftables tables, and its iptables chains (and
+    /// the jumps to them) in iptables-nft and legacy iptables; kubelet's
+    /// KUBE-FIREWALL, KUBE-KUBELET-CANARY and KUBE-IPTABLES-HINT stay.
     #[arg(long)]
     pub kube_proxy: bool,
 
