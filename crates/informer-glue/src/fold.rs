@@ -323,6 +323,17 @@ where
         }
     }
 
+    /// The list under way listed an object that could not be decoded (see
+    /// [`crate::lenient`]): the version the handler has stays, and is not
+    /// taken for deleted when the list completes. Outside a list, nothing
+    /// changes.
+    pub fn still_listed(&mut self, namespace: &str, name: &str) {
+        let Some(list) = self.list else { return };
+        if let Some(known) = self.known.get_mut(&Key::new(namespace, name)) {
+            known.listed_in = list;
+        }
+    }
+
     /// An object applied by the watch, or listed by list `listed_in`.
     fn apply_object(&mut self, obj: K, listed_in: Option<u64>, handler: &mut impl EventHandler<K>) {
         let Some(key) = self.key(&obj) else { return };

@@ -38,6 +38,7 @@ mod cache_handler;
 mod convert;
 pub mod fold;
 pub mod kube_proxy_config;
+pub mod lenient;
 pub mod manifest_source;
 pub mod manifests;
 pub mod metrics;

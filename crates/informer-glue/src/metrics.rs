@@ -17,6 +17,10 @@ use prometheus_client::registry::{Metric, Registry};
 use crate::rejections::Rejections;
 use crate::runner::WatchMetrics;
 
+/// The rejection reason of an object a watch could not decode (see
+/// [`crate::lenient`]).
+pub const UNDECODABLE: &str = "undecodable";
+
 /// The `resource` label of the watch families.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabels {
@@ -88,13 +92,19 @@ impl SourceMetrics {
         }
     }
 
-    /// The counters of the watch of `resource` (its series start at zero).
-    pub fn watch(&self, resource: &'static str) -> Arc<WatchMetrics> {
+    /// The counters of the watch of `resource` (objects of `kind`; its
+    /// series start at zero).
+    pub fn watch(&self, resource: &'static str, kind: &'static str) -> Arc<WatchMetrics> {
         let labels = ResourceLabels { resource };
+        let undecodable = RejectionLabels {
+            kind,
+            reason: UNDECODABLE,
+        };
         Arc::new(WatchMetrics {
             errors: self.watch_restarts.get_or_create(&labels).clone(),
             failing: self.watch_failing.get_or_create(&labels).clone(),
             relists: self.relists.get_or_create(&labels).clone(),
+            undecodable: self.rejected.get_or_create(&undecodable).clone(),
             ..WatchMetrics::default()
         })
     }
@@ -132,7 +142,7 @@ mod tests {
     fn every_series_asked_for_is_exported_from_the_start() {
         let mut registry = Registry::default();
         let m = SourceMetrics::register(&mut registry);
-        let slices = m.watch("endpointslices");
+        let slices = m.watch("endpointslices", "EndpointSlice");
         let rejected: Arc<Rejections> = m.rejections("EndpointSlice", &["fqdn"], &["invalid_address"]);
         let t = text(&registry);
         for line in [

@@ -11,10 +11,10 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
-use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
 use crate::fold::{EventFold, EventHandler, Keep};
+use crate::lenient::{Lean, Watched};
 
 /// Counters of one watch, shared with whoever reports them (health, and
 /// the exported series [`crate::metrics::SourceMetrics::watch`] hands out;
@@ -39,6 +39,10 @@ pub struct WatchMetrics {
     pub failing_since_ms: AtomicU64,
     /// 1 while the watch is failing, else 0 (`proxyd_watch_failing`).
     pub failing: Gauge,
+    /// Objects skipped because they could not be decoded, once per
+    /// object and resourceVersion (`proxyd_rejected_objects_total` with
+    /// reason `undecodable`).
+    pub undecodable: Counter,
 }
 
 impl WatchMetrics {
@@ -182,8 +186,83 @@ pub struct WatchSettings {
     pub relist_every: Option<std::time::Duration>,
 }
 
+/// Objects a watch could not decode: each is warned about (and counted)
+/// once per resourceVersion, and skipped.
+#[derive(Default)]
+struct Undecoded {
+    /// `namespace/name` -> the resourceVersion last warned about.
+    warned: std::collections::HashMap<String, String>,
+}
+
+impl Undecoded {
+    /// The event for the fold, or `None` for an object that could not be
+    /// decoded: a listed one stays as the fold knows it (not deleted when
+    /// the list completes), an applied one is skipped. A delete needs only
+    /// the name, so it goes through either way.
+    fn event<K, P>(
+        &mut self,
+        event: watcher::Event<Watched<K>>,
+        fold: &mut EventFold<K, P>,
+        metrics: &WatchMetrics,
+    ) -> Option<watcher::Event<K>>
+    where
+        K: Resource + ResourceExt + Clone,
+        K::DynamicType: Default,
+        P: Keep<K>,
+    {
+        use watcher::Event;
+        let (watched, listed) = match event {
+            Event::Init => return Some(Event::Init),
+            Event::InitDone => return Some(Event::InitDone),
+            Event::Delete(watched) => {
+                let (Ok(obj) | Err((obj, _))) = watched.into_result();
+                self.forget(&obj);
+                return Some(Event::Delete(obj));
+            }
+            Event::Apply(watched) => (watched, false),
+            Event::InitApply(watched) => (watched, true),
+        };
+        match watched.into_result() {
+            Ok(obj) => {
+                self.forget(&obj);
+                Some(if listed {
+                    Event::InitApply(obj)
+                } else {
+                    Event::Apply(obj)
+                })
+            }
+            Err((_, problem)) => {
+                let key = format!("{}/{}", problem.namespace, problem.name);
+                if self.warned.get(&key) != Some(&problem.resource_version) {
+                    tracing::warn!("{problem}");
+                    metrics.undecodable.inc();
+                    self.warned.insert(key, problem.resource_version.clone());
+                }
+                if listed {
+                    fold.still_listed(&problem.namespace, &problem.name);
+                }
+                None
+            }
+        }
+    }
+
+    fn forget<K: ResourceExt>(&mut self, obj: &K) {
+        if !self.warned.is_empty() {
+            let meta = obj.meta();
+            let key = format!(
+                "{}/{}",
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default()
+            );
+            self.warned.remove(&key);
+        }
+    }
+}
+
 /// Watches `api` until `shutdown` completes, folding events into `handler`
-/// (see [`EventFold`]). Errors are counted; a failing watch is retried
+/// (see [`EventFold`]). Objects are decoded leniently ([`Watched`]): one
+/// that cannot be decoded is warned about and skipped, and the watch goes
+/// on. Errors are counted; a failing watch is retried
 /// after [`RETRY_MIN`] doubling to [`RETRY_MAX`] (jittered) and never gives
 /// up; it says so once when it starts failing, at most once a minute while
 /// it fails, and once when it recovers.
@@ -192,7 +271,7 @@ pub struct WatchSettings {
 /// Uses list-then-watch (not streaming lists), so every restart begins with
 /// a complete list that the fold can check deletes against.
 pub async fn run_watch<K, P, H>(
-    api: Api<K>,
+    api: Api<Watched<K>>,
     settings: WatchSettings,
     mut fold: EventFold<K, P>,
     mut handler: H,
@@ -200,8 +279,7 @@ pub async fn run_watch<K, P, H>(
     shutdown: impl Future<Output = ()>,
 ) -> H
 where
-    K: Resource + ResourceExt + Clone + DeserializeOwned + Debug + Send + 'static,
-    K::DynamicType: Default,
+    K: Lean + Resource<DynamicType = ()> + Default + Clone + Debug + Send + 'static,
     P: Keep<K>,
     H: EventHandler<K>,
 {
@@ -220,6 +298,7 @@ where
         // second forever.
         let start = || Box::pin(watcher(api.clone(), config.clone()));
         let mut retry = Retry::new();
+        let mut undecoded = Undecoded::default();
         let mut stream = start();
         futures::pin_mut!(shutdown);
         tracing::info!("starting");
@@ -253,7 +332,9 @@ where
                         retry.progressed(&metrics);
                     }
                     let was_synced = fold.is_synced();
-                    fold.apply(event, &mut handler);
+                    if let Some(event) = undecoded.event(event, &mut fold, &metrics) {
+                        fold.apply(event, &mut handler);
+                    }
                     let s = fold.stats();
                     let before = metrics.lists.swap(s.lists, Ordering::Relaxed);
                     if s.lists > before {

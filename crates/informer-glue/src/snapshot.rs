@@ -18,6 +18,7 @@ use slice_cache::{EndpointSliceCache, ServiceChangeTracker};
 use slice_model::ServiceName;
 
 use crate::fold::EventFold;
+use crate::lenient::{Watched, decoded};
 use crate::manifests::{self, ManifestError, Object, relist};
 use crate::multus::{NetworkName, PodInfo, pod_from_k8s, service_network};
 use crate::selection::Selection;
@@ -126,25 +127,31 @@ impl Snapshot {
                 let list = |what| move |source| SnapshotError::List { what, source };
                 let params = ListParams::default().labels_from(&selection.label_selector());
                 let slice_params = ListParams::default().labels_from(&selection.slice_label_selector());
-                snapshot.services = Api::<Service>::all(client.clone())
-                    .list(&params)
-                    .await
-                    .map_err(list("services"))?
-                    .items;
-                Api::<EndpointSlice>::all(client.clone())
-                    .list(&slice_params)
-                    .await
-                    .map_err(list("endpoint slices"))?
-                    .items
-                    .into_iter()
-                    .for_each(&mut take);
+                snapshot.services = decoded(
+                    Api::<Watched<Service>>::all(client.clone())
+                        .list(&params)
+                        .await
+                        .map_err(list("services"))?
+                        .items,
+                );
+                decoded(
+                    Api::<Watched<EndpointSlice>>::all(client.clone())
+                        .list(&slice_params)
+                        .await
+                        .map_err(list("endpoint slices"))?
+                        .items,
+                )
+                .into_iter()
+                .for_each(&mut take);
                 if selection.multus {
                     let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
-                    snapshot.pods = Api::<Pod>::all(client.clone())
-                        .list(&on_node)
-                        .await
-                        .map_err(list("this node's pods"))?
-                        .items;
+                    snapshot.pods = decoded(
+                        Api::<Watched<Pod>>::all(client.clone())
+                            .list(&on_node)
+                            .await
+                            .map_err(list("this node's pods"))?
+                            .items,
+                    );
                 }
                 (snapshot.node_zone, snapshot.node_pod_cidrs, snapshot.node_primary_ips) = api_node(client, node).await;
                 snapshot.service_cidrs = api_service_cidrs(client).await;
@@ -332,7 +339,8 @@ type NodeFacts = (Option<String>, Vec<ipnet::IpNet>, Vec<std::net::IpAddr>);
 /// The zone label, pod ranges and primary addresses of node `name`, read
 /// from the API; none (with a warning) when it cannot be read.
 async fn api_node(client: &kube::Client, name: &str) -> NodeFacts {
-    match Api::<Node>::all(client.clone()).get_opt(name).await {
+    let node = Api::<Watched<Node>>::all(client.clone()).get_opt(name).await;
+    match node.map(|n| n.and_then(|n| decoded(vec![n]).pop())) {
         Ok(Some(node)) => (
             crate::node::zone_of(&node),
             crate::node::pod_cidrs_of(&node),
@@ -355,13 +363,12 @@ async fn api_node(client: &kube::Client, name: &str) -> NodeFacts {
 /// The union of the ServiceCIDRs' ranges, read from the API; none (with
 /// a warning) when they cannot be read.
 async fn api_service_cidrs(client: &kube::Client) -> Vec<ipnet::IpNet> {
-    match Api::<ServiceCIDR>::all(client.clone())
+    match Api::<Watched<ServiceCIDR>>::all(client.clone())
         .list(&ListParams::default())
         .await
     {
         Ok(list) => {
-            let each: Vec<Vec<ipnet::IpNet>> = list
-                .items
+            let each: Vec<Vec<ipnet::IpNet>> = decoded(list.items)
                 .iter()
                 .map(|o| {
                     let (cidrs, warnings) = crate::service_cidr::cidrs_of(o);

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use endpoints_map::EndpointsMap;
 use fake_apiserver::{FakeApiServer, Kind};
 use informer_glue::fold::{EventFold, EventHandler};
+use informer_glue::lenient::{Lean, Watched};
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::selection::Selection;
 use informer_glue::{SliceCacheHandler, slice_from_k8s};
@@ -134,17 +135,22 @@ impl<H> Watch<H> {
     }
 }
 
-fn spawn<K, H>(api: Api<K>, selector: kube::core::Selector, page_size: u32, fold: EventFold<K>, handler: H) -> Watch<H>
+fn spawn<K, H>(
+    api: Api<Watched<K>>,
+    selector: kube::core::Selector,
+    page_size: u32,
+    fold: EventFold<K>,
+    handler: H,
+) -> Watch<H>
 where
-    K: kube::Resource + ResourceExt + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
+    K: Lean + kube::Resource<DynamicType = ()> + Default + Clone + std::fmt::Debug + Send + 'static,
     H: EventHandler<K> + Send + 'static,
 {
     spawn_with(api, selector, page_size, None, fold, handler)
 }
 
 fn spawn_with<K, H>(
-    api: Api<K>,
+    api: Api<Watched<K>>,
     selector: kube::core::Selector,
     page_size: u32,
     relist_every: Option<Duration>,
@@ -152,8 +158,7 @@ fn spawn_with<K, H>(
     handler: H,
 ) -> Watch<H>
 where
-    K: kube::Resource + ResourceExt + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
+    K: Lean + kube::Resource<DynamicType = ()> + Default + Clone + std::fmt::Debug + Send + 'static,
     H: EventHandler<K> + Send + 'static,
 {
     let (stop, stopped) = oneshot::channel::<()>();
@@ -175,7 +180,7 @@ where
     }
 }
 
-fn slices_api(server: &FakeApiServer) -> Api<EndpointSlice> {
+fn slices_api(server: &FakeApiServer) -> Api<Watched<EndpointSlice>> {
     Api::all(server.client())
 }
 
@@ -357,7 +362,7 @@ async fn selection_by_proxy_name_and_headless() {
     server.apply(s).unwrap();
     server.apply(slice("ns", "plain-1", "plain", &["10.0.0.2"])).unwrap();
 
-    let api: Api<Service> = Api::all(server.client());
+    let api: Api<Watched<Service>> = Api::all(server.client());
     let default = Selection::default();
     let multus = Selection {
         proxy_name: Some("multus-proxy".into()),
@@ -586,10 +591,13 @@ fn pod(name: &str, node: &str, ip: &str) -> Value {
 
 /// A watch of `api` restricted by a field selector (as proxyd watches this
 /// node's pods and its Node), until the returned sender fires.
-fn watch_by_field<K, H>(api: Api<K>, fields: &str, handler: H) -> (oneshot::Sender<()>, tokio::task::JoinHandle<H>)
+fn watch_by_field<K, H>(
+    api: Api<Watched<K>>,
+    fields: &str,
+    handler: H,
+) -> (oneshot::Sender<()>, tokio::task::JoinHandle<H>)
 where
-    K: kube::Resource + ResourceExt + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
+    K: Lean + kube::Resource<DynamicType = ()> + Default + Clone + std::fmt::Debug + Send + 'static,
     H: EventHandler<K> + Send + 'static,
 {
     let (stop, stopped) = oneshot::channel::<()>();
@@ -623,7 +631,7 @@ async fn only_this_nodes_pods_are_watched() {
     let handler = PodHandler::new("node-1", Arc::default());
     let store = handler.store.clone();
     let (stop, task) = watch_by_field(
-        Api::<k8s_openapi::api::core::v1::Pod>::all(server.client()),
+        Api::<Watched<k8s_openapi::api::core::v1::Pod>>::all(server.client()),
         "spec.nodeName=node-1",
         handler,
     );
@@ -669,7 +677,7 @@ async fn this_nodes_zone_is_followed() {
     let handler = ThisNodeHandler::new(zone.clone());
     let synced = handler.synced.clone();
     let (stop, task) = watch_by_field(
-        Api::<k8s_openapi::api::core::v1::Node>::all(server.client()),
+        Api::<Watched<k8s_openapi::api::core::v1::Node>>::all(server.client()),
         "metadata.name=node-1",
         handler,
     );
@@ -705,7 +713,7 @@ async fn recovery_after_an_api_server_outage_and_restart() {
     server.apply(service("ns", "before", json!({}), "10.96.0.1")).unwrap();
     let rec = Recorder::default();
     let w = spawn(
-        Api::<Service>::all(server.client()),
+        Api::<Watched<Service>>::all(server.client()),
         kube::core::Selector::default(),
         100,
         EventFold::new(),

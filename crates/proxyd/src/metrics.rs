@@ -128,7 +128,7 @@ mod tests {
     #[test]
     fn every_family_and_the_process_metrics_are_there_from_the_first_scrape() {
         let m = Metrics::new(&[IpFamily::V4, IpFamily::V6], false);
-        let _ = m.sources.watch("services");
+        let _ = m.sources.watch("services", "Service");
         let text = m.render();
         for fam in ["IPv4", "IPv6"] {
             let line = format!("kubeproxy_sync_proxy_rules_nftables_sync_failures_total{{ip_family=\"{fam}\"}} 0");

@@ -480,3 +480,84 @@ async fn kube_proxys_configmap_and_arguments_work_unchanged() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A Service status condition with `lastTransitionTime: null` (what the
+/// e2e "service status lifecycle" test writes; Go clients read it as a zero
+/// time) does not freeze the Service: every later port change is
+/// programmed, the Service watch never fails and never relists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_null_status_field_does_not_freeze_a_service() {
+    let server = FakeApiServer::start().await.unwrap();
+    let web = |port: u16| {
+        json!({"kind": "Service", "metadata": {"name": "web", "namespace": "ns"},
+               "spec": {"clusterIP": "10.96.0.20", "ports": [{"name": "dns", "protocol": "UDP", "port": port}]},
+               "status": {"loadBalancer": {}, "conditions": [{"type": "StatusUpdate", "status": "True",
+                          "lastTransitionTime": null, "reason": "E2E", "message": "Set from e2e test"}]}})
+    };
+    server
+        .apply(
+            json!({"kind": "Service", "metadata": {"name": "web", "namespace": "ns"},
+                      "spec": {"clusterIP": "10.96.0.20", "ports": [{"name": "dns", "protocol": "UDP", "port": 80}]}}),
+        )
+        .unwrap();
+    server.apply(slice("web-1", "web", &["10.0.0.1"], "node-1")).unwrap();
+    let dir = std::env::temp_dir().join(format!("proxyd-null-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+    let metrics = common::free_port();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
+    cmd.args(["run", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args(["--hostname-override", "node-1", "--min-sync-period", "0"])
+        .args(["--dry-run", "--healthz-bind-address", "", "--metrics-bind-address"])
+        .arg(format!("127.0.0.1:{metrics}"))
+        .arg("--dry-run-dir")
+        .arg(dir.join("nft"));
+    let (_child, lines) = spawn_logged(cmd);
+    let mut log = Vec::new();
+    expect_line(
+        &lines,
+        &mut log,
+        &["synced", "first=true", "service_ports_with_endpoints=1"],
+    )
+    .await;
+
+    // The status write, then five port changes.
+    server.apply(web(80)).unwrap();
+    let programmed = |port: u16| {
+        let wanted = format!("10.96.0.20 . udp . {port} . 0 : 10.0.0.1 . 53");
+        std::fs::read_dir(dir.join("nft"))
+            .unwrap()
+            .any(|f| std::fs::read_to_string(f.unwrap().path()).is_ok_and(|t| t.contains(&wanted)))
+    };
+    for port in 81..=85 {
+        server.apply(web(port)).unwrap();
+        let start = Instant::now();
+        while !programmed(port) {
+            while let Ok(l) = lines.try_recv() {
+                log.push(l);
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "port {port} never programmed; log:\n{}",
+                log.join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    while let Ok(l) = lines.try_recv() {
+        log.push(l);
+    }
+    let text = log.join("\n");
+    assert!(!text.contains("watch failing"), "{text}");
+    let exported = http_body(metrics, "/metrics");
+    for series in [
+        "proxyd_watch_restarts_total{resource=\"services\"} 0",
+        "proxyd_relists_total{resource=\"services\"} 0",
+        "proxyd_rejected_objects_total{kind=\"Service\",reason=\"undecodable\"} 0",
+    ] {
+        assert!(exported.contains(series), "{series} in:\n{exported}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -728,9 +728,11 @@ fn list_response(shared: &Shared, route: &Route, selector: &Selector, q: &HashMa
     json_response(StatusCode::OK, &body)
 }
 
+/// One watch event, written as kube-apiserver writes it: `type` before
+/// `object` (Go's encoder keeps the struct's field order; a JSON map here
+/// would sort `object` first).
 fn event_line(ty: &str, object: &Value) -> Bytes {
-    let mut line = json!({"type": ty, "object": object}).to_string();
-    line.push('\n');
+    let line = format!("{{\"type\":{},\"object\":{object}}}\n", json!(ty));
     Bytes::from(line)
 }
 

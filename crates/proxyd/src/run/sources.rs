@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use informer_glue::fold::{EventFold, Fanout};
+use informer_glue::lenient::Watched;
 use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetworks};
 use informer_glue::node::{ThisNode, ThisNodeHandler};
 use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
@@ -221,30 +222,30 @@ async fn start_watches(
         page_size: args.list_page_size,
         relist_every: Some(args.config_sync_period),
     };
-    let mut watch = |resource: &'static str| {
-        let w = metrics.sources.watch(resource);
+    let mut watch = |resource: &'static str, kind: &'static str| {
+        let w = metrics.sources.watch(resource, kind);
         state.watches.push(w.clone());
         w
     };
     let sel = selection.clone();
     tasks.spawn(run_watch(
-        Api::<EndpointSlice>::all(client.clone()),
+        Api::<Watched<EndpointSlice>>::all(client.clone()),
         WatchSettings {
             label_selector: selection.slice_label_selector(),
             ..settings.clone()
         },
         EventFold::with_selection(move |s| sel.selects_slice(s)).keeping(SlimSlices),
         h.slices,
-        watch("endpointslices"),
+        watch("endpointslices", "EndpointSlice"),
         shutdown.clone().cancelled_owned(),
     ));
     let sel = selection.clone();
     tasks.spawn(run_watch(
-        Api::<Service>::all(client.clone()),
+        Api::<Watched<Service>>::all(client.clone()),
         settings.clone(),
         EventFold::with_selection(move |s| sel.selects_service(s)).keeping(SlimServices),
         h.services,
-        watch("services"),
+        watch("services", "Service"),
         shutdown.clone().cancelled_owned(),
     ));
     // This node's objects only: the cluster's pods and nodes are never
@@ -257,11 +258,11 @@ async fn start_watches(
     if let Some(pods) = h.pods {
         let node = pods.node.clone();
         tasks.spawn(run_watch(
-            Api::<Pod>::all(client.clone()),
+            Api::<Watched<Pod>>::all(client.clone()),
             on_this_node("spec.nodeName", &node),
             EventFold::new(),
             pods,
-            watch("pods"),
+            watch("pods", "Pod"),
             shutdown.clone().cancelled_owned(),
         ));
     }
@@ -270,14 +271,14 @@ async fn start_watches(
             let handler = ServiceCidrHandler::new(cidrs);
             state.listed.push(handler.synced.clone());
             tasks.spawn(run_watch(
-                Api::<ServiceCIDR>::all(client.clone()),
+                Api::<Watched<ServiceCIDR>>::all(client.clone()),
                 WatchSettings {
                     label_selector: kube::core::Selector::default(),
                     ..settings.clone()
                 },
                 EventFold::new(),
                 handler,
-                watch("servicecidrs"),
+                watch("servicecidrs", "ServiceCIDR"),
                 shutdown.clone().cancelled_owned(),
             ));
         } else {
@@ -291,11 +292,11 @@ async fn start_watches(
         let handler = ThisNodeHandler::new(zone.clone());
         state.listed.push(handler.synced.clone());
         tasks.spawn(run_watch(
-            Api::<Node>::all(client),
+            Api::<Watched<Node>>::all(client),
             on_this_node("metadata.name", zone.node()),
             EventFold::new(),
             handler,
-            watch("nodes"),
+            watch("nodes", "Node"),
             shutdown.clone().cancelled_owned(),
         ));
     }
