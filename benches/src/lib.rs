@@ -110,6 +110,7 @@ pub fn cluster_ip_service(namespace: &str, i: u32) -> slice_model::ServiceInfo {
         protocol: Protocol::Tcp,
         port: std::num::NonZeroU16::MIN.saturating_add(79),
         node_port: None,
+        app_protocol: None,
     }];
     s
 }

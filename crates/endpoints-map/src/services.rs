@@ -113,6 +113,7 @@ mod tests {
                 protocol: *p,
                 port: NonZeroU16::new(53).unwrap(),
                 node_port: None,
+                app_protocol: None,
             })
             .collect();
         s

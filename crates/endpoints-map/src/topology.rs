@@ -659,6 +659,7 @@ mod tests {
             protocol: Protocol::Tcp,
             port: std::num::NonZeroU16::new(80).unwrap(),
             node_port: std::num::NonZeroU16::new(30080),
+            app_protocol: None,
         }];
         let of = |svc: &ServiceInfo| TrafficPolicies::of(&svc.ports_for(IpFamily::V4)[0]);
         assert_eq!(of(&svc), CLUSTER, "a ClusterIP service ignores its node port");

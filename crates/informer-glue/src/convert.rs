@@ -2,8 +2,8 @@
 
 use k8s_openapi::api::discovery::v1 as discovery;
 use slice_model::{
-    EndpointSlice, HOSTNAME_TOPOLOGY_KEY, Interner, RawEndpoint, SERVICE_NAME_LABEL, SliceBuilder, SliceError,
-    SliceName, SliceWarning, TRIGGER_TIME_ANNOTATION,
+    EndpointSlice, HOSTNAME_TOPOLOGY_KEY, Interner, RawEndpoint, RawTargetRef, SERVICE_NAME_LABEL, SliceBuilder,
+    SliceError, SliceName, SliceWarning, TRIGGER_TIME_ANNOTATION,
 };
 
 /// Converts an EndpointSlice from an ADDED or MODIFIED event, applying the
@@ -15,6 +15,24 @@ pub fn slice_from_k8s(
     slice: &discovery::EndpointSlice,
     interner: &mut Interner,
 ) -> Result<(EndpointSlice, Vec<SliceWarning>), SliceError> {
+    convert(slice, interner, false)
+}
+
+/// [`slice_from_k8s`], keeping what a proxy does not read: each endpoint's
+/// [facts](slice_model::EndpointFacts) (hostname, node name, zone, target
+/// reference) and each port's `appProtocol`.
+pub fn slice_with_facts_from_k8s(
+    slice: &discovery::EndpointSlice,
+    interner: &mut Interner,
+) -> Result<(EndpointSlice, Vec<SliceWarning>), SliceError> {
+    convert(slice, interner, true)
+}
+
+fn convert(
+    slice: &discovery::EndpointSlice,
+    interner: &mut Interner,
+    keep_facts: bool,
+) -> Result<(EndpointSlice, Vec<SliceWarning>), SliceError> {
     let meta = &slice.metadata;
     let label = meta.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL));
     let mut b = SliceBuilder::new(
@@ -24,12 +42,21 @@ pub fn slice_from_k8s(
         label.map(String::as_str),
         Some(slice.address_type.as_str()),
     )?;
+    if keep_facts {
+        b = b.keeping_facts();
+    }
     b.reserve(
         slice.ports.as_ref().map_or(0, Vec::len),
         slice.endpoints.as_ref().map_or(0, Vec::len),
     );
     for (i, p) in slice.ports.iter().flatten().enumerate() {
-        b.port(i, p.name.as_deref(), p.protocol.as_deref(), p.port.map(i64::from));
+        b.port_with_app_protocol(
+            i,
+            p.name.as_deref(),
+            p.protocol.as_deref(),
+            p.port.map(i64::from),
+            p.app_protocol.as_deref(),
+        );
     }
     for (i, e) in slice.endpoints.iter().flatten().enumerate() {
         let cond = e.conditions.as_ref();
@@ -44,6 +71,14 @@ pub fn slice_from_k8s(
                 .as_ref()
                 .and_then(|t| t.get(HOSTNAME_TOPOLOGY_KEY))
                 .map(String::as_str),
+            hostname: e.hostname.as_deref(),
+            zone: e.zone.as_deref(),
+            target_ref: e.target_ref.as_ref().map(|r| RawTargetRef {
+                kind: r.kind.as_deref(),
+                namespace: r.namespace.as_deref(),
+                name: r.name.as_deref(),
+                uid: r.uid.as_deref(),
+            }),
         };
         let zones = e
             .hints

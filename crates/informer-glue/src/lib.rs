@@ -19,11 +19,15 @@
 //!
 //! ```text
 //!  kube-runtime watcher (list-then-watch, default backoff, label selector)
-//!        │ Init / InitApply / InitDone / Apply / Delete
+//!        │ Init / InitApply / InitDone / Apply / Delete of Watched<K>
+//!        ▼
+//!  lenient: only the fields proxyd reads, null read as absent; an object
+//!        │ that cannot be decoded is warned about and skipped
 //!        ▼
 //!  EventFold ── add / update(old, new) / delete(tombstone) / synced ──► EventHandler
 //! ```
 //!
+//! One object the decoder cannot read never fails a watch ([`lenient`]).
 //! The fold turns "known before a relist, absent after it" into a delete, so
 //! nothing deleted while the watch was down survives ([`fold`]); the runner
 //! logs and counts watch errors and never gives up ([`runner`]); selection
@@ -55,7 +59,7 @@ pub mod tombstone;
 pub mod wire;
 
 pub use cache_handler::SliceCacheHandler;
-pub use convert::{slice_from_k8s, slice_name_of};
+pub use convert::{slice_from_k8s, slice_name_of, slice_with_facts_from_k8s};
 pub use service::{DEFAULT_AFFINITY_TIMEOUT, ServiceError, ServiceWarning, service_from_k8s};
 pub use service_handler::ServiceHandler;
 

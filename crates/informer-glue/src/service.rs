@@ -190,6 +190,7 @@ pub fn service_from_k8s(svc: &core::Service) -> Result<(ServiceInfo, Vec<Service
             protocol,
             port,
             node_port,
+            app_protocol: p.app_protocol.as_deref().map(Into::into),
         });
     }
     info.external_ips = (spec.external_ips.iter().flatten().enumerate())
@@ -240,5 +241,7 @@ pub fn service_from_k8s(svc: &core::Service) -> Result<(ServiceInfo, Vec<Service
         Some(p) => cx.port("spec.healthCheckNodePort".into(), p),
     };
     info.traffic_distribution = spec.traffic_distribution.as_deref().map(Into::into);
+    info.publish_not_ready_addresses = spec.publish_not_ready_addresses.unwrap_or(false);
+    info.external_name = spec.external_name.as_deref().filter(|n| !n.is_empty()).map(Into::into);
     Ok((info, cx.warnings))
 }

@@ -71,8 +71,9 @@ fn slice_facts(json: &str) -> Result<String, String> {
     facts_of::<EndpointSlice>(json, |s| {
         let mut interner = slice_model::Interner::default();
         format!(
-            "{:?} {}",
+            "{:?} {:?} {}",
             informer_glue::slice_from_k8s(s, &mut interner),
+            informer_glue::slice_with_facts_from_k8s(s, &mut interner),
             Selection::default().selects_slice(s)
         )
     })
@@ -115,6 +116,9 @@ const CASES: [Case; 5] = [
             "spec.ports[].protocol",
             "spec.ports[].port",
             "spec.ports[].nodePort",
+            "spec.ports[].appProtocol",
+            "spec.publishNotReadyAddresses",
+            "spec.externalName",
             "spec.externalIPs",
             "spec.loadBalancerSourceRanges",
             "spec.sessionAffinity",
@@ -143,9 +147,16 @@ const CASES: [Case; 5] = [
             "endpoints[].deprecatedTopology.kubernetes.io/hostname",
             "endpoints[].hints.forZones[].name",
             "endpoints[].hints.forNodes[].name",
+            "endpoints[].hostname",
+            "endpoints[].zone",
+            "endpoints[].targetRef.kind",
+            "endpoints[].targetRef.namespace",
+            "endpoints[].targetRef.name",
+            "endpoints[].targetRef.uid",
             "ports[].name",
             "ports[].protocol",
             "ports[].port",
+            "ports[].appProtocol",
         ],
         facts: slice_facts,
     },
@@ -506,12 +517,14 @@ async fn an_object_broken_in_a_read_field_is_skipped_and_the_others_flow() {
 
     // A relist (410 Gone) lists both broken objects again, same versions:
     // no second warning, and flaky is not taken for deleted.
-    server.drop_watches();
-    server.compact();
     server.expire_next_watches(1);
+    server.compact();
+    server.drop_watches();
     server.apply(service("last", json!(83))).unwrap();
-    wait_for("the relist", || names().contains(&"last".to_owned())).await;
-    assert!(metrics.relists.get() >= 1);
+    wait_for("the relist", || {
+        metrics.relists.get() >= 1 && names().contains(&"last".to_owned())
+    })
+    .await;
     assert_eq!(names(), ["after", "flaky", "good", "last"]);
     assert_eq!(metrics.undecodable.get(), 2, "once per resourceVersion");
 
@@ -603,4 +616,47 @@ mod never_panics {
             decode_all(&text);
         }
     }
+}
+
+/// What a library user reads beyond a proxy: a real slice's endpoint facts
+/// (hostname, node name, zone, target reference) and ports' appProtocol,
+/// and a Service's publishNotReadyAddresses and ports' appProtocol, come
+/// through the watch's decoding; the proxy's conversion keeps none of them.
+#[test]
+fn endpoint_and_service_facts_come_through() {
+    let slice = decode::<EndpointSlice>(CASES[1].fixture).unwrap();
+    let mut interner = slice_model::Interner::default();
+    let (kept, _) = informer_glue::slice_with_facts_from_k8s(&slice, &mut interner).unwrap();
+    let first = kept.content.endpoints[0].facts.as_deref().unwrap();
+    assert_eq!(first.hostname.as_deref(), Some("web-0"));
+    assert_eq!(first.node_name.as_deref(), Some("node-1"));
+    assert_eq!(first.zone.as_deref(), Some("zone-a"));
+    let target = first.target_ref.as_ref().unwrap();
+    assert_eq!(
+        (&*target.kind, &*target.namespace, &*target.name, &*target.uid),
+        ("Pod", "shop", "web-0", "a3f0c2d1-0000-4000-8000-000000000001")
+    );
+    let second = kept.content.endpoints[1].facts.as_deref().unwrap();
+    assert_eq!(
+        (second.hostname.as_deref(), second.zone.as_deref()),
+        (None, Some("zone-b"))
+    );
+    let http = kept.content.ports.iter().find(|p| &*p.name == "http").unwrap();
+    assert_eq!(http.app_protocol.as_deref(), Some("http"));
+    let (proxy, _) = informer_glue::slice_from_k8s(&slice, &mut interner).unwrap();
+    assert!(proxy.content.endpoints.iter().all(|e| e.facts.is_none()));
+    assert!(proxy.content.ports.iter().all(|p| p.app_protocol.is_none()));
+
+    let mut service: Value = serde_json::from_str(CASES[0].fixture).unwrap();
+    service["spec"]["publishNotReadyAddresses"] = json!(true);
+    let svc = decode::<Service>(&service.to_string()).unwrap();
+    let (info, _) = informer_glue::service_from_k8s(&svc).unwrap();
+    assert!(info.publish_not_ready_addresses);
+    assert_eq!(info.ports[0].app_protocol.as_deref(), Some("http"));
+    assert_eq!(info.ports[1].app_protocol, None);
+    let mut external: Value = serde_json::from_str(CASES[0].fixture).unwrap();
+    external["spec"] = json!({"type": "ExternalName", "externalName": "db.example.test"});
+    let svc = decode::<Service>(&external.to_string()).unwrap();
+    let (info, _) = informer_glue::service_from_k8s(&svc).unwrap();
+    assert_eq!(info.external_name.as_deref(), Some("db.example.test"));
 }

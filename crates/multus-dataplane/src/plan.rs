@@ -131,6 +131,7 @@ mod tests {
                 protocol: Protocol::Tcp,
                 port: NonZeroU16::new(80).unwrap(),
                 node_port: None,
+                app_protocol: None,
             }];
             t.update(&s);
         }

@@ -255,6 +255,7 @@ impl Setup {
             protocol: Protocol::Udp,
             port: NonZeroU16::new(53).unwrap(),
             node_port: None,
+            app_protocol: None,
         }];
         self.proxier.engine.update_service(&s);
         self.networks

@@ -152,6 +152,7 @@ mod tests {
             protocol: Protocol::Udp,
             port: NonZeroU16::new(53).unwrap(),
             node_port: None,
+            app_protocol: None,
         }];
         engine.update_service(&s);
         let slice = EndpointSlice::new("ns", "dns-1", "dns")

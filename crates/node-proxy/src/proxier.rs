@@ -220,6 +220,7 @@ mod tests {
             protocol: Protocol::Udp,
             port: NonZeroU16::new(53).unwrap(),
             node_port: NonZeroU16::new(30053),
+            app_protocol: None,
         }];
         s
     }

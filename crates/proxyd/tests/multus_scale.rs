@@ -98,6 +98,7 @@ fn service(i: u32) -> ServiceInfo {
         protocol: Protocol::Tcp,
         port: NonZeroU16::new(80).unwrap(),
         node_port: None,
+        app_protocol: None,
     }];
     s
 }

@@ -104,6 +104,7 @@ fn service(name: &str, ip: &str) -> ServiceInfo {
         protocol: Protocol::Tcp,
         port: NonZeroU16::new(80).unwrap(),
         node_port: None,
+        app_protocol: None,
     }];
     s
 }

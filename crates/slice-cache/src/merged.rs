@@ -168,6 +168,7 @@ fn merge_runs(runs: &[Run<'_>], node_name: &str) -> Vec<BaseEndpointInfo> {
         terminating: e.conditions.terminating,
         zone_hints: e.zone_hints.clone(),
         node_hint: e.node_hints.for_node(node_name),
+        facts: e.facts.clone(),
     };
     let push = |out: &mut Vec<BaseEndpointInfo>, e: &SliceEndpoint, port: u16| {
         let addr = SocketAddr::new(e.addr, port);
@@ -224,6 +225,7 @@ mod tests {
                 name: "p".into(),
                 protocol: Protocol::Tcp,
                 port: std::num::NonZeroU16::new(80).unwrap(),
+                app_protocol: None,
             }],
             endpoints: vec![ep("10.0.0.1", "here", true)],
         };

@@ -125,6 +125,7 @@ mod tests {
                 protocol: *p,
                 port: NonZeroU16::new(*port).unwrap(),
                 node_port: None,
+                app_protocol: None,
             })
             .collect();
         s

@@ -13,7 +13,8 @@ use std::sync::Arc;
 use crate::parse_endpoint_ip;
 use crate::trigger_time::parse_rfc3339;
 use crate::{
-    Conditions, EndpointSlice, Interner, NodeHints, Protocol, SliceContent, SliceEndpoint, SliceName, SlicePort,
+    Conditions, EndpointFacts, EndpointSlice, Interner, NodeHints, Protocol, RawTargetRef, SliceContent, SliceEndpoint,
+    SliceName, SlicePort, TargetRef,
 };
 
 /// The label that names a slice's service.
@@ -171,6 +172,26 @@ pub struct RawEndpoint<'a> {
     pub node_name: Option<&'a str>,
     /// `deprecatedTopology["kubernetes.io/hostname"]`.
     pub topology_hostname: Option<&'a str>,
+    /// `hostname` (a [fact](crate::EndpointFacts)).
+    pub hostname: Option<&'a str>,
+    /// `zone` (a fact).
+    pub zone: Option<&'a str>,
+    /// `targetRef` (a fact).
+    pub target_ref: Option<RawTargetRef<'a>>,
+}
+
+impl RawEndpoint<'_> {
+    /// The facts it gives, or `None` when it gives none.
+    fn facts(&self) -> Option<Arc<EndpointFacts>> {
+        let text = |s: Option<&str>| s.map(Arc::from);
+        let facts = EndpointFacts {
+            hostname: text(self.hostname),
+            node_name: text(self.node_name),
+            zone: text(self.zone),
+            target_ref: self.target_ref.map(TargetRef::from),
+        };
+        (!facts.is_empty()).then(|| Arc::new(facts))
+    }
 }
 
 /// Builds one [`EndpointSlice`] from the fields of an API object, however
@@ -212,6 +233,7 @@ pub struct SliceBuilder<'i> {
     service: Arc<str>,
     content: SliceContent,
     warnings: Vec<SliceWarning>,
+    keep_facts: bool,
 }
 
 impl<'i> SliceBuilder<'i> {
@@ -245,7 +267,17 @@ impl<'i> SliceBuilder<'i> {
             service,
             content: SliceContent::default(),
             warnings: Vec::new(),
+            keep_facts: false,
         })
+    }
+
+    /// Keeps each endpoint's [facts](crate::EndpointFacts) (hostname, node
+    /// name, zone, target reference) and each port's `appProtocol`, which a
+    /// proxy does not read and by default are dropped.
+    #[must_use]
+    pub fn keeping_facts(mut self) -> Self {
+        self.keep_facts = true;
+        self
     }
 
     /// Reserves room for the ports and endpoints about to be added.
@@ -271,6 +303,19 @@ impl<'i> SliceBuilder<'i> {
     /// an unknown protocol, is skipped with a warning; a missing protocol is
     /// TCP ([rule 3](crate::rules)).
     pub fn port(&mut self, index: usize, name: Option<&str>, protocol: Option<&str>, port: Option<i64>) {
+        self.port_with_app_protocol(index, name, protocol, port, None);
+    }
+
+    /// [`port`](Self::port) with the port's `appProtocol`, kept when the
+    /// builder [keeps facts](Self::keeping_facts).
+    pub fn port_with_app_protocol(
+        &mut self,
+        index: usize,
+        name: Option<&str>,
+        protocol: Option<&str>,
+        port: Option<i64>,
+        app_protocol: Option<&str>,
+    ) {
         let Some(name) = name else {
             return self.warn(index, WarningKind::PortWithoutName);
         };
@@ -289,10 +334,12 @@ impl<'i> SliceBuilder<'i> {
             },
         };
         let name = self.interner.str(name);
+        let app_protocol = app_protocol.filter(|_| self.keep_facts).map(|a| self.interner.str(a));
         self.content.ports.push(SlicePort {
             name,
             protocol,
             port: number,
+            app_protocol,
         });
     }
 
@@ -327,6 +374,7 @@ impl<'i> SliceBuilder<'i> {
             node: raw.node_name.or(raw.topology_hostname).map(|n| self.interner.node(n)),
             zone_hints,
             node_hints: NodeHints::new(nodes),
+            facts: if self.keep_facts { raw.facts() } else { None },
         });
     }
 
@@ -501,6 +549,68 @@ mod tests {
         assert_eq!(w[4].kind, WarningKind::NoAddress);
     }
 
+    /// Facts (hostname, node name, zone, target reference, appProtocol) are
+    /// kept only when asked: a proxy's slices are as before.
+    #[test]
+    fn facts_are_kept_only_when_asked() {
+        let raw = RawEndpoint {
+            first_address: Some("10.0.0.1"),
+            node_name: Some("node-1"),
+            hostname: Some("web-0"),
+            zone: Some("zone-a"),
+            target_ref: Some(RawTargetRef {
+                kind: Some("Pod"),
+                namespace: Some("ns"),
+                name: Some("web-0"),
+                uid: None,
+            }),
+            ..RawEndpoint::default()
+        };
+        let build = |keep: bool| {
+            let mut i = Interner::new();
+            let mut b = builder(&mut i);
+            if keep {
+                b = b.keeping_facts();
+            }
+            b.port_with_app_protocol(0, Some("grpc"), None, Some(50051), Some("kubernetes.io/h2c"));
+            b.endpoint(0, raw, []);
+            b.endpoint(
+                1,
+                RawEndpoint {
+                    first_address: Some("10.0.0.2"),
+                    ..RawEndpoint::default()
+                },
+                [],
+            );
+            b.finish(None).0
+        };
+        let proxy = build(false);
+        assert!(proxy.content.endpoints.iter().all(|e| e.facts.is_none()));
+        assert_eq!(proxy.content.ports[0].app_protocol, None);
+        let kept = build(true);
+        let facts = kept.content.endpoints[0].facts.as_deref().expect("kept");
+        assert_eq!(facts.hostname.as_deref(), Some("web-0"));
+        assert_eq!(facts.node_name.as_deref(), Some("node-1"));
+        assert_eq!(facts.zone.as_deref(), Some("zone-a"));
+        let target = facts.target_ref.as_ref().expect("target");
+        assert_eq!(
+            (&*target.kind, &*target.namespace, &*target.name, &*target.uid),
+            ("Pod", "ns", "web-0", "")
+        );
+        assert_eq!(
+            kept.content.endpoints[1].facts, None,
+            "an endpoint that gives none keeps none"
+        );
+        assert_eq!(kept.content.ports[0].app_protocol.as_deref(), Some("kubernetes.io/h2c"));
+        // The proxy's view of the two is the same.
+        let strip = |mut c: SliceContent| {
+            c.endpoints.iter_mut().for_each(|e| e.facts = None);
+            c.ports.iter_mut().for_each(|p| p.app_protocol = None);
+            c
+        };
+        assert_eq!(strip(kept.content), proxy.content);
+    }
+
     #[test]
     fn endpoint_fields_are_kept() {
         let mut i = Interner::new();
@@ -512,6 +622,7 @@ mod tests {
             terminating: Some(true),
             node_name: None,
             topology_hostname: Some("node-1"),
+            ..RawEndpoint::default()
         };
         b.endpoint(0, r, ["zone-b", "zone-a"]);
         let (s, w) = b.finish(Some("2024-01-01T00:00:01Z"));

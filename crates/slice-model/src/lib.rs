@@ -3,6 +3,7 @@
 mod addr;
 mod build;
 mod endpoint;
+mod facts;
 mod intern;
 mod names;
 mod node;
@@ -22,6 +23,7 @@ pub use build::{
     TRIGGER_TIME_ANNOTATION, WarningKind, deleted_slice_name, slice_name,
 };
 pub use endpoint::{BaseEndpointInfo, Endpoint};
+pub use facts::{EndpointFacts, RawTargetRef, TargetRef};
 pub use intern::Interner;
 /// `ipnet`'s CIDR type, as [`ServiceInfo`] uses it (so users need not
 /// depend on `ipnet` themselves).

@@ -58,6 +58,9 @@ pub struct ServicePort {
     pub port: NonZeroU16,
     /// `ports[].nodePort`, for NodePort and LoadBalancer services.
     pub node_port: Option<NonZeroU16>,
+    /// `ports[].appProtocol` (e.g. `kubernetes.io/h2c`), for clients that
+    /// pick a protocol; a proxy does not read it.
+    pub app_protocol: Option<Arc<str>>,
 }
 
 /// A service, with what kube-proxy reads of it.
@@ -89,6 +92,12 @@ pub struct ServiceInfo {
     pub health_check_node_port: Option<NonZeroU16>,
     /// `spec.trafficDistribution` (e.g. `PreferClose`).
     pub traffic_distribution: Option<Arc<str>>,
+    /// `spec.publishNotReadyAddresses`: DNS publishes endpoints that are
+    /// not ready (a proxy does not read it).
+    pub publish_not_ready_addresses: bool,
+    /// `spec.externalName`, for ExternalName services (what DNS answers
+    /// with a CNAME; a proxy programs nothing for them).
+    pub external_name: Option<Arc<str>>,
 }
 
 impl ServiceInfo {
@@ -109,6 +118,8 @@ impl ServiceInfo {
             internal_traffic_policy: TrafficPolicy::default(),
             health_check_node_port: None,
             traffic_distribution: None,
+            publish_not_ready_addresses: false,
+            external_name: None,
         }
     }
 
@@ -225,6 +236,7 @@ mod tests {
             protocol: Protocol::Tcp,
             port: NonZeroU16::new(80).unwrap(),
             node_port: NonZeroU16::new(30080),
+            app_protocol: None,
         }];
         s.external_ips = vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
         s

@@ -5,7 +5,7 @@ use std::num::NonZeroU16;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::{IpFamily, NodeHints, NodeName, Protocol, ServiceName, SliceName, ZoneHints};
+use crate::{EndpointFacts, IpFamily, NodeHints, NodeName, Protocol, ServiceName, SliceName, ZoneHints};
 
 /// An endpoint's conditions, with the API's defaults already applied.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -81,6 +81,8 @@ pub struct SlicePort {
     pub protocol: Protocol,
     /// The port number on the endpoints.
     pub port: NonZeroU16,
+    /// `appProtocol` (kept with the [facts](crate::EndpointFacts) only).
+    pub app_protocol: Option<Arc<str>>,
 }
 
 /// One endpoint of a slice: its first address (canonical) and what decides
@@ -98,6 +100,9 @@ pub struct SliceEndpoint {
     pub zone_hints: ZoneHints,
     /// `hints.forNodes[].name`.
     pub node_hints: NodeHints,
+    /// Hostname, node name, zone and target reference, when the builder
+    /// keeps them ([`EndpointFacts`]).
+    pub facts: Option<Arc<EndpointFacts>>,
 }
 
 impl SliceEndpoint {
@@ -261,6 +266,7 @@ impl SliceEndpoint {
             node: None,
             zone_hints: ZoneHints::default(),
             node_hints: NodeHints::default(),
+            facts: None,
         }
     }
 
@@ -287,6 +293,13 @@ impl SliceEndpoint {
     /// Sets the node hints.
     pub fn with_node_hints<'a>(mut self, nodes: impl IntoIterator<Item = &'a str>) -> Self {
         self.node_hints = NodeHints::new(nodes);
+        self
+    }
+
+    /// Sets the facts.
+    #[must_use]
+    pub fn with_facts(mut self, facts: EndpointFacts) -> Self {
+        self.facts = Some(Arc::new(facts));
         self
     }
 }
@@ -326,6 +339,7 @@ impl EndpointSlice {
             name: name.into(),
             protocol,
             port,
+            app_protocol: None,
         });
         self
     }

@@ -109,6 +109,7 @@ pub fn slice_content() -> impl Strategy<Value = SliceContent> {
                             name: name.into(),
                             protocol,
                             port: NonZeroU16::new(port)?,
+                            app_protocol: None,
                         })
                     })
                     .collect(),
@@ -173,6 +174,7 @@ pub fn service_info() -> impl Strategy<Value = ServiceInfo> {
                         protocol,
                         port: NonZeroU16::new(port)?,
                         node_port,
+                        app_protocol: None,
                     })
                 })
                 .collect();

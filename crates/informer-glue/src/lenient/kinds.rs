@@ -51,6 +51,8 @@ struct ServiceSpec {
     internal_traffic_policy: Option<String>,
     health_check_node_port: Option<i32>,
     traffic_distribution: Option<String>,
+    publish_not_ready_addresses: Option<bool>,
+    external_name: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -61,6 +63,7 @@ struct ServicePort {
     #[serde(deserialize_with = "zero")]
     port: i32,
     node_port: Option<i32>,
+    app_protocol: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -112,6 +115,7 @@ impl Lean for core::Service {
                         protocol: p.protocol,
                         port: p.port,
                         node_port: p.node_port,
+                        app_protocol: p.app_protocol,
                         ..Default::default()
                     })
                     .collect()
@@ -128,6 +132,8 @@ impl Lean for core::Service {
             internal_traffic_policy: s.internal_traffic_policy,
             health_check_node_port: s.health_check_node_port,
             traffic_distribution: s.traffic_distribution,
+            publish_not_ready_addresses: s.publish_not_ready_addresses,
+            external_name: s.external_name,
             ..Default::default()
         });
         let status = w.status.map(|s| core::ServiceStatus {
@@ -179,6 +185,18 @@ struct Endpoint {
     #[serde(deserialize_with = "string_map")]
     deprecated_topology: Option<std::collections::BTreeMap<String, String>>,
     hints: Option<Hints>,
+    hostname: Option<String>,
+    zone: Option<String>,
+    target_ref: Option<TargetRef>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct TargetRef {
+    kind: Option<String>,
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -206,11 +224,12 @@ struct Named {
 }
 
 #[derive(Deserialize, Default)]
-#[serde(default)]
+#[serde(default, rename_all = "camelCase")]
 struct SlicePort {
     name: Option<String>,
     protocol: Option<String>,
     port: Option<i32>,
+    app_protocol: Option<String>,
 }
 
 impl Lean for discovery::EndpointSlice {
@@ -237,7 +256,15 @@ impl Lean for discovery::EndpointSlice {
                             .for_nodes
                             .map(|z| z.into_iter().map(|n| discovery::ForNode { name: n.name }).collect()),
                     }),
-                    ..Default::default()
+                    hostname: e.hostname,
+                    zone: e.zone,
+                    target_ref: e.target_ref.map(|r| core::ObjectReference {
+                        kind: r.kind,
+                        namespace: r.namespace,
+                        name: r.name,
+                        uid: r.uid,
+                        ..Default::default()
+                    }),
                 })
                 .collect()
         });
@@ -252,7 +279,7 @@ impl Lean for discovery::EndpointSlice {
                         name: p.name,
                         protocol: p.protocol,
                         port: p.port,
-                        ..Default::default()
+                        app_protocol: p.app_protocol,
                     })
                     .collect()
             }),

@@ -176,10 +176,14 @@ impl<K: Lean + Resource<DynamicType = ()> + Default> Watched<K> {
     }
 }
 
+/// Held as text first (serde_json's `RawValue`), so that an error inside
+/// the object leaves the event, and the list around it, readable. This
+/// needs serde_json to read the object itself, as kube's client does for
+/// lists and for watch events written `type` before `object`, as
+/// kube-apiserver writes them; an event written the other way round fails
+/// to decode as a whole (kube-runtime then restarts the watch).
 impl<'de, K: Lean + Resource<DynamicType = ()> + Default> Deserialize<'de> for Watched<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Held as text first, so that an error inside the object leaves
-        // the event (and the list around it) readable.
         let raw = <Box<RawValue>>::deserialize(d)?;
         Ok(Self::from_json(raw.get()))
     }

@@ -429,6 +429,8 @@ impl<'a> WireObject<'a> {
                 terminating: c.terminating,
                 node_name: e.node_name.as_deref(),
                 topology_hostname: e.topology_hostname.as_ref().and_then(PickKey::get),
+                // A proxy's replay keeps no facts.
+                ..RawEndpoint::default()
             };
             let zones = e.hints.iter().flat_map(|h| h.for_zones.iter().flat_map(Names::iter));
             let nodes = e.hints.iter().flat_map(|h| h.for_nodes.iter().flat_map(Names::iter));

@@ -179,6 +179,7 @@ fn cluster_ip_general() {
         protocol,
         port: std::num::NonZeroU16::new(port).unwrap(),
         node_port: None,
+        app_protocol: None,
     };
     svc2.ports = vec![
         port("http", tcp, 80),

@@ -89,6 +89,7 @@ pub(crate) fn service(ns: &str, name: &str, ip: &str, port: u16, protocol: Proto
         protocol,
         port: NonZeroU16::new(port).expect("test port"),
         node_port: None,
+        app_protocol: None,
     }];
     s
 }
