@@ -1,0 +1,222 @@
+//! The reader's state: the services and slices the watches hand over, the
+//! view of each service, and its subscribers. The watches' handlers are
+//! the writer; [`crate::Reader`]s read.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use informer_glue::fold::EventHandler;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use slice_model::{Interner, ServiceInfo, ServiceName, SliceContent, SliceName};
+use tokio::sync::{broadcast, watch};
+
+use crate::view::ServiceEndpoints;
+
+/// A service's latest view, as subscribers receive it (`None`: no such
+/// service, or not any more).
+pub type Latest = Option<Arc<ServiceEndpoints>>;
+
+/// What the watches have handed over.
+pub(crate) struct Store {
+    services: HashMap<ServiceName, Arc<ServiceInfo>>,
+    /// Each service's slices by slice name: the merge visits them in name
+    /// order, as kube-proxy's cache does.
+    slices: HashMap<ServiceName, BTreeMap<SliceName, SliceContent>>,
+    /// The service each slice was last filed under (a slice can move).
+    owner: HashMap<SliceName, ServiceName>,
+    views: HashMap<ServiceName, Arc<ServiceEndpoints>>,
+    subscribers: HashMap<ServiceName, watch::Sender<Latest>>,
+    changes: broadcast::Sender<ServiceName>,
+    interner: Interner,
+    node: String,
+    zone: Option<Arc<str>>,
+    /// Services, then slices: listed once.
+    listed: [bool; 2],
+    ready: watch::Sender<bool>,
+}
+
+/// Locks, reading through poisoning: every update leaves the maps whole.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Store {
+    pub(crate) fn new(node: Option<String>, zone: Option<String>) -> (Self, watch::Receiver<bool>) {
+        let (ready, ready_rx) = watch::channel(false);
+        let store = Self {
+            services: HashMap::new(),
+            slices: HashMap::new(),
+            owner: HashMap::new(),
+            views: HashMap::new(),
+            subscribers: HashMap::new(),
+            changes: broadcast::channel(1024).0,
+            interner: Interner::new(),
+            node: node.unwrap_or_default(),
+            zone: zone.map(Arc::from),
+            listed: [false; 2],
+            ready,
+        };
+        (store, ready_rx)
+    }
+
+    pub(crate) fn get(&self, name: &ServiceName) -> Latest {
+        self.views.get(name).cloned()
+    }
+
+    pub(crate) fn names(&self) -> Vec<ServiceName> {
+        let mut names: Vec<ServiceName> = self.views.keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    pub(crate) fn subscribe(&mut self, name: &ServiceName) -> watch::Receiver<Latest> {
+        let latest = self.get(name);
+        self.subscribers
+            .entry(name.clone())
+            .or_insert_with(|| watch::channel(latest).0)
+            .subscribe()
+    }
+
+    pub(crate) fn changes(&self) -> broadcast::Receiver<ServiceName> {
+        self.changes.subscribe()
+    }
+
+    /// Builds `name`'s view again; tells its subscribers and the change
+    /// stream when it differs.
+    fn refresh(&mut self, name: &ServiceName) {
+        let view = self.services.get(name).map(|service| {
+            let slices = self.slices.get(name).into_iter().flat_map(BTreeMap::values);
+            let merged = slice_cache::ServiceEndpoints::merge(slices, &self.node);
+            Arc::new(ServiceEndpoints::new(service.clone(), merged, self.zone.clone()))
+        });
+        if self.views.get(name) == view.as_ref() {
+            return;
+        }
+        match &view {
+            Some(v) => self.views.insert(name.clone(), v.clone()),
+            None => self.views.remove(name),
+        };
+        if let Some(tx) = self.subscribers.get(name) {
+            tx.send_replace(view);
+            if tx.receiver_count() == 0 {
+                self.subscribers.remove(name);
+            }
+        }
+        let _ = self.changes.send(name.clone());
+    }
+
+    fn listed(&mut self, which: usize) {
+        self.listed[which] = true;
+        if self.listed.iter().all(|l| *l) {
+            self.ready.send_replace(true);
+        }
+    }
+
+    fn service_changed(&mut self, svc: &Service, deleted: bool) {
+        match informer_glue::service_from_k8s(svc) {
+            Ok((info, warnings)) => {
+                for w in warnings {
+                    tracing::warn!("{w}");
+                }
+                let name = info.name.clone();
+                if deleted {
+                    self.services.remove(&name);
+                } else {
+                    self.services.insert(name.clone(), Arc::new(info));
+                }
+                self.refresh(&name);
+            }
+            Err(e) => tracing::warn!("{e}; skipped"),
+        }
+    }
+
+    fn slice_changed(&mut self, slice: &EndpointSlice, deleted: bool) {
+        if deleted {
+            match informer_glue::slice_name_of(slice) {
+                Ok(name) => self.forget_slice(&name),
+                Err(e) => tracing::debug!("{e}"),
+            }
+            return;
+        }
+        match informer_glue::slice_with_facts_from_k8s(slice, &mut self.interner) {
+            Ok((model, warnings)) => {
+                for w in warnings {
+                    tracing::warn!("{w}");
+                }
+                let service = ServiceName::new(model.name.namespace.clone(), model.service.clone());
+                if self.owner.get(&model.name) != Some(&service) {
+                    // Moved to another service (relabelled): gone from the old one.
+                    self.forget_slice(&model.name);
+                    self.owner.insert(model.name.clone(), service.clone());
+                }
+                let slices = self.slices.entry(service.clone()).or_default();
+                if slices.get(&model.name) == Some(&model.content) {
+                    return;
+                }
+                slices.insert(model.name, model.content);
+                self.refresh(&service);
+            }
+            Err(e) => {
+                tracing::warn!("{e}; skipped");
+                // What it was filed under before is no longer right.
+                if let Ok(name) = informer_glue::slice_name_of(slice) {
+                    self.forget_slice(&name);
+                }
+            }
+        }
+    }
+
+    fn forget_slice(&mut self, name: &SliceName) {
+        let Some(service) = self.owner.remove(name) else { return };
+        if let Some(slices) = self.slices.get_mut(&service) {
+            slices.remove(name);
+            if slices.is_empty() {
+                self.slices.remove(&service);
+            }
+        }
+        self.refresh(&service);
+    }
+}
+
+/// Feeds Service events into the store.
+pub(crate) struct Services(pub(crate) Arc<Mutex<Store>>);
+
+impl EventHandler<Service> for Services {
+    fn on_add(&mut self, obj: &Service) {
+        lock(&self.0).service_changed(obj, false);
+    }
+
+    fn on_update(&mut self, _: &Service, new: &Service) {
+        lock(&self.0).service_changed(new, false);
+    }
+
+    fn on_delete(&mut self, obj: &Service) {
+        lock(&self.0).service_changed(obj, true);
+    }
+
+    fn on_synced(&mut self) {
+        lock(&self.0).listed(0);
+    }
+}
+
+/// Feeds EndpointSlice events into the store.
+pub(crate) struct Slices(pub(crate) Arc<Mutex<Store>>);
+
+impl EventHandler<EndpointSlice> for Slices {
+    fn on_add(&mut self, obj: &EndpointSlice) {
+        lock(&self.0).slice_changed(obj, false);
+    }
+
+    fn on_update(&mut self, _: &EndpointSlice, new: &EndpointSlice) {
+        lock(&self.0).slice_changed(new, false);
+    }
+
+    fn on_delete(&mut self, obj: &EndpointSlice) {
+        lock(&self.0).slice_changed(obj, true);
+    }
+
+    fn on_synced(&mut self) {
+        lock(&self.0).listed(1);
+    }
+}

@@ -1,0 +1,255 @@
+//! The reader against a naive model: random sequences of watch events
+//! (adds, updates, deletes, watches that go down and miss changes, relists
+//! that drop objects, lists abandoned part-way, slices moving between
+//! services, both families) end in a view that equals what the final set
+//! of objects says, and every subscriber holds the last value.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use informer_glue::fold::EventFold;
+use informer_glue::tombstone::{SlimServices, SlimSlices};
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::watcher::Event;
+use proptest::prelude::*;
+use slice_model::ServiceName;
+
+use crate::store::{Services, Slices, Store, lock};
+
+const SERVICES: [&str; 3] = ["s0", "s1", "s2"];
+const SLICES: usize = 4;
+
+/// One slice as the server holds it: its service, family and endpoints
+/// (an address index and whether it is ready).
+#[derive(Clone, Debug)]
+struct SliceState {
+    service: usize,
+    v6: bool,
+    endpoints: Vec<(u8, bool)>,
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    PutSlice(usize, SliceState),
+    DeleteSlice(usize),
+    PutService(usize),
+    DeleteService(usize),
+    /// The watch goes down: the changes until the next relist are missed.
+    WatchDown,
+    /// A complete relist of both kinds.
+    Relist,
+    /// A relist abandoned after `n` objects (then a complete one follows
+    /// only when the sequence says so).
+    AbandonedList(usize),
+}
+
+fn slice_state() -> impl Strategy<Value = SliceState> {
+    (
+        0..SERVICES.len(),
+        any::<bool>(),
+        prop::collection::vec((0u8..4, any::<bool>()), 0..4),
+    )
+        .prop_map(|(service, v6, endpoints)| SliceState { service, v6, endpoints })
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..SLICES, slice_state()).prop_map(|(i, s)| Op::PutSlice(i, s)),
+        1 => (0..SLICES).prop_map(Op::DeleteSlice),
+        2 => (0..SERVICES.len()).prop_map(Op::PutService),
+        1 => (0..SERVICES.len()).prop_map(Op::DeleteService),
+        1 => Just(Op::WatchDown),
+        1 => Just(Op::Relist),
+        1 => (0..4usize).prop_map(Op::AbandonedList),
+    ]
+}
+
+fn meta(name: &str, version: u64) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some("ns".into()),
+        resource_version: Some(version.to_string()),
+        ..ObjectMeta::default()
+    }
+}
+
+fn address(v6: bool, i: u8) -> String {
+    if v6 {
+        format!("fd00::{}", i + 1)
+    } else {
+        format!("10.0.0.{}", i + 1)
+    }
+}
+
+fn service_object(i: usize, version: u64) -> Service {
+    Service {
+        metadata: meta(SERVICES[i], version),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some(format!("10.96.0.{}", i + 1)),
+            ports: Some(vec![ServicePort {
+                name: Some("p".into()),
+                port: 80,
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn slice_object(i: usize, s: &SliceState, version: u64) -> EndpointSlice {
+    let mut m = meta(&format!("slice-{i}"), version);
+    m.labels = Some([("kubernetes.io/service-name".to_owned(), SERVICES[s.service].to_owned())].into());
+    EndpointSlice {
+        metadata: m,
+        address_type: if s.v6 { "IPv6" } else { "IPv4" }.into(),
+        endpoints: Some(
+            s.endpoints
+                .iter()
+                .map(|(a, ready)| Endpoint {
+                    addresses: vec![address(s.v6, *a)],
+                    conditions: Some(EndpointConditions {
+                        ready: Some(*ready),
+                        ..EndpointConditions::default()
+                    }),
+                    ..Endpoint::default()
+                })
+                .collect(),
+        ),
+        ports: Some(vec![EndpointPort {
+            name: Some("p".into()),
+            port: Some(8080),
+            ..EndpointPort::default()
+        }]),
+    }
+}
+
+/// The server: current objects, each with its version.
+#[derive(Default)]
+struct Server {
+    version: u64,
+    services: BTreeMap<usize, u64>,
+    slices: BTreeMap<usize, (SliceState, u64)>,
+}
+
+/// The reader's writer side, fed as its watches feed it.
+struct Fed {
+    services: (EventFold<Service, SlimServices>, Services),
+    slices: (EventFold<EndpointSlice, SlimSlices>, Slices),
+}
+
+impl Fed {
+    fn service(&mut self, e: Event<Service>) {
+        self.services.0.apply(e, &mut self.services.1);
+    }
+
+    fn slice(&mut self, e: Event<EndpointSlice>) {
+        self.slices.0.apply(e, &mut self.slices.1);
+    }
+
+    /// A list of both kinds, the first `complete` objects of each, or all
+    /// of them and done.
+    fn list(&mut self, server: &Server, complete: Option<usize>) {
+        self.service(Event::Init);
+        self.slice(Event::Init);
+        let take = complete.unwrap_or(usize::MAX);
+        for (i, v) in server.services.iter().take(take) {
+            self.service(Event::InitApply(service_object(*i, *v)));
+        }
+        for (i, (s, v)) in server.slices.iter().take(take) {
+            self.slice(Event::InitApply(slice_object(*i, s, *v)));
+        }
+        if complete.is_none() {
+            self.service(Event::InitDone);
+            self.slice(Event::InitDone);
+        }
+    }
+}
+
+/// What the final objects say: per existing service, its endpoints
+/// (address, ready) from every slice labelled for it, one per address,
+/// the first slice by name winning.
+fn model(server: &Server) -> BTreeMap<String, BTreeSet<(String, bool)>> {
+    let mut out = BTreeMap::new();
+    for i in server.services.keys() {
+        let mut seen = BTreeSet::new();
+        let mut endpoints = BTreeSet::new();
+        for (s, _) in server.slices.values().filter(|(s, _)| s.service == *i) {
+            for (a, ready) in &s.endpoints {
+                let addr = address(s.v6, *a);
+                if seen.insert(addr.clone()) {
+                    endpoints.insert((addr, *ready));
+                }
+            }
+        }
+        out.insert(SERVICES[*i].to_owned(), endpoints);
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_view_is_what_the_final_objects_say(ops in prop::collection::vec(op(), 0..40)) {
+        let (store, _ready) = Store::new(None, None);
+        let store = Arc::new(Mutex::new(store));
+        let names: Vec<ServiceName> = SERVICES.iter().map(|s| ServiceName::new("ns", *s)).collect();
+        let mut subscribers: Vec<_> = names.iter().map(|n| lock(&store).subscribe(n)).collect();
+        let mut fed = Fed {
+            services: (EventFold::new().keeping(SlimServices), Services(store.clone())),
+            slices: (EventFold::new().keeping(SlimSlices), Slices(store.clone())),
+        };
+        let mut server = Server::default();
+        fed.list(&server, None);
+        let mut up = true;
+        for op in ops {
+            server.version += 1;
+            let v = server.version;
+            match op {
+                Op::PutSlice(i, s) => {
+                    let obj = slice_object(i, &s, v);
+                    server.slices.insert(i, (s, v));
+                    if up { fed.slice(Event::Apply(obj)); }
+                }
+                Op::DeleteSlice(i) => {
+                    if let Some((s, old)) = server.slices.remove(&i)
+                        && up
+                    {
+                        fed.slice(Event::Delete(slice_object(i, &s, old)));
+                    }
+                }
+                Op::PutService(i) => {
+                    server.services.insert(i, v);
+                    if up { fed.service(Event::Apply(service_object(i, v))); }
+                }
+                Op::DeleteService(i) => {
+                    if server.services.remove(&i).is_some() && up {
+                        fed.service(Event::Delete(service_object(i, v)));
+                    }
+                }
+                Op::WatchDown => up = false,
+                Op::Relist => {
+                    fed.list(&server, None);
+                    up = true;
+                }
+                Op::AbandonedList(n) => fed.list(&server, Some(n)),
+            }
+        }
+        fed.list(&server, None);
+
+        let want = model(&server);
+        for (name, rx) in names.iter().zip(subscribers.iter_mut()) {
+            let got = lock(&store).get(name);
+            let endpoints = got.as_ref().map(|v| {
+                v.endpoints()
+                    .map(|e| (e.addr.ip().to_string(), e.ready))
+                    .collect::<BTreeSet<_>>()
+            });
+            prop_assert_eq!(endpoints.as_ref(), want.get(&*name.name), "{}", name);
+            prop_assert_eq!(&*rx.borrow_and_update(), &got, "{}'s subscriber holds the last value", name);
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! The reader against the fake API server, over real HTTP with kube's
+//! client and kube-runtime's watcher: every endpoint fact of both
+//! families, subscriptions that change only with their service, deletes
+//! across a dropped watch and a 410 relist, an API server restart with a
+//! fresh watch cache, selection and namespace scoping.
+
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
+use std::time::{Duration, Instant};
+
+use fake_apiserver::{FakeApiServer, Kind};
+use kube_endpoints::{Config, Protocol, Selection, ServiceName, Traffic, watch};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn service(ns: &str, name: &str, spec: Value) -> Value {
+    json!({"kind": "Service", "metadata": {"name": name, "namespace": ns}, "spec": spec})
+}
+
+fn web() -> Value {
+    service(
+        "shop",
+        "web",
+        json!({"clusterIP": "10.96.0.10", "clusterIPs": ["10.96.0.10", "fd00::10"],
+               "ports": [{"name": "http", "port": 80, "appProtocol": "kubernetes.io/h2c"}]}),
+    )
+}
+
+/// A slice of `svc` with endpoints `(address, ready, node)`.
+fn slice(ns: &str, name: &str, svc: &str, family: &str, endpoints: &[(&str, bool, &str)]) -> Value {
+    json!({
+        "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": ns, "labels": {"kubernetes.io/service-name": svc}},
+        "addressType": family,
+        "endpoints": endpoints.iter().enumerate().map(|(i, (ip, ready, node))| json!({
+            "addresses": [ip], "conditions": {"ready": ready, "serving": ready, "terminating": !ready},
+            "nodeName": node, "zone": "zone-a", "hostname": format!("{svc}-{i}"),
+            "targetRef": {"kind": "Pod", "namespace": ns, "name": format!("{svc}-{i}"), "uid": format!("uid-{i}")},
+        })).collect::<Vec<_>>(),
+        "ports": [{"name": "http", "protocol": "TCP", "port": 8080, "appProtocol": "kubernetes.io/h2c"}],
+    })
+}
+
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < WAIT, "timed out after {WAIT:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn addresses(reader: &kube_endpoints::Reader, svc: &ServiceName) -> Vec<String> {
+    reader
+        .get(svc)
+        .map(|v| v.endpoints().map(|e| e.addr.to_string()).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_families_every_fact_and_routing() {
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(web()).unwrap();
+    server
+        .apply(slice(
+            "shop",
+            "web-v4",
+            "web",
+            "IPv4",
+            &[("10.0.0.1", true, "node-1"), ("10.0.0.2", false, "node-2")],
+        ))
+        .unwrap();
+    server
+        .apply(slice("shop", "web-v6", "web", "IPv6", &[("fd00::1", true, "node-2")]))
+        .unwrap();
+    let config = Config {
+        node: Some("node-1".into()),
+        zone: Some("zone-a".into()),
+        ..Config::default()
+    };
+    let (reader, run) = watch(server.client(), config);
+    let task = tokio::spawn(run);
+    tokio::time::timeout(WAIT, reader.ready()).await.unwrap();
+    let name = ServiceName::new("shop", "web");
+    let view = reader.get(&name).unwrap();
+    assert_eq!(
+        view.service().ports[0].app_protocol.as_deref(),
+        Some("kubernetes.io/h2c")
+    );
+    let port = view.port("http", Protocol::Tcp).unwrap();
+    let addrs: Vec<String> = port.endpoints.iter().map(|e| e.addr.to_string()).collect();
+    assert_eq!(
+        addrs,
+        ["10.0.0.1:8080", "10.0.0.2:8080", "[fd00::1]:8080"],
+        "both families in one port"
+    );
+    let first = port.endpoints[0].facts.as_deref().unwrap();
+    assert_eq!(first.hostname.as_deref(), Some("web-0"));
+    assert_eq!(first.node_name.as_deref(), Some("node-1"));
+    assert_eq!(first.zone.as_deref(), Some("zone-a"));
+    assert_eq!(&*first.target_ref.as_ref().unwrap().name, "web-0");
+    assert!(port.endpoints[0].is_local && !port.endpoints[2].is_local);
+    assert_eq!(view.ready().count(), 2);
+    // kube-proxy's choice: the ready ones; the terminating one is named.
+    let routing = view.routing("http", Protocol::Tcp, Traffic::Internal).unwrap();
+    let used: Vec<String> = routing.used.iter().map(|e| e.addr.to_string()).collect();
+    assert_eq!(used, ["10.0.0.1:8080", "[fd00::1]:8080"]);
+    assert_eq!(
+        routing.decisions[1].1,
+        kube_endpoints::EndpointUse::NotReadyNorServing,
+        "{:?}",
+        routing.decisions
+    );
+    task.abort();
+}
+
+/// A subscription changes only with its own service; deletes made while
+/// the watch was down are seen after the 410 relist; after an API server
+/// restart with a fresh watch cache a change is followed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_follow_their_service_through_faults() {
+    let mut server = FakeApiServer::start().await.unwrap();
+    server.apply(web()).unwrap();
+    server
+        .apply(service(
+            "shop",
+            "db",
+            json!({"clusterIP": "10.96.0.11", "ports": [{"name": "sql", "port": 5432}]}),
+        ))
+        .unwrap();
+    server
+        .apply(slice("shop", "web-a", "web", "IPv4", &[("10.0.0.1", true, "node-1")]))
+        .unwrap();
+    server
+        .apply(slice("shop", "web-b", "web", "IPv4", &[("10.0.0.2", true, "node-1")]))
+        .unwrap();
+    server
+        .apply(slice("shop", "db-a", "db", "IPv4", &[("10.0.1.1", true, "node-1")]))
+        .unwrap();
+    let (reader, run) = watch(server.client(), Config::default());
+    let task = tokio::spawn(run);
+    tokio::time::timeout(WAIT, reader.ready()).await.unwrap();
+    let (web_name, db_name) = (ServiceName::new("shop", "web"), ServiceName::new("shop", "db"));
+    let mut web_rx = reader.subscribe(&web_name);
+    let mut changes = reader.changes();
+    assert_eq!(addresses(&reader, &web_name), ["10.0.0.1:8080", "10.0.0.2:8080"]);
+
+    // Another service's change is not web's.
+    server
+        .apply(slice("shop", "db-a", "db", "IPv4", &[("10.0.1.2", true, "node-1")]))
+        .unwrap();
+    wait_for("db's change", || addresses(&reader, &db_name) == ["10.0.1.2:8080"]).await;
+    assert!(!web_rx.has_changed().unwrap(), "web's subscription did not change");
+    assert_eq!(changes.recv().await.unwrap(), db_name);
+
+    // web's endpoint turns not ready: its subscriber sees it.
+    server
+        .apply(slice("shop", "web-a", "web", "IPv4", &[("10.0.0.1", false, "node-1")]))
+        .unwrap();
+    tokio::time::timeout(WAIT, web_rx.changed()).await.unwrap().unwrap();
+    assert_eq!(web_rx.borrow_and_update().as_ref().unwrap().ready().count(), 1);
+
+    // A slice deleted while the watch is down, history compacted: only the
+    // 410 relist reveals it.
+    server.expire_next_watches(2);
+    server.compact();
+    server.drop_watches();
+    server.delete(Kind::EndpointSlice, "shop", "web-b").unwrap();
+    wait_for("the delete found by the relist", || {
+        addresses(&reader, &web_name) == ["10.0.0.1:8080"]
+    })
+    .await;
+    assert!(web_rx.has_changed().unwrap());
+    let seen = web_rx.borrow_and_update().clone().unwrap();
+    assert_eq!(seen.endpoints().count(), 1, "the subscriber holds the last value");
+
+    // The API server restarts with a fresh watch cache.
+    server.stop();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.restart().await.unwrap();
+    server
+        .apply(slice("shop", "web-c", "web", "IPv4", &[("10.0.0.3", true, "node-2")]))
+        .unwrap();
+    wait_for("a change after the restart", || {
+        addresses(&reader, &web_name) == ["10.0.0.1:8080", "10.0.0.3:8080"]
+    })
+    .await;
+    // The Service deleted: the subscription holds None.
+    server.delete(Kind::Service, "shop", "web").unwrap();
+    wait_for("the service gone", || reader.get(&web_name).is_none()).await;
+    tokio::time::timeout(WAIT, web_rx.wait_for(Option::is_none))
+        .await
+        .unwrap()
+        .unwrap();
+    task.abort();
+}
+
+/// `Selection::All` keeps headless services (DNS needs them);
+/// `Selection::KubeProxy` leaves them out, as kube-proxy does. A namespace
+/// scopes both watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selection_and_namespace() {
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(web()).unwrap();
+    server
+        .apply(
+            json!({"kind": "Service", "metadata": {"name": "db", "namespace": "shop",
+                      "labels": {"service.kubernetes.io/headless": ""}},
+                      "spec": {"clusterIP": "None", "ports": [{"name": "sql", "port": 5432}]}}),
+        )
+        .unwrap();
+    server
+        .apply(service("other", "api", json!({"clusterIP": "10.96.0.12"})))
+        .unwrap();
+    let client = server.client();
+    let names = |selection, namespace: Option<&'static str>| {
+        let client = client.clone();
+        async move {
+            let config = Config {
+                selection,
+                namespace: namespace.map(str::to_owned),
+                ..Config::default()
+            };
+            let (reader, run) = watch(client, config);
+            let task = tokio::spawn(run);
+            tokio::time::timeout(WAIT, reader.ready()).await.unwrap();
+            task.abort();
+            reader.services().iter().map(ToString::to_string).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(names(Selection::All, None).await, ["other/api", "shop/db", "shop/web"]);
+    assert_eq!(names(Selection::KubeProxy, None).await, ["other/api", "shop/web"]);
+    assert_eq!(names(Selection::All, Some("shop")).await, ["shop/db", "shop/web"]);
+}
