@@ -9,6 +9,7 @@
 //!                                                   └─ broadcast ────► Reader::changes
 //! ```
 
+pub mod dns;
 mod store;
 mod view;
 

@@ -1,0 +1,342 @@
+//! The records the Kubernetes DNS-based service discovery specification
+//! (schema 1.1.0) defines for a service, from its [`ServiceEndpoints`]:
+//!
+//! * a service with cluster IPs: `A`/`AAAA` `<svc>.<ns>.svc.<zone>.` for
+//!   each cluster IP, `SRV` `_<port>._<proto>.<svc>.<ns>.svc.<zone>.` for
+//!   each named port, and a `PTR` for each cluster IP;
+//! * a headless service: `A`/`AAAA` `<svc>.<ns>.svc.<zone>.` for each
+//!   ready endpoint, `<hostname>.<svc>.<ns>.svc.<zone>.` for each ready
+//!   endpoint by its hostname, an `SRV` per ready endpoint and named port
+//!   (the endpoint's port) and a `PTR` per ready endpoint;
+//! * an ExternalName service: a `CNAME` to its external name.
+//!
+//! _Ready_ is the endpoint's `ready` condition, or any endpoint when the
+//! Service sets `publishNotReadyAddresses`. An endpoint without a
+//! `hostname` is named by its address with dashes (`10-3-0-3`,
+//! `fd00--1`), the system-assigned identifier the specification allows.
+//! `SRV` priority and weight, which the specification leaves open, are 0
+//! and 100. Names are absolute (a trailing dot) and lower-case.
+
+use std::net::IpAddr;
+
+use slice_model::{Protocol, ServiceType};
+
+use crate::ServiceEndpoints;
+
+/// One resource record: owner name and data.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Record {
+    /// The owner name, absolute.
+    pub name: String,
+    /// Type and data.
+    pub data: RecordData,
+}
+
+/// A record's type and data.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RecordData {
+    /// `A` or `AAAA`, by the address's family.
+    Address(IpAddr),
+    /// `SRV`: where a named port is served.
+    Srv {
+        /// Priority (0).
+        priority: u16,
+        /// Weight (100).
+        weight: u16,
+        /// The port number.
+        port: u16,
+        /// The host serving it, absolute.
+        target: String,
+    },
+    /// `CNAME`: an ExternalName service's name.
+    Cname(String),
+    /// `PTR`: the name of an address.
+    Ptr(String),
+}
+
+/// The service's name in `zone` (e.g. `cluster.local`).
+pub fn service_name(view: &ServiceEndpoints, zone: &str) -> String {
+    let name = view.name();
+    format!("{}.{}.svc.{}.", name.name, name.namespace, zone.trim_end_matches('.')).to_lowercase()
+}
+
+/// An address's reverse-lookup name (`in-addr.arpa.` or `ip6.arpa.`).
+pub fn reverse_name(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            format!("{d}.{c}.{b}.{a}.in-addr.arpa.")
+        }
+        IpAddr::V6(v6) => {
+            let mut out = String::new();
+            for byte in v6.octets().iter().rev() {
+                out.push_str(&format!("{:x}.{:x}.", byte & 0xf, byte >> 4));
+            }
+            out + "ip6.arpa."
+        }
+    }
+}
+
+/// The label of an endpoint without a hostname: its address, dashed.
+fn dashed(ip: IpAddr) -> String {
+    ip.to_string().replace(['.', ':'], "-")
+}
+
+fn protocol_label(p: Protocol) -> String {
+    p.to_string().to_lowercase()
+}
+
+/// Every record the specification defines for the service.
+pub fn records(view: &ServiceEndpoints, zone: &str) -> Vec<Record> {
+    let svc = view.service();
+    let own = service_name(view, zone);
+    let mut out = Vec::new();
+    let record = |name: &str, data| Record {
+        name: name.to_owned(),
+        data,
+    };
+    if svc.service_type == ServiceType::ExternalName {
+        if let Some(target) = &svc.external_name {
+            let target = format!("{}.", target.trim_end_matches('.')).to_lowercase();
+            out.push(record(&own, RecordData::Cname(target)));
+        }
+        return out;
+    }
+    if !svc.headless {
+        for ip in &svc.cluster_ips {
+            out.push(record(&own, RecordData::Address(*ip)));
+            out.push(record(&reverse_name(*ip), RecordData::Ptr(own.clone())));
+        }
+        for port in svc.ports.iter().filter(|p| !p.name.is_empty()) {
+            let srv = format!("_{}._{}.{own}", port.name, protocol_label(port.protocol)).to_lowercase();
+            out.push(record(
+                &srv,
+                RecordData::Srv {
+                    priority: 0,
+                    weight: 100,
+                    port: port.port.get(),
+                    target: own.clone(),
+                },
+            ));
+        }
+    } else {
+        let publish_all = svc.publish_not_ready_addresses;
+        let mut named = Vec::new();
+        for port in view.ports() {
+            for e in port.endpoints.iter().filter(|e| publish_all || e.ready) {
+                let hostname = e
+                    .facts
+                    .as_ref()
+                    .and_then(|f| f.hostname.as_deref())
+                    .map_or_else(|| dashed(e.addr.ip()), str::to_lowercase);
+                let host = format!("{hostname}.{own}");
+                named.push((e.addr.ip(), host.clone()));
+                if !port.name.is_empty() {
+                    let srv = format!("_{}._{}.{own}", port.name, protocol_label(port.protocol)).to_lowercase();
+                    out.push(record(
+                        &srv,
+                        RecordData::Srv {
+                            priority: 0,
+                            weight: 100,
+                            port: e.addr.port(),
+                            target: host,
+                        },
+                    ));
+                }
+            }
+        }
+        named.sort();
+        named.dedup();
+        for (ip, host) in named {
+            out.push(record(&own, RecordData::Address(ip)));
+            out.push(record(&host, RecordData::Address(ip)));
+            out.push(record(&reverse_name(ip), RecordData::Ptr(host)));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU16;
+    use std::sync::Arc;
+
+    use slice_model::{
+        Conditions, EndpointFacts, EndpointSlice, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint,
+    };
+
+    use super::*;
+
+    fn info(ns: &str, name: &str, cluster_ips: &[&str], ports: &[(&str, Protocol, u16)]) -> ServiceInfo {
+        let mut s = ServiceInfo::new(ServiceName::new(ns, name));
+        s.cluster_ips = cluster_ips.iter().map(|ip| ip.parse().expect("test IP")).collect();
+        s.headless = cluster_ips.is_empty();
+        s.ports = ports
+            .iter()
+            .map(|(n, protocol, port)| ServicePort {
+                name: (*n).into(),
+                protocol: *protocol,
+                port: NonZeroU16::new(*port).expect("test port"),
+                node_port: None,
+                app_protocol: None,
+            })
+            .collect();
+        s
+    }
+
+    /// A view of `svc` with one slice: port `port` (named as the service's
+    /// first port) and endpoints `(ip, ready, hostname)`.
+    fn view(svc: ServiceInfo, port: u16, endpoints: &[(&str, bool, Option<&str>)]) -> ServiceEndpoints {
+        let (name, protocol) = svc.ports.first().map_or(("", Protocol::Tcp), |p| (&*p.name, p.protocol));
+        let mut slice = EndpointSlice::new(&svc.name.namespace, "s", &svc.name.name)
+            .expect("named")
+            .with_port(name, protocol, port);
+        for (ip, ready, hostname) in endpoints {
+            let mut e = SliceEndpoint::new(ip.parse().expect("test IP")).with_conditions(Conditions::from_api(
+                Some(*ready),
+                None,
+                None,
+            ));
+            if let Some(h) = hostname {
+                e = e.with_facts(EndpointFacts {
+                    hostname: Some((*h).into()),
+                    ..EndpointFacts::default()
+                });
+            }
+            slice = slice.with_endpoint(e);
+        }
+        let merged = slice_cache::ServiceEndpoints::merge([&slice.content], "");
+        ServiceEndpoints::new(Arc::new(svc), merged, None)
+    }
+
+    fn text(records: &[Record]) -> Vec<String> {
+        records
+            .iter()
+            .map(|r| match &r.data {
+                RecordData::Address(IpAddr::V4(ip)) => format!("{} A {ip}", r.name),
+                RecordData::Address(IpAddr::V6(ip)) => format!("{} AAAA {ip}", r.name),
+                RecordData::Srv { port, target, .. } => format!("{} SRV {port} {target}", r.name),
+                RecordData::Cname(t) => format!("{} CNAME {t}", r.name),
+                RecordData::Ptr(t) => format!("{} PTR {t}", r.name),
+            })
+            .collect()
+    }
+
+    /// The specification's examples, one table row each: the question, and
+    /// the answers the records give it.
+    #[test]
+    fn the_specifications_examples() {
+        let kubernetes = view(
+            info("default", "kubernetes", &["10.3.0.1"], &[("https", Protocol::Tcp, 443)]),
+            6443,
+            &[("192.168.0.10", true, None)],
+        );
+        let headless = view(
+            info("default", "headless", &[], &[("https", Protocol::Tcp, 443)]),
+            443,
+            &[
+                ("10.3.0.1", true, None),
+                ("10.3.0.2", true, None),
+                ("10.3.0.3", true, None),
+                ("10.3.0.100", true, Some("my-pet")),
+                ("10.3.0.200", false, Some("not-ready")),
+            ],
+        );
+        let answers = |view: &ServiceEndpoints, question: &str| -> Vec<String> {
+            let (name, kind) = question.rsplit_once(' ').expect("name and type");
+            text(&records(view, "cluster.local"))
+                .into_iter()
+                .filter(|r| r.starts_with(&format!("{name} {kind} ")))
+                .collect()
+        };
+        let table: &[(&ServiceEndpoints, &str, &[&str])] = &[
+            (
+                &kubernetes,
+                "kubernetes.default.svc.cluster.local. A",
+                &["kubernetes.default.svc.cluster.local. A 10.3.0.1"],
+            ),
+            (
+                &kubernetes,
+                "_https._tcp.kubernetes.default.svc.cluster.local. SRV",
+                &["_https._tcp.kubernetes.default.svc.cluster.local. SRV 443 kubernetes.default.svc.cluster.local."],
+            ),
+            (
+                &kubernetes,
+                "1.0.3.10.in-addr.arpa. PTR",
+                &["1.0.3.10.in-addr.arpa. PTR kubernetes.default.svc.cluster.local."],
+            ),
+            (
+                &headless,
+                "headless.default.svc.cluster.local. A",
+                &[
+                    "headless.default.svc.cluster.local. A 10.3.0.1",
+                    "headless.default.svc.cluster.local. A 10.3.0.100",
+                    "headless.default.svc.cluster.local. A 10.3.0.2",
+                    "headless.default.svc.cluster.local. A 10.3.0.3",
+                ],
+            ),
+            (
+                &headless,
+                "my-pet.headless.default.svc.cluster.local. A",
+                &["my-pet.headless.default.svc.cluster.local. A 10.3.0.100"],
+            ),
+            (
+                &headless,
+                "_https._tcp.headless.default.svc.cluster.local. SRV",
+                &[
+                    "_https._tcp.headless.default.svc.cluster.local. SRV 443 10-3-0-1.headless.default.svc.cluster.local.",
+                    "_https._tcp.headless.default.svc.cluster.local. SRV 443 10-3-0-2.headless.default.svc.cluster.local.",
+                    "_https._tcp.headless.default.svc.cluster.local. SRV 443 10-3-0-3.headless.default.svc.cluster.local.",
+                    "_https._tcp.headless.default.svc.cluster.local. SRV 443 my-pet.headless.default.svc.cluster.local.",
+                ],
+            ),
+            (
+                &headless,
+                "100.0.3.10.in-addr.arpa. PTR",
+                &["100.0.3.10.in-addr.arpa. PTR my-pet.headless.default.svc.cluster.local."],
+            ),
+            (&headless, "not-ready.headless.default.svc.cluster.local. A", &[]),
+        ];
+        for (view, question, expected) in table {
+            let mut got = answers(view, question);
+            got.sort();
+            assert_eq!(got, *expected, "{question}");
+        }
+    }
+
+    /// `publishNotReadyAddresses` publishes the endpoints that are not
+    /// ready; unnamed ports have no SRV; IPv6 gets AAAA and ip6.arpa;
+    /// an ExternalName service is a CNAME.
+    #[test]
+    fn not_ready_unnamed_ipv6_and_external_names() {
+        let mut svc = info("db", "pg", &[], &[("", Protocol::Tcp, 5432)]);
+        svc.publish_not_ready_addresses = true;
+        let v = view(svc, 5432, &[("10.0.0.1", false, Some("pg-0"))]);
+        assert_eq!(
+            text(&records(&v, "cluster.local")),
+            [
+                "1.0.0.10.in-addr.arpa. PTR pg-0.pg.db.svc.cluster.local.",
+                "pg-0.pg.db.svc.cluster.local. A 10.0.0.1",
+                "pg.db.svc.cluster.local. A 10.0.0.1",
+            ]
+        );
+        let v6 = view(info("ns", "v6", &["fd00::1"], &[("dns", Protocol::Udp, 53)]), 53, &[]);
+        assert_eq!(
+            text(&records(&v6, "cluster.local.")),
+            [
+                "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa. PTR v6.ns.svc.cluster.local.",
+                "_dns._udp.v6.ns.svc.cluster.local. SRV 53 v6.ns.svc.cluster.local.",
+                "v6.ns.svc.cluster.local. AAAA fd00::1",
+            ]
+        );
+        let mut ext = info("ns", "mail", &[], &[]);
+        ext.service_type = ServiceType::ExternalName;
+        ext.external_name = Some("Mail.Example.Test".into());
+        assert_eq!(
+            text(&records(&view(ext, 25, &[]), "cluster.local")),
+            ["mail.ns.svc.cluster.local. CNAME mail.example.test."]
+        );
+    }
+}
