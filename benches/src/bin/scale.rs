@@ -9,6 +9,7 @@
 //!     ./target/release/scale --services 0 --big-service 100000
 //!     ./target/release/scale --services 10000 --endpoints 2 --churn-rate 200 --churn-secs 600
 //!     ./target/release/scale --services 150000 --endpoints 2 --manifests
+//!     ./target/release/scale --services 50000 --endpoints 5 --real-objects --only-memory --proxyd OTHER
 //!
 //! The cluster: SERVICES ClusterIP services of ENDPOINTS ready endpoints
 //! each, spread over 100 nodes, of which every tenth is a NodePort service
@@ -65,6 +66,17 @@ struct Args {
     /// Skip the restart phase.
     #[arg(long)]
     no_restart: bool,
+    /// Objects as kube-apiserver sends them: managedFields, the last
+    /// applied configuration, status conditions, endpoints' hostnames,
+    /// zones and target references.
+    #[arg(long)]
+    real_objects: bool,
+    /// Stop after the first sync's memory figure.
+    #[arg(long)]
+    only_memory: bool,
+    /// The proxyd binary (default: the one next to this program).
+    #[arg(long)]
+    proxyd: Option<std::path::PathBuf>,
 }
 
 const NODES: u32 = 100;
@@ -134,7 +146,50 @@ fn big_index(args: &Args) -> u32 {
     args.services
 }
 
+/// What a real API server adds to an object that proxyd does not read:
+/// managedFields, the last applied configuration, status conditions, and
+/// on endpoints their hostname, zone and target reference.
+fn as_sent_by_the_api_server(mut obj: Value) -> Value {
+    let applied = obj.to_string();
+    let meta = &mut obj["metadata"];
+    meta["uid"] = json!("0b7cfa3e-6b0a-4a53-9c0e-5f0d7f6a1c11");
+    meta["creationTimestamp"] = json!("2026-11-30T09:12:44Z");
+    meta["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = json!(applied);
+    meta["managedFields"] = json!([
+        {"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1", "time": "2026-11-30T09:12:44Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}},
+                                                  "f:spec": {"f:ports": {".": {}, "k:{\"port\":80,\"protocol\":\"TCP\"}": {".": {}, "f:name": {}, "f:port": {}, "f:protocol": {}, "f:targetPort": {}}}, "f:selector": {}}}},
+        {"manager": "kube-controller-manager", "operation": "Update", "apiVersion": "v1", "time": "2026-11-30T09:13:02Z",
+         "fieldsType": "FieldsV1", "subresource": "status", "fieldsV1": {"f:status": {"f:conditions": {}}}}
+    ]);
+    if obj["kind"] == "Service" {
+        obj["spec"]["selector"] = json!({"app": obj["metadata"]["name"]});
+        obj["spec"]["sessionAffinity"] = json!("None");
+        obj["spec"]["ipFamilies"] = json!(["IPv4"]);
+        obj["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+        obj["status"] = json!({"loadBalancer": {}, "conditions": [{"type": "Available", "status": "True",
+            "lastTransitionTime": "2026-11-30T09:13:02Z", "reason": "Ready", "message": "all endpoints are ready"}]});
+    } else if let Some(endpoints) = obj["endpoints"].as_array_mut() {
+        for (k, e) in endpoints.iter_mut().enumerate() {
+            e["hostname"] = json!(format!("pod-{k}"));
+            e["zone"] = json!("zone-a");
+            e["targetRef"] = json!({"kind": "Pod", "namespace": "ns", "name": format!("pod-{k}-abcde"),
+                                    "uid": "a3f0c2d1-0000-4000-8000-000000000001"});
+        }
+    }
+    obj
+}
+
 fn objects(args: &Args) -> Vec<Value> {
+    let plain = plain_objects(args);
+    if args.real_objects {
+        plain.into_iter().map(as_sent_by_the_api_server).collect()
+    } else {
+        plain
+    }
+}
+
+fn plain_objects(args: &Args) -> Vec<Value> {
     let mut out = Vec::new();
     for i in 0..args.services {
         out.push(service(i));
@@ -440,7 +495,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         rss_mib(daemon.pid(), "VmRSS:"),
         rss_mib(daemon.pid(), "VmHWM:")
     );
-    let Some(server) = server else {
+    let Some(server) = server.filter(|_| !args.only_memory) else {
         println!("longest nft transaction: {}", ms(longest));
         daemon.stop();
         return Ok(());
@@ -594,10 +649,12 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let Some(proxyd) = std::env::current_exe()
-        .ok()
-        .and_then(|p| Some(p.parent()?.join("proxyd")))
-    else {
+    let next_to_this = || {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| Some(p.parent()?.join("proxyd")))
+    };
+    let Some(proxyd) = args.proxyd.clone().or_else(next_to_this) else {
         eprintln!("scale: cannot find the proxyd binary");
         return ExitCode::FAILURE;
     };

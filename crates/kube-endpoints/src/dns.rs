@@ -189,7 +189,10 @@ mod tests {
     /// A view of `svc` with one slice: port `port` (named as the service's
     /// first port) and endpoints `(ip, ready, hostname)`.
     fn view(svc: ServiceInfo, port: u16, endpoints: &[(&str, bool, Option<&str>)]) -> ServiceEndpoints {
-        let (name, protocol) = svc.ports.first().map_or(("", Protocol::Tcp), |p| (&*p.name, p.protocol));
+        let (name, protocol) = svc
+            .ports
+            .first()
+            .map_or(("", Protocol::Tcp), |p| (&*p.name, p.protocol));
         let mut slice = EndpointSlice::new(&svc.name.namespace, "s", &svc.name.name)
             .expect("named")
             .with_port(name, protocol, port);

@@ -9,6 +9,8 @@
 //!                                                   └─ broadcast ────► Reader::changes
 //! ```
 
+#[cfg(feature = "tower")]
+pub mod discover;
 pub mod dns;
 mod store;
 mod view;

@@ -1,0 +1,97 @@
+//! How long a slice change at the API server takes to reach a
+//! `kube_endpoints` subscriber: the fake API server holds SERVICES
+//! services with a slice each; one endpoint of one service changes 100
+//! times, and each time the subscriber's wait is timed (from the write to
+//! the receiver's wake-up). Prints the median and the maximum.
+//!
+//!     cargo build --release -p proxyd-benches --bin subscribe-latency
+//!     ./target/release/subscribe-latency --services 10000
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use fake_apiserver::FakeApiServer;
+use kube_endpoints::{Config, ServiceName, watch};
+use serde_json::{Value, json};
+
+/// The cluster's size.
+#[derive(Parser, Debug)]
+struct Args {
+    /// Services, one slice of two endpoints each.
+    #[arg(long, default_value_t = 1000)]
+    services: u32,
+    /// Changes timed.
+    #[arg(long, default_value_t = 100)]
+    changes: u32,
+}
+
+fn service(i: u32) -> Value {
+    json!({"kind": "Service", "metadata": {"name": format!("svc-{i}"), "namespace": "ns"},
+           "spec": {"clusterIP": format!("10.{}.{}.{}", 96 + i / 65_536, (i / 256) % 256, i % 256),
+                    "ports": [{"name": "http", "port": 80}]}})
+}
+
+fn slice(i: u32, ready: bool) -> Value {
+    let ip = |k: u32| format!("10.{}.{}.{}", 128 + i / 32_768, (i / 128) % 256, (i % 128) * 2 + k);
+    json!({"kind": "EndpointSlice",
+           "metadata": {"name": format!("svc-{i}-a"), "namespace": "ns", "labels": {"kubernetes.io/service-name": format!("svc-{i}")}},
+           "addressType": "IPv4",
+           "endpoints": [{"addresses": [ip(0)], "conditions": {"ready": ready}}, {"addresses": [ip(1)], "conditions": {"ready": true}}],
+           "ports": [{"name": "http", "protocol": "TCP", "port": 8080}]})
+}
+
+async fn run(args: &Args) -> Result<(), String> {
+    let server = FakeApiServer::start().await.map_err(|e| e.to_string())?;
+    for i in 0..args.services {
+        server.apply(service(i)).map_err(|e| format!("{e:?}"))?;
+        server.apply(slice(i, true)).map_err(|e| format!("{e:?}"))?;
+    }
+    let (reader, watches) = watch(server.client(), Config::default());
+    tokio::spawn(watches);
+    let listed = Instant::now();
+    tokio::time::timeout(Duration::from_secs(300), reader.ready())
+        .await
+        .map_err(|_| "no first list in 300 s")?;
+    println!("{} services listed in {:.2?}", args.services, listed.elapsed());
+    let name = ServiceName::new("ns", "svc-0");
+    let mut rx = reader.subscribe(&name);
+    rx.borrow_and_update();
+    let mut times = Vec::new();
+    for k in 0..args.changes {
+        let written = Instant::now();
+        server.apply(slice(0, k % 2 == 1)).map_err(|e| format!("{e:?}"))?;
+        tokio::time::timeout(Duration::from_secs(30), rx.changed())
+            .await
+            .map_err(|_| "no change in 30 s")?
+            .map_err(|e| e.to_string())?;
+        times.push(written.elapsed());
+        rx.borrow_and_update();
+    }
+    times.sort();
+    println!(
+        "slice change to subscriber, {} changes: median {:.2?}, max {:.2?}",
+        times.len(),
+        times[times.len() / 2],
+        times[times.len() - 1]
+    );
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("subscribe-latency: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("subscribe-latency: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

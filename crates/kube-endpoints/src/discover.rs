@@ -1,0 +1,101 @@
+//! A `tower::discover::Discover` of one service port (the `tower`
+//! feature): the endpoints kube-proxy would send new connections to,
+//! followed as they change.
+//!
+//! Which endpoints is [`ServiceEndpoints::routing`](crate::ServiceEndpoints::routing)'s answer for
+//! cluster-IP traffic: ready endpoints; a terminating endpoint gets no new
+//! requests while a ready one exists, and serving terminating endpoints
+//! take them when none is ready (kube-proxy's fallback); with
+//! [`Config::node`](crate::Config::node) and
+//! [`Config::zone`](crate::Config::zone) set, topology hints narrow the
+//! choice as kube-proxy narrows it on that node.
+//!
+//! ```no_run
+//! # async fn example(reader: kube_endpoints::Reader) {
+//! use kube_endpoints::{Protocol, ServiceName};
+//! use tower::discover::Change;
+//! // Each endpoint becomes a service of yours: here, its address.
+//! let endpoints = reader.discover(&ServiceName::new("shop", "web"), "http", Protocol::Tcp, |addr| addr);
+//! // `endpoints` is a Discover: hand it to tower's balancers, or read it.
+//! # let _ = endpoints;
+//! # }
+//! ```
+
+use std::collections::{BTreeSet, VecDeque};
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+
+use futures::Stream;
+use slice_model::{Protocol, ServiceName};
+use tower::discover::Change;
+
+use crate::{Reader, Traffic};
+
+/// The changes of one service port's endpoints, as a stream that
+/// `tower::discover::Discover` is implemented for.
+pub type Discovery<S> = Pin<Box<dyn Stream<Item = Result<Change<SocketAddr, S>, Infallible>> + Send>>;
+
+impl Reader {
+    /// The endpoints of port `port`/`protocol` of `service` that take new
+    /// connections, as `Change::Insert` (made into a service by `make`)
+    /// and `Change::Remove`, keyed by address and port. It starts with the
+    /// endpoints there are now and ends when the reader's watches are
+    /// dropped.
+    pub fn discover<S, F>(&self, service: &ServiceName, port: &str, protocol: Protocol, make: F) -> Discovery<S>
+    where
+        S: Send + 'static,
+        F: FnMut(SocketAddr) -> S + Send + 'static,
+    {
+        let state = State {
+            updates: self.subscribe(service),
+            port: port.to_owned(),
+            protocol,
+            make,
+            current: BTreeSet::new(),
+            pending: VecDeque::new(),
+            started: false,
+        };
+        Box::pin(futures::stream::unfold(state, |mut st| async move {
+            loop {
+                if let Some(change) = st.pending.pop_front() {
+                    return Some((Ok(change), st));
+                }
+                if st.started && st.updates.changed().await.is_err() {
+                    return None;
+                }
+                st.started = true;
+                st.refresh();
+            }
+        }))
+    }
+}
+
+struct State<S, F> {
+    updates: tokio::sync::watch::Receiver<crate::Latest>,
+    port: String,
+    protocol: Protocol,
+    make: F,
+    current: BTreeSet<SocketAddr>,
+    pending: VecDeque<Change<SocketAddr, S>>,
+    started: bool,
+}
+
+impl<S, F: FnMut(SocketAddr) -> S> State<S, F> {
+    /// Queues the changes from what was handed out to what is used now.
+    fn refresh(&mut self) {
+        let latest = self.updates.borrow_and_update().clone();
+        let want: BTreeSet<SocketAddr> = latest
+            .as_deref()
+            .and_then(|v| v.routing(&self.port, self.protocol, Traffic::Internal))
+            .map(|r| r.used.iter().map(|e| e.addr).collect())
+            .unwrap_or_default();
+        for gone in self.current.difference(&want) {
+            self.pending.push_back(Change::Remove(*gone));
+        }
+        for new in want.difference(&self.current) {
+            self.pending.push_back(Change::Insert(*new, (self.make)(*new)));
+        }
+        self.current = want;
+    }
+}
