@@ -1,0 +1,159 @@
+//! A client-side load balancer over a Service's endpoints: tower's
+//! power-of-two-choices balancer fed by `Reader::discover`, sending HTTP/2
+//! requests straight to the pods, following scale-ups, scale-downs and
+//! terminating pods as kube-proxy would.
+//!
+//! Against a cluster (the kubeconfig kube finds), service `NS/NAME`, port `PORT`:
+//!
+//!     cargo run -p kube-endpoints --features tower --example balance -- NS/NAME PORT
+//!
+//! Without arguments it runs on its own: an API server (the workspace's
+//! fake one) with service `shop/web`, three HTTP/2 servers on 127.0.0.2-4,
+//! and a scale-down half-way.
+//!
+//!     cargo run -p kube-endpoints --features tower --example balance
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use kube_endpoints::{Config, Protocol, ServiceName, watch};
+use tokio::net::{TcpListener, TcpStream};
+use tower::balance::p2c::Balance;
+use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
+use tower::{BoxError, Service, ServiceExt};
+
+/// One endpoint's client: an HTTP/2 GET per request.
+struct Pod(SocketAddr);
+
+impl Service<()> for Pod {
+    type Response = String;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<String, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, (): ()) -> Self::Future {
+        let addr = self.0;
+        Box::pin(async move {
+            let io = TokioIo::new(TcpStream::connect(addr).await?);
+            let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
+            tokio::spawn(conn);
+            let request = hyper::Request::get(format!("http://{addr}/")).body(Empty::<Bytes>::new())?;
+            let body = send
+                .send_request(request)
+                .await?
+                .into_body()
+                .collect()
+                .await?
+                .to_bytes();
+            Ok(format!("{addr} said {:?}", String::from_utf8_lossy(&body)))
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let demo = args.is_empty();
+    let (client, service, port, _server) = if demo {
+        let (server, client) = demo_cluster().await?;
+        (client, ServiceName::new("shop", "web"), "http".to_owned(), Some(server))
+    } else {
+        let (ns, name) = args[0].split_once('/').ok_or("the service is NAMESPACE/NAME")?;
+        let port = args.get(1).cloned().unwrap_or_default();
+        (
+            kube::Client::try_default().await?,
+            ServiceName::new(ns, name),
+            port,
+            None,
+        )
+    };
+
+    let (reader, watches) = watch(client, Config::default());
+    tokio::spawn(watches);
+    reader.ready().await;
+    let endpoints = reader.discover(&service, &port, Protocol::Tcp, Pod);
+    let mut balancer = Balance::new(PendingRequestsDiscover::new(endpoints, CompleteOnResponse::default()));
+
+    for round in 0..2 {
+        let mut answers: BTreeMap<String, u32> = BTreeMap::new();
+        for _ in 0..300 {
+            let answer = balancer.ready().await?.call(()).await?;
+            *answers.entry(answer).or_default() += 1;
+        }
+        println!("round {round}: 300 requests to {service} port {port:?}");
+        for (who, n) in &answers {
+            println!("  {n:4}  {who}");
+        }
+        if let (true, Some(server)) = (round == 0, &_server) {
+            println!("scaling down: 127.0.0.2 leaves, 127.0.0.3 terminates");
+            server
+                .apply(demo_slice(&[("127.0.0.3", false), ("127.0.0.4", true)]))
+                .map_err(|e| format!("{e:?}"))?;
+            let mut updates = reader.subscribe(&service);
+            updates
+                .wait_for(|v| v.as_ref().is_some_and(|v| v.ready().count() == 1))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+const DEMO_PORT: u16 = 18_080;
+
+fn demo_slice(endpoints: &[(&str, bool)]) -> serde_json::Value {
+    let endpoints: Vec<_> = endpoints
+        .iter()
+        .map(|(ip, ready)| {
+            serde_json::json!({"addresses": [ip],
+                               "conditions": {"ready": ready, "serving": true, "terminating": !ready}})
+        })
+        .collect();
+    serde_json::json!({"kind": "EndpointSlice",
+        "metadata": {"name": "web-1", "namespace": "shop", "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4", "endpoints": endpoints,
+        "ports": [{"name": "http", "protocol": "TCP", "port": DEMO_PORT}]})
+}
+
+/// The demo's cluster: an API server holding `shop/web` and its slice, and
+/// the three pods behind it, each answering with its name.
+async fn demo_cluster() -> Result<(fake_apiserver::FakeApiServer, kube::Client), BoxError> {
+    for (ip, name) in [("127.0.0.2", "web-a"), ("127.0.0.3", "web-b"), ("127.0.0.4", "web-c")] {
+        let listener = TcpListener::bind((ip.parse::<IpAddr>()?, DEMO_PORT)).await?;
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let reply = hyper::service::service_fn(move |_| async move {
+                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(name))))
+                });
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), reply),
+                );
+            }
+        });
+    }
+    let server = fake_apiserver::FakeApiServer::start().await?;
+    server
+        .apply(
+            serde_json::json!({"kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "http", "port": 80}]}}),
+        )
+        .map_err(|e| format!("{e:?}"))?;
+    server
+        .apply(demo_slice(&[
+            ("127.0.0.2", true),
+            ("127.0.0.3", true),
+            ("127.0.0.4", true),
+        ]))
+        .map_err(|e| format!("{e:?}"))?;
+    let client = server.client();
+    Ok((server, client))
+}
