@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use informer_glue::manifests::{Manifests, parse_into};
+use daemon_sources::manifests::{Manifests, parse_into};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

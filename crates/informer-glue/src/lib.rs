@@ -31,9 +31,10 @@
 //! The fold turns "known before a relist, absent after it" into a delete, so
 //! nothing deleted while the watch was down survives ([`fold`]); the runner
 //! logs and counts watch errors and never gives up ([`runner`]); selection
-//! follows kube-proxy's labels ([`selection`]). A one-time read of the
-//! cluster, for commands that work from a moment's state, is a
-//! [`snapshot`].
+//! follows kube-proxy's labels ([`selection`]). What only the daemon reads
+//! (manifest files as a source, the one-time snapshot, kube-proxy's
+//! configuration file) is the `daemon-sources` crate's, so that a library
+//! user of this crate does not carry it.
 //!
 //! Library users pick the Kubernetes version: this crate enables no
 //! `k8s-openapi` version feature.
@@ -41,10 +42,7 @@
 mod cache_handler;
 mod convert;
 pub mod fold;
-pub mod kube_proxy_config;
 pub mod lenient;
-pub mod manifest_source;
-pub mod manifests;
 pub mod metrics;
 pub mod multus;
 pub mod node;
@@ -54,7 +52,6 @@ pub mod selection;
 mod service;
 pub mod service_cidr;
 mod service_handler;
-pub mod snapshot;
 pub mod tombstone;
 pub mod wire;
 

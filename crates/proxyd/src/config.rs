@@ -84,7 +84,7 @@ pub fn read(path: &Path) -> Result<(Settings, Vec<String>), String> {
     let shown = path.display();
     let text = std::fs::read_to_string(path).map_err(|e| format!("--config {shown}: {e}"))?;
     let doc: Value = serde_saphyr::from_str(&text).map_err(|e| format!("--config {shown}: not valid YAML: {e}"))?;
-    if informer_glue::kube_proxy_config::is_kube_proxy_config(&doc) {
+    if daemon_sources::kube_proxy_config::is_kube_proxy_config(&doc) {
         return crate::kube_proxy_config::settings(&text)
             .map_err(|e| format!("--config {shown} (KubeProxyConfiguration): {e}"));
     }

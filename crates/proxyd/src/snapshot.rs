@@ -1,13 +1,13 @@
 //! One look at the cluster (manifest files or one API list) as `render`
-//! and `explain` see it: `informer_glue::snapshot` reads it, fed into an
+//! and `explain` see it: `daemon_sources::snapshot` reads it, fed into an
 //! engine through the same handlers and selection as `proxyd run`.
 
 use anyhow::Context;
+use daemon_sources::snapshot::{SnapshotFeed, SnapshotSource};
 use informer_glue::selection::Selection;
-use informer_glue::snapshot::{SnapshotFeed, SnapshotSource};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-pub use informer_glue::snapshot::{SliceView, Snapshot, slices_of};
+pub use daemon_sources::snapshot::{SliceView, Snapshot, slices_of};
 
 use crate::cli::{ProxyArgs, SourceArgs};
 use endpoints_map::Engine;

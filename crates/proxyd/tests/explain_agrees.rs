@@ -87,7 +87,7 @@ fn check(snapshot: &Snapshot, node: &str, zone: Option<&str>) -> usize {
 #[test]
 fn explain_agrees_with_the_table_on_the_example_cluster() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
-    let m = informer_glue::manifests::load(&path).unwrap();
+    let m = daemon_sources::manifests::load(&path).unwrap();
     let mut compared = 0;
     for (node, zone) in [("node-1", None), ("node-2", Some("zone-b")), ("node-3", None)] {
         let mut snapshot = Snapshot::of(m.services.clone(), m.slices.clone());

@@ -87,7 +87,7 @@ fn proxy_args() -> ProxyArgs {
 
 fn example_cluster() -> (Engine, DataplaneConfig) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
-    let m = informer_glue::manifests::load(&path).unwrap();
+    let m = daemon_sources::manifests::load(&path).unwrap();
     let zone = m.node_zone("node-1");
     let mut snapshot = Snapshot::of(m.services, m.slices);
     snapshot.node_zone = zone;
@@ -551,7 +551,7 @@ fn cleanup_removes_both_tables() {
 fn example_cluster_loads_as_ipv6() {
     require();
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
-    let m = informer_glue::manifests::load(&path).unwrap();
+    let m = daemon_sources::manifests::load(&path).unwrap();
     let proxy = ProxyArgs {
         ip_family: IpFamily::V6,
         // Both families' networks, as a dual-stack node lists them: the

@@ -25,8 +25,8 @@ use tokio_util::task::TaskTracker;
 use crate::cli::RunArgs;
 use crate::metrics::Metrics;
 use crate::snapshot::client;
+use daemon_sources::manifest_source::{self, ServiceSink};
 use endpoints_map::Engine;
-use informer_glue::manifest_source::{self, ServiceSink};
 
 /// The handlers of a run, before a source drives them.
 pub struct Handlers {
@@ -186,7 +186,7 @@ fn start_manifests(
     if let Some(e) = first.error() {
         anyhow::bail!("--manifests: {e}; nothing was started");
     }
-    if informer_glue::manifests::files(path).is_ok_and(|f| f.is_empty()) {
+    if daemon_sources::manifests::files(path).is_ok_and(|f| f.is_empty()) {
         tracing::warn!(path = %path.display(), "no manifest files (.yaml, .yml, .json) there yet");
     }
     let sink = manifest_source::Sink::new(

@@ -25,7 +25,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::fold::{EventFold, EventHandler, Keep};
+use informer_glue::fold::{EventFold, EventHandler, Keep};
 
 /// Why a manifest could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -83,12 +83,12 @@ pub struct Manifests {
 impl Manifests {
     /// The zone label (`topology.kubernetes.io/zone`) of node `name`.
     pub fn node_zone(&self, name: &str) -> Option<String> {
-        crate::node::zone_of_named(&self.nodes, name)
+        informer_glue::node::zone_of_named(&self.nodes, name)
     }
 
     /// The union of the ServiceCIDRs' ranges.
     pub fn service_cidrs(&self) -> Vec<IpNet> {
-        crate::service_cidr::union(self.service_cidrs.iter().map(Vec::as_slice))
+        informer_glue::service_cidr::union(self.service_cidrs.iter().map(Vec::as_slice))
     }
 }
 
@@ -113,12 +113,12 @@ pub struct Summary {
 impl Summary {
     /// The zone label (`topology.kubernetes.io/zone`) of node `name`.
     pub fn node_zone(&self, name: &str) -> Option<String> {
-        crate::node::zone_of_named(&self.nodes, name)
+        informer_glue::node::zone_of_named(&self.nodes, name)
     }
 
     /// The union of the ServiceCIDRs' ranges.
     pub fn service_cidrs(&self) -> Vec<IpNet> {
-        crate::service_cidr::union(self.service_cidrs.iter().map(Vec::as_slice))
+        informer_glue::service_cidr::union(self.service_cidrs.iter().map(Vec::as_slice))
     }
 }
 
@@ -460,7 +460,7 @@ fn add_document(file: &Path, document: usize, doc: Doc<'_>, f: &mut impl FnMut(O
         "ServiceCIDR" => {
             let obj: ServiceCIDR = doc.typed().map_err(fail)?;
             // A range that is not a CIDR fails the file, as any bad field.
-            let (cidrs, warnings) = crate::service_cidr::cidrs_of(&obj);
+            let (cidrs, warnings) = informer_glue::service_cidr::cidrs_of(&obj);
             if let Some(w) = warnings.first() {
                 return Err(fail(w.clone()));
             }

@@ -14,14 +14,14 @@ use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::watcher::Event;
 
-use crate::SliceCacheHandler;
-use crate::fold::{EventFold, EventHandler, Fanout};
 use crate::manifests::{self, ManifestError, Object, Summary, Texts};
-use crate::multus::PodHandler;
-use crate::node::ThisNode;
-use crate::selection::Selection;
-use crate::service_cidr::ServiceCidrs;
-use crate::tombstone::{SlimServices, SlimSlices};
+use informer_glue::SliceCacheHandler;
+use informer_glue::fold::{EventFold, EventHandler, Fanout};
+use informer_glue::multus::PodHandler;
+use informer_glue::node::ThisNode;
+use informer_glue::selection::Selection;
+use informer_glue::service_cidr::ServiceCidrs;
+use informer_glue::tombstone::{SlimServices, SlimSlices};
 
 /// How often the files are checked for changes.
 const POLL: Duration = Duration::from_secs(1);

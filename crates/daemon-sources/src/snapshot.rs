@@ -17,13 +17,13 @@ use kube::runtime::watcher::Event;
 use slice_cache::{EndpointSliceCache, ServiceChangeTracker};
 use slice_model::ServiceName;
 
-use crate::fold::EventFold;
-use crate::lenient::{Watched, decoded};
 use crate::manifests::{self, ManifestError, Object, relist};
-use crate::multus::{NetworkName, PodInfo, pod_from_k8s, service_network};
-use crate::selection::Selection;
-use crate::tombstone::{SlimServices, SlimSlices};
-use crate::{ServiceHandler, SliceCacheHandler};
+use informer_glue::fold::EventFold;
+use informer_glue::lenient::{Watched, decoded};
+use informer_glue::multus::{NetworkName, PodInfo, pod_from_k8s, service_network};
+use informer_glue::selection::Selection;
+use informer_glue::tombstone::{SlimServices, SlimSlices};
+use informer_glue::{ServiceHandler, SliceCacheHandler};
 
 /// Where a snapshot is read from.
 #[derive(Clone, Copy)]
@@ -117,11 +117,11 @@ impl Snapshot {
                     Object::ServiceCidr(c) => cidrs.push(c),
                     Object::Skipped(s) => tracing::debug!("skipped {s}"),
                 })?;
-                snapshot.node_zone = crate::node::zone_of_named(&nodes, node);
+                snapshot.node_zone = informer_glue::node::zone_of_named(&nodes, node);
                 let this = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(node));
-                snapshot.node_pod_cidrs = this.map(crate::node::pod_cidrs_of).unwrap_or_default();
-                snapshot.node_primary_ips = this.map(crate::node::primary_ips_of).unwrap_or_default();
-                snapshot.service_cidrs = crate::service_cidr::union(cidrs.iter().map(Vec::as_slice));
+                snapshot.node_pod_cidrs = this.map(informer_glue::node::pod_cidrs_of).unwrap_or_default();
+                snapshot.node_primary_ips = this.map(informer_glue::node::primary_ips_of).unwrap_or_default();
+                snapshot.service_cidrs = informer_glue::service_cidr::union(cidrs.iter().map(Vec::as_slice));
             }
             SnapshotSource::Api(client) => {
                 let list = |what| move |source| SnapshotError::List { what, source };
@@ -205,7 +205,7 @@ impl Snapshot {
             known.sort();
             return Err(known);
         };
-        let info = crate::service_from_k8s(svc)
+        let info = informer_glue::service_from_k8s(svc)
             .map(|(info, _)| info)
             .unwrap_or_else(|_| slice_model::ServiceInfo::new(name.clone()));
         Ok(ServiceView {
@@ -225,7 +225,7 @@ impl Snapshot {
                 name: raw.metadata.name.clone().unwrap_or_else(|| "(no name)".into()),
                 address_type: raw.address_type.clone(),
                 converted: if selection.selects_slice(raw) {
-                    crate::slice_from_k8s(raw, &mut interner).map_err(|e| e.to_string())
+                    informer_glue::slice_from_k8s(raw, &mut interner).map_err(|e| e.to_string())
                 } else {
                     Err("not selected: its labels hand it to another proxy or controller".into())
                 },
@@ -253,7 +253,7 @@ pub struct ServiceView {
     /// The converted Service.
     pub info: slice_model::ServiceInfo,
     /// Whether this proxy handles it, and if not, why.
-    pub handling: crate::selection::Handling,
+    pub handling: informer_glue::selection::Handling,
 }
 
 /// One EndpointSlice of a service as the watch path converts it, or why it
@@ -342,9 +342,9 @@ async fn api_node(client: &kube::Client, name: &str) -> NodeFacts {
     let node = Api::<Watched<Node>>::all(client.clone()).get_opt(name).await;
     match node.map(|n| n.and_then(|n| decoded(vec![n]).pop())) {
         Ok(Some(node)) => (
-            crate::node::zone_of(&node),
-            crate::node::pod_cidrs_of(&node),
-            crate::node::primary_ips_of(&node),
+            informer_glue::node::zone_of(&node),
+            informer_glue::node::pod_cidrs_of(&node),
+            informer_glue::node::primary_ips_of(&node),
         ),
         Ok(None) => {
             tracing::warn!(node = name, "no Node object of this name: topology hints are not used");
@@ -371,14 +371,14 @@ async fn api_service_cidrs(client: &kube::Client) -> Vec<ipnet::IpNet> {
             let each: Vec<Vec<ipnet::IpNet>> = decoded(list.items)
                 .iter()
                 .map(|o| {
-                    let (cidrs, warnings) = crate::service_cidr::cidrs_of(o);
+                    let (cidrs, warnings) = informer_glue::service_cidr::cidrs_of(o);
                     for w in warnings {
                         tracing::warn!("{w}");
                     }
                     cidrs
                 })
                 .collect();
-            crate::service_cidr::union(each.iter().map(Vec::as_slice))
+            informer_glue::service_cidr::union(each.iter().map(Vec::as_slice))
         }
         Err(e) => {
             tracing::warn!("cannot list ServiceCIDRs ({e}): traffic to unallocated service addresses is not dropped");

@@ -1,0 +1,19 @@
+//! # daemon-sources
+//!
+//! What only the proxyd daemon reads, kept out of `informer-glue` so that
+//! a library user of the watch glue (and of `kube-endpoints`) does not
+//! carry it:
+//!
+//! * [`manifests`]: Kubernetes objects read from manifest files (YAML or
+//!   JSON), converted and checked as a watch's objects are;
+//! * [`manifest_source`]: those files as a live source, polled and handed
+//!   to the same handlers as a relist;
+//! * [`snapshot`]: a one-time read of a cluster (the API or the files), for
+//!   commands that work from a moment's state (`render`, `explain`);
+//! * [`kube_proxy_config`]: kube-proxy's `KubeProxyConfiguration` file
+//!   type, which proxyd maps to its settings.
+
+pub mod kube_proxy_config;
+pub mod manifest_source;
+pub mod manifests;
+pub mod snapshot;
