@@ -41,6 +41,7 @@
 
 mod cache_handler;
 mod convert;
+pub mod feed;
 pub mod fold;
 pub mod lenient;
 pub mod metrics;

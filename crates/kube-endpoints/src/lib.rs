@@ -21,13 +21,10 @@ mod tests;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
+use informer_glue::feed::{Part, Scope};
 use informer_glue::fold::EventFold;
-use informer_glue::lenient::Watched;
-use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
+use informer_glue::runner::{WatchMetrics, WatchSettings};
 use informer_glue::tombstone::{SlimServices, SlimSlices};
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Api;
 use kube::core::Selector;
 use tokio::sync::{broadcast, watch as latest};
 
@@ -148,31 +145,26 @@ async fn run(client: kube::Client, config: Config, store: Arc<Mutex<Store>>) {
         page_size: if config.page_size == 0 { 500 } else { config.page_size },
         relist_every: None,
     };
-    let (services_api, slices_api): (Api<Watched<Service>>, Api<Watched<EndpointSlice>>) = match &config.namespace {
-        Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
-        None => (Api::all(client.clone()), Api::all(client)),
+    let scope = Scope {
+        namespace: config.namespace.clone(),
+        services: settings(services),
+        slices: settings(slices),
     };
     let service_fold = match config.selection {
         Selection::All => EventFold::new(),
         Selection::KubeProxy => EventFold::with_selection(move |s| kube_proxy.selects_service(s)),
     };
-    let forever = std::future::pending::<()>;
-    futures::join!(
-        run_watch(
-            services_api,
-            settings(services),
-            service_fold.keeping(SlimServices),
-            Services(store.clone()),
-            Arc::new(WatchMetrics::default()),
-            forever(),
-        ),
-        run_watch(
-            slices_api,
-            settings(slices),
-            EventFold::new().keeping(SlimSlices),
-            Slices(store),
-            Arc::new(WatchMetrics::default()),
-            forever(),
-        ),
-    );
+    let services = Part {
+        fold: service_fold.keeping(SlimServices),
+        handler: Services(store.clone()),
+        metrics: Arc::new(WatchMetrics::default()),
+    };
+    let slices = Part {
+        fold: EventFold::new().keeping(SlimSlices),
+        handler: Slices(store),
+        metrics: Arc::new(WatchMetrics::default()),
+    };
+    let (services, slices) =
+        informer_glue::feed::services_and_slices(client, scope, services, slices, std::future::pending::<()>);
+    futures::join!(services, slices);
 }

@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use informer_glue::feed::{Part, Scope};
 use informer_glue::fold::{EventFold, Fanout};
 use informer_glue::lenient::Watched;
 use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetworks};
@@ -13,8 +14,7 @@ use informer_glue::selection::Selection;
 use informer_glue::service_cidr::{ServiceCidrHandler, ServiceCidrs};
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::{ServiceError, ServiceHandler, ServiceWarning, SliceCacheHandler};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::Api;
 use slice_model::{SliceError, WarningKind};
@@ -227,27 +227,34 @@ async fn start_watches(
         state.watches.push(w.clone());
         w
     };
-    let sel = selection.clone();
-    tasks.spawn(run_watch(
-        Api::<Watched<EndpointSlice>>::all(client.clone()),
-        WatchSettings {
+    // Services and EndpointSlices: the feed every user of the watch glue
+    // runs (kube-endpoints' reader too), with the proxy's selection.
+    let (for_services, for_slices) = (selection.clone(), selection.clone());
+    let scope = Scope {
+        namespace: None,
+        services: settings.clone(),
+        slices: WatchSettings {
             label_selector: selection.slice_label_selector(),
             ..settings.clone()
         },
-        EventFold::with_selection(move |s| sel.selects_slice(s)).keeping(SlimSlices),
-        h.slices,
-        watch("endpointslices", "EndpointSlice"),
-        shutdown.clone().cancelled_owned(),
-    ));
-    let sel = selection.clone();
-    tasks.spawn(run_watch(
-        Api::<Watched<Service>>::all(client.clone()),
-        settings.clone(),
-        EventFold::with_selection(move |s| sel.selects_service(s)).keeping(SlimServices),
-        h.services,
-        watch("services", "Service"),
-        shutdown.clone().cancelled_owned(),
-    ));
+    };
+    let services = Part {
+        fold: EventFold::with_selection(move |s| for_services.selects_service(s)).keeping(SlimServices),
+        handler: h.services,
+        metrics: watch("services", "Service"),
+    };
+    let slices = Part {
+        fold: EventFold::with_selection(move |s| for_slices.selects_slice(s)).keeping(SlimSlices),
+        handler: h.slices,
+        metrics: watch("endpointslices", "EndpointSlice"),
+    };
+    let stop = shutdown.clone();
+    let (services, slices) =
+        informer_glue::feed::services_and_slices(client.clone(), scope, services, slices, move || {
+            stop.clone().cancelled_owned()
+        });
+    tasks.spawn(services);
+    tasks.spawn(slices);
     // This node's objects only: the cluster's pods and nodes are never
     // cached.
     let on_this_node = |field: &str, name: &str| WatchSettings {
