@@ -92,7 +92,6 @@ impl Reference {
                         terminating: e.conditions.terminating,
                         zone_hints: e.zone_hints.clone(),
                         node_hint: e.node_hints.for_node(&self.node),
-                        facts: e.facts.clone(),
                     };
                     let replace = entry.get(&addr).is_none_or(|old| info.is_local && !old.is_local);
                     if replace {

@@ -124,9 +124,8 @@ pub fn records(view: &ServiceEndpoints, zone: &str) -> Vec<Record> {
         let mut named = Vec::new();
         for port in view.ports() {
             for e in port.endpoints.iter().filter(|e| publish_all || e.ready) {
-                let hostname = e
-                    .facts
-                    .as_ref()
+                let hostname = view
+                    .facts(e.addr.ip())
                     .and_then(|f| f.hostname.as_deref())
                     .map_or_else(|| dashed(e.addr.ip()), str::to_lowercase);
                 let host = format!("{hostname}.{own}");
@@ -211,7 +210,10 @@ mod tests {
             slice = slice.with_endpoint(e);
         }
         let merged = slice_cache::ServiceEndpoints::merge([&slice.content], "");
-        ServiceEndpoints::new(Arc::new(svc), merged, None)
+        let facts = (slice.content.endpoints.iter())
+            .filter_map(|e| Some((e.addr, e.facts.clone()?)))
+            .collect();
+        ServiceEndpoints::new(Arc::new(svc), merged, facts, None)
     }
 
     fn text(records: &[Record]) -> Vec<String> {

@@ -86,9 +86,16 @@ impl Store {
     /// stream when it differs.
     fn refresh(&mut self, name: &ServiceName) {
         let view = self.services.get(name).map(|service| {
-            let slices = self.slices.get(name).into_iter().flat_map(BTreeMap::values);
-            let merged = slice_cache::ServiceEndpoints::merge(slices, &self.node);
-            Arc::new(ServiceEndpoints::new(service.clone(), merged, self.zone.clone()))
+            let slices = || self.slices.get(name).into_iter().flat_map(BTreeMap::values);
+            let merged = slice_cache::ServiceEndpoints::merge(slices(), &self.node);
+            // An address's facts: the first slice's (by name) that gives them.
+            let mut facts = BTreeMap::new();
+            for e in slices().flat_map(|s| &s.endpoints) {
+                if let Some(f) = &e.facts {
+                    facts.entry(e.addr).or_insert_with(|| f.clone());
+                }
+            }
+            Arc::new(ServiceEndpoints::new(service.clone(), merged, facts, self.zone.clone()))
         });
         if self.views.get(name) == view.as_ref() {
             return;

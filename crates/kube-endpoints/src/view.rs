@@ -1,11 +1,13 @@
 //! One service's endpoints as a reader holds them, and kube-proxy's
 //! routing decisions over them.
 
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use endpoints_map::topology::{EndpointUse, TopologyMode, TrafficPolicies, categorize};
 use slice_cache::PortEndpoints;
-use slice_model::{BaseEndpointInfo, IpFamily, Protocol, ServiceInfo, ServiceName};
+use slice_model::{BaseEndpointInfo, EndpointFacts, IpFamily, Protocol, ServiceInfo, ServiceName};
 
 /// A service and its endpoints, from every slice of both IP families,
 /// merged per port as kube-proxy merges them (one entry per address and
@@ -14,6 +16,8 @@ use slice_model::{BaseEndpointInfo, IpFamily, Protocol, ServiceInfo, ServiceName
 pub struct ServiceEndpoints {
     service: Arc<ServiceInfo>,
     endpoints: slice_cache::ServiceEndpoints,
+    /// Each endpoint address's facts (the same for every port).
+    facts: BTreeMap<IpAddr, Arc<EndpointFacts>>,
     zone: Option<Arc<str>>,
 }
 
@@ -45,13 +49,21 @@ impl ServiceEndpoints {
     pub(crate) fn new(
         service: Arc<ServiceInfo>,
         endpoints: slice_cache::ServiceEndpoints,
+        facts: BTreeMap<IpAddr, Arc<EndpointFacts>>,
         zone: Option<Arc<str>>,
     ) -> Self {
         Self {
             service,
             endpoints,
+            facts,
             zone,
         }
+    }
+
+    /// What the slices say of the endpoint at `ip`: hostname, node name,
+    /// zone, target reference (`None` when they say none of it).
+    pub fn facts(&self, ip: IpAddr) -> Option<&EndpointFacts> {
+        self.facts.get(&ip).map(|f| &**f)
     }
 
     /// The service's namespace and name.

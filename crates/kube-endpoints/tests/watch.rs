@@ -94,7 +94,7 @@ async fn both_families_every_fact_and_routing() {
         ["10.0.0.1:8080", "10.0.0.2:8080", "[fd00::1]:8080"],
         "both families in one port"
     );
-    let first = port.endpoints[0].facts.as_deref().unwrap();
+    let first = view.facts(port.endpoints[0].addr.ip()).unwrap();
     assert_eq!(first.hostname.as_deref(), Some("web-0"));
     assert_eq!(first.node_name.as_deref(), Some("node-1"));
     assert_eq!(first.zone.as_deref(), Some("zone-a"));

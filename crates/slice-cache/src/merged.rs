@@ -168,7 +168,6 @@ fn merge_runs(runs: &[Run<'_>], node_name: &str) -> Vec<BaseEndpointInfo> {
         terminating: e.conditions.terminating,
         zone_hints: e.zone_hints.clone(),
         node_hint: e.node_hints.for_node(node_name),
-        facts: e.facts.clone(),
     };
     let push = |out: &mut Vec<BaseEndpointInfo>, e: &SliceEndpoint, port: u16| {
         let addr = SocketAddr::new(e.addr, port);

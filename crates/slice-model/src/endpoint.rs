@@ -81,10 +81,6 @@ pub struct BaseEndpointInfo {
     pub zone_hints: ZoneHints,
     /// What its node hints say to this proxy's node.
     pub node_hint: NodeHint,
-    /// Hostname, node name, zone and target reference, when the slices
-    /// were built keeping them ([`EndpointFacts`](crate::EndpointFacts)).
-    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
-    pub facts: Option<std::sync::Arc<crate::EndpointFacts>>,
 }
 
 /// Builders for code that constructs endpoints directly (tests, proxiers'
@@ -100,7 +96,6 @@ impl BaseEndpointInfo {
             terminating: false,
             zone_hints: ZoneHints::default(),
             node_hint: NodeHint::Unhinted,
-            facts: None,
         }
     }
 
