@@ -174,3 +174,15 @@ pub fn exit(harness: &str, result: Result<(), String>) -> std::process::ExitCode
         }
     }
 }
+
+/// A process's `/proc/PID/status` memory field (`VmRSS:`, `VmHWM:`) in
+/// MiB; 0 when it cannot be read.
+pub fn memory_mib(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}

@@ -333,16 +333,6 @@ impl Daemon {
     }
 }
 
-fn rss_mib(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
 fn ms(us: u64) -> String {
     format!("{:.1} ms", us as f64 / 1000.0)
 }
@@ -492,8 +482,8 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
     std::thread::sleep(Duration::from_secs(2));
     println!(
         "memory: VmRSS {:.0} MiB, VmHWM {:.0} MiB",
-        rss_mib(daemon.pid(), "VmRSS:"),
-        rss_mib(daemon.pid(), "VmHWM:")
+        proxyd_benches::memory_mib(daemon.pid(), "VmRSS:"),
+        proxyd_benches::memory_mib(daemon.pid(), "VmHWM:")
     );
     let Some(server) = server.filter(|_| !args.only_memory) else {
         println!("longest nft transaction: {}", ms(longest));
@@ -614,7 +604,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
                 longest = longest.max(s.longest_tx_us);
             }
             if rss_at_2.is_none() && started.elapsed() >= Duration::from_secs(120.min(args.churn_secs / 5)) {
-                rss_at_2 = Some((started.elapsed(), rss_mib(daemon.pid(), "VmRSS:")));
+                rss_at_2 = Some((started.elapsed(), proxyd_benches::memory_mib(daemon.pid(), "VmRSS:")));
             }
             next += period;
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
@@ -631,7 +621,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         let during = histogram_since(&histogram_buckets(&metrics, name), &before);
         let before = before.last().map_or(0, |(_, n)| *n);
         let (p99, observed) = histogram_quantile(&during, 0.99).ok_or("no network programming histogram")?;
-        let end = rss_mib(daemon.pid(), "VmRSS:");
+        let end = proxyd_benches::memory_mib(daemon.pid(), "VmRSS:");
         let (at, rss2) = rss_at_2.unwrap_or_default();
         println!(
             "churn: {n} endpoint changes in {:.0?} ({:.0}/s); network programming p99 <= {p99} s \

@@ -100,16 +100,6 @@ fn pod(i: u32) -> Value {
     pod
 }
 
-fn rss_mib(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
 fn run(args: &Args) -> Result<(), String> {
     let proxyd = match &args.proxyd {
         Some(p) => p.clone(),
@@ -173,8 +163,8 @@ fn run(args: &Args) -> Result<(), String> {
          VmRSS {:.1} MiB, VmHWM {:.1} MiB ({})",
         args.pods,
         args.endpoints,
-        rss_mib(pid, "VmRSS:"),
-        rss_mib(pid, "VmHWM:"),
+        proxyd_benches::memory_mib(pid, "VmRSS:"),
+        proxyd_benches::memory_mib(pid, "VmHWM:"),
         proxyd.display()
     );
     let _ = child.kill();

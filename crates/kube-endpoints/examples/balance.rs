@@ -14,50 +14,16 @@
 //!     cargo run -p kube-endpoints --features tower --example balance
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube_endpoints::{Config, Protocol, ServiceName, watch};
-use tokio::net::{TcpListener, TcpStream};
 use tower::balance::p2c::Balance;
 use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
 use tower::{BoxError, Service, ServiceExt};
 
-/// One endpoint's client: an HTTP/2 GET per request.
-struct Pod(SocketAddr);
+#[path = "../tests/support/h2.rs"]
+mod h2;
 
-impl Service<()> for Pod {
-    type Response = String;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<String, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, (): ()) -> Self::Future {
-        let addr = self.0;
-        Box::pin(async move {
-            let io = TokioIo::new(TcpStream::connect(addr).await?);
-            let (mut send, conn) = hyper::client::conn::http2::handshake(TokioExecutor::new(), io).await?;
-            tokio::spawn(conn);
-            let request = hyper::Request::get(format!("http://{addr}/")).body(Empty::<Bytes>::new())?;
-            let body = send
-                .send_request(request)
-                .await?
-                .into_body()
-                .collect()
-                .await?
-                .to_bytes();
-            Ok(format!("{addr} said {:?}", String::from_utf8_lossy(&body)))
-        })
-    }
-}
+use h2::{H2, serve};
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
@@ -80,7 +46,7 @@ async fn main() -> Result<(), BoxError> {
     let (reader, watches) = watch(client, Config::default());
     tokio::spawn(watches);
     reader.ready().await;
-    let endpoints = reader.discover(&service, &port, Protocol::Tcp, Pod);
+    let endpoints = reader.discover(&service, &port, Protocol::Tcp, H2);
     let mut balancer = Balance::new(PendingRequestsDiscover::new(endpoints, CompleteOnResponse::default()));
 
     for round in 0..2 {
@@ -127,18 +93,7 @@ fn demo_slice(endpoints: &[(&str, bool)]) -> serde_json::Value {
 /// the three pods behind it, each answering with its name.
 async fn demo_cluster() -> Result<(fake_apiserver::FakeApiServer, kube::Client), BoxError> {
     for (ip, name) in [("127.0.0.2", "web-a"), ("127.0.0.3", "web-b"), ("127.0.0.4", "web-c")] {
-        let listener = TcpListener::bind((ip.parse::<IpAddr>()?, DEMO_PORT)).await?;
-        tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let reply = hyper::service::service_fn(move |_| async move {
-                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(name))))
-                });
-                tokio::spawn(
-                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), reply),
-                );
-            }
-        });
+        serve(ip.parse()?, DEMO_PORT, format!("{name} at {ip}")).await?;
     }
     let server = fake_apiserver::FakeApiServer::start().await?;
     server

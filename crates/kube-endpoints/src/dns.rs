@@ -82,8 +82,18 @@ fn dashed(ip: IpAddr) -> String {
     ip.to_string().replace(['.', ':'], "-")
 }
 
-fn protocol_label(p: Protocol) -> String {
-    p.to_string().to_lowercase()
+/// The `SRV` record of named port `name`/`protocol` of service `own`:
+/// `port` on `target`.
+fn srv(own: &str, name: &str, protocol: Protocol, port: u16, target: String) -> Record {
+    Record {
+        name: format!("_{name}._{protocol}.{own}").to_lowercase(),
+        data: RecordData::Srv {
+            priority: 0,
+            weight: 100,
+            port,
+            target,
+        },
+    }
 }
 
 /// Every record the specification defines for the service.
@@ -108,16 +118,7 @@ pub fn records(view: &ServiceEndpoints, zone: &str) -> Vec<Record> {
             out.push(record(&reverse_name(*ip), RecordData::Ptr(own.clone())));
         }
         for port in svc.ports.iter().filter(|p| !p.name.is_empty()) {
-            let srv = format!("_{}._{}.{own}", port.name, protocol_label(port.protocol)).to_lowercase();
-            out.push(record(
-                &srv,
-                RecordData::Srv {
-                    priority: 0,
-                    weight: 100,
-                    port: port.port.get(),
-                    target: own.clone(),
-                },
-            ));
+            out.push(srv(&own, &port.name, port.protocol, port.port.get(), own.clone()));
         }
     } else {
         let publish_all = svc.publish_not_ready_addresses;
@@ -131,16 +132,7 @@ pub fn records(view: &ServiceEndpoints, zone: &str) -> Vec<Record> {
                 let host = format!("{hostname}.{own}");
                 named.push((e.addr.ip(), host.clone()));
                 if !port.name.is_empty() {
-                    let srv = format!("_{}._{}.{own}", port.name, protocol_label(port.protocol)).to_lowercase();
-                    out.push(record(
-                        &srv,
-                        RecordData::Srv {
-                            priority: 0,
-                            weight: 100,
-                            port: e.addr.port(),
-                            target: host,
-                        },
-                    ));
+                    out.push(srv(&own, &port.name, port.protocol, e.addr.port(), host));
                 }
             }
         }

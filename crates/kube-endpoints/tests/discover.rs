@@ -8,79 +8,22 @@
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use fake_apiserver::FakeApiServer;
-use http_body_util::{BodyExt, Empty, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use kube_endpoints::{Config, Protocol, ServiceName, watch};
 use serde_json::json;
-use tokio::net::{TcpListener, TcpStream};
 use tower::balance::p2c::Balance;
 use tower::load::{CompleteOnResponse, PendingRequestsDiscover};
-use tower::{BoxError, Service, ServiceExt};
+use tower::{Service, ServiceExt};
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// An HTTP/2 server on `ip`:`port` answering every request with its IP.
-async fn serve(ip: IpAddr, port: u16) {
-    let listener = TcpListener::bind((ip, port)).await.unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let name = ip.to_string();
-            tokio::spawn(async move {
-                let reply = hyper::service::service_fn(move |_req| {
-                    let name = name.clone();
-                    async move { Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from(name)))) }
-                });
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), reply)
-                    .await;
-            });
-        }
-    });
-}
+#[path = "support/h2.rs"]
+mod h2;
 
-/// A client of one endpoint: one HTTP/2 request per call, answering with
-/// what the server said.
-struct H2(SocketAddr);
-
-impl Service<()> for H2 {
-    type Response = String;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<String, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, (): ()) -> Self::Future {
-        let addr = self.0;
-        Box::pin(async move {
-            let stream = TcpStream::connect(addr).await?;
-            let (mut send, conn) =
-                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await?;
-            tokio::spawn(conn);
-            let request = hyper::Request::get(format!("http://{addr}/")).body(Empty::<Bytes>::new())?;
-            let body = send
-                .send_request(request)
-                .await?
-                .into_body()
-                .collect()
-                .await?
-                .to_bytes();
-            Ok(String::from_utf8_lossy(&body).into_owned())
-        })
-    }
-}
+use h2::{H2, serve};
 
 /// The slice of `web`: endpoints `(ip, state)` on `port`.
 fn slice(port: u16, endpoints: &[(&str, &str)]) -> serde_json::Value {
@@ -127,7 +70,7 @@ async fn a_balancer_follows_the_service() {
         probe.local_addr().unwrap().port()
     };
     for ip in &ips {
-        serve(*ip, port).await;
+        serve(*ip, port, ip.to_string()).await.unwrap();
     }
     let server = FakeApiServer::start().await.unwrap();
     server

@@ -5,61 +5,25 @@
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
-use linux_dataplane::Netns;
 use linux_dataplane::kube_proxy::{find, remove};
 
-/// A scratch network namespace, deleted on drop.
-struct Scratch(String);
+mod common;
 
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let name = format!("ld-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "delete", &name]).status();
-        run(&["ip", "netns", "add", &name]);
-        Self(name)
-    }
+use common::Scratch;
 
-    fn exec(&self, args: &[&str]) -> String {
-        let mut all = vec!["ip", "netns", "exec", &self.0];
-        all.extend(args);
-        run(&all)
-    }
-
-    fn netns(&self) -> Netns {
-        Netns::Named(self.0.clone())
-    }
-
-    /// What `tool-save` prints, without its comment lines (they carry
-    /// times) and with counters zeroed.
-    fn save(&self, tool: &str) -> String {
-        self.exec(&[&format!("{tool}-save")])
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .map(|l| match l.rfind(" [") {
-                Some(at) if l.starts_with(':') => format!("{} [0:0]", &l[..at]),
-                _ => l.to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "delete", &self.0]).status();
-    }
-}
-
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+/// What `tool-save` prints, without its comment lines (they carry
+/// times) and with counters zeroed.
+fn save(ns: &Scratch, tool: &str) -> String {
+    ns.exec(&[&format!("{tool}-save")])
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| match l.rfind(" [") {
+            Some(at) if l.starts_with(':') => format!("{} [0:0]", &l[..at]),
+            _ => l.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The iptables tools of both backends and both families.
@@ -214,7 +178,7 @@ fn cleanup_removes_kube_proxys_chains_and_keeps_kubelets() {
     for tool in TOOLS {
         kubelets_chains(&ns, tool);
     }
-    let kubelet_only: Vec<String> = TOOLS.iter().map(|t| ns.save(t)).collect();
+    let kubelet_only: Vec<String> = TOOLS.iter().map(|t| save(&ns, t)).collect();
     let mut made = Vec::new();
     for tool in TOOLS {
         made.push(kube_proxys_chains(&ns, tool));
@@ -226,7 +190,7 @@ fn cleanup_removes_kube_proxys_chains_and_keeps_kubelets() {
         .iter()
         .map(|t| {
             if *t == "iptables-nft" {
-                ns.save(t)
+                save(&ns, t)
             } else {
                 String::new()
             }
@@ -267,7 +231,7 @@ fn cleanup_removes_kube_proxys_chains_and_keeps_kubelets() {
 
     remove(&ns.netns(), &found).unwrap();
     for (i, tool) in TOOLS.iter().enumerate() {
-        let after = ns.save(tool);
+        let after = save(&ns, tool);
         if *tool == "iptables-nft" {
             let mut expected = std::mem::take(&mut expected_after[i]);
             // What remains is what was there before kube-proxy's, plus DOCKER.

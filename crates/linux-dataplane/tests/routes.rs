@@ -5,49 +5,14 @@
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use linux_dataplane::routes::{ROUTE_PROTO, read, reconcile};
 use linux_dataplane::{Netns, Route, RouteError};
 use slice_model::IpFamily;
 
-/// A scratch network namespace, deleted on drop.
-struct Scratch(String);
+mod common;
 
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        let name = format!("ld-{tag}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "delete", &name]).status();
-        run(&["ip", "netns", "add", &name]);
-        Self(name)
-    }
-
-    fn ip(&self, args: &[&str]) -> String {
-        let mut all = vec!["ip", "-n", &self.0];
-        all.extend(args);
-        run(&all)
-    }
-
-    fn netns(&self) -> Netns {
-        Netns::Named(self.0.clone())
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "delete", &self.0]).status();
-    }
-}
-
-fn run(args: &[&str]) -> String {
-    let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::Scratch;
 
 fn route(dest: &str, src: &str) -> Route {
     Route {
