@@ -273,8 +273,8 @@ impl Undecoded {
 pub async fn run_watch<K, P, H>(
     api: Api<Watched<K>>,
     settings: WatchSettings,
-    mut fold: EventFold<K, P>,
-    mut handler: H,
+    fold: EventFold<K, P>,
+    handler: H,
     metrics: Arc<WatchMetrics>,
     shutdown: impl Future<Output = ()>,
 ) -> H
@@ -283,90 +283,197 @@ where
     P: Keep<K>,
     H: EventHandler<K>,
 {
-    let kind = K::kind(&K::DynamicType::default()).into_owned();
-    let span = tracing::info_span!("watch", kind = %kind, selector = %settings.label_selector);
-    async move {
-        let mut config = watcher::Config::default()
-            .labels_from(&settings.label_selector)
-            .page_size(settings.page_size);
-        if let Some(fields) = &settings.field_selector {
-            config = config.fields(fields);
-        }
-        // The backoff is ours: kube-runtime's stream backoff resets on every
-        // `Init`, which the watcher emits before each list attempt, so a
-        // server that refuses connections would be retried about once a
-        // second forever.
-        let start = || Box::pin(watcher(api.clone(), config.clone()));
-        let mut retry = Retry::new();
-        let mut undecoded = Undecoded::default();
-        let mut stream = start();
-        futures::pin_mut!(shutdown);
-        tracing::info!("starting");
-        // A new watcher begins with a complete list: the fold turns it into
-        // updates and deletes like any relist.
-        let every = settings.relist_every.filter(|d| !d.is_zero());
-        let relist = tokio::time::sleep(every.unwrap_or(std::time::Duration::from_secs(3600)));
-        futures::pin_mut!(relist);
-        loop {
-            let quiet = retry.quiet_at();
-            let item = tokio::select! {
-                () = &mut shutdown => break,
-                () = tokio::time::sleep_until(quiet.unwrap_or_else(tokio::time::Instant::now)), if quiet.is_some() => {
+    let mut config = watcher::Config::default()
+        .labels_from(&settings.label_selector)
+        .page_size(settings.page_size);
+    if let Some(fields) = &settings.field_selector {
+        config = config.fields(fields);
+    }
+    let span = tracing::info_span!("watch", kind = %K::kind(&()), selector = %settings.label_selector);
+    let start = move || watcher(api.clone(), config.clone()).boxed();
+    drive(start, settings.relist_every, fold, handler, metrics, shutdown)
+        .instrument(span)
+        .await
+}
+
+/// The watch loop of [`run_watch`], over the streams `start` makes: each
+/// new stream begins with a complete list. A stream that fails is retried
+/// with backoff; one that ends (kube-runtime's never should) is counted as
+/// a failure and started again the same way, so the watch never stops.
+async fn drive<K, P, H, S>(
+    start: impl Fn() -> S,
+    relist_every: Option<Duration>,
+    mut fold: EventFold<K, P>,
+    mut handler: H,
+    metrics: Arc<WatchMetrics>,
+    shutdown: impl Future<Output = ()>,
+) -> H
+where
+    K: Resource + ResourceExt + Clone,
+    K::DynamicType: Default,
+    P: Keep<K>,
+    H: EventHandler<K>,
+    S: futures::Stream<Item = Result<watcher::Event<Watched<K>>, watcher::Error>> + Unpin,
+{
+    // The backoff is ours: kube-runtime's stream backoff resets on every
+    // `Init`, which the watcher emits before each list attempt, so a
+    // server that refuses connections would be retried about once a
+    // second forever.
+    let mut retry = Retry::new();
+    let mut undecoded = Undecoded::default();
+    let mut stream = start();
+    futures::pin_mut!(shutdown);
+    tracing::info!("starting");
+    let every = relist_every.filter(|d| !d.is_zero());
+    let relist = tokio::time::sleep(every.unwrap_or(Duration::from_secs(3600)));
+    futures::pin_mut!(relist);
+    loop {
+        let quiet = retry.quiet_at();
+        let item = tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep_until(quiet.unwrap_or_else(tokio::time::Instant::now)), if quiet.is_some() => {
+                retry.progressed(&metrics);
+                continue;
+            }
+            () = &mut relist, if every.is_some() => {
+                tracing::debug!("periodic relist");
+                stream = start();
+                if let Some(every) = every {
+                    relist.as_mut().reset(tokio::time::Instant::now() + every);
+                }
+                continue;
+            }
+            item = stream.next() => item,
+        };
+        let wait = match item {
+            Some(Ok(event)) => {
+                metrics.events.fetch_add(1, Ordering::Relaxed);
+                if !matches!(event, watcher::Event::Init) {
                     retry.progressed(&metrics);
-                    continue;
                 }
-                () = &mut relist, if every.is_some() => {
-                    tracing::debug!("periodic relist");
-                    stream = start();
-                    if let Some(every) = every {
-                        relist.as_mut().reset(tokio::time::Instant::now() + every);
-                    }
-                    continue;
+                let was_synced = fold.is_synced();
+                if let Some(event) = undecoded.event(event, &mut fold, &metrics) {
+                    fold.apply(event, &mut handler);
                 }
-                item = stream.next() => item,
-            };
-            match item {
-                Some(Ok(event)) => {
-                    metrics.events.fetch_add(1, Ordering::Relaxed);
-                    if !matches!(event, watcher::Event::Init) {
-                        retry.progressed(&metrics);
-                    }
-                    let was_synced = fold.is_synced();
-                    if let Some(event) = undecoded.event(event, &mut fold, &metrics) {
-                        fold.apply(event, &mut handler);
-                    }
-                    let s = fold.stats();
-                    let before = metrics.lists.swap(s.lists, Ordering::Relaxed);
-                    if s.lists > before {
-                        metrics
-                            .relists
-                            .inc_by(s.lists.saturating_sub(1) - before.saturating_sub(1));
-                    }
-                    metrics.aborted_lists.store(s.aborted_lists, Ordering::Relaxed);
+                let s = fold.stats();
+                let before = metrics.lists.swap(s.lists, Ordering::Relaxed);
+                if s.lists > before {
                     metrics
-                        .deletes_found_by_relist
-                        .store(s.deletes_found_by_relist, Ordering::Relaxed);
-                    if !was_synced && fold.is_synced() {
-                        tracing::info!(objects = fold.len(), "synced");
-                    }
+                        .relists
+                        .inc_by(s.lists.saturating_sub(1) - before.saturating_sub(1));
                 }
-                Some(Err(e)) => {
-                    metrics.errors.inc();
-                    let wait = retry.failed(&e, &metrics);
-                    tokio::select! {
-                        () = &mut shutdown => break,
-                        () = tokio::time::sleep(wait) => {}
-                    }
+                metrics.aborted_lists.store(s.aborted_lists, Ordering::Relaxed);
+                metrics
+                    .deletes_found_by_relist
+                    .store(s.deletes_found_by_relist, Ordering::Relaxed);
+                if !was_synced && fold.is_synced() {
+                    tracing::info!(objects = fold.len(), "synced");
                 }
-                None => {
-                    tracing::error!("watch stream ended unexpectedly");
-                    break;
+                continue;
+            }
+            Some(Err(e)) => {
+                metrics.errors.inc();
+                retry.failed(&e, &metrics)
+            }
+            None => {
+                // A new stream lists again; the fold checks deletes against it.
+                stream = start();
+                metrics.errors.inc();
+                retry.failed(&"the watch stream ended; starting it again", &metrics)
+            }
+        };
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+    tracing::info!("stopped");
+    handler
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use k8s_openapi::api::core::v1::Service;
+    use kube::runtime::watcher::Event;
+
+    use super::*;
+
+    /// Counts what a handler is told.
+    #[derive(Default)]
+    struct Counting {
+        adds: u32,
+        updates: u32,
+        deletes: u32,
+        synced: u32,
+    }
+
+    impl EventHandler<Service> for Counting {
+        fn on_add(&mut self, _: &Service) {
+            self.adds += 1;
+        }
+        fn on_update(&mut self, _: &Service, _: &Service) {
+            self.updates += 1;
+        }
+        fn on_delete(&mut self, _: &Service) {
+            self.deletes += 1;
+        }
+        fn on_synced(&mut self) {
+            self.synced += 1;
+        }
+    }
+
+    /// A watch stream that ends (after a complete list) is started again
+    /// after the backoff, every time, and each end counts as a failure
+    /// (so `/healthz` and `proxyd_watch_restarts_total` see it); the
+    /// lists that follow change nothing that did not change.
+    #[tokio::test]
+    async fn a_stream_that_ends_is_started_again_and_counted() {
+        let starts = Arc::new(AtomicUsize::new(0));
+        let object =
+            Watched::<Service>::from_json(r#"{"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1"}}"#);
+        let start = {
+            let starts = starts.clone();
+            move || {
+                starts.fetch_add(1, Ordering::SeqCst);
+                futures::stream::iter(vec![
+                    Ok(Event::Init),
+                    Ok(Event::InitApply(object.clone())),
+                    Ok(Event::InitDone),
+                ])
+            }
+        };
+        let metrics = Arc::new(WatchMetrics::default());
+        let began = Instant::now();
+        let shutdown = {
+            let starts = starts.clone();
+            async move {
+                while starts.load(Ordering::SeqCst) < 3 {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
                 }
             }
-        }
-        tracing::info!("stopped");
-        handler
+        };
+        let seen = tokio::time::timeout(
+            Duration::from_secs(20),
+            drive(
+                start,
+                None,
+                EventFold::new(),
+                Counting::default(),
+                metrics.clone(),
+                shutdown,
+            ),
+        )
+        .await
+        .expect("the watch keeps going until shut down");
+        assert!(starts.load(Ordering::SeqCst) >= 3, "started again after each end");
+        assert!(
+            metrics.errors.get() >= 2,
+            "each end is a failure: {}",
+            metrics.errors.get()
+        );
+        assert!(began.elapsed() >= RETRY_MIN, "not a tight loop: {:?}", began.elapsed());
+        assert_eq!((seen.adds, seen.updates, seen.deletes, seen.synced), (1, 0, 0, 1));
     }
-    .instrument(span)
-    .await
 }
