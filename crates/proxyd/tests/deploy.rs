@@ -181,14 +181,14 @@ fn the_multus_daemonset_selects_its_own_services_and_reaches_pods_namespaces() {
 }
 
 #[test]
-fn the_image_carries_nft_and_ip_and_the_binary_where_the_daemonset_runs_it() {
+fn the_image_carries_nft_and_iptables_and_the_binary_where_the_daemonset_runs_it() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/Containerfile");
     let text = std::fs::read_to_string(path).unwrap();
     let stages = text.lines().filter(|l| l.starts_with("FROM ")).count();
     assert_eq!(stages, 2, "multi-stage: build, then a slim runtime");
     let runtime = &text[text.rfind("FROM ").unwrap()..];
     assert!(
-        runtime.contains("nftables") && runtime.contains("iproute2"),
+        runtime.contains("nftables") && runtime.contains("iptables"),
         "{runtime}"
     );
     assert!(runtime.contains("/usr/local/bin/proxyd"));
