@@ -68,9 +68,11 @@ async fn run(args: &Args) -> Result<(), String> {
         times.push(written.elapsed());
         rx.borrow_and_update();
     }
+    let slowest = (0..times.len()).max_by_key(|&k| times[k]).unwrap_or_default();
+    let after_first = times.iter().skip(1).max().copied().unwrap_or_default();
     times.sort();
     println!(
-        "slice change to subscriber, {} changes: median {:.2?}, max {:.2?}",
+        "slice change to subscriber, {} changes: median {:.2?}, max {:.2?} (change #{slowest}); max after the first {after_first:.2?}",
         times.len(),
         times[times.len() / 2],
         times[times.len() - 1]

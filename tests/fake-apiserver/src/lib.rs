@@ -285,6 +285,9 @@ fn accept_loop(listener: TcpListener, s: Arc<Shared>) -> tokio::task::JoinHandle
             let Ok((stream, _)) = listener.accept().await else {
                 continue;
             };
+            // Go's listeners (kube-apiserver's) set TCP_NODELAY: a watch
+            // event is sent at once, not held for the client's ACK.
+            let _ = stream.set_nodelay(true);
             let conn = s.clone();
             let task = tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
