@@ -1,13 +1,14 @@
 //! Resident memory of `proxyd run` fed real-shaped objects by the fake API
 //! server: objects as kube-apiserver sends them (managedFields, the last
 //! applied configuration, full statuses and conditions; the shapes of
-//! `crates/informer-glue/tests/fixtures`), in node mode (services and
-//! their slices) or in multus mode (this node's pods). No root: proxyd
-//! runs with `--dry-run-dir`. Prints the time to the first sync and VmRSS
-//! and VmHWM two seconds after it.
+//! `crates/informer-glue/tests/fixtures`), in multus mode: PODS pods on
+//! this node and ten services on their network. No root: proxyd runs with
+//! `--dry-run-dir`. Prints the time to the first sync and VmRSS and VmHWM
+//! two seconds after it. (Node mode's memory is the scale harness's: with
+//! `--dry-run-dir` a large cluster's transaction rendered as text would
+//! dominate the figure.)
 //!
 //!     cargo build --release -p proxyd -p proxyd-benches
-//!     ./target/release/watch-rss --services 50000 --endpoints 5
 //!     ./target/release/watch-rss --pods 200
 //!     ./target/release/watch-rss --pods 200 --proxyd /path/to/another/proxyd
 
@@ -23,15 +24,9 @@ use serde_json::{Value, json};
 #[derive(Parser, Debug)]
 #[command(about = "proxyd's resident memory with real-shaped objects")]
 struct Args {
-    /// Multus mode with this many pods on this node (0: node mode).
-    #[arg(long, default_value_t = 0)]
+    /// Pods on this node.
+    #[arg(long, default_value_t = 200)]
     pods: u32,
-    /// Services (node mode), each with one slice.
-    #[arg(long, default_value_t = 0)]
-    services: u32,
-    /// Endpoints per service.
-    #[arg(long, default_value_t = 5)]
-    endpoints: u32,
     /// The proxyd binary (default: the one next to this program).
     #[arg(long)]
     proxyd: Option<std::path::PathBuf>,
@@ -49,8 +44,12 @@ fn ip(base: u32, n: u32) -> String {
     format!("10.{}.{}.{}", base + n / 65_536, (n / 256) % 256, n % 256)
 }
 
-/// Service `i` (and its slice), shaped as the fixtures.
-fn service(i: u32, endpoints: u32, multus: bool) -> [Value; 2] {
+/// Services on the pods' network, and endpoints per service.
+const SERVICES: u32 = 10;
+const ENDPOINTS: u32 = 5;
+
+/// Multus service `i` (and its slice), shaped as the fixtures.
+fn service(i: u32) -> [Value; 2] {
     let (ns, name) = (format!("ns-{}", i % 50), format!("svc-{i}"));
     let mut svc = fixture(SERVICE);
     svc["metadata"]["name"] = json!(name);
@@ -67,18 +66,16 @@ fn service(i: u32, endpoints: u32, multus: bool) -> [Value; 2] {
     slice["metadata"]["name"] = json!(format!("{name}-abcde"));
     slice["metadata"]["namespace"] = json!(ns);
     slice["metadata"]["labels"]["kubernetes.io/service-name"] = json!(name);
-    if multus {
-        svc["metadata"]["annotations"]["k8s.v1.cni.cncf.io/service-network"] = json!("macvlan1");
-        svc["metadata"]["labels"]["service.kubernetes.io/service-proxy-name"] = json!("multus-proxy");
-        slice["metadata"]["labels"]["service.kubernetes.io/service-proxy-name"] = json!("multus-proxy");
-        slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
-            json!("multus-endpointslice-controller.npwg.k8s.io");
-    }
+    svc["metadata"]["annotations"]["k8s.v1.cni.cncf.io/service-network"] = json!("macvlan1");
+    svc["metadata"]["labels"]["service.kubernetes.io/service-proxy-name"] = json!("multus-proxy");
+    slice["metadata"]["labels"]["service.kubernetes.io/service-proxy-name"] = json!("multus-proxy");
+    slice["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"] =
+        json!("multus-endpointslice-controller.npwg.k8s.io");
     let template = slice["endpoints"][0].clone();
-    slice["endpoints"] = (0..endpoints)
+    slice["endpoints"] = (0..ENDPOINTS)
         .map(|k| {
             let mut e = template.clone();
-            e["addresses"] = json!([ip(128, i * endpoints + k)]);
+            e["addresses"] = json!([ip(128, i * ENDPOINTS + k)]);
             e["nodeName"] = json!(format!("node-{}", (i + k) % 100));
             e["targetRef"]["name"] = json!(format!("{name}-{k}"));
             e
@@ -111,10 +108,8 @@ fn run(args: &Args) -> Result<(), String> {
     let server = runtime
         .block_on(FakeApiServer::start())
         .map_err(|e| format!("fake API server: {e}"))?;
-    let multus = args.pods > 0;
-    let services = if multus { args.services.max(10) } else { args.services };
-    for i in 0..services {
-        for obj in service(i, args.endpoints, multus) {
+    for i in 0..SERVICES {
+        for obj in service(i) {
             server.apply(obj).map_err(|e| format!("{e:?}"))?;
         }
     }
@@ -131,11 +126,10 @@ fn run(args: &Args) -> Result<(), String> {
         .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
         .arg("--dry-run-dir")
         .arg(dir.join("nft"))
+        .args(["--multus", "--pod-netns-dir"])
+        .arg(dir.join("netns"))
         .stderr(Stdio::piped())
         .stdout(Stdio::null());
-    if multus {
-        cmd.arg("--multus").arg("--pod-netns-dir").arg(dir.join("netns"));
-    }
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", proxyd.display()))?;
     let stderr = child.stderr.take().ok_or("no stderr")?;
@@ -148,7 +142,7 @@ fn run(args: &Args) -> Result<(), String> {
     let synced = loop {
         match rx.recv_timeout(Duration::from_secs(600)) {
             // Multus mode's sync line has no `first`: its first one is the first.
-            Ok(l) if l.contains("synced") && (multus || l.contains("first=true")) => break started.elapsed(),
+            Ok(l) if l.contains("synced") => break started.elapsed(),
             Ok(_) => {}
             Err(e) => {
                 let _ = child.kill();
@@ -159,10 +153,9 @@ fn run(args: &Args) -> Result<(), String> {
     std::thread::sleep(Duration::from_secs(2));
     let pid = child.id();
     println!(
-        "{} pods, {services} services x {} endpoints (real-shaped objects): first sync {synced:.2?} after start; \
+        "{} pods, {SERVICES} services x {ENDPOINTS} endpoints (real-shaped objects): first sync {synced:.2?} after start; \
          VmRSS {:.1} MiB, VmHWM {:.1} MiB ({})",
         args.pods,
-        args.endpoints,
         proxyd_benches::memory_mib(pid, "VmRSS:"),
         proxyd_benches::memory_mib(pid, "VmHWM:"),
         proxyd.display()

@@ -79,8 +79,10 @@ async fn both_families_every_fact_and_routing() {
         ..Config::default()
     };
     let (reader, run) = watch(server.client(), config);
+    assert!(!reader.is_ready(), "nothing listed before the watches run");
     let task = tokio::spawn(run);
     tokio::time::timeout(WAIT, reader.ready()).await.unwrap();
+    assert!(reader.is_ready());
     let name = ServiceName::new("shop", "web");
     let view = reader.get(&name).unwrap();
     assert_eq!(

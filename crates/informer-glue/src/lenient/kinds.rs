@@ -8,6 +8,103 @@ use serde::Deserialize;
 use slice_model::TRIGGER_TIME_ANNOTATION;
 
 use super::{Lean, Meta, list, string_map, zero};
+
+/// A decoded list's elements as the `k8s-openapi` type's.
+fn each<T: Into<U>, U>(list: Option<Vec<T>>) -> Option<Vec<U>> {
+    list.map(|l| l.into_iter().map(Into::into).collect())
+}
+
+impl From<ServicePort> for core::ServicePort {
+    fn from(p: ServicePort) -> Self {
+        Self {
+            name: p.name,
+            protocol: p.protocol,
+            port: p.port,
+            node_port: p.node_port,
+            app_protocol: p.app_protocol,
+            ..Default::default()
+        }
+    }
+}
+
+impl From<Ingress> for core::LoadBalancerIngress {
+    fn from(i: Ingress) -> Self {
+        Self {
+            ip: i.ip,
+            ip_mode: i.ip_mode,
+            ..Default::default()
+        }
+    }
+}
+
+impl From<Endpoint> for discovery::Endpoint {
+    fn from(e: Endpoint) -> Self {
+        Self {
+            addresses: e.addresses.unwrap_or_default(),
+            conditions: e.conditions.map(|c| discovery::EndpointConditions {
+                ready: c.ready,
+                serving: c.serving,
+                terminating: c.terminating,
+            }),
+            node_name: e.node_name,
+            deprecated_topology: e.deprecated_topology,
+            hints: e.hints.map(|h| discovery::EndpointHints {
+                for_zones: each(h.for_zones),
+                for_nodes: each(h.for_nodes),
+            }),
+            hostname: e.hostname,
+            zone: e.zone,
+            target_ref: e.target_ref.map(|r| core::ObjectReference {
+                kind: r.kind,
+                namespace: r.namespace,
+                name: r.name,
+                uid: r.uid,
+                ..Default::default()
+            }),
+        }
+    }
+}
+
+impl From<Named> for discovery::ForZone {
+    fn from(n: Named) -> Self {
+        Self { name: n.name }
+    }
+}
+
+impl From<Named> for discovery::ForNode {
+    fn from(n: Named) -> Self {
+        Self { name: n.name }
+    }
+}
+
+impl From<SlicePort> for discovery::EndpointPort {
+    fn from(p: SlicePort) -> Self {
+        Self {
+            name: p.name,
+            protocol: p.protocol,
+            port: p.port,
+            app_protocol: p.app_protocol,
+        }
+    }
+}
+
+impl From<Taint> for core::Taint {
+    fn from(t: Taint) -> Self {
+        Self {
+            key: t.key,
+            ..Default::default()
+        }
+    }
+}
+
+impl From<NodeAddress> for core::NodeAddress {
+    fn from(a: NodeAddress) -> Self {
+        Self {
+            type_: a.type_,
+            address: a.address,
+        }
+    }
+}
 use crate::multus::{NETWORK_STATUS_ANNOTATION, SERVICE_NETWORK_ANNOTATION};
 
 /// The annotations proxyd reads, of any kind: an EndpointSlice's trigger
@@ -107,19 +204,7 @@ impl Lean for core::Service {
             type_: s.type_,
             cluster_ip: s.cluster_ip,
             cluster_ips: s.cluster_ips,
-            ports: s.ports.map(|ports| {
-                ports
-                    .into_iter()
-                    .map(|p| core::ServicePort {
-                        name: p.name,
-                        protocol: p.protocol,
-                        port: p.port,
-                        node_port: p.node_port,
-                        app_protocol: p.app_protocol,
-                        ..Default::default()
-                    })
-                    .collect()
-            }),
+            ports: each(s.ports),
             external_ips: s.external_ips,
             load_balancer_source_ranges: s.load_balancer_source_ranges,
             session_affinity: s.session_affinity,
@@ -138,16 +223,7 @@ impl Lean for core::Service {
         });
         let status = w.status.map(|s| core::ServiceStatus {
             load_balancer: s.load_balancer.map(|lb| core::LoadBalancerStatus {
-                ingress: lb.ingress.map(|ingress| {
-                    ingress
-                        .into_iter()
-                        .map(|i| core::LoadBalancerIngress {
-                            ip: i.ip,
-                            ip_mode: i.ip_mode,
-                            ..Default::default()
-                        })
-                        .collect()
-                }),
+                ingress: each(lb.ingress),
             }),
             ..Default::default()
         });
@@ -236,53 +312,11 @@ impl Lean for discovery::EndpointSlice {
     type Wire = SliceWire;
 
     fn from_wire(w: SliceWire) -> Self {
-        let endpoints = w.endpoints.map(|endpoints| {
-            endpoints
-                .into_iter()
-                .map(|e| discovery::Endpoint {
-                    addresses: e.addresses.unwrap_or_default(),
-                    conditions: e.conditions.map(|c| discovery::EndpointConditions {
-                        ready: c.ready,
-                        serving: c.serving,
-                        terminating: c.terminating,
-                    }),
-                    node_name: e.node_name,
-                    deprecated_topology: e.deprecated_topology,
-                    hints: e.hints.map(|h| discovery::EndpointHints {
-                        for_zones: h
-                            .for_zones
-                            .map(|z| z.into_iter().map(|n| discovery::ForZone { name: n.name }).collect()),
-                        for_nodes: h
-                            .for_nodes
-                            .map(|z| z.into_iter().map(|n| discovery::ForNode { name: n.name }).collect()),
-                    }),
-                    hostname: e.hostname,
-                    zone: e.zone,
-                    target_ref: e.target_ref.map(|r| core::ObjectReference {
-                        kind: r.kind,
-                        namespace: r.namespace,
-                        name: r.name,
-                        uid: r.uid,
-                        ..Default::default()
-                    }),
-                })
-                .collect()
-        });
         discovery::EndpointSlice {
             metadata: w.metadata.into(),
             address_type: w.address_type,
-            endpoints,
-            ports: w.ports.map(|ports| {
-                ports
-                    .into_iter()
-                    .map(|p| discovery::EndpointPort {
-                        name: p.name,
-                        protocol: p.protocol,
-                        port: p.port,
-                        app_protocol: p.app_protocol,
-                    })
-                    .collect()
-            }),
+            endpoints: each(w.endpoints),
+            ports: each(w.ports),
         }
     }
 }
@@ -342,25 +376,11 @@ impl Lean for core::Node {
             spec: w.spec.map(|s| core::NodeSpec {
                 pod_cidr: s.pod_cidr,
                 pod_cidrs: s.pod_cidrs,
-                taints: s.taints.map(|t| {
-                    t.into_iter()
-                        .map(|t| core::Taint {
-                            key: t.key,
-                            ..Default::default()
-                        })
-                        .collect()
-                }),
+                taints: each(s.taints),
                 ..Default::default()
             }),
             status: w.status.map(|s| core::NodeStatus {
-                addresses: s.addresses.map(|a| {
-                    a.into_iter()
-                        .map(|a| core::NodeAddress {
-                            type_: a.type_,
-                            address: a.address,
-                        })
-                        .collect()
-                }),
+                addresses: each(s.addresses),
                 ..Default::default()
             }),
         }

@@ -132,11 +132,6 @@ impl<K> Watched<K> {
         }
     }
 
-    /// The object as decoded (metadata only when it could not be).
-    pub fn object(&self) -> &K {
-        &self.object
-    }
-
     /// Why the object could not be decoded, if it could not.
     pub fn problem(&self) -> Option<&Undecodable> {
         self.problem.as_deref()
@@ -176,15 +171,16 @@ impl<K: Lean + Resource<DynamicType = ()> + Default> Watched<K> {
     }
 }
 
-/// Held as text first (serde_json's `RawValue`), so that an error inside
-/// the object leaves the event, and the list around it, readable. This
-/// needs serde_json to read the object itself, as kube's client does for
-/// lists and for watch events written `type` before `object`, as
-/// kube-apiserver writes them; an event written the other way round fails
-/// to decode as a whole (kube-runtime then restarts the watch).
+/// Taken as text first (serde_json's `RawValue`, borrowed from the input:
+/// no copy), so that an error inside the object leaves the event, and the
+/// list around it, readable. This needs serde_json to read the object
+/// itself from text in memory, as kube's client does for lists and for
+/// watch events written `type` before `object`, as kube-apiserver writes
+/// them; an event written the other way round fails to decode as a whole
+/// (kube-runtime then restarts the watch).
 impl<'de, K: Lean + Resource<DynamicType = ()> + Default> Deserialize<'de> for Watched<K> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = <Box<RawValue>>::deserialize(d)?;
+        let raw = <&'de RawValue>::deserialize(d)?;
         Ok(Self::from_json(raw.get()))
     }
 }
