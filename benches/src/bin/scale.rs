@@ -10,6 +10,8 @@
 //!     ./target/release/scale --services 10000 --endpoints 2 --churn-rate 200 --churn-secs 600
 //!     ./target/release/scale --services 150000 --endpoints 2 --manifests
 //!     ./target/release/scale --services 50000 --endpoints 5 --real-objects --only-memory --proxyd OTHER
+//!     ./target/release/scale --services 10000 --endpoints 2 --no-restart --churn-rate 50 --churn-secs 300
+//!     ./target/release/scale --services 10000 --endpoints 2 --big-service 1000 --rolling-update --churn-rate 50
 //!
 //! The cluster: SERVICES ClusterIP services of ENDPOINTS ready endpoints
 //! each, spread over 100 nodes, of which every tenth is a NodePort service
@@ -22,8 +24,16 @@
 //! stretch (transactions sent while nothing changes), a restart with the
 //! table in place (time to the first sync, and real TCP connections to an
 //! existing service every 10 ms meanwhile: any that fail), churn (network
-//! programming p99 from the metrics, memory from minute 2 to the end), and
-//! the longest nft transaction of the whole run.
+//! programming p50/p99 from the metrics, proxyd's CPU seconds, memory from
+//! minute 2 to the end), and the longest nft transaction of the whole run.
+//!
+//! Network programming latency is measured from the moment the harness
+//! hands a slice to the API server to the moment proxyd logs the sync that
+//! applied it (after the kernel committed it): a new service whose slice
+//! follows it 30 ms later, and one changed endpoint, `--latency-trials`
+//! times each. The slices carry `last-change-trigger-time` as the
+//! EndpointSlice controller sets it (the time of the change that caused
+//! them), which proxyd's metric measures from.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -77,6 +87,17 @@ struct Args {
     /// The proxyd binary (default: the one next to this program).
     #[arg(long)]
     proxyd: Option<std::path::PathBuf>,
+    /// Passed to proxyd as `--min-sync-period` (default: proxyd's own).
+    #[arg(long)]
+    min_sync_period: Option<String>,
+    /// New services and changed endpoints whose latency is measured, each.
+    #[arg(long, default_value_t = 10)]
+    latency_trials: u32,
+    /// The churn is a rolling update of the big service (one pod at a
+    /// time: the new one added unready, made ready while the old one
+    /// terminates, the old one removed), not changes spread over services.
+    #[arg(long, requires = "big_service")]
+    rolling_update: bool,
 }
 
 const NODES: u32 = 100;
@@ -208,8 +229,13 @@ fn plain_objects(args: &Args) -> Vec<Value> {
 }
 
 /// One `synced` line of proxyd's log.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Sync {
+    /// When the harness read it.
+    at: Instant,
+    /// The longest network programming latency of its changes (`None`: a
+    /// proxyd that does not log it).
+    programming_max_us: Option<u64>,
     full: bool,
     nft_bytes: u64,
     apply_us: u64,
@@ -226,6 +252,8 @@ impl Sync {
         let fields: BTreeMap<&str, &str> = line.split_whitespace().filter_map(|w| w.split_once('=')).collect();
         let num = |k: &str| fields.get(k).and_then(|v| v.parse().ok()).unwrap_or(0);
         Some(Self {
+            at: Instant::now(),
+            programming_max_us: fields.get("programming_max_us").and_then(|v| v.parse().ok()),
             full: fields.get("full") == Some(&"true"),
             nft_bytes: num("nft_bytes"),
             apply_us: num("apply_us"),
@@ -246,13 +274,14 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(proxyd: &std::path::Path, ns: &str, source: &[String], sync_period: u64) -> Result<Self, String> {
+    fn start(proxyd: &std::path::Path, ns: &str, source: &[String], args: &Args) -> Result<Self, String> {
         let started = Instant::now();
         let mut child = Command::new(proxyd)
             .args(["run", "--hostname-override", "node-1", "--netns", ns])
             .args(["--healthz-bind-address", ""])
             .args(["--metrics-bind-address", &format!("127.0.0.1:{METRICS_PORT}")])
-            .args(["--sync-period", &format!("{sync_period}s")])
+            .args(["--sync-period", &format!("{}s", args.sync_period_secs)])
+            .args(args.min_sync_period.iter().flat_map(|d| ["--min-sync-period", d.as_str()]))
             .args(source)
             // RUST_LOG=info,nft_dataplane=debug shows each transaction.
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
@@ -313,6 +342,18 @@ impl Daemon {
         }
     }
 
+    /// The first sync that wrote, was read after `after` and applied a
+    /// change with a trigger time (when proxyd logs them).
+    fn write_after(&self, after: Instant, timeout: Duration, longest: &mut u64) -> Result<Sync, String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.next_write(deadline.saturating_duration_since(Instant::now()), longest)?;
+            if s.at > after && s.programming_max_us != Some(0) {
+                return Ok(s);
+            }
+        }
+    }
+
     /// Every sync logged within `d`.
     fn syncs_during(&self, d: Duration, longest: &mut u64) -> Vec<Sync> {
         let deadline = Instant::now() + d;
@@ -342,6 +383,32 @@ fn median(mut v: Vec<u64>) -> u64 {
     v.get(v.len() / 2).copied().unwrap_or(0)
 }
 
+/// "median X, max Y (of [...] ms)" of latencies in microseconds.
+fn spread(v: &[u64]) -> String {
+    let in_ms: Vec<String> = v.iter().map(|us| format!("{:.1}", *us as f64 / 1000.0)).collect();
+    format!(
+        "median {}, max {} (of [{}] ms)",
+        ms(median(v.to_vec())),
+        ms(v.iter().copied().max().unwrap_or(0)),
+        in_ms.join(", ")
+    )
+}
+
+/// CPU seconds (user + system) a process has used, from `/proc/PID/stat`.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command's closing parenthesis: utime and stime
+    // are the 12th and 13th of them, in clock ticks (100 per second).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let ticks: u64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|f| f.parse::<u64>().ok())
+        .sum();
+    ticks as f64 / 100.0
+}
+
 /// One GET of proxyd's metrics page (plain HTTP/1.0 on loopback).
 fn scrape() -> Result<String, String> {
     let mut s = TcpStream::connect(("127.0.0.1", METRICS_PORT)).map_err(|e| format!("metrics: {e}"))?;
@@ -352,13 +419,22 @@ fn scrape() -> Result<String, String> {
     Ok(body)
 }
 
-/// The `q` quantile of a Prometheus histogram's cumulative buckets, as the
-/// upper bound of the bucket it falls in (what `histogram_quantile` would interpolate within).
-fn histogram_quantile(buckets: &[(f64, u64)], q: f64) -> Option<(f64, u64)> {
+/// The `q` quantile of a Prometheus histogram's cumulative buckets: the
+/// upper bound of the bucket it falls in, and the value Prometheus's
+/// `histogram_quantile` interpolates within it; with the count.
+fn histogram_quantile(buckets: &[(f64, u64)], q: f64) -> Option<(f64, f64, u64)> {
     let total = buckets.last()?.1;
-    let rank = (q * total as f64).ceil() as u64;
-    let (le, _) = buckets.iter().find(|(_, c)| *c >= rank)?;
-    Some((*le, total))
+    let rank = q * total as f64;
+    let at = buckets.iter().position(|(_, c)| *c as f64 >= rank)?;
+    let (le, count) = buckets[at];
+    let (below_le, below) = if at == 0 { (0.0, 0) } else { buckets[at - 1] };
+    let inside = (count - below).max(1) as f64;
+    let interpolated = if le.is_finite() {
+        below_le + (le - below_le) * (rank - below as f64) / inside
+    } else {
+        below_le
+    };
+    Some((le, interpolated, total))
 }
 
 /// The cumulative buckets of histogram `name` in a scrape, by bound.
@@ -466,7 +542,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         made.elapsed()
     );
     let mut longest = 0u64;
-    let daemon = Daemon::start(proxyd, ns, &source, args.sync_period_secs)?;
+    let daemon = Daemon::start(proxyd, ns, &source, args)?;
     let first = daemon.next_write(Duration::from_secs(600), &mut longest)?;
     println!(
         "first sync: {:.2?} after start, the lists complete at {}; the sync took {} (nft {} in {} transactions, the longest {}; {} KB, full={})",
@@ -493,34 +569,47 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
     let apply = |obj: Value| server.apply(obj).map_err(|e| format!("fake API server: {e:?}"));
     let wait = Duration::from_secs(60);
 
-    // One added service, five times.
-    let mut added = Vec::new();
-    for k in 0..5 {
+    // New services whose slice follows 30 ms later (as the EndpointSlice
+    // controller's does), each on a quiet table; then changed endpoints
+    // (made unready) of existing services.
+    let quiet = Duration::from_millis(300);
+    let (mut added, mut added_took) = (Vec::new(), Vec::new());
+    for k in 0..args.latency_trials {
+        std::thread::sleep(quiet);
         let i = big_index(args) + 1 + k;
+        // Stamped now: the trigger is the Service's creation.
+        let its_slice = slice(i, 0, 1_000_000 + k * args.endpoints, args.endpoints.max(1), None);
         apply(service(i))?;
-        apply(slice(i, 0, 1_000_000 + k * args.endpoints, args.endpoints.max(1), None))?;
-        let s = daemon.next_write(wait, &mut longest)?;
-        added.push(s.took_us);
+        std::thread::sleep(Duration::from_millis(30));
+        let sent = Instant::now();
+        apply(its_slice)?;
+        let s = daemon.write_after(sent, wait, &mut longest)?;
+        added.push(s.at.duration_since(sent).as_micros() as u64);
+        added_took.push(s.took_us);
     }
-    // One changed endpoint (made unready) of existing services.
-    let mut changed = Vec::new();
-    for k in 0..5u32 {
+    let (mut changed, mut changed_took) = (Vec::new(), Vec::new());
+    for k in 0..args.latency_trials {
         if args.services == 0 {
             break;
         }
+        std::thread::sleep(quiet);
         let i = (k * 7919) % args.services;
+        let sent = Instant::now();
         apply(slice(i, 0, i * args.endpoints, args.endpoints, Some(0)))?;
-        let s = daemon.next_write(wait, &mut longest)?;
-        changed.push(s.took_us);
+        let s = daemon.write_after(sent, wait, &mut longest)?;
+        changed.push(s.at.duration_since(sent).as_micros() as u64);
+        changed_took.push(s.took_us);
     }
     println!(
-        "one added service: median {} (of {added:?} µs)",
-        ms(median(added.clone()))
+        "a new service, its slice 30 ms later: slice sent to kernel {}; the sync {}",
+        spread(&added),
+        spread(&added_took)
     );
     if !changed.is_empty() {
         println!(
-            "one changed endpoint: median {} (of {changed:?} µs)",
-            ms(median(changed.clone()))
+            "one changed endpoint: sent to kernel {}; the sync {}",
+            spread(&changed),
+            spread(&changed_took)
         );
     }
     if args.big_service > 0 {
@@ -566,7 +655,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         let mut prober = start_prober(ns)?;
         std::thread::sleep(Duration::from_millis(500));
         daemon.stop();
-        let daemon = Daemon::start(proxyd, ns, &source, args.sync_period_secs)?;
+        let daemon = Daemon::start(proxyd, ns, &source, args)?;
         let first = daemon.next_write(Duration::from_secs(600), &mut longest)?;
         let after = daemon.started.elapsed();
         std::thread::sleep(Duration::from_millis(500));
@@ -590,18 +679,27 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         daemon
     };
 
-    if args.churn_rate > 0 && args.services > 0 {
+    if args.churn_rate > 0 && (args.services > 0 || args.rolling_update) {
         let started = Instant::now();
         let period = Duration::from_secs_f64(1.0 / f64::from(args.churn_rate));
         let (mut n, mut rss_at_2, mut next) = (0u64, None, Instant::now());
         let ready_before = scrape().ok();
+        let cpu_before = cpu_seconds(daemon.pid());
+        let (mut syncs, mut longest_programming) = (0u64, 0u64);
+        let mut rolling = args.rolling_update.then(|| Rolling::new(args));
         while started.elapsed() < Duration::from_secs(args.churn_secs) {
-            let i = ((n * 7919) % u64::from(args.services)) as u32;
-            let unready = (n / u64::from(args.services)) % 2 == 0;
-            apply(slice(i, 0, i * args.endpoints, args.endpoints, unready.then_some(0)))?;
+            if let Some(r) = rolling.as_mut() {
+                apply(r.step())?;
+            } else {
+                let i = ((n * 7919) % u64::from(args.services)) as u32;
+                let unready = (n / u64::from(args.services)) % 2 == 0;
+                apply(slice(i, 0, i * args.endpoints, args.endpoints, unready.then_some(0)))?;
+            }
             n += 1;
             while let Ok(s) = daemon.syncs.try_recv() {
                 longest = longest.max(s.longest_tx_us);
+                longest_programming = longest_programming.max(s.programming_max_us.unwrap_or(0));
+                syncs += 1;
             }
             if rss_at_2.is_none() && started.elapsed() >= Duration::from_secs(120.min(args.churn_secs / 5)) {
                 rss_at_2 = Some((started.elapsed(), proxyd_benches::memory_mib(daemon.pid(), "VmRSS:")));
@@ -609,6 +707,8 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
             next += period;
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
         }
+        let cpu = cpu_seconds(daemon.pid()) - cpu_before;
+        let churned = started.elapsed();
         std::thread::sleep(Duration::from_secs(3));
         let metrics = scrape()?;
         let name = "kubeproxy_network_programming_duration_seconds";
@@ -620,21 +720,105 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
             .unwrap_or_default();
         let during = histogram_since(&histogram_buckets(&metrics, name), &before);
         let before = before.last().map_or(0, |(_, n)| *n);
-        let (p99, observed) = histogram_quantile(&during, 0.99).ok_or("no network programming histogram")?;
+        let (p50_le, p50, _) = histogram_quantile(&during, 0.5).ok_or("no network programming histogram")?;
+        let (p99_le, p99, observed) = histogram_quantile(&during, 0.99).ok_or("no network programming histogram")?;
         let end = proxyd_benches::memory_mib(daemon.pid(), "VmRSS:");
         let (at, rss2) = rss_at_2.unwrap_or_default();
         println!(
-            "churn: {n} endpoint changes in {:.0?} ({:.0}/s); network programming p99 <= {p99} s \
-             ({} observations during the churn, {before} before it); VmRSS {rss2:.0} MiB at {at:.0?}, {end:.0} MiB at the end ({:+.1}%)",
-            started.elapsed(),
-            n as f64 / started.elapsed().as_secs_f64(),
-            observed,
+            "churn{}: {n} changes in {churned:.0?} ({:.0}/s), {syncs} syncs; proxyd used {cpu:.2} CPU seconds; \
+             network programming p50 {:.1} ms (<= {p50_le} s), p99 {:.1} ms (<= {p99_le} s), longest {} \
+             ({observed} observations during the churn, {before} before it); \
+             VmRSS {rss2:.0} MiB at {at:.0?}, {end:.0} MiB at the end ({:+.1}%)",
+            if args.rolling_update { " (a rolling update of the big service)" } else { "" },
+            n as f64 / churned.as_secs_f64(),
+            p50 * 1000.0,
+            p99 * 1000.0,
+            ms(longest_programming),
             (end - rss2) / rss2.max(1.0) * 100.0
         );
     }
     println!("longest nft transaction: {}", ms(longest));
     daemon.stop();
     Ok(())
+}
+
+/// A rolling update of the big service, one pod at a time, as a
+/// Deployment's controller and the EndpointSlice controller make it: the
+/// new pod's endpoint appears unready, becomes ready while the old one
+/// terminates (serving), then the old one goes. Each step is one slice
+/// update.
+struct Rolling {
+    big: u32,
+    /// Per slice of 100: its pods (number, ready, terminating).
+    slices: Vec<Vec<(u32, bool, bool)>>,
+    /// The pod being replaced: slice, position, step.
+    at: (usize, usize, u8),
+    next_pod: u32,
+}
+
+impl Rolling {
+    fn new(args: &Args) -> Self {
+        let base = args.services * args.endpoints;
+        let slices = (0..args.big_service.div_ceil(100))
+            .map(|part| {
+                let first = base + part * 100;
+                let count = (args.big_service - part * 100).min(100);
+                (first..first + count).map(|n| (n, true, false)).collect()
+            })
+            .collect();
+        Self {
+            big: big_index(args),
+            slices,
+            at: (0, 0, 0),
+            next_pod: 2_000_000,
+        }
+    }
+
+    /// The next slice update.
+    fn step(&mut self) -> Value {
+        let (part, pos, step) = self.at;
+        let pods = &mut self.slices[part];
+        match step {
+            0 => {
+                pods.push((self.next_pod, false, false));
+                self.next_pod += 1;
+            }
+            1 => {
+                let new = pods.len() - 1;
+                pods[new].1 = true;
+                pods[pos] = (pods[pos].0, false, true);
+            }
+            _ => {
+                let new = pods.pop().map(|(n, ..)| (n, true, false));
+                if let Some(new) = new {
+                    pods[pos] = new;
+                }
+            }
+        }
+        let value = self.slice_value(part);
+        self.at = match step {
+            0 | 1 => (part, pos, step + 1),
+            _ if pos + 1 < self.slices[part].len() => (part, pos + 1, 0),
+            _ => ((part + 1) % self.slices.len(), 0, 0),
+        };
+        value
+    }
+
+    fn slice_value(&self, part: usize) -> Value {
+        let endpoints: Vec<Value> = self.slices[part]
+            .iter()
+            .map(|&(n, ready, terminating)| {
+                json!({
+                    "addresses": [pod_ip(n)],
+                    "nodeName": format!("node-{}", n % NODES),
+                    "conditions": {"ready": ready, "serving": ready || terminating, "terminating": terminating},
+                })
+            })
+            .collect();
+        let mut value = slice(self.big, part as u32, 0, 0, None);
+        value["endpoints"] = json!(endpoints);
+        value
+    }
 }
 
 fn main() -> ExitCode {

@@ -21,10 +21,13 @@ const SYNC_BUCKETS: [f64; 15] = [
     0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384,
 ];
 
-/// kube-proxy's network programming buckets: 0.25 s, 0.5 s, 1-59 s, 60-115
-/// s by 5, 120-300 s by 30.
+/// kube-proxy's network programming buckets (0.25 s, 0.5 s, 1-59 s, 60-115
+/// s by 5, 120-300 s by 30), with five more below 0.25 s: proxyd programs
+/// most changes in well under 0.25 s, where kube-proxy's buckets cannot
+/// tell 5 ms from 240 ms. Every kube-proxy bucket is kept, so queries
+/// written for kube-proxy (`le="1"`, `histogram_quantile`) read the same.
 fn programming_buckets() -> Vec<f64> {
-    let mut b = vec![0.25, 0.5];
+    let mut b = vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5];
     b.extend((1..60).map(f64::from));
     b.extend((60..120).step_by(5).map(f64::from));
     b.extend((120..=300).step_by(30).map(f64::from));
@@ -456,7 +459,7 @@ mod tests {
             has(&text, line);
         }
         let buckets = programming_buckets();
-        assert_eq!(buckets.len(), 2 + 59 + 12 + 7);
+        assert_eq!(buckets.len(), 5 + 2 + 59 + 12 + 7);
         assert!(buckets.windows(2).all(|w| w[0] < w[1]));
         assert_eq!(buckets.last(), Some(&300.0));
     }

@@ -3,16 +3,21 @@
 //!
 //! * A change requests a sync; requests that arrive while one is pending
 //!   coalesce.
-//! * At most one sync per `min_interval` (0: sync on every request).
+//! * Syncs are paced ([`Pacing`]): by default the next sync may start
+//!   once the time since the last one started is a multiple of what that
+//!   one took (never under a small floor), so latency follows the sync's
+//!   own cost; an operator's `--min-sync-period` instead sets a fixed
+//!   shortest time between two syncs, as kube-proxy's runner does (0: sync
+//!   on every request).
 //! * At least one sync per `max_interval`, requested or not (re-asserting
 //!   the rules).
 //! * A failed sync is retried after a backoff that doubles from
-//!   `retry_initial` up to `retry_max` (never sooner than `min_interval`);
+//!   `retry_initial` up to `retry_max` (never sooner than the pacing allows);
 //!   a success resets it. A sync that left work undone without failing
 //!   ([`Outcome::Incomplete`]: multus pods waiting for a namespace) is
 //!   retried the same way, without a warning.
 //! * A request during a backoff is not held back by it: it syncs after
-//!   `min_interval`, as with no backoff (BoundedFrequencyRunner's `Run`
+//!   the pacing's gap, as with no backoff (BoundedFrequencyRunner's `Run`
 //!   during a `RetryAfter`).
 //! * Nothing runs before [`SyncRunner::run`] is called: callers start it only
 //!   once their sources have synced.
@@ -57,11 +62,56 @@ pub enum Outcome {
     Incomplete,
 }
 
+/// How soon after a sync the next may start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pacing {
+    /// kube-proxy's `--min-sync-period`: the next sync starts no sooner
+    /// than this after the last one started (0: on every request).
+    Fixed(Duration),
+    /// The next sync starts no sooner than `factor` times what the last one
+    /// took after it started, and never sooner than `floor`: syncing
+    /// takes at most a `1/factor` share of the time, whatever a sync costs,
+    /// while a cheap sync is followed quickly.
+    CostBound {
+        /// The shortest gap, however cheap the last sync was.
+        floor: Duration,
+        /// The gap as a multiple of the last sync's duration.
+        factor: u32,
+    },
+}
+
+impl Pacing {
+    /// The default: gaps of 4 syncs' cost, at least 10 ms. A sync of a
+    /// few changes costs about a millisecond, so a change waits at most
+    /// the floor; syncs that cost seconds (a huge first load) take at most
+    /// a quarter of the time, as kube-proxy's 1 s gap did for syncs of
+    /// 250 ms.
+    pub const DEFAULT: Self = Self::CostBound {
+        floor: Duration::from_millis(10),
+        factor: 4,
+    };
+
+    /// The pacing an operator's `--min-sync-period` asks for: `None` (not
+    /// set) is [`Pacing::DEFAULT`].
+    pub fn from_min_sync_period(min: Option<Duration>) -> Self {
+        min.map_or(Self::DEFAULT, Self::Fixed)
+    }
+
+    /// The shortest time from the start of a sync that took `took` to the
+    /// start of the next.
+    pub fn gap(self, took: Duration) -> Duration {
+        match self {
+            Self::Fixed(d) => d,
+            Self::CostBound { floor, factor } => took.saturating_mul(factor).max(floor),
+        }
+    }
+}
+
 /// Timing of a [`SyncRunner`].
 #[derive(Clone, Copy, Debug)]
 pub struct SyncTiming {
-    /// The shortest time between two syncs.
-    pub min_interval: Duration,
+    /// How soon after a sync the next may start.
+    pub pacing: Pacing,
     /// The longest time without a sync.
     pub max_interval: Duration,
     /// First retry delay after a failure.
@@ -71,10 +121,10 @@ pub struct SyncTiming {
 }
 
 impl Default for SyncTiming {
-    /// kube-proxy's defaults: `--min-sync-period 1s`, `--sync-period 30s`.
+    /// [`Pacing::DEFAULT`] and kube-proxy's `--sync-period 30s`.
     fn default() -> Self {
         Self {
-            min_interval: Duration::from_secs(1),
+            pacing: Pacing::DEFAULT,
             max_interval: Duration::from_secs(30),
             retry_initial: Duration::from_secs(1),
             retry_max: Duration::from_secs(30),
@@ -112,24 +162,26 @@ impl SyncRunner {
             // the permit they left, or it would cause a second, empty sync.
             let _ = futures::FutureExt::now_or_never(self.requests.notified());
             let started = Instant::now();
-            let next = match sync(reason).await {
+            let result = sync(reason).await;
+            let gap = t.pacing.gap(started.elapsed());
+            let next = match result {
                 Ok(Outcome::Done) => {
                     backoff = t.retry_initial;
                     None
                 }
                 Ok(Outcome::Incomplete) => {
-                    let wait = backoff.max(t.min_interval);
+                    let wait = backoff.max(gap);
                     backoff = (backoff * 2).min(t.retry_max);
                     Some(started + wait)
                 }
                 Err(e) => {
-                    let wait = backoff.max(t.min_interval);
+                    let wait = backoff.max(gap);
                     tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "sync failed");
                     backoff = (backoff * 2).min(t.retry_max);
                     Some(started + wait)
                 }
             };
-            let earliest = started + t.min_interval;
+            let earliest = started + gap;
             let periodic = started + t.max_interval;
             reason = match next {
                 Some(retry_at) => {
@@ -201,7 +253,7 @@ mod tests {
 
     fn timing(min: u64, max: u64) -> SyncTiming {
         SyncTiming {
-            min_interval: Duration::from_millis(min),
+            pacing: Pacing::Fixed(Duration::from_millis(min)),
             max_interval: Duration::from_millis(max),
             retry_initial: Duration::from_millis(100),
             retry_max: Duration::from_millis(400),
@@ -246,6 +298,83 @@ mod tests {
         }
         at(100, t0).await;
         assert_eq!(log.lock().unwrap().len(), 4);
+    }
+
+    /// A runner whose syncs take `cost(n)` for the n-th sync, recording
+    /// when each started; requested every `every` ms until `until` ms.
+    async fn paced(pacing: Pacing, cost: fn(usize) -> u64, every: u64, until: u64) -> Vec<u64> {
+        let requests = Arc::new(Notify::new());
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let t0 = Instant::now();
+        let l = log.clone();
+        let timing = SyncTiming {
+            pacing,
+            ..timing(0, 30_000)
+        };
+        tokio::spawn(SyncRunner::new(timing, requests.clone()).run(
+            move |_| {
+                let n = {
+                    let mut l = l.lock().unwrap();
+                    l.push(t0.elapsed().as_millis() as u64);
+                    l.len() - 1
+                };
+                async move {
+                    tokio::time::sleep(Duration::from_millis(cost(n))).await;
+                    Ok::<_, &str>(Outcome::Done)
+                }
+            },
+            std::future::pending(),
+        ));
+        let mut t = every;
+        while t < until {
+            at(t, t0).await;
+            requests.notify_one();
+            t += every;
+        }
+        at(until, t0).await;
+        log.lock().unwrap().clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cost_bound_pacing_follows_what_syncs_cost() {
+        let pacing = Pacing::CostBound {
+            floor: Duration::from_millis(10),
+            factor: 4,
+        };
+        // Cheap syncs (1 ms) requested every 3 ms: one per floor.
+        let cheap = paced(pacing, |_| 1, 3, 95).await;
+        let gaps: Vec<u64> = cheap.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(gaps.iter().all(|g| *g == 10), "{cheap:?}");
+        // A first sync of 500 ms, then cheap ones: the next waits 2 s, the
+        // ones after it only the floor.
+        let after_heavy = paced(pacing, |n| if n == 0 { 500 } else { 1 }, 3, 2100).await;
+        assert_eq!(after_heavy[..4], [0, 2000, 2010, 2020], "{after_heavy:?}");
+        // Syncs of 50 ms: one start every 200 ms, a quarter of the time.
+        let steady = paced(pacing, |_| 50, 3, 990).await;
+        assert_eq!(steady, [0, 200, 400, 600, 800]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_single_request_after_a_quiet_time_syncs_at_once() {
+        let t0 = Instant::now();
+        let timing = SyncTiming {
+            pacing: Pacing::DEFAULT,
+            ..timing(0, 30_000)
+        };
+        let (req, log, _stop) = start(timing, Arc::default());
+        at(500, t0).await;
+        req.notify_one();
+        at(600, t0).await;
+        assert_eq!(log.lock().unwrap().clone(), [(0, SyncReason::Initial), (500, SyncReason::Requested)]);
+    }
+
+    #[test]
+    fn an_operators_min_sync_period_is_fixed_and_unset_is_the_default() {
+        assert_eq!(Pacing::from_min_sync_period(None), Pacing::DEFAULT);
+        let one = Duration::from_secs(1);
+        assert_eq!(Pacing::from_min_sync_period(Some(one)), Pacing::Fixed(one));
+        assert_eq!(Pacing::Fixed(one).gap(Duration::from_secs(3)), one, "kube-proxy's gap ignores the cost");
+        assert_eq!(Pacing::from_min_sync_period(Some(Duration::ZERO)).gap(Duration::from_millis(5)), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]

@@ -382,9 +382,10 @@ pub struct RunArgs {
     pub proxy: ProxyArgs,
 
     /// The shortest time between two syncs, e.g. 1s or 500ms; 0 syncs on
-    /// every change.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub min_sync_period: std::time::Duration,
+    /// every change. Unset, the next sync may start once four times what
+    /// the last one took has passed (at least 10 ms).
+    #[arg(long, value_parser = parse_duration)]
+    pub min_sync_period: Option<std::time::Duration>,
 
     /// The longest time between two syncs (re-asserting the state even
     /// when nothing changed).

@@ -388,7 +388,7 @@ mod tests {
         assert_eq!(args.proxy.hostname_override.as_deref(), Some("node-9"));
         assert_eq!(args.proxy.cluster_cidr.len(), 2);
         assert!(args.proxy.masquerade_all);
-        assert_eq!(args.min_sync_period, Duration::from_secs(5), "the flag wins");
+        assert_eq!(args.min_sync_period, Some(Duration::from_secs(5)), "the flag wins");
         assert_eq!(args.list_page_size, 50);
         let config = format!("--config={path}");
         let args = run(&["proxyd", "run", "--cluster-cidr", "192.168.0.0/16", &config]);
@@ -406,6 +406,30 @@ mod tests {
         // A flag given with its default value still wins over the file.
         let args = run(&["proxyd", "run", "--config", &path, "--list-page-size", "500"]);
         assert_eq!(args.list_page_size, 500);
+    }
+
+    #[test]
+    fn min_sync_period_unset_or_kubeadms_zero_is_the_cost_bound_default() {
+        use node_proxy::runner::Pacing;
+        let kubeadm = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubeadm-kube-proxy-config.conf");
+        for args in [vec!["proxyd", "run"], vec!["proxyd", "run", "--config", kubeadm]] {
+            let run = run(&args);
+            assert_eq!(Pacing::from_min_sync_period(run.min_sync_period), Pacing::DEFAULT, "{args:?}");
+        }
+        let kube_proxy_file = write(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n\
+             nftables: {minSyncPeriod: 1s}\n",
+        );
+        let own_file = write("min-sync-period: 250ms\n");
+        for (args, want) in [
+            (vec!["proxyd", "run", "--min-sync-period", "1s"], Duration::from_secs(1)),
+            (vec!["proxyd", "run", "--min-sync-period", "0"], Duration::ZERO),
+            (vec!["proxyd", "run", "--config", &kube_proxy_file], Duration::from_secs(1)),
+            (vec!["proxyd", "run", "--config", &own_file], Duration::from_millis(250)),
+        ] {
+            let run = run(&args);
+            assert_eq!(Pacing::from_min_sync_period(run.min_sync_period), Pacing::Fixed(want), "{args:?}");
+        }
     }
 
     #[test]

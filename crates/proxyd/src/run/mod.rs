@@ -39,7 +39,7 @@ use crate::snapshot::{node_name, selection};
 use node_proxy::health::{ProxierHealth, ServiceHealth};
 use node_proxy::http::{Reply, serve};
 use node_proxy::proxier::HealthChecks;
-use node_proxy::runner::{Outcome, SyncReason, SyncRunner, SyncTiming};
+use node_proxy::runner::{Outcome, Pacing, SyncReason, SyncRunner, SyncTiming};
 
 /// What one sync on the sync thread came to.
 type SyncResult = Result<Outcome, String>;
@@ -71,10 +71,10 @@ pub fn main(args: RunArgs) -> ExitCode {
 /// Checks the flags together; one message per problem.
 pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
-    if args.min_sync_period > args.sync_period {
+    if let Some(min) = args.min_sync_period.filter(|min| *min > args.sync_period) {
         problems.push(format!(
-            "--min-sync-period ({:?}) is longer than --sync-period ({:?})",
-            args.min_sync_period, args.sync_period
+            "--min-sync-period ({min:?}) is longer than --sync-period ({:?})",
+            args.sync_period
         ));
     }
     if args.sync_period.is_zero() {
@@ -229,7 +229,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             node_primary_ips: state.node_primary_ips.take(),
         };
         let timing = SyncTiming {
-            min_interval: args.min_sync_period,
+            pacing: Pacing::from_min_sync_period(args.min_sync_period),
             max_interval: args.sync_period,
             ..SyncTiming::default()
         };

@@ -263,6 +263,7 @@ fn sync_node(
                     transactions = out.report.transactions,
                     longest_tx_us = out.report.longest_apply.as_micros() as u64,
                     took_us = started.elapsed().as_micros() as u64,
+                    programming_max_us = longest_programming(&out.observation.trigger_times, now),
                     "synced"
                 );
             }
@@ -299,6 +300,17 @@ fn sync_node(
             failures.join("; ")
         ))
     }
+}
+
+/// The longest network programming latency of the changes a sync applied
+/// (from their trigger times to `now`), in microseconds; 0 when none
+/// carried one.
+fn longest_programming(trigger_times: &[SystemTime], now: SystemTime) -> u64 {
+    trigger_times
+        .iter()
+        .filter_map(|t| now.duration_since(*t).ok())
+        .max()
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// How many pending pods a sync's log line names.
@@ -349,6 +361,7 @@ fn sync_multus(
             pending_pods = out.pending.len(),
             pending = %pending_text(&out.pending),
             took_us = started.elapsed().as_micros() as u64,
+            programming_max_us = longest_programming(&programmed, now),
             "synced"
         );
         if !out.pending.is_empty() {
