@@ -281,7 +281,11 @@ impl Daemon {
             .args(["--healthz-bind-address", ""])
             .args(["--metrics-bind-address", &format!("127.0.0.1:{METRICS_PORT}")])
             .args(["--sync-period", &format!("{}s", args.sync_period_secs)])
-            .args(args.min_sync_period.iter().flat_map(|d| ["--min-sync-period", d.as_str()]))
+            .args(
+                args.min_sync_period
+                    .iter()
+                    .flat_map(|d| ["--min-sync-period", d.as_str()]),
+            )
             .args(source)
             // RUST_LOG=info,nft_dataplane=debug shows each transaction.
             .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
@@ -670,11 +674,12 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         let (ok, failed) = counts.trim().split_once(' ').unwrap_or(("?", "?"));
         println!(
             "restart with the table in place: first sync {after:.2?} after start, the lists complete at {} \
-             (sync {}, nft {} in {} transactions); connections to svc-1 meanwhile: {ok} answered, {failed} failed",
+             (sync {}, nft {} in {} transactions, the longest {}); connections to svc-1 meanwhile: {ok} answered, {failed} failed",
             daemon.listed_after(),
             ms(first.took_us),
             ms(first.apply_us),
             first.transactions,
+            ms(first.longest_tx_us),
         );
         daemon
     };
@@ -729,7 +734,11 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
              network programming p50 {:.1} ms (<= {p50_le} s), p99 {:.1} ms (<= {p99_le} s), longest {} \
              ({observed} observations during the churn, {before} before it); \
              VmRSS {rss2:.0} MiB at {at:.0?}, {end:.0} MiB at the end ({:+.1}%)",
-            if args.rolling_update { " (a rolling update of the big service)" } else { "" },
+            if args.rolling_update {
+                " (a rolling update of the big service)"
+            } else {
+                ""
+            },
             n as f64 / churned.as_secs_f64(),
             p50 * 1000.0,
             p99 * 1000.0,

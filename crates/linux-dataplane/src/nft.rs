@@ -338,6 +338,35 @@ impl Dataplane for WatchedNft {
         });
         Some(read)
     }
+
+    /// Reads the set over netlink; an element it cannot read as proxyd
+    /// writes that set's elements makes the whole set unreadable (`None`),
+    /// so that the table is refilled rather than trusted.
+    fn elements(
+        &mut self,
+        family: IpFamily,
+        table: &str,
+        set: &nft_dataplane::names::SetId,
+    ) -> Option<Result<Vec<nft_dataplane::element::Element>, DataplaneError>> {
+        let raw = match self.netlink.as_mut()?.elements(family, table, &set.to_string()) {
+            Ok(raw) => raw,
+            Err(source) => {
+                tracing::warn!("cannot read set {set} of table {table} back ({source}): every set is refilled");
+                return Some(Err(DataplaneError::Netlink {
+                    what: format!("reading set {set} of table {table} back"),
+                    source,
+                }));
+            }
+        };
+        let read: Option<Vec<_>> = raw
+            .iter()
+            .map(|r| crate::netlink::read_element(set, family, r))
+            .collect();
+        if read.is_none() {
+            tracing::warn!("set {set} of table {table} holds elements proxyd did not write: every set is refilled");
+        }
+        read.map(Ok)
+    }
 }
 
 /// `--dry-run`: writes each sync's transaction to standard output, or to

@@ -14,9 +14,11 @@ use linux_dataplane::Netns;
 use linux_dataplane::Route;
 use linux_dataplane::routes::{self, RouteChange, RouteError};
 use linux_dataplane::{Conntrack, ConntrackError, NetlinkConntrack};
-use linux_dataplane::{DryRun, NftCommand};
+use linux_dataplane::{DryRun, NftCommand, WatchedNft};
 
-/// `nft`, `ip` and netlink conntrack inside each pod's namespace.
+/// Inside each pod's namespace: netlink for element changes, conntrack
+/// and the nftables generation (an idle periodic sync writes nothing),
+/// `nft` for chains and rules, `ip` for routes.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Commands {
     /// Skip conntrack cleanup (`--no-conntrack`).
@@ -25,7 +27,7 @@ pub struct Commands {
 
 impl PodBackend for Commands {
     fn dataplane(&mut self, _pod: &PodName, netns: &Netns) -> Box<dyn Dataplane + Send> {
-        Box::new(NftCommand { netns: netns.clone() })
+        Box::new(WatchedNft::new(netns.clone()))
     }
 
     fn routes(

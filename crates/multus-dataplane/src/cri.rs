@@ -192,6 +192,11 @@ impl CriResolver {
         &self.endpoint
     }
 
+    /// A path on the host (as the runtime names it), as seen from here.
+    pub fn seen(&self, path: &Path) -> PathBuf {
+        under(&self.host_prefix, path)
+    }
+
     /// The socket, as seen from here.
     pub fn socket(&self) -> PathBuf {
         socket_path(&self.endpoint)

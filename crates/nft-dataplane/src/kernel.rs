@@ -260,4 +260,18 @@ impl Dataplane for KernelModel {
                 .collect(),
         }))
     }
+
+    fn elements(
+        &mut self,
+        family: IpFamily,
+        _table: &str,
+        set: &crate::names::SetId,
+    ) -> Option<Result<Vec<crate::element::Element>, DataplaneError>> {
+        let held = self.tables.get(&family)?.sets.get(set)?;
+        let elements = held.iter().map(|(key, value)| crate::element::Element {
+            key: *key,
+            value: value.clone(),
+        });
+        Some(Ok(elements.collect()))
+    }
 }

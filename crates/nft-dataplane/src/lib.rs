@@ -96,6 +96,21 @@ pub trait Dataplane {
         let _ = (family, table);
         None
     }
+
+    /// The elements of set `set` of the table `table` of `family`, read
+    /// back; `None` when the dataplane cannot read them. A table rewritten
+    /// in place whose sets can be read has only the elements that differ
+    /// changed, a few services per transaction; otherwise every set is
+    /// emptied and refilled in one transaction.
+    fn elements(
+        &mut self,
+        family: slice_model::IpFamily,
+        table: &str,
+        set: &names::SetId,
+    ) -> Option<Result<Vec<element::Element>, DataplaneError>> {
+        let _ = (family, table, set);
+        None
+    }
 }
 
 /// What a table holds, by name, as a dataplane reads it back.
@@ -122,6 +137,15 @@ impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
 
     fn objects(&mut self, family: slice_model::IpFamily, table: &str) -> Option<Result<TableObjects, DataplaneError>> {
         (**self).objects(family, table)
+    }
+
+    fn elements(
+        &mut self,
+        family: slice_model::IpFamily,
+        table: &str,
+        set: &names::SetId,
+    ) -> Option<Result<Vec<element::Element>, DataplaneError>> {
+        (**self).elements(family, table, set)
     }
 }
 

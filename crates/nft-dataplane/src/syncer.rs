@@ -213,7 +213,14 @@ enum FullLoad {
 struct Stale {
     chains: Vec<ChainId>,
     sets: Vec<SetId>,
+    /// The elements of the sets the view wants (an absent set holds none),
+    /// when the dataplane could read them all: only what differs is then
+    /// written.
+    held: Option<Held>,
 }
+
+/// Elements a table holds, by set and key.
+type Held = HashMap<SetId, HashMap<Key, Option<Value>>>;
 
 /// Why a sync is happening.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -453,13 +460,28 @@ impl<D: Dataplane> NftSyncer<D> {
                 stale.chains.push(chain);
             }
         }
+        let mut present = Vec::new();
         for name in &objects.sets {
             let set = SetId::from_name(name)?;
             if !wanted_sets.contains(&set) {
                 stale.sets.push(set);
+            } else if !matches!(set, SetId::Affinity(_)) {
+                present.push(set);
             }
         }
+        stale.held = self.read_elements(present);
         Some(stale)
+    }
+
+    /// The elements of `sets`, when the dataplane can read every one.
+    fn read_elements(&mut self, sets: Vec<SetId>) -> Option<Held> {
+        let (family, table) = (self.config.family, self.config.table());
+        let mut held = Held::with_capacity(sets.len());
+        for set in sets {
+            let elements = self.dataplane.elements(family, table, &set)?.ok()?;
+            held.insert(set, elements.into_iter().map(|e| (e.key, e.value)).collect());
+        }
+        Some(held)
     }
 
     fn build_full(&self, services: &ServicesMap, endpoints: &EndpointsMap) -> Programmed {
@@ -828,20 +850,27 @@ fn rewrite_in_place(
         apply(&rules)?;
     }
     drop(rules);
-    let mut elements = new();
-    let sets = SetId::skeleton(config.scope)
-        .into_iter()
-        .chain(own_sets)
-        .filter(|s| !matches!(s, SetId::Affinity(_)));
-    for set in sets {
-        elements.push(Op::FlushSet(set.clone()));
-        if let Some(e) = by_set.remove(&set) {
-            elements.push(Op::AddElements(set, e));
+    match &stale.held {
+        Some(held) => {
+            drop(by_set);
+            write_differences(config, view, held, chunk, apply)?;
+        }
+        None => {
+            let mut elements = new();
+            let sets = SetId::skeleton(config.scope)
+                .into_iter()
+                .chain(own_sets)
+                .filter(|s| !matches!(s, SetId::Affinity(_)));
+            for set in sets {
+                elements.push(Op::FlushSet(set.clone()));
+                if let Some(e) = by_set.remove(&set) {
+                    elements.push(Op::AddElements(set, e));
+                }
+            }
+            drop(by_set);
+            apply(&elements)?;
         }
     }
-    drop(by_set);
-    apply(&elements)?;
-    drop(elements);
     let mut gone = new();
     for c in &stale.chains {
         gone.push(Op::FlushChain(c.clone()));
@@ -856,6 +885,104 @@ fn rewrite_in_place(
         return Ok(());
     }
     apply(&gone)
+}
+
+/// The element changes of a table rewritten in place whose sets were read
+/// back (`held`): each service's elements that differ from what the table
+/// holds (deleted and added again when the value changed, added when
+/// missing), whole services at a time, about `chunk` elements per
+/// transaction; then the shared elements the same way; then what no one
+/// wants any more, deleted. A service's elements change together, so no
+/// service is half-written between two transactions.
+fn write_differences(
+    config: &DataplaneConfig,
+    view: &Programmed,
+    held: &Held,
+    chunk: usize,
+    apply: &mut impl FnMut(&Transaction) -> Result<(), DataplaneError>,
+) -> Result<(), DataplaneError> {
+    let mut batch = ElementBatch::default();
+    let mut wanted: HashMap<&SetId, std::collections::HashSet<Key>> = HashMap::new();
+    let mut bring = |set: SetId, el: Element, batch: &mut ElementBatch| {
+        let now = match held.get_key_value(&set) {
+            Some((known, elements)) => {
+                wanted.entry(known).or_default().insert(el.key);
+                elements.get(&el.key)
+            }
+            None => None,
+        };
+        match now {
+            Some(v) if *v == el.value => {}
+            Some(_) => {
+                batch.delete(set.clone(), Element::key(el.key));
+                batch.add(set, el);
+            }
+            None => batch.add(set, el),
+        }
+    };
+    for f in by_name(view).into_iter().map(Packed::unpack) {
+        f.for_each_element(|set, el| bring(set, el, &mut batch));
+        if batch.size >= chunk {
+            apply(&batch.take(config))?;
+        }
+    }
+    for (set, elements) in shared_elements(view) {
+        for el in elements {
+            bring(set.clone(), el, &mut batch);
+            if batch.size >= chunk {
+                apply(&batch.take(config))?;
+            }
+        }
+    }
+    let mut sets: Vec<&SetId> = held.keys().collect();
+    sets.sort_unstable();
+    for set in sets {
+        let keep = wanted.get(set);
+        for key in held[set].keys().filter(|k| keep.is_none_or(|w| !w.contains(*k))) {
+            batch.delete(set.clone(), Element::key(*key));
+            if batch.size >= chunk {
+                apply(&batch.take(config))?;
+            }
+        }
+    }
+    if batch.size > 0 {
+        apply(&batch.take(config))?;
+    }
+    Ok(())
+}
+
+/// Element deletions and additions by set, made into one transaction
+/// (every deletion before every addition, so that a key deleted and
+/// added again ends with its new value).
+#[derive(Default)]
+struct ElementBatch {
+    deletes: BTreeMap<SetId, Vec<Element>>,
+    adds: BTreeMap<SetId, Vec<Element>>,
+    size: usize,
+}
+
+impl ElementBatch {
+    fn delete(&mut self, set: SetId, el: Element) {
+        self.deletes.entry(set).or_default().push(el);
+        self.size += 1;
+    }
+
+    fn add(&mut self, set: SetId, el: Element) {
+        self.adds.entry(set).or_default().push(el);
+        self.size += 1;
+    }
+
+    fn take(&mut self, config: &DataplaneConfig) -> Transaction {
+        let mut tx = Transaction::for_table(config.family, config.table());
+        for (set, e) in std::mem::take(&mut self.deletes) {
+            tx.push(Op::DeleteElements(set, e));
+        }
+        for (set, e) in std::mem::take(&mut self.adds) {
+            tx.push(Op::AddElements(set, e));
+        }
+        self.size = 0;
+        tx
+    }
 }
 
 /// How many elements and rules one transaction of a first load holds: the

@@ -365,7 +365,10 @@ mod tests {
         at(500, t0).await;
         req.notify_one();
         at(600, t0).await;
-        assert_eq!(log.lock().unwrap().clone(), [(0, SyncReason::Initial), (500, SyncReason::Requested)]);
+        assert_eq!(
+            log.lock().unwrap().clone(),
+            [(0, SyncReason::Initial), (500, SyncReason::Requested)]
+        );
     }
 
     #[test]
@@ -373,8 +376,15 @@ mod tests {
         assert_eq!(Pacing::from_min_sync_period(None), Pacing::DEFAULT);
         let one = Duration::from_secs(1);
         assert_eq!(Pacing::from_min_sync_period(Some(one)), Pacing::Fixed(one));
-        assert_eq!(Pacing::Fixed(one).gap(Duration::from_secs(3)), one, "kube-proxy's gap ignores the cost");
-        assert_eq!(Pacing::from_min_sync_period(Some(Duration::ZERO)).gap(Duration::from_millis(5)), Duration::ZERO);
+        assert_eq!(
+            Pacing::Fixed(one).gap(Duration::from_secs(3)),
+            one,
+            "kube-proxy's gap ignores the cost"
+        );
+        assert_eq!(
+            Pacing::from_min_sync_period(Some(Duration::ZERO)).gap(Duration::from_millis(5)),
+            Duration::ZERO
+        );
     }
 
     #[tokio::test(start_paused = true)]

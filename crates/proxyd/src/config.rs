@@ -411,10 +411,17 @@ mod tests {
     #[test]
     fn min_sync_period_unset_or_kubeadms_zero_is_the_cost_bound_default() {
         use node_proxy::runner::Pacing;
-        let kubeadm = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/kubeadm-kube-proxy-config.conf");
+        let kubeadm = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/kubeadm-kube-proxy-config.conf"
+        );
         for args in [vec!["proxyd", "run"], vec!["proxyd", "run", "--config", kubeadm]] {
             let run = run(&args);
-            assert_eq!(Pacing::from_min_sync_period(run.min_sync_period), Pacing::DEFAULT, "{args:?}");
+            assert_eq!(
+                Pacing::from_min_sync_period(run.min_sync_period),
+                Pacing::DEFAULT,
+                "{args:?}"
+            );
         }
         let kube_proxy_file = write(
             "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n\
@@ -424,11 +431,18 @@ mod tests {
         for (args, want) in [
             (vec!["proxyd", "run", "--min-sync-period", "1s"], Duration::from_secs(1)),
             (vec!["proxyd", "run", "--min-sync-period", "0"], Duration::ZERO),
-            (vec!["proxyd", "run", "--config", &kube_proxy_file], Duration::from_secs(1)),
+            (
+                vec!["proxyd", "run", "--config", &kube_proxy_file],
+                Duration::from_secs(1),
+            ),
             (vec!["proxyd", "run", "--config", &own_file], Duration::from_millis(250)),
         ] {
             let run = run(&args);
-            assert_eq!(Pacing::from_min_sync_period(run.min_sync_period), Pacing::Fixed(want), "{args:?}");
+            assert_eq!(
+                Pacing::from_min_sync_period(run.min_sync_period),
+                Pacing::Fixed(want),
+                "{args:?}"
+            );
         }
     }
 

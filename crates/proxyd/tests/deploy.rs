@@ -145,6 +145,7 @@ fn the_daemonset_is_least_privilege_and_its_flags_are_valid() {
     let args = check("proxyd.yaml");
     assert!(args.proxy.service_proxy_name.is_none());
     assert_eq!(args.proxy.cluster_cidr.len(), 1, "from the ConfigMap");
+    assert_eq!(args.min_sync_period, None, "syncs paced by their cost");
 }
 
 #[test]

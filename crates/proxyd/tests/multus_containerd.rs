@@ -16,7 +16,7 @@
 //! ```
 //!
 //! containerd 1.6 does not stream sandbox events, so these tests follow
-//! re-created sandboxes on the periodic path; the event path is tested
+//! re-created sandboxes through their namespace files; the event path is tested
 //! against the fake runtime (`cri_resolver.rs`), as are CRI-O's replies
 //! (CRI-O is not in Debian 12).
 
@@ -42,9 +42,14 @@ use common::multus::{CLIENT, CLUSTER_IP, SERVER, cluster_yaml, names, network_st
 use common::{KillOnDrop, Netns, require, run, terminate};
 
 const WAIT: Duration = Duration::from_secs(40);
-/// proxyd's `--sync-period` here: the bound on following a re-created
-/// sandbox without runtime events.
+/// proxyd's `--sync-period` here (except where the default's is tested):
+/// the bound on following a re-created sandbox without runtime events but
+/// for its namespace file.
 const SYNC_PERIOD: Duration = Duration::from_secs(5);
+/// How soon a re-created sandbox is followed with the default sync period
+/// (30 s) on a runtime without sandbox events: its namespace file wakes a
+/// sync.
+const FOLLOWED_WITHIN: Duration = Duration::from_secs(2);
 const IMAGE: &str = "proxyd.test/pause:1";
 
 fn require_containerd() {
@@ -397,6 +402,10 @@ impl Lab {
     }
 
     fn start_proxyd(&mut self) {
+        self.start_proxyd_with(&["--sync-period", &format!("{}s", SYNC_PERIOD.as_secs())]);
+    }
+
+    fn start_proxyd_with(&mut self, extra: &[&str]) {
         let log = std::fs::File::create(&self.log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_proxyd"))
             .args(["run", "--multus", "--hostname-override", "node-1"])
@@ -404,9 +413,8 @@ impl Lab {
             .arg(self.ctd.endpoint())
             .arg("--manifests")
             .arg(&self.manifests)
-            .args(["--min-sync-period", "0", "--healthz-bind-address", ""])
-            .arg("--sync-period")
-            .arg(format!("{}s", SYNC_PERIOD.as_secs()))
+            .args(["--healthz-bind-address", ""])
+            .args(extra)
             .arg("--metrics-bind-address")
             .arg(format!("127.0.0.1:{}", self.metrics))
             .stderr(log)
@@ -488,13 +496,14 @@ fn a_recreated_sandbox_is_programmed_in_its_new_namespace() {
     let mut lab = Lab::new("recreate", 1);
     let (first, netns) = lab.sandbox("client", "uid-c", 0, "192.168.77.2");
     lab.write(&[("client", "uid-c", Some("192.168.77.2"))]);
-    lab.start_proxyd();
+    // The default sync period (30 s): the namespace files wake the syncs.
+    lab.start_proxyd_with(&[]);
     lab.until("the client served through the real runtime", WAIT, || {
         lab.served(&netns, "192.168.77.2")
     });
     assert!(
         lab.proxyd_log().contains("does not stream sandbox events"),
-        "containerd 1.6: the periodic path"
+        "containerd 1.6: no events, the namespace files are watched"
     );
 
     // Ordering 2: the sandbox dies and the kubelet makes a new one; nothing
@@ -502,11 +511,7 @@ fn a_recreated_sandbox_is_programmed_in_its_new_namespace() {
     lab.ctd.remove_sandbox(&first);
     let (second, netns2) = lab.sandbox("client", "uid-c", 1, "192.168.77.2");
     assert_ne!(netns, netns2);
-    let took = lab.until(
-        "the new sandbox programmed",
-        SYNC_PERIOD + Duration::from_secs(3),
-        || lab.has_table(&netns2),
-    );
+    let took = lab.until("the new sandbox programmed", FOLLOWED_WITHIN, || lab.has_table(&netns2));
     eprintln!("figure: re-created sandbox, Pod unchanged: table in place {took:?} after the sandbox was ready");
     lab.until("the new sandbox served", WAIT, || lab.served(&netns2, "192.168.77.2"));
 
@@ -519,14 +524,10 @@ fn a_recreated_sandbox_is_programmed_in_its_new_namespace() {
     lab.until("the pod pending, without a sandbox", WAIT, || {
         lab.metric("proxyd_multus_pending_pods{ip_family=\"IPv4\"}") == Some(1.0)
     });
-    // Long enough for the retries' backoff to grow past the sync period.
+    // Long enough for the retries' backoff to grow past the deadline.
     std::thread::sleep(Duration::from_secs(4));
     let (_, netns3) = lab.sandbox("client", "uid-c", 2, "192.168.77.2");
-    let took = lab.until(
-        "the new sandbox programmed",
-        SYNC_PERIOD + Duration::from_secs(3),
-        || lab.has_table(&netns3),
-    );
+    let took = lab.until("the new sandbox programmed", FOLLOWED_WITHIN, || lab.has_table(&netns3));
     eprintln!("figure: re-created sandbox, status emptied then set before it was ready: table in place {took:?} after");
     lab.until("the new sandbox served", WAIT, || lab.served(&netns3, "192.168.77.2"));
     lab.until("nothing pending", WAIT, || {

@@ -263,12 +263,38 @@ fn a_new_nodes_first_load_is_split_and_ends_as_one_transaction_would() {
         .unwrap();
     assert!(r.full && r.transactions > 3, "{r:?}");
     let atomic = Netns::new("atomic");
-    let mut one = NftSyncer::new(config, atomic.dataplane());
+    let mut one = NftSyncer::new(config.clone(), atomic.dataplane());
     let r = one
         .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
         .unwrap();
     assert_eq!(r.transactions, 1, "nft alone cannot tell the table is new");
     assert_eq!(split.table(), atomic.table());
+    // Every set reads back over netlink as the kernel model holds it.
+    let mut model = NftSyncer::new(config, nft_dataplane::KernelModel::default());
+    model
+        .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
+        .unwrap();
+    let sets = model.dataplane().table(IpFamily::V4).unwrap().sets.clone();
+    let mut reader = split.watched();
+    let mut total = 0;
+    for (set, held) in &sets {
+        let mut read = reader
+            .elements(IpFamily::V4, "proxyd", set)
+            .unwrap_or_else(|| panic!("set {set} not read"))
+            .unwrap();
+        read.sort();
+        let mut want: Vec<Element> = held
+            .iter()
+            .map(|(k, v)| Element {
+                key: *k,
+                value: v.clone(),
+            })
+            .collect();
+        want.sort();
+        assert_eq!(read, want, "set {set}");
+        total += want.len();
+    }
+    assert!(total > 20, "{total} elements");
     // Restarted over the table it made, after changes while it was down:
     // rewritten in place, read back over netlink, never replaced.
     engine.remove_service(&ServiceName::new("shop", "cart"));
@@ -281,6 +307,11 @@ fn a_new_nodes_first_load_is_split_and_ends_as_one_transaction_would() {
         .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
         .unwrap();
     assert!(r.full && r.transactions > 3, "{r:?}");
+    assert!(
+        r.elements < 20,
+        "only the elements that changed are written ({} of {total})",
+        r.elements
+    );
     let fresh = Netns::new("fresh-after");
     let mut fresh_syncer = NftSyncer::new(syncer.config().clone(), fresh.dataplane());
     fresh_syncer

@@ -16,8 +16,11 @@ use netlink_packet_netfilter::nftables::{NfTablesMessage, SetElementList, SetEle
 use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterProtoFamily};
 use nft_dataplane::element::{Element, Frontend, Key, Value};
+use nft_dataplane::names::{ChainId, SetId, SetKind};
 use nft_dataplane::{Op, Transaction};
+use slice_model::{IpFamily, Protocol};
 
+use super::nftables::RawElement;
 use super::{append, ip_protocol, nfproto};
 
 /// nfnetlink's nftables subsystem, named by the batch markers.
@@ -240,6 +243,112 @@ fn port(out: &mut Vec<u8>, p: u16) {
     out.extend([0, 0]);
 }
 
+/// The element a set's dump holds, read as `write_key` and
+/// `write_endpoint` wrote it for `set`; `None` when the bytes are not of
+/// that shape (someone else's element, or another layout).
+pub fn read_element(set: &SetId, family: IpFamily, raw: &RawElement) -> Option<Element> {
+    let width = match family {
+        IpFamily::V4 => 4,
+        IpFamily::V6 => 16,
+    };
+    let mut key = Bytes(&raw.key);
+    let fields = &mut key;
+    let read = match set {
+        SetId::Canary => Key::Port(fields.port_alone()?),
+        SetId::ClusterIps => Key::Addr(fields.addr(width)?),
+        SetId::Hairpin => Key::AddrPair(fields.addr(width)?, fields.addr(width)?),
+        SetId::ServiceChains
+        | SetId::MasqFrontends
+        | SetId::NoEndpoints
+        | SetId::NoLocalEndpoints
+        | SetId::SlotFrontends(_) => Key::Frontend(fields.frontend(Some(width))?),
+        SetId::NodePortChains
+        | SetId::MasqNodePorts
+        | SetId::NodePortNoEndpoints
+        | SetId::NodePortNoLocalEndpoints
+        | SetId::NodePortSlotFrontends(_) => Key::Frontend(fields.frontend(None)?),
+        SetId::ServiceSlots(_) => Key::Slot(fields.frontend(Some(width))?, fields.slot()?),
+        SetId::NodePortSlots(_) => Key::Slot(fields.frontend(None)?, fields.slot()?),
+        SetId::Backends(..) => Key::Index(fields.u32_ne()?),
+        SetId::Affinity(_) => return None,
+    };
+    if !key.0.is_empty() {
+        return None;
+    }
+    let value = match set.kind() {
+        SetKind::Set => None,
+        SetKind::VerdictMap => Some(Value::Goto(ChainId::from_name(raw.chain.as_deref()?)?)),
+        SetKind::EndpointMap => {
+            let mut data = Bytes(raw.data.as_deref()?);
+            let ep = SocketAddr::new(data.addr(width)?, data.port()?);
+            if !data.0.is_empty() {
+                return None;
+            }
+            Some(Value::Endpoint(ep))
+        }
+    };
+    Some(Element { key: read, value })
+}
+
+/// Reads the fields of a key or value from the front.
+struct Bytes<'a>(&'a [u8]);
+
+impl Bytes<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let (head, rest) = self.0.split_at_checked(n)?;
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn addr(&mut self, width: usize) -> Option<IpAddr> {
+        let b = self.take(width)?;
+        Some(match width {
+            4 => IpAddr::from(<[u8; 4]>::try_from(b).ok()?),
+            _ => IpAddr::from(<[u8; 16]>::try_from(b).ok()?),
+        })
+    }
+
+    /// A port as one field of a concatenation (padded to four bytes).
+    fn port(&mut self) -> Option<u16> {
+        let b = self.take(4)?;
+        Some(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    /// A port alone.
+    fn port_alone(&mut self) -> Option<u16> {
+        let b = self.take(2)?;
+        Some(u16::from_be_bytes([b[0], b[1]]))
+    }
+
+    fn protocol(&mut self) -> Option<Protocol> {
+        let b = self.take(4)?;
+        [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+            .into_iter()
+            .find(|p| ip_protocol(*p) == b[0])
+    }
+
+    /// A frontend: with the address of this width, or a node port's.
+    fn frontend(&mut self, width: Option<usize>) -> Option<Frontend> {
+        let addr = match width {
+            Some(w) => Some(self.addr(w)?),
+            None => None,
+        };
+        let (protocol, port) = (self.protocol()?, self.port()?);
+        Some(match addr {
+            Some(addr) => Frontend::Ip { addr, protocol, port },
+            None => Frontend::NodePort { protocol, port },
+        })
+    }
+
+    fn u32_ne(&mut self) -> Option<u32> {
+        Some(u32::from_ne_bytes(self.take(4)?.try_into().ok()?))
+    }
+
+    fn slot(&mut self) -> Option<u8> {
+        u8::try_from(self.u32_ne()?).ok()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use netlink_packet_core::{NetlinkBuffer, ParseableParametrized};
@@ -288,6 +397,108 @@ mod tests {
         assert_eq!(endpoint_bytes(ep), [10, 1, 0, 1, 0x1f, 0x90, 0, 0]);
         let v6: IpAddr = "fd00::1".parse().unwrap_or(IpAddr::from([0u16; 8]));
         assert_eq!(key_bytes(&Key::AddrPair(v6, v6)).len(), 32);
+    }
+
+    /// `e` as a dump of `set` returns it.
+    fn dumped(e: &Element) -> RawElement {
+        let mut key = Vec::new();
+        write_key(&mut key, &e.key);
+        let (mut data, mut chain) = (None, None);
+        match &e.value {
+            Some(Value::Endpoint(ep)) => {
+                let mut d = Vec::new();
+                write_endpoint(&mut d, *ep);
+                data = Some(d);
+            }
+            Some(Value::Goto(c)) => chain = Some(c.to_string()),
+            None => {}
+        }
+        RawElement { key, data, chain }
+    }
+
+    #[test]
+    fn every_sets_elements_read_back_as_written() {
+        use slice_model::Protocol;
+        for (family, addr, other) in [
+            (
+                IpFamily::V4,
+                IpAddr::from([10, 96, 0, 1]),
+                IpAddr::from([10, 244, 1, 2]),
+            ),
+            (
+                IpFamily::V6,
+                "fd00::1".parse().unwrap_or(IpAddr::from([0u16; 8])),
+                "fd00:10:244::2".parse().unwrap_or(IpAddr::from([0u16; 8])),
+            ),
+        ] {
+            let ip = Frontend::Ip {
+                addr,
+                protocol: Protocol::Sctp,
+                port: 443,
+            };
+            let node_port = Frontend::NodePort {
+                protocol: Protocol::Udp,
+                port: 30053,
+            };
+            let ep = Value::Endpoint(SocketAddr::new(other, 8443));
+            let goto = Value::Goto(ChainId::Svc("ns/web/tcp/https".into()));
+            let cases = [
+                (SetId::Canary, Element::key(Key::Port(1))),
+                (SetId::ClusterIps, Element::key(Key::Addr(addr))),
+                (SetId::Hairpin, Element::key(Key::AddrPair(other, addr))),
+                (SetId::ServiceChains, Element::map(Key::Frontend(ip), goto.clone())),
+                (
+                    SetId::NodePortChains,
+                    Element::map(Key::Frontend(node_port), goto.clone()),
+                ),
+                (SetId::NoEndpoints, Element::key(Key::Frontend(ip))),
+                (SetId::NodePortNoLocalEndpoints, Element::key(Key::Frontend(node_port))),
+                (SetId::SlotFrontends(3), Element::key(Key::Frontend(ip))),
+                (SetId::ServiceSlots(3), Element::map(Key::Slot(ip, 2), ep.clone())),
+                (
+                    SetId::NodePortSlots(5),
+                    Element::map(Key::Slot(node_port, 4), ep.clone()),
+                ),
+                (
+                    SetId::Backends(Protocol::Tcp, "ns/big/tcp/80".into()),
+                    Element::map(Key::Index(70_000), ep.clone()),
+                ),
+            ];
+            for (set, e) in cases {
+                assert_eq!(read_element(&set, family, &dumped(&e)), Some(e.clone()), "{set} {e}");
+                // Another family's, or cut short, or longer: not read.
+                let other_family = match family {
+                    IpFamily::V4 => IpFamily::V6,
+                    IpFamily::V6 => IpFamily::V4,
+                };
+                if !matches!(set, SetId::Canary | SetId::Backends(..)) && !set.to_string().starts_with("nodeport") {
+                    assert_eq!(read_element(&set, other_family, &dumped(&e)), None, "{set} {e}");
+                }
+                let mut short = dumped(&e);
+                short.key.pop();
+                assert_eq!(read_element(&set, family, &short), None, "{set} {e}");
+                let mut long = dumped(&e);
+                long.key.extend([0; 4]);
+                assert_eq!(read_element(&set, family, &long), None, "{set} {e}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_dumped_bytes_are_read_or_refused_without_a_panic(
+            key in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            data in proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)),
+            chain in proptest::option::of("[a-z/-]{0,20}"),
+            v6 in proptest::prelude::any::<bool>(),
+        ) {
+            let raw = RawElement { key, data, chain };
+            let family = if v6 { IpFamily::V6 } else { IpFamily::V4 };
+            for set in [SetId::Canary, SetId::ClusterIps, SetId::Hairpin, SetId::ServiceChains, SetId::ServiceSlots(2),
+                        SetId::NodePortSlots(2), SetId::Backends(slice_model::Protocol::Udp, "x".into())] {
+                let _ = read_element(&set, family, &raw);
+            }
+        }
     }
 
     /// The same element as the crate's typed attributes would emit it.

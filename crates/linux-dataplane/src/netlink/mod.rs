@@ -22,7 +22,8 @@ use rustix::net::netlink::{self as nl, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType};
 
 pub use conntrack::NetlinkConntrack;
-pub use nftables::NftNetlink;
+pub(crate) use elements::read_element;
+pub use nftables::{NftNetlink, RawElement};
 /// `NETLINK_ROUTE`: protocol 0, which rustix spells as no protocol.
 pub(crate) const ROUTE: Option<rustix::net::Protocol> = None;
 

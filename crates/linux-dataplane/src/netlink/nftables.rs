@@ -13,8 +13,9 @@ use std::io;
 
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NlaBuffer, NlasIterator, Parseable};
 use netlink_packet_netfilter::nftables::{
-    ChainAttribute, ChainMessage, GenAttribute, GenMessage, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute,
-    SetFlags, SetMessage, TableAttribute, TableMessage,
+    ChainAttribute, ChainMessage, DataAttribute, GenAttribute, GenMessage, ListAttribute, NfTablesMessage,
+    RuleAttribute, RuleMessage, SetAttribute, SetElementAttribute, SetElementList, SetElementMessage, SetFlags,
+    SetMessage, TableAttribute, TableMessage, VerdictAttribute,
 };
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterProtoFamily};
 use slice_model::IpFamily;
@@ -85,6 +86,36 @@ impl NftNetlink {
                 "table {name} changed each of the {READ_ATTEMPTS} times it was read"
             ))
         })
+    }
+
+    /// The elements of set `set` of the table `table` of `family`, as the
+    /// kernel holds them: one dump, read again while the ruleset changes
+    /// under it (an error if it kept changing).
+    pub fn elements(&mut self, family: IpFamily, table: &str, set: &str) -> io::Result<Vec<RawElement>> {
+        read_consistently(self, READ_ATTEMPTS, Self::generation, |s| {
+            s.dump_elements(family, table, set)
+        })?
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "set {set} changed each of the {READ_ATTEMPTS} times it was read"
+            ))
+        })
+    }
+
+    fn dump_elements(&mut self, family: IpFamily, table: &str, set: &str) -> io::Result<(Vec<RawElement>, bool)> {
+        let get = NfTablesMessage::GetSetElement(SetElementMessage {
+            attributes: vec![
+                SetElementList::Table(table.to_owned()),
+                SetElementList::Set(set.to_owned()),
+            ],
+        });
+        let mut out = Vec::new();
+        let interrupted = self.dump(get, family, |kind, payload| {
+            if let Some(NfTablesMessage::NewSetElement(m)) = nftables_message(kind, payload) {
+                raw_elements(&m, table, set, &mut out);
+            }
+        })?;
+        Ok((out, interrupted))
     }
 
     /// The three dumps of [`objects`](Self::objects), and whether any was
@@ -302,6 +333,57 @@ fn generation_of(m: &GenMessage) -> Option<u32> {
         GenAttribute::Id(id) => Some(*id),
         _ => None,
     })
+}
+
+/// One element of a set as the kernel holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawElement {
+    /// Its key's bytes.
+    pub key: Vec<u8>,
+    /// Its value's bytes (a map's data).
+    pub data: Option<Vec<u8>>,
+    /// The chain its verdict jumps or goes to (a verdict map's value).
+    pub chain: Option<String>,
+}
+
+/// The elements of one dump reply, if it is of `set` of `table`.
+fn raw_elements(m: &SetElementMessage, table: &str, set: &str, out: &mut Vec<RawElement>) {
+    let (mut ours, mut elements) = ((false, false), None);
+    for a in &m.attributes {
+        match a {
+            SetElementList::Table(t) => ours.0 = t == table,
+            SetElementList::Set(s) => ours.1 = s == set,
+            SetElementList::Elements(e) => elements = Some(e),
+            _ => {}
+        }
+    }
+    let Some(elements) = elements.filter(|_| ours == (true, true)) else {
+        return;
+    };
+    for e in elements {
+        let ListAttribute::Element(attributes) = e else {
+            continue;
+        };
+        let mut raw = RawElement {
+            key: Vec::new(),
+            data: None,
+            chain: None,
+        };
+        for a in attributes {
+            match a {
+                SetElementAttribute::Key(DataAttribute::Value(k)) => raw.key.clone_from(k),
+                SetElementAttribute::Data(DataAttribute::Value(d)) => raw.data = Some(d.clone()),
+                SetElementAttribute::Data(DataAttribute::Verdict(v)) => {
+                    raw.chain = v.iter().find_map(|a| match a {
+                        VerdictAttribute::Chain(c) => Some(c.clone()),
+                        _ => None,
+                    });
+                }
+                _ => {}
+            }
+        }
+        out.push(raw);
+    }
 }
 
 /// What one attribute of a dumped object says of it.

@@ -18,6 +18,8 @@ struct Kept {
     model: KernelModel,
     applied: Vec<Transaction>,
     readable: bool,
+    /// Its sets' elements can be read back too.
+    elements_readable: bool,
     foreign: Option<String>,
 }
 
@@ -37,6 +39,17 @@ impl crate::Dataplane for Kept {
             objects.chains.push((name.clone(), 0));
         }
         Some(read)
+    }
+
+    fn elements(
+        &mut self,
+        family: IpFamily,
+        table: &str,
+        set: &crate::names::SetId,
+    ) -> Option<Result<Vec<crate::element::Element>, crate::DataplaneError>> {
+        self.model
+            .elements(family, table, set)
+            .filter(|_| self.elements_readable)
     }
 }
 
@@ -135,12 +148,19 @@ fn a_new_tables_first_load_is_short_transactions_each_leaving_whole_services() {
 
 /// A syncer restarted over `kernel`: a new one, remembering nothing.
 fn restarted(kernel: &KernelModel, readable: bool) -> NftSyncer<Kept> {
+    restarted_reading(kernel, readable, readable)
+}
+
+/// A syncer after a restart over `kernel`'s table, which it can read back
+/// (`readable`), and its sets' elements too (`elements_readable`).
+fn restarted_reading(kernel: &KernelModel, readable: bool, elements_readable: bool) -> NftSyncer<Kept> {
     let mut syncer = NftSyncer::new(
         config(),
         Kept {
             model: kernel.clone(),
             applied: Vec::new(),
             readable,
+            elements_readable,
             foreign: None,
         },
     );
@@ -154,6 +174,14 @@ fn replaces_the_table(tx: &Transaction) -> bool {
 
 #[test]
 fn a_restart_rewrites_its_own_table_in_place_and_no_service_is_ever_without_rules() {
+    // With the sets' elements read back (only what differs is written) and
+    // without (every set emptied and refilled at once).
+    for elements_readable in [true, false] {
+        restart_in_place(elements_readable);
+    }
+}
+
+fn restart_in_place(elements_readable: bool) {
     let mut engine = Engine::new(IpFamily::V4);
     let ips = cluster(&mut engine);
     super::sync::every_kind(&mut engine);
@@ -175,7 +203,7 @@ fn a_restart_rewrites_its_own_table_in_place_and_no_service_is_ever_without_rule
     engine.slice(slice("ns", "svc-7", Protocol::Tcp, 80, &[Ep::Remote("10.9.7.1")]));
     engine.update();
 
-    let mut syncer = restarted(&kernel, true);
+    let mut syncer = restarted_reading(&kernel, true, elements_readable);
     let r = sync(&mut syncer, &mut engine);
     assert!(r.full && r.transactions >= 4, "{r:?}");
     let applied = std::mem::take(&mut syncer.dataplane().applied);
@@ -218,6 +246,19 @@ fn a_restart_rewrites_its_own_table_in_place_and_no_service_is_ever_without_rule
         .map(|tx| tx.ops.iter().filter(|op| matches!(op, Op::AddRule(..))).count())
         .max();
     assert!(rules_per_tx < Some(100 + 30), "{rules_per_tx:?}");
+    let elements: Vec<usize> = applied.iter().map(Transaction::element_count).collect();
+    if elements_readable {
+        // Only what changed while it was down is written, a few services
+        // per transaction.
+        assert!(elements.iter().all(|n| *n < 100 + 30), "{elements:?}");
+        let written: usize = elements.iter().sum();
+        assert!(written < 100, "{written} elements written for 5 changed services");
+    } else {
+        assert!(
+            elements.iter().any(|n| *n > 300),
+            "one refill of every set: {elements:?}"
+        );
+    }
 }
 
 #[test]
