@@ -398,19 +398,23 @@ fn spread(v: &[u64]) -> String {
     )
 }
 
-/// CPU seconds (user + system) a process has used, from `/proc/PID/stat`.
-fn cpu_seconds(pid: u32) -> f64 {
+/// CPU seconds (user + system) a process has used, from `/proc/PID/stat`:
+/// its own, and with the children it ran and waited for (`nft`).
+fn cpu_seconds(pid: u32) -> (f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command's closing parenthesis: utime and stime
-    // are the 12th and 13th of them, in clock ticks (100 per second).
+    // The fields after the command's closing parenthesis: utime, stime,
+    // cutime and cstime are the 12th to 15th of them, in clock ticks (100
+    // per second).
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let ticks: u64 = rest
+    let ticks: Vec<u64> = rest
         .split_whitespace()
         .skip(11)
-        .take(2)
+        .take(4)
         .filter_map(|f| f.parse::<u64>().ok())
-        .sum();
-    ticks as f64 / 100.0
+        .collect();
+    let own = ticks.iter().take(2).sum::<u64>() as f64 / 100.0;
+    let all = ticks.iter().sum::<u64>() as f64 / 100.0;
+    (own, all)
 }
 
 /// One GET of proxyd's metrics page (plain HTTP/1.0 on loopback).
@@ -712,7 +716,8 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
             next += period;
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
         }
-        let cpu = cpu_seconds(daemon.pid()) - cpu_before;
+        let cpu_after = cpu_seconds(daemon.pid());
+        let cpu = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
         let churned = started.elapsed();
         std::thread::sleep(Duration::from_secs(3));
         let metrics = scrape()?;
@@ -730,7 +735,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         let end = proxyd_benches::memory_mib(daemon.pid(), "VmRSS:");
         let (at, rss2) = rss_at_2.unwrap_or_default();
         println!(
-            "churn{}: {n} changes in {churned:.0?} ({:.0}/s), {syncs} syncs; proxyd used {cpu:.2} CPU seconds; \
+            "churn{}: {n} changes in {churned:.0?} ({:.0}/s), {syncs} syncs; proxyd used {:.2} CPU seconds ({:.2} with the nft it ran); \
              network programming p50 {:.1} ms (<= {p50_le} s), p99 {:.1} ms (<= {p99_le} s), longest {} \
              ({observed} observations during the churn, {before} before it); \
              VmRSS {rss2:.0} MiB at {at:.0?}, {end:.0} MiB at the end ({:+.1}%)",
@@ -740,6 +745,8 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
                 ""
             },
             n as f64 / churned.as_secs_f64(),
+            cpu.0,
+            cpu.1,
             p50 * 1000.0,
             p99 * 1000.0,
             ms(longest_programming),
