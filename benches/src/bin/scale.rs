@@ -666,6 +666,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         let daemon = Daemon::start(proxyd, ns, &source, args)?;
         let first = daemon.next_write(Duration::from_secs(600), &mut longest)?;
         let after = daemon.started.elapsed();
+        let peak = proxyd_benches::memory_mib(daemon.pid(), "VmHWM:");
         std::thread::sleep(Duration::from_millis(500));
         drop(prober.stdin.take());
         let mut counts = String::new();
@@ -678,7 +679,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         let (ok, failed) = counts.trim().split_once(' ').unwrap_or(("?", "?"));
         println!(
             "restart with the table in place: first sync {after:.2?} after start, the lists complete at {} \
-             (sync {}, nft {} in {} transactions, the longest {}); connections to svc-1 meanwhile: {ok} answered, {failed} failed",
+             (sync {}, nft {} in {} transactions, the longest {}; VmHWM {peak:.0} MiB); connections to svc-1 meanwhile: {ok} answered, {failed} failed",
             daemon.listed_after(),
             ms(first.took_us),
             ms(first.apply_us),

@@ -890,9 +890,9 @@ fn rewrite_in_place(
 /// The element changes of a table rewritten in place whose sets were read
 /// back (`held`): each service's elements that differ from what the table
 /// holds (deleted and added again when the value changed, added when
-/// missing), whole services at a time, about `chunk` elements per
-/// transaction; then the shared elements the same way; then what no one
-/// wants any more, deleted. A service's elements change together, so no
+/// missing), whole services at a time with the shared elements they want,
+/// about `chunk` elements per transaction; then the other shared elements
+/// the same way; then what no one wants any more, deleted. A service's elements change together, so no
 /// service is half-written between two transactions.
 fn write_differences(
     config: &DataplaneConfig,
@@ -906,7 +906,10 @@ fn write_differences(
     let mut bring = |set: SetId, el: Element, batch: &mut ElementBatch| {
         let now = match held.get_key_value(&set) {
             Some((known, elements)) => {
-                wanted.entry(known).or_default().insert(el.key);
+                if !wanted.entry(known).or_default().insert(el.key) {
+                    // Brought already (a shared element two services want).
+                    return;
+                }
                 elements.get(&el.key)
             }
             None => None,
@@ -922,10 +925,16 @@ fn write_differences(
     };
     for f in by_name(view).into_iter().map(Packed::unpack) {
         f.for_each_element(|set, el| bring(set, el, &mut batch));
+        // With the shared elements it wants (its cluster IPs), as a first
+        // load writes them.
+        for s in &f.shared {
+            bring(s.set(), s.element(), &mut batch);
+        }
         if batch.size >= chunk {
             apply(&batch.take(config))?;
         }
     }
+    // The rest: already matched (wanted twice, the same), or the canary.
     for (set, elements) in shared_elements(view) {
         for el in elements {
             bring(set.clone(), el, &mut batch);

@@ -11,7 +11,7 @@
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 
-use netlink_packet_core::{DefaultNla, NLA_F_NESTED, NLM_F_CREATE, NLM_F_REQUEST};
+use netlink_packet_core::{DefaultNla, NLA_F_NESTED, NLM_F_CREATE, NLM_F_REQUEST, NlasIterator};
 use netlink_packet_netfilter::nftables::{NfTablesMessage, SetElementList, SetElementMessage};
 use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterProtoFamily};
@@ -243,6 +243,83 @@ fn port(out: &mut Vec<u8>, p: u16) {
     out.extend([0, 0]);
 }
 
+/// `NFTA_SET_ELEM_LIST_TABLE` and `NFTA_SET_ELEM_LIST_SET`.
+const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
+const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+
+/// The elements of one reply of a set element dump (an
+/// `NFT_MSG_NEWSETELEM` payload, `nfgenmsg` first), if it is of `set` of
+/// `table`, appended to `out`. Read attribute by attribute: the crate's
+/// typed parser formats the whole list into an error context at every
+/// element, which a dump of a large set pays quadratically.
+pub(super) fn dumped(payload: &[u8], table: &str, set: &str, out: &mut Vec<RawElement>) {
+    let Some(attributes) = payload.get(4..) else {
+        return;
+    };
+    let (mut ours, mut list) = ((false, false), None);
+    for nla in NlasIterator::new(attributes).map_while(Result::ok) {
+        match nla.kind() {
+            NFTA_SET_ELEM_LIST_TABLE => ours.0 = c_string(value_of(nla)) == Some(table),
+            NFTA_SET_ELEM_LIST_SET => ours.1 = c_string(value_of(nla)) == Some(set),
+            NFTA_SET_ELEM_LIST_ELEMENTS => list = Some(value_of(nla)),
+            _ => {}
+        }
+    }
+    let Some(list) = list.filter(|_| ours == (true, true)) else {
+        return;
+    };
+    for element in NlasIterator::new(list).map_while(Result::ok) {
+        if element.kind() != NFTA_LIST_ELEM {
+            continue;
+        }
+        let mut raw = RawElement {
+            key: Vec::new(),
+            data: None,
+            chain: None,
+        };
+        for a in NlasIterator::new(value_of(element)).map_while(Result::ok) {
+            let (kind, value) = (a.kind(), value_of(a));
+            match kind {
+                NFTA_SET_ELEM_KEY => {
+                    if let Some(v) = nested_value(value, NFTA_DATA_VALUE) {
+                        raw.key = v.to_vec();
+                    }
+                }
+                NFTA_SET_ELEM_DATA => {
+                    if let Some(v) = nested_value(value, NFTA_DATA_VALUE) {
+                        raw.data = Some(v.to_vec());
+                    } else if let Some(verdict) = nested_value(value, NFTA_DATA_VERDICT) {
+                        raw.chain = nested_value(verdict, NFTA_VERDICT_CHAIN)
+                            .and_then(c_string)
+                            .map(str::to_owned);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.push(raw);
+    }
+}
+
+/// The value of the attribute of kind `kind` among `attributes`.
+fn nested_value(attributes: &[u8], kind: u16) -> Option<&[u8]> {
+    NlasIterator::new(attributes)
+        .map_while(Result::ok)
+        .find(|a| a.kind() == kind)
+        .map(value_of)
+}
+
+/// An attribute's value, borrowed from the buffer it was read from.
+fn value_of(nla: netlink_packet_core::NlaBuffer<&[u8]>) -> &[u8] {
+    let end = usize::from(nla.length());
+    nla.into_inner().get(4..end).unwrap_or_default()
+}
+
+/// A NUL-terminated string attribute's text.
+fn c_string(value: &[u8]) -> Option<&str> {
+    std::str::from_utf8(value.split(|b| *b == 0).next()?).ok()
+}
+
 /// The element a set's dump holds, read as `write_key` and
 /// `write_endpoint` wrote it for `set`; `None` when the bytes are not of
 /// that shape (someone else's element, or another layout).
@@ -400,7 +477,7 @@ mod tests {
     }
 
     /// `e` as a dump of `set` returns it.
-    fn dumped(e: &Element) -> RawElement {
+    fn as_dumped(e: &Element) -> RawElement {
         let mut key = Vec::new();
         write_key(&mut key, &e.key);
         let (mut data, mut chain) = (None, None);
@@ -465,19 +542,19 @@ mod tests {
                 ),
             ];
             for (set, e) in cases {
-                assert_eq!(read_element(&set, family, &dumped(&e)), Some(e.clone()), "{set} {e}");
+                assert_eq!(read_element(&set, family, &as_dumped(&e)), Some(e.clone()), "{set} {e}");
                 // Another family's, or cut short, or longer: not read.
                 let other_family = match family {
                     IpFamily::V4 => IpFamily::V6,
                     IpFamily::V6 => IpFamily::V4,
                 };
                 if !matches!(set, SetId::Canary | SetId::Backends(..)) && !set.to_string().starts_with("nodeport") {
-                    assert_eq!(read_element(&set, other_family, &dumped(&e)), None, "{set} {e}");
+                    assert_eq!(read_element(&set, other_family, &as_dumped(&e)), None, "{set} {e}");
                 }
-                let mut short = dumped(&e);
+                let mut short = as_dumped(&e);
                 short.key.pop();
                 assert_eq!(read_element(&set, family, &short), None, "{set} {e}");
-                let mut long = dumped(&e);
+                let mut long = as_dumped(&e);
                 long.key.extend([0; 4]);
                 assert_eq!(read_element(&set, family, &long), None, "{set} {e}");
             }
@@ -529,6 +606,60 @@ mod tests {
         let mut out = vec![0; typed.buffer_len()];
         typed.emit(&mut out);
         out
+    }
+
+    /// A set element dump's reply payload (`nfgenmsg`, table, set, the
+    /// elements as the crate emits them).
+    fn dump_reply(table: &str, set: &str, elements: &[Element]) -> Vec<u8> {
+        use netlink_packet_core::Emitable;
+        let mut list = Vec::new();
+        for e in elements {
+            list.extend(typed(e, true));
+        }
+        let attributes = vec![
+            SetElementList::Table(table.to_owned()),
+            SetElementList::Set(set.to_owned()),
+            SetElementList::Other(DefaultNla::new(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, list)),
+        ];
+        let mut out = vec![2, 0, 0, 0];
+        for a in attributes {
+            let mut b = vec![0; a.buffer_len()];
+            a.emit(&mut b);
+            out.extend(b);
+        }
+        out
+    }
+
+    #[test]
+    fn a_dump_reply_is_read_element_by_element() {
+        let Key::Frontend(frontend) = frontend_key() else {
+            unreachable!("a frontend key")
+        };
+        let slots = [
+            Element::map(Key::Slot(frontend, 0), Value::Endpoint(SocketAddr::from(([10, 1, 0, 1], 8080)))),
+            Element::map(Key::Slot(frontend, 1), Value::Endpoint(SocketAddr::from(([10, 1, 0, 2], 8080)))),
+        ];
+        let payload = dump_reply("proxyd", "service-slots-2", &slots);
+        let mut out = Vec::new();
+        dumped(&payload, "proxyd", "service-slots-2", &mut out);
+        let read: Vec<Option<Element>> = out
+            .iter()
+            .map(|r| read_element(&SetId::ServiceSlots(2), IpFamily::V4, r))
+            .collect();
+        assert_eq!(read, slots.iter().cloned().map(Some).collect::<Vec<_>>());
+        let goto = Element::map(frontend_key(), Value::Goto(ChainId::Svc("ns/a/tcp/80".into())));
+        let mut out = Vec::new();
+        let reply = dump_reply("proxyd", "service-chains", std::slice::from_ref(&goto));
+        dumped(&reply, "proxyd", "service-chains", &mut out);
+        assert_eq!(read_element(&SetId::ServiceChains, IpFamily::V4, &out[0]), Some(goto));
+        // Another table's or set's reply, or a cut one: nothing, no panic.
+        let mut none = Vec::new();
+        dumped(&payload, "other", "service-slots-2", &mut none);
+        dumped(&payload, "proxyd", "other", &mut none);
+        assert!(none.is_empty());
+        for cut in 0..payload.len() {
+            dumped(&payload[..cut], "proxyd", "service-slots-2", &mut none);
+        }
     }
 
     #[test]

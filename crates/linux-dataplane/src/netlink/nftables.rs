@@ -13,9 +13,8 @@ use std::io;
 
 use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NlaBuffer, NlasIterator, Parseable};
 use netlink_packet_netfilter::nftables::{
-    ChainAttribute, ChainMessage, DataAttribute, GenAttribute, GenMessage, ListAttribute, NfTablesMessage,
-    RuleAttribute, RuleMessage, SetAttribute, SetElementAttribute, SetElementList, SetElementMessage, SetFlags,
-    SetMessage, TableAttribute, TableMessage, VerdictAttribute,
+    ChainAttribute, ChainMessage, GenAttribute, GenMessage, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute,
+    SetElementList, SetElementMessage, SetFlags, SetMessage, TableAttribute, TableMessage,
 };
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterProtoFamily};
 use slice_model::IpFamily;
@@ -30,6 +29,8 @@ use crate::netns::Netns;
 /// attributes alone, without decoding every rule's expressions.
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
+/// A set element dump's replies (the message type's low byte).
+const NFT_MSG_NEWSETELEM: u16 = 12;
 /// The send buffer a batch fits in without raising it.
 const SEND_BUFFER: usize = 200 * 1024;
 
@@ -111,8 +112,8 @@ impl NftNetlink {
         });
         let mut out = Vec::new();
         let interrupted = self.dump(get, family, |kind, payload| {
-            if let Some(NfTablesMessage::NewSetElement(m)) = nftables_message(kind, payload) {
-                raw_elements(&m, table, set, &mut out);
+            if kind & 0xff == NFT_MSG_NEWSETELEM {
+                elements::dumped(payload, table, set, &mut out);
             }
         })?;
         Ok((out, interrupted))
@@ -344,46 +345,6 @@ pub struct RawElement {
     pub data: Option<Vec<u8>>,
     /// The chain its verdict jumps or goes to (a verdict map's value).
     pub chain: Option<String>,
-}
-
-/// The elements of one dump reply, if it is of `set` of `table`.
-fn raw_elements(m: &SetElementMessage, table: &str, set: &str, out: &mut Vec<RawElement>) {
-    let (mut ours, mut elements) = ((false, false), None);
-    for a in &m.attributes {
-        match a {
-            SetElementList::Table(t) => ours.0 = t == table,
-            SetElementList::Set(s) => ours.1 = s == set,
-            SetElementList::Elements(e) => elements = Some(e),
-            _ => {}
-        }
-    }
-    let Some(elements) = elements.filter(|_| ours == (true, true)) else {
-        return;
-    };
-    for e in elements {
-        let ListAttribute::Element(attributes) = e else {
-            continue;
-        };
-        let mut raw = RawElement {
-            key: Vec::new(),
-            data: None,
-            chain: None,
-        };
-        for a in attributes {
-            match a {
-                SetElementAttribute::Key(DataAttribute::Value(k)) => raw.key.clone_from(k),
-                SetElementAttribute::Data(DataAttribute::Value(d)) => raw.data = Some(d.clone()),
-                SetElementAttribute::Data(DataAttribute::Verdict(v)) => {
-                    raw.chain = v.iter().find_map(|a| match a {
-                        VerdictAttribute::Chain(c) => Some(c.clone()),
-                        _ => None,
-                    });
-                }
-                _ => {}
-            }
-        }
-        out.push(raw);
-    }
 }
 
 /// What one attribute of a dumped object says of it.
