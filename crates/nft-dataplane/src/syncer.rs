@@ -219,8 +219,9 @@ struct Stale {
     held: Option<Held>,
 }
 
-/// Elements a table holds, by set and key.
-type Held = HashMap<SetId, HashMap<Key, Option<Value>>>;
+/// Elements a table holds, by set and key: with their value, or `None`
+/// where only the key is known.
+type Held = HashMap<SetId, HashMap<Key, Option<Option<Value>>>>;
 
 /// Why a sync is happening.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -473,13 +474,38 @@ impl<D: Dataplane> NftSyncer<D> {
         Some(stale)
     }
 
-    /// The elements of `sets`, when the dataplane can read every one.
+    /// The elements of `sets`, when the dataplane can read every one. A
+    /// slot map is not read: the kernel dumps a set in time that grows
+    /// with the square of its size (each reply walks it from the start),
+    /// and the slot maps are the largest sets; their keys follow from the
+    /// frontends of that width (slots `0..N` of each), their values are
+    /// written again.
     fn read_elements(&mut self, sets: Vec<SetId>) -> Option<Held> {
         let (family, table) = (self.config.family, self.config.table());
         let mut held = Held::with_capacity(sets.len());
-        for set in sets {
+        let (slot_maps, others): (Vec<SetId>, Vec<SetId>) = sets
+            .into_iter()
+            .partition(|s| matches!(s, SetId::ServiceSlots(_) | SetId::NodePortSlots(_)));
+        for set in others {
             let elements = self.dataplane.elements(family, table, &set)?.ok()?;
-            held.insert(set, elements.into_iter().map(|e| (e.key, e.value)).collect());
+            held.insert(set, elements.into_iter().map(|e| (e.key, Some(e.value))).collect());
+        }
+        for map in slot_maps {
+            let (node_port, n) = match map {
+                SetId::ServiceSlots(n) => (false, n),
+                SetId::NodePortSlots(n) => (true, n),
+                _ => continue,
+            };
+            let frontends = held.get(&SetId::slot_frontends(node_port, n))?;
+            let keys = frontends
+                .keys()
+                .filter_map(|k| match k {
+                    Key::Frontend(f) => Some(*f),
+                    _ => None,
+                })
+                .flat_map(|f| (0..n).map(move |slot| (Key::Slot(f, slot), None)))
+                .collect();
+            held.insert(map, keys);
         }
         Some(held)
     }
@@ -915,7 +941,7 @@ fn write_differences(
             None => None,
         };
         match now {
-            Some(v) if *v == el.value => {}
+            Some(Some(v)) if *v == el.value => {}
             Some(_) => {
                 batch.delete(set.clone(), Element::key(el.key));
                 batch.add(set, el);

@@ -636,8 +636,14 @@ mod tests {
             unreachable!("a frontend key")
         };
         let slots = [
-            Element::map(Key::Slot(frontend, 0), Value::Endpoint(SocketAddr::from(([10, 1, 0, 1], 8080)))),
-            Element::map(Key::Slot(frontend, 1), Value::Endpoint(SocketAddr::from(([10, 1, 0, 2], 8080)))),
+            Element::map(
+                Key::Slot(frontend, 0),
+                Value::Endpoint(SocketAddr::from(([10, 1, 0, 1], 8080))),
+            ),
+            Element::map(
+                Key::Slot(frontend, 1),
+                Value::Endpoint(SocketAddr::from(([10, 1, 0, 2], 8080))),
+            ),
         ];
         let payload = dump_reply("proxyd", "service-slots-2", &slots);
         let mut out = Vec::new();
