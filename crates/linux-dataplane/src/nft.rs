@@ -348,8 +348,9 @@ impl Dataplane for WatchedNft {
         table: &str,
         set: &nft_dataplane::names::SetId,
     ) -> Option<Result<Vec<nft_dataplane::element::Element>, DataplaneError>> {
-        let raw = match self.netlink.as_mut()?.elements(family, table, &set.to_string()) {
-            Ok(raw) => raw,
+        let decode = |raw: &crate::RawElement<'_>| crate::netlink::read_element(set, family, raw);
+        let read = match self.netlink.as_mut()?.elements(family, table, &set.to_string(), decode) {
+            Ok(read) => read,
             Err(source) => {
                 tracing::warn!("cannot read set {set} of table {table} back ({source}): every set is refilled");
                 return Some(Err(DataplaneError::Netlink {
@@ -358,10 +359,7 @@ impl Dataplane for WatchedNft {
                 }));
             }
         };
-        let read: Option<Vec<_>> = raw
-            .iter()
-            .map(|r| crate::netlink::read_element(set, family, r))
-            .collect();
+        let read: Option<Vec<_>> = read.into_iter().collect();
         if read.is_none() {
             tracing::warn!("set {set} of table {table} holds elements proxyd did not write: every set is refilled");
         }

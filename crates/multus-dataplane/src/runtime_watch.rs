@@ -93,18 +93,14 @@ impl NetnsDirs {
     }
 
     /// Waits until a namespace is made or removed in one of the
-    /// directories (if the watch fails, never: the socket is still
-    /// followed, and every sync lists the sandboxes).
-    async fn changed(&mut self) {
+    /// directories; an error when the watch failed.
+    async fn changed(&mut self) -> std::io::Result<()> {
         use futures_core::Stream;
         let next = std::future::poll_fn(|cx| std::pin::Pin::new(&mut self.events).poll_next(cx)).await;
         match next {
-            Some(Ok(_)) => {}
-            Some(Err(e)) => {
-                tracing::warn!("watching network namespace directories: {e}; following the socket alone");
-                std::future::pending::<()>().await;
-            }
-            None => std::future::pending::<()>().await,
+            Some(Ok(_)) => Ok(()),
+            Some(Err(e)) => Err(e),
+            None => Err(std::io::Error::other("the inotify stream ended")),
         }
     }
 }
@@ -207,6 +203,7 @@ pub async fn follow_runtime(mut runtime: CriResolver, wake: Arc<Notify>, shutdow
         }
         let mut settling_until: Option<tokio::time::Instant> = None;
         while socket_id(&socket) == bound {
+            let mut watch_failed = false;
             let namespace_changed = async {
                 match netns.as_mut() {
                     Some(n) => n.changed().await,
@@ -223,11 +220,22 @@ pub async fn follow_runtime(mut runtime: CriResolver, wake: Arc<Notify>, shutdow
                         wake.notify_one();
                     }
                 }
-                () = namespace_changed => {
-                    tracing::debug!("a network namespace was made or removed: syncing");
-                    settling_until = Some(tokio::time::Instant::now() + SETTLING);
-                    wake.notify_one();
-                }
+                changed = namespace_changed => match changed {
+                    Ok(()) => {
+                        tracing::debug!("a network namespace was made or removed: syncing");
+                        settling_until = Some(tokio::time::Instant::now() + SETTLING);
+                        wake.notify_one();
+                    }
+                    Err(e) => {
+                        tracing::warn!(
+                            "watching network namespace directories: {e}; sandboxes are looked at every sync"
+                        );
+                        watch_failed = true;
+                    }
+                },
+            }
+            if watch_failed {
+                netns = None;
             }
         }
     }
@@ -238,6 +246,33 @@ mod tests {
     use cri_api::v1::PodSandboxStatus;
 
     use super::*;
+
+    /// Waits for `dirs` to report a change, for at most a second.
+    async fn reports(dirs: &mut NetnsDirs) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(1), dirs.changed()).await,
+            Ok(Ok(()))
+        )
+    }
+
+    #[tokio::test]
+    async fn namespace_files_made_and_removed_are_reported_in_directories_old_and_new() {
+        let base = std::env::temp_dir().join(format!("proxyd-netns-dirs-{}", std::process::id()));
+        let (now, later) = (base.join("now"), base.join("later"));
+        std::fs::create_dir_all(&now).unwrap();
+        let mut dirs = NetnsDirs::new([now.clone(), later.clone()]).unwrap();
+        assert!(!reports(&mut dirs).await, "nothing happened");
+        std::fs::write(now.join("cni-1"), b"").unwrap();
+        assert!(reports(&mut dirs).await, "a namespace made");
+        std::fs::remove_file(now.join("cni-1")).unwrap();
+        assert!(reports(&mut dirs).await, "a namespace removed");
+        // A directory that appears is watched once it is looked for.
+        std::fs::create_dir_all(&later).unwrap();
+        dirs.watch_new_dirs();
+        std::fs::write(later.join("cni-2"), b"").unwrap();
+        assert!(reports(&mut dirs).await, "a namespace made in the new directory");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 
     #[test]
     fn only_sandbox_events_count() {

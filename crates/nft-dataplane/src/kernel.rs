@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use slice_model::IpFamily;
 
 use crate::element::{Element, Frontend, Key, Value};
-use crate::names::{ChainId, SetId, SetKind};
+use crate::names::{ChainId, KeyShape, SetId, SetKind};
 use crate::rule::Rule;
 use crate::transaction::{Op, Transaction};
 use crate::{Dataplane, DataplaneError};
@@ -59,30 +59,15 @@ fn reject(why: String) -> DataplaneError {
 fn fits(family: IpFamily, set: &SetId, e: &Element) -> bool {
     let addr_ok = |ip: IpAddr| IpFamily::of(&ip) == family;
     let ip_frontend = |f: &Frontend| matches!(f, Frontend::Ip { addr, .. } if addr_ok(*addr));
-    let key_ok = match (set, &e.key) {
-        (SetId::Canary, Key::Port(_)) => true,
-        (SetId::ClusterIps, Key::Addr(a)) => addr_ok(*a),
-        (SetId::Hairpin, Key::AddrPair(a, b)) => addr_ok(*a) && addr_ok(*b),
-        (
-            SetId::ServiceChains
-            | SetId::SlotFrontends(_)
-            | SetId::MasqFrontends
-            | SetId::NoEndpoints
-            | SetId::NoLocalEndpoints,
-            Key::Frontend(f),
-        ) => ip_frontend(f),
-        (
-            SetId::NodePortChains
-            | SetId::NodePortSlotFrontends(_)
-            | SetId::MasqNodePorts
-            | SetId::NodePortNoEndpoints
-            | SetId::NodePortNoLocalEndpoints,
-            Key::Frontend(f),
-        ) => f.is_node_port(),
-        (SetId::ServiceSlots(n), Key::Slot(f, slot)) => ip_frontend(f) && slot < n,
-        (SetId::NodePortSlots(n), Key::Slot(f, slot)) => f.is_node_port() && slot < n,
-        (SetId::Affinity(_), Key::Addr(a)) => addr_ok(*a),
-        (SetId::Backends(..), Key::Index(_)) => true,
+    let frontend_ok = |f: &Frontend, node_port: bool| {
+        if node_port { f.is_node_port() } else { ip_frontend(f) }
+    };
+    let key_ok = match (set.key_shape(), &e.key) {
+        (KeyShape::Port, Key::Port(_)) | (KeyShape::Index, Key::Index(_)) => true,
+        (KeyShape::Addr, Key::Addr(a)) => addr_ok(*a),
+        (KeyShape::AddrPair, Key::AddrPair(a, b)) => addr_ok(*a) && addr_ok(*b),
+        (KeyShape::Frontend { node_port }, Key::Frontend(f)) => frontend_ok(f, node_port),
+        (KeyShape::Slot { node_port, width }, Key::Slot(f, slot)) => frontend_ok(f, node_port) && *slot < width,
         _ => false,
     };
     let value_ok = match (set.kind(), &e.value) {

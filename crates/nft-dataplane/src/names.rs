@@ -63,6 +63,32 @@ pub enum SetKind {
     VerdictMap,
 }
 
+/// The keys a set holds ([`crate::element::Key`]'s variants, with what
+/// each set adds to them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyShape {
+    /// A port alone.
+    Port,
+    /// An address of the table's family.
+    Addr,
+    /// Two addresses.
+    AddrPair,
+    /// A frontend: a node port's (protocol, port), or an address's.
+    Frontend {
+        /// A node port's.
+        node_port: bool,
+    },
+    /// A frontend and a slot below `width`.
+    Slot {
+        /// A node port's frontend.
+        node_port: bool,
+        /// How many slots the map has.
+        width: u8,
+    },
+    /// A position.
+    Index,
+}
+
 /// A set or map of the table.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum SetId {
@@ -123,6 +149,34 @@ impl SetId {
             Self::ServiceChains | Self::NodePortChains => SetKind::VerdictMap,
             Self::ServiceSlots(_) | Self::NodePortSlots(_) | Self::Backends(..) => SetKind::EndpointMap,
             _ => SetKind::Set,
+        }
+    }
+
+    /// The keys it holds.
+    pub fn key_shape(&self) -> KeyShape {
+        match self {
+            Self::Canary => KeyShape::Port,
+            Self::ClusterIps | Self::Affinity(_) => KeyShape::Addr,
+            Self::Hairpin => KeyShape::AddrPair,
+            Self::ServiceChains
+            | Self::SlotFrontends(_)
+            | Self::MasqFrontends
+            | Self::NoEndpoints
+            | Self::NoLocalEndpoints => KeyShape::Frontend { node_port: false },
+            Self::NodePortChains
+            | Self::NodePortSlotFrontends(_)
+            | Self::MasqNodePorts
+            | Self::NodePortNoEndpoints
+            | Self::NodePortNoLocalEndpoints => KeyShape::Frontend { node_port: true },
+            Self::ServiceSlots(n) => KeyShape::Slot {
+                node_port: false,
+                width: *n,
+            },
+            Self::NodePortSlots(n) => KeyShape::Slot {
+                node_port: true,
+                width: *n,
+            },
+            Self::Backends(..) => KeyShape::Index,
         }
     }
 

@@ -219,9 +219,24 @@ struct Stale {
     held: Option<Held>,
 }
 
-/// Elements a table holds, by set and key: with their value, or `None`
-/// where only the key is known.
-type Held = HashMap<SetId, HashMap<Key, Option<Option<Value>>>>;
+/// Elements a table holds, by set.
+type Held = HashMap<SetId, HeldSet>;
+
+/// The elements one set holds: keys and values as read back, or keys alone
+/// (a slot map's, derived from its frontend set).
+struct HeldSet {
+    elements: HashMap<Key, Option<Value>>,
+    values_read: bool,
+}
+
+impl HeldSet {
+    /// Whether it holds `el`'s key: `Some(true)` with `el`'s value too,
+    /// `Some(false)` with another or an unknown one.
+    fn holds(&self, el: &Element) -> Option<bool> {
+        let value = self.elements.get(&el.key)?;
+        Some(self.values_read && *value == el.value)
+    }
+}
 
 /// Why a sync is happening.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -488,7 +503,14 @@ impl<D: Dataplane> NftSyncer<D> {
             .partition(|s| matches!(s, SetId::ServiceSlots(_) | SetId::NodePortSlots(_)));
         for set in others {
             let elements = self.dataplane.elements(family, table, &set)?.ok()?;
-            held.insert(set, elements.into_iter().map(|e| (e.key, Some(e.value))).collect());
+            let elements = elements.into_iter().map(|e| (e.key, e.value)).collect();
+            held.insert(
+                set,
+                HeldSet {
+                    elements,
+                    values_read: true,
+                },
+            );
         }
         for map in slot_maps {
             let (node_port, n) = match map {
@@ -497,7 +519,8 @@ impl<D: Dataplane> NftSyncer<D> {
                 _ => continue,
             };
             let frontends = held.get(&SetId::slot_frontends(node_port, n))?;
-            let keys = frontends
+            let elements = frontends
+                .elements
                 .keys()
                 .filter_map(|k| match k {
                     Key::Frontend(f) => Some(*f),
@@ -505,7 +528,13 @@ impl<D: Dataplane> NftSyncer<D> {
                 })
                 .flat_map(|f| (0..n).map(move |slot| (Key::Slot(f, slot), None)))
                 .collect();
-            held.insert(map, keys);
+            held.insert(
+                map,
+                HeldSet {
+                    elements,
+                    values_read: false,
+                },
+            );
         }
         Some(held)
     }
@@ -844,8 +873,11 @@ fn push_own_chains(f: &Fragment, tx: &mut Transaction, flush: bool) -> usize {
 ///    refilled, whole services at a time, about `chunk` rules per
 ///    transaction: a chain changes in one step, and a new one is not
 ///    reached before its elements exist;
-/// 3. every set but the affinity sets (their clients stay sticky) emptied
-///    and refilled, in one transaction of elements alone;
+/// 3. the elements: with the sets read back (`stale.held`), those that
+///    differ written a few services per transaction
+///    ([`write_differences`]); without, every set but the affinity sets
+///    (their clients stay sticky) emptied and refilled in one transaction
+///    of elements alone;
 /// 4. the chains and sets no service wants any more, no longer referred
 ///    to, deleted.
 fn rewrite_in_place(
@@ -861,12 +893,17 @@ fn rewrite_in_place(
     apply(&tx)?;
     let mut rules = new();
     let mut size = 0;
+    // Without the sets read back, every set is refilled: its elements are
+    // gathered as the rules are written.
+    let refill = stale.held.is_none();
     let mut own_sets = Vec::new();
-    let mut by_set = shared_elements(view);
+    let mut by_set = if refill { shared_elements(view) } else { HashMap::new() };
     for f in by_name(view).into_iter().map(Packed::unpack) {
         size += push_own_chains(&f, &mut rules, true);
-        f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
-        own_sets.extend(f.own_sets);
+        if refill {
+            f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
+            own_sets.extend(f.own_sets);
+        }
         if size >= chunk {
             apply(&std::mem::replace(&mut rules, new()))?;
             size = 0;
@@ -877,10 +914,7 @@ fn rewrite_in_place(
     }
     drop(rules);
     match &stale.held {
-        Some(held) => {
-            drop(by_set);
-            write_differences(config, view, held, chunk, apply)?;
-        }
+        Some(held) => write_differences(config, view, held, chunk, apply)?,
         None => {
             let mut elements = new();
             let sets = SetId::skeleton(config.scope)
@@ -915,11 +949,11 @@ fn rewrite_in_place(
 
 /// The element changes of a table rewritten in place whose sets were read
 /// back (`held`): each service's elements that differ from what the table
-/// holds (deleted and added again when the value changed, added when
-/// missing), whole services at a time with the shared elements they want,
-/// about `chunk` elements per transaction; then the other shared elements
-/// the same way; then what no one wants any more, deleted. A service's elements change together, so no
-/// service is half-written between two transactions.
+/// holds (deleted and added again when the value changed or is not known,
+/// added when missing), whole services at a time with the shared elements
+/// they want, about `chunk` elements per transaction; then the canary; then
+/// what no one wants any more, deleted. A service's elements change
+/// together, so no service is half-written between two transactions.
 fn write_differences(
     config: &DataplaneConfig,
     view: &Programmed,
@@ -936,13 +970,13 @@ fn write_differences(
                     // Brought already (a shared element two services want).
                     return;
                 }
-                elements.get(&el.key)
+                elements.holds(&el)
             }
             None => None,
         };
         match now {
-            Some(Some(v)) if *v == el.value => {}
-            Some(_) => {
+            Some(true) => {}
+            Some(false) => {
                 batch.delete(set.clone(), Element::key(el.key));
                 batch.add(set, el);
             }
@@ -960,20 +994,17 @@ fn write_differences(
             apply(&batch.take(config))?;
         }
     }
-    // The rest: already matched (wanted twice, the same), or the canary.
-    for (set, elements) in shared_elements(view) {
-        for el in elements {
-            bring(set.clone(), el, &mut batch);
-            if batch.size >= chunk {
-                apply(&batch.take(config))?;
-            }
-        }
-    }
+    // Every shared element is some service's; the canary is the table's.
+    bring(SetId::Canary, canary(), &mut batch);
     let mut sets: Vec<&SetId> = held.keys().collect();
     sets.sort_unstable();
     for set in sets {
         let keep = wanted.get(set);
-        for key in held[set].keys().filter(|k| keep.is_none_or(|w| !w.contains(*k))) {
+        for key in held[set]
+            .elements
+            .keys()
+            .filter(|k| keep.is_none_or(|w| !w.contains(*k)))
+        {
             batch.delete(set.clone(), Element::key(*key));
             if batch.size >= chunk {
                 apply(&batch.take(config))?;

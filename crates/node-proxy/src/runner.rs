@@ -6,9 +6,10 @@
 //! * Syncs are paced ([`Pacing`]): by default the next sync may start
 //!   once the time since the last one started is a multiple of what that
 //!   one took (never under a small floor), so latency follows the sync's
-//!   own cost; an operator's `--min-sync-period` instead sets a fixed
-//!   shortest time between two syncs, as kube-proxy's runner does (0: sync
-//!   on every request).
+//!   own cost, and under sustained churn a token bucket spaces them; an
+//!   operator's `--min-sync-period` instead sets a fixed shortest time
+//!   between two syncs, as kube-proxy's runner does (0: sync on every
+//!   request).
 //! * At least one sync per `max_interval`, requested or not (re-asserting
 //!   the rules).
 //! * A failed sync is retried after a backoff that doubles from
@@ -123,46 +124,35 @@ impl Pacing {
         match self {
             Self::Fixed(_) => None,
             Self::CostBound { burst, sustained, .. } => Some(Budget {
-                tokens: f64::from(burst),
-                burst: f64::from(burst),
                 every: sustained,
-                at: now,
+                slack: sustained.saturating_mul(burst.saturating_sub(1)),
+                due: now,
             }),
         }
     }
 }
 
-/// Syncs left to run back to back: refilled by one per `every`, up to
-/// `burst`; each sync takes one.
+/// A token bucket kept as one instant (the generic cell rate algorithm):
+/// `due` is when the syncs so far would have ended had they run one per
+/// `every`; the next may start once that is no more than `slack` (the
+/// burst less one, in `every`s) ahead.
 #[derive(Clone, Copy, Debug)]
 struct Budget {
-    tokens: f64,
-    burst: f64,
     every: Duration,
-    at: Instant,
+    slack: Duration,
+    due: Instant,
 }
 
 impl Budget {
-    fn refill(&mut self, now: Instant) {
-        let earned = now.saturating_duration_since(self.at).as_secs_f64() / self.every.as_secs_f64().max(1e-9);
-        self.tokens = (self.tokens + earned).min(self.burst);
-        self.at = now;
-    }
-
     /// One sync starting `now`.
     fn take(&mut self, now: Instant) {
-        self.refill(now);
-        self.tokens -= 1.0;
+        self.due = self.due.max(now) + self.every;
     }
 
-    /// When the next sync may start, as far as the bucket goes.
-    fn ready_at(&mut self, now: Instant) -> Instant {
-        self.refill(now);
-        if self.tokens >= 1.0 {
-            now
-        } else {
-            now + self.every.mul_f64(1.0 - self.tokens)
-        }
+    /// When the next sync may start, as far as the bucket goes (`now` when
+    /// that is before the clock's first instant).
+    fn ready_at(&self, now: Instant) -> Instant {
+        self.due.checked_sub(self.slack).unwrap_or(now)
     }
 }
 

@@ -16,7 +16,7 @@ use netlink_packet_netfilter::nftables::{NfTablesMessage, SetElementList, SetEle
 use netlink_packet_netfilter::none::ControlMessage;
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterProtoFamily};
 use nft_dataplane::element::{Element, Frontend, Key, Value};
-use nft_dataplane::names::{ChainId, SetId, SetKind};
+use nft_dataplane::names::{ChainId, KeyShape, SetId, SetKind};
 use nft_dataplane::{Op, Transaction};
 use slice_model::{IpFamily, Protocol};
 
@@ -249,10 +249,10 @@ const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 
 /// The elements of one reply of a set element dump (an
 /// `NFT_MSG_NEWSETELEM` payload, `nfgenmsg` first), if it is of `set` of
-/// `table`, appended to `out`. Read attribute by attribute: the crate's
-/// typed parser formats the whole list into an error context at every
-/// element, which a dump of a large set pays quadratically.
-pub(super) fn dumped(payload: &[u8], table: &str, set: &str, out: &mut Vec<RawElement>) {
+/// `table`, each handed to `each`. Read attribute by attribute: the
+/// crate's typed parser formats the whole list into an error context at
+/// every element, which a dump of a large set pays quadratically.
+pub(super) fn dumped(payload: &[u8], table: &str, set: &str, mut each: impl FnMut(&RawElement<'_>)) {
     let Some(attributes) = payload.get(4..) else {
         return;
     };
@@ -272,32 +272,21 @@ pub(super) fn dumped(payload: &[u8], table: &str, set: &str, out: &mut Vec<RawEl
         if element.kind() != NFTA_LIST_ELEM {
             continue;
         }
-        let mut raw = RawElement {
-            key: Vec::new(),
-            data: None,
-            chain: None,
-        };
+        let mut raw = RawElement::default();
         for a in NlasIterator::new(value_of(element)).map_while(Result::ok) {
             let (kind, value) = (a.kind(), value_of(a));
             match kind {
-                NFTA_SET_ELEM_KEY => {
-                    if let Some(v) = nested_value(value, NFTA_DATA_VALUE) {
-                        raw.key = v.to_vec();
-                    }
-                }
+                NFTA_SET_ELEM_KEY => raw.key = nested_value(value, NFTA_DATA_VALUE).unwrap_or_default(),
                 NFTA_SET_ELEM_DATA => {
-                    if let Some(v) = nested_value(value, NFTA_DATA_VALUE) {
-                        raw.data = Some(v.to_vec());
-                    } else if let Some(verdict) = nested_value(value, NFTA_DATA_VERDICT) {
-                        raw.chain = nested_value(verdict, NFTA_VERDICT_CHAIN)
-                            .and_then(c_string)
-                            .map(str::to_owned);
-                    }
+                    raw.data = nested_value(value, NFTA_DATA_VALUE);
+                    raw.chain = nested_value(value, NFTA_DATA_VERDICT)
+                        .and_then(|verdict| nested_value(verdict, NFTA_VERDICT_CHAIN))
+                        .and_then(c_string);
                 }
                 _ => {}
             }
         }
-        out.push(raw);
+        each(&raw);
     }
 }
 
@@ -323,40 +312,31 @@ fn c_string(value: &[u8]) -> Option<&str> {
 /// The element a set's dump holds, read as `write_key` and
 /// `write_endpoint` wrote it for `set`; `None` when the bytes are not of
 /// that shape (someone else's element, or another layout).
-pub fn read_element(set: &SetId, family: IpFamily, raw: &RawElement) -> Option<Element> {
+pub fn read_element(set: &SetId, family: IpFamily, raw: &RawElement<'_>) -> Option<Element> {
     let width = match family {
         IpFamily::V4 => 4,
         IpFamily::V6 => 16,
     };
-    let mut key = Bytes(&raw.key);
-    let fields = &mut key;
-    let read = match set {
-        SetId::Canary => Key::Port(fields.port_alone()?),
-        SetId::ClusterIps => Key::Addr(fields.addr(width)?),
-        SetId::Hairpin => Key::AddrPair(fields.addr(width)?, fields.addr(width)?),
-        SetId::ServiceChains
-        | SetId::MasqFrontends
-        | SetId::NoEndpoints
-        | SetId::NoLocalEndpoints
-        | SetId::SlotFrontends(_) => Key::Frontend(fields.frontend(Some(width))?),
-        SetId::NodePortChains
-        | SetId::MasqNodePorts
-        | SetId::NodePortNoEndpoints
-        | SetId::NodePortNoLocalEndpoints
-        | SetId::NodePortSlotFrontends(_) => Key::Frontend(fields.frontend(None)?),
-        SetId::ServiceSlots(_) => Key::Slot(fields.frontend(Some(width))?, fields.slot()?),
-        SetId::NodePortSlots(_) => Key::Slot(fields.frontend(None)?, fields.slot()?),
-        SetId::Backends(..) => Key::Index(fields.u32_ne()?),
-        SetId::Affinity(_) => return None,
+    let mut fields = Bytes(raw.key);
+    let key = match set.key_shape() {
+        KeyShape::Port => Key::Port(fields.port_alone()?),
+        KeyShape::Addr => Key::Addr(fields.addr(width)?),
+        KeyShape::AddrPair => Key::AddrPair(fields.addr(width)?, fields.addr(width)?),
+        KeyShape::Frontend { node_port } => Key::Frontend(fields.frontend((!node_port).then_some(width))?),
+        KeyShape::Slot { node_port, width: n } => {
+            let frontend = fields.frontend((!node_port).then_some(width))?;
+            Key::Slot(frontend, fields.slot().filter(|slot| *slot < n)?)
+        }
+        KeyShape::Index => Key::Index(fields.u32_ne()?),
     };
-    if !key.0.is_empty() {
+    if !fields.0.is_empty() {
         return None;
     }
     let value = match set.kind() {
         SetKind::Set => None,
-        SetKind::VerdictMap => Some(Value::Goto(ChainId::from_name(raw.chain.as_deref()?)?)),
+        SetKind::VerdictMap => Some(Value::Goto(ChainId::from_name(raw.chain?)?)),
         SetKind::EndpointMap => {
-            let mut data = Bytes(raw.data.as_deref()?);
+            let mut data = Bytes(raw.data?);
             let ep = SocketAddr::new(data.addr(width)?, data.port()?);
             if !data.0.is_empty() {
                 return None;
@@ -364,7 +344,7 @@ pub fn read_element(set: &SetId, family: IpFamily, raw: &RawElement) -> Option<E
             Some(Value::Endpoint(ep))
         }
     };
-    Some(Element { key: read, value })
+    Some(Element { key, value })
 }
 
 /// Reads the fields of a key or value from the front.
@@ -387,8 +367,10 @@ impl Bytes<'_> {
 
     /// A port as one field of a concatenation (padded to four bytes).
     fn port(&mut self) -> Option<u16> {
-        let b = self.take(4)?;
-        Some(u16::from_be_bytes([b[0], b[1]]))
+        match *self.take(4)? {
+            [hi, lo, 0, 0] => Some(u16::from_be_bytes([hi, lo])),
+            _ => None,
+        }
     }
 
     /// A port alone.
@@ -397,11 +379,14 @@ impl Bytes<'_> {
         Some(u16::from_be_bytes([b[0], b[1]]))
     }
 
+    /// A protocol as one field of a concatenation (padded to four bytes).
     fn protocol(&mut self) -> Option<Protocol> {
-        let b = self.take(4)?;
+        let [number, 0, 0, 0] = *self.take(4)? else {
+            return None;
+        };
         [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
             .into_iter()
-            .find(|p| ip_protocol(*p) == b[0])
+            .find(|p| ip_protocol(*p) == number)
     }
 
     /// A frontend: with the address of this width, or a node port's.
@@ -476,21 +461,37 @@ mod tests {
         assert_eq!(key_bytes(&Key::AddrPair(v6, v6)).len(), 32);
     }
 
-    /// `e` as a dump of `set` returns it.
-    fn as_dumped(e: &Element) -> RawElement {
-        let mut key = Vec::new();
-        write_key(&mut key, &e.key);
-        let (mut data, mut chain) = (None, None);
-        match &e.value {
-            Some(Value::Endpoint(ep)) => {
-                let mut d = Vec::new();
-                write_endpoint(&mut d, *ep);
-                data = Some(d);
+    /// An element's bytes as a dump returns them.
+    struct Dumped {
+        key: Vec<u8>,
+        data: Option<Vec<u8>>,
+        chain: Option<String>,
+    }
+
+    impl Dumped {
+        fn of(e: &Element) -> Self {
+            let mut key = Vec::new();
+            write_key(&mut key, &e.key);
+            let (mut data, mut chain) = (None, None);
+            match &e.value {
+                Some(Value::Endpoint(ep)) => {
+                    let mut d = Vec::new();
+                    write_endpoint(&mut d, *ep);
+                    data = Some(d);
+                }
+                Some(Value::Goto(c)) => chain = Some(c.to_string()),
+                None => {}
             }
-            Some(Value::Goto(c)) => chain = Some(c.to_string()),
-            None => {}
+            Self { key, data, chain }
         }
-        RawElement { key, data, chain }
+
+        fn raw(&self) -> RawElement<'_> {
+            RawElement {
+                key: &self.key,
+                data: self.data.as_deref(),
+                chain: self.chain.as_deref(),
+            }
+        }
     }
 
     #[test]
@@ -542,22 +543,40 @@ mod tests {
                 ),
             ];
             for (set, e) in cases {
-                assert_eq!(read_element(&set, family, &as_dumped(&e)), Some(e.clone()), "{set} {e}");
-                // Another family's, or cut short, or longer: not read.
+                let dumped = Dumped::of(&e);
+                assert_eq!(read_element(&set, family, &dumped.raw()), Some(e.clone()), "{set} {e}");
+                // Another family's (where it holds an address), cut short,
+                // longer, or with a padding byte set: not read.
                 let other_family = match family {
                     IpFamily::V4 => IpFamily::V6,
                     IpFamily::V6 => IpFamily::V4,
                 };
-                if !matches!(set, SetId::Canary | SetId::Backends(..)) && !set.to_string().starts_with("nodeport") {
-                    assert_eq!(read_element(&set, other_family, &as_dumped(&e)), None, "{set} {e}");
+                let holds_address = !matches!(
+                    set.key_shape(),
+                    KeyShape::Port
+                        | KeyShape::Index
+                        | KeyShape::Frontend { node_port: true }
+                        | KeyShape::Slot { node_port: true, .. }
+                ) || matches!(e.value, Some(Value::Endpoint(_)));
+                if holds_address {
+                    assert_eq!(read_element(&set, other_family, &dumped.raw()), None, "{set} {e}");
                 }
-                let mut short = as_dumped(&e);
+                let mut short = Dumped::of(&e);
                 short.key.pop();
-                assert_eq!(read_element(&set, family, &short), None, "{set} {e}");
-                let mut long = as_dumped(&e);
+                assert_eq!(read_element(&set, family, &short.raw()), None, "{set} {e}");
+                let mut long = Dumped::of(&e);
                 long.key.extend([0; 4]);
-                assert_eq!(read_element(&set, family, &long), None, "{set} {e}");
+                assert_eq!(read_element(&set, family, &long.raw()), None, "{set} {e}");
+                if let KeyShape::Frontend { .. } | KeyShape::Slot { .. } = set.key_shape() {
+                    let mut padded = Dumped::of(&e);
+                    let last = padded.key.len() - 1;
+                    padded.key[last] = 1;
+                    assert_eq!(read_element(&set, family, &padded.raw()), None, "{set} {e}");
+                }
             }
+            // A slot past the map's width.
+            let wide = Dumped::of(&Element::map(Key::Slot(ip, 3), ep.clone()));
+            assert_eq!(read_element(&SetId::ServiceSlots(3), family, &wide.raw()), None);
         }
     }
 
@@ -569,7 +588,7 @@ mod tests {
             chain in proptest::option::of("[a-z/-]{0,20}"),
             v6 in proptest::prelude::any::<bool>(),
         ) {
-            let raw = RawElement { key, data, chain };
+            let raw = RawElement { key: &key, data: data.as_deref(), chain: chain.as_deref() };
             let family = if v6 { IpFamily::V6 } else { IpFamily::V4 };
             for set in [SetId::Canary, SetId::ClusterIps, SetId::Hairpin, SetId::ServiceChains, SetId::ServiceSlots(2),
                         SetId::NodePortSlots(2), SetId::Backends(slice_model::Protocol::Udp, "x".into())] {
@@ -645,26 +664,24 @@ mod tests {
                 Value::Endpoint(SocketAddr::from(([10, 1, 0, 2], 8080))),
             ),
         ];
-        let payload = dump_reply("proxyd", "service-slots-2", &slots);
-        let mut out = Vec::new();
-        dumped(&payload, "proxyd", "service-slots-2", &mut out);
-        let read: Vec<Option<Element>> = out
-            .iter()
-            .map(|r| read_element(&SetId::ServiceSlots(2), IpFamily::V4, r))
-            .collect();
+        let payload = dump_reply("proxyd", &SetId::ServiceSlots(2).to_string(), &slots);
+        let read_all = |payload: &[u8], table: &str, set: &SetId| {
+            let mut read = Vec::new();
+            dumped(payload, table, &set.to_string(), |raw| {
+                read.push(read_element(set, IpFamily::V4, raw));
+            });
+            read
+        };
+        let read = read_all(&payload, "proxyd", &SetId::ServiceSlots(2));
         assert_eq!(read, slots.iter().cloned().map(Some).collect::<Vec<_>>());
         let goto = Element::map(frontend_key(), Value::Goto(ChainId::Svc("ns/a/tcp/80".into())));
-        let mut out = Vec::new();
-        let reply = dump_reply("proxyd", "service-chains", std::slice::from_ref(&goto));
-        dumped(&reply, "proxyd", "service-chains", &mut out);
-        assert_eq!(read_element(&SetId::ServiceChains, IpFamily::V4, &out[0]), Some(goto));
+        let reply = dump_reply("proxyd", &SetId::ServiceChains.to_string(), std::slice::from_ref(&goto));
+        assert_eq!(read_all(&reply, "proxyd", &SetId::ServiceChains), [Some(goto)]);
         // Another table's or set's reply, or a cut one: nothing, no panic.
-        let mut none = Vec::new();
-        dumped(&payload, "other", "service-slots-2", &mut none);
-        dumped(&payload, "proxyd", "other", &mut none);
-        assert!(none.is_empty());
+        assert!(read_all(&payload, "other", &SetId::ServiceSlots(2)).is_empty());
+        assert!(read_all(&payload, "proxyd", &SetId::ServiceSlots(3)).is_empty());
         for cut in 0..payload.len() {
-            dumped(&payload[..cut], "proxyd", "service-slots-2", &mut none);
+            read_all(&payload[..cut], "proxyd", &SetId::ServiceSlots(2));
         }
     }
 

@@ -90,33 +90,36 @@ impl NftNetlink {
     }
 
     /// The elements of set `set` of the table `table` of `family`, as the
-    /// kernel holds them: one dump, read again while the ruleset changes
-    /// under it (an error if it kept changing).
-    pub fn elements(&mut self, family: IpFamily, table: &str, set: &str) -> io::Result<Vec<RawElement>> {
+    /// kernel holds them, each made into what `read` makes of it: one dump,
+    /// read again while the ruleset changes under it (an error if it kept
+    /// changing).
+    pub fn elements<T>(
+        &mut self,
+        family: IpFamily,
+        table: &str,
+        set: &str,
+        read: impl Fn(&RawElement<'_>) -> T,
+    ) -> io::Result<Vec<T>> {
         read_consistently(self, READ_ATTEMPTS, Self::generation, |s| {
-            s.dump_elements(family, table, set)
+            let get = NfTablesMessage::GetSetElement(SetElementMessage {
+                attributes: vec![
+                    SetElementList::Table(table.to_owned()),
+                    SetElementList::Set(set.to_owned()),
+                ],
+            });
+            let mut out = Vec::new();
+            let interrupted = s.dump(get, family, |kind, payload| {
+                if kind & 0xff == NFT_MSG_NEWSETELEM {
+                    elements::dumped(payload, table, set, |raw| out.push(read(raw)));
+                }
+            })?;
+            Ok((out, interrupted))
         })?
         .ok_or_else(|| {
             io::Error::other(format!(
                 "set {set} changed each of the {READ_ATTEMPTS} times it was read"
             ))
         })
-    }
-
-    fn dump_elements(&mut self, family: IpFamily, table: &str, set: &str) -> io::Result<(Vec<RawElement>, bool)> {
-        let get = NfTablesMessage::GetSetElement(SetElementMessage {
-            attributes: vec![
-                SetElementList::Table(table.to_owned()),
-                SetElementList::Set(set.to_owned()),
-            ],
-        });
-        let mut out = Vec::new();
-        let interrupted = self.dump(get, family, |kind, payload| {
-            if kind & 0xff == NFT_MSG_NEWSETELEM {
-                elements::dumped(payload, table, set, &mut out);
-            }
-        })?;
-        Ok((out, interrupted))
     }
 
     /// The three dumps of [`objects`](Self::objects), and whether any was
@@ -336,15 +339,16 @@ fn generation_of(m: &GenMessage) -> Option<u32> {
     })
 }
 
-/// One element of a set as the kernel holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RawElement {
+/// One element of a set as the kernel holds it, borrowed from the dump's
+/// reply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawElement<'a> {
     /// Its key's bytes.
-    pub key: Vec<u8>,
+    pub key: &'a [u8],
     /// Its value's bytes (a map's data).
-    pub data: Option<Vec<u8>>,
+    pub data: Option<&'a [u8]>,
     /// The chain its verdict jumps or goes to (a verdict map's value).
-    pub chain: Option<String>,
+    pub chain: Option<&'a str>,
 }
 
 /// What one attribute of a dumped object says of it.
