@@ -248,9 +248,30 @@ pub fn check_nft(netns: &Netns) -> Result<(), NftAccessError> {
     }
 }
 
-/// [`NftCommand`] that commits transactions of elements alone over netlink
-/// ([`NftNetlink::commit`]: no `nft` process for a small sync), and can
-/// tell whether anyone committed to nftables since
+/// Who writes a transaction's tables, chains and rules (elements always go
+/// over netlink when it can be opened).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NftWriter {
+    /// Everything over netlink, as `nft` would send it: no `nft` process.
+    #[default]
+    Netlink,
+    /// `nft -f -` for any transaction that holds more than elements: the
+    /// fallback, should the kernel refuse what netlink writes.
+    Nft,
+}
+
+impl NftWriter {
+    fn scope(self) -> crate::netlink::Scope {
+        match self {
+            Self::Netlink => crate::netlink::Scope::Everything,
+            Self::Nft => crate::netlink::Scope::Elements,
+        }
+    }
+}
+
+/// [`NftCommand`] that commits transactions over netlink
+/// ([`NftNetlink::commit`]: no `nft` process; with [`NftWriter::Nft`],
+/// transactions of elements alone), and can tell whether anyone committed to nftables since
 /// its own last transaction, by reading the ruleset generation
 /// ([`NftNetlink`]) before and after each one: an idle periodic sync then
 /// runs no `nft` at all, and one after someone else's commit repairs what
@@ -265,11 +286,18 @@ pub struct WatchedNft {
     /// The generation our last transaction made, when nobody else committed
     /// between its two reads.
     own: Option<u32>,
+    writer: NftWriter,
 }
 
 impl WatchedNft {
-    /// `nft -f -` in `netns`, with a netlink socket there.
+    /// Writes in `netns` over netlink, `nft -f -` where netlink cannot be
+    /// opened.
     pub fn new(netns: Netns) -> Self {
+        Self::with_writer(netns, NftWriter::Netlink)
+    }
+
+    /// Writes in `netns`, chains and rules as `writer` says.
+    pub fn with_writer(netns: Netns, writer: NftWriter) -> Self {
         let netlink = NftNetlink::open(&netns)
             .inspect_err(|e| {
                 tracing::warn!(
@@ -281,6 +309,7 @@ impl WatchedNft {
             nft: NftCommand { netns },
             netlink,
             own: None,
+            writer,
         }
     }
 
@@ -296,7 +325,7 @@ impl WatchedNft {
 impl Dataplane for WatchedNft {
     fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
         let before = self.read();
-        let applied = match self.netlink.as_mut().and_then(|n| n.commit(tx)) {
+        let applied = match self.netlink.as_mut().and_then(|n| n.commit(tx, self.writer.scope())) {
             Some(committed) => committed,
             None => self.nft.apply(tx),
         };

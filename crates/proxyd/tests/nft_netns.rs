@@ -623,6 +623,163 @@ fn example_cluster_loads_as_ipv6() {
     assert_eq!(split.table_of("ip6"), ns.table_of("ip6"));
 }
 
+/// The table as `nft` lists it, and the expressions of its rules as the
+/// kernel holds them (`--debug=netlink`): what one writer wrote the other
+/// must have written, byte for byte where it matters.
+fn listing(ns: &Netns, family: &str) -> (String, String) {
+    let text = ns.exec("nft", &["list", "table", family, "proxyd"]);
+    let expressions = ns.exec("nft", &["--debug=netlink", "list", "table", family, "proxyd"]);
+    (text, normalised(&expressions))
+}
+
+/// A `--debug=netlink` listing without what differs between two equal
+/// tables: rule handles, the numbers the kernel gave anonymous sets, the
+/// order of a set's elements (its hash order) and the order of the blocks
+/// (sets are listed as they were made; the order of the rules in each
+/// chain is compared in nft's own listing).
+fn normalised(listing: &str) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut elements: Vec<String> = Vec::new();
+    let flush = |out: &mut Vec<String>, elements: &mut Vec<String>| {
+        elements.sort();
+        out.append(elements);
+    };
+    for line in listing.lines() {
+        if line.starts_with("\telement") {
+            elements.push(line.to_owned());
+            continue;
+        }
+        flush(&mut out, &mut elements);
+        let words: Vec<&str> = line.split(' ').collect();
+        let line = match words.as_slice() {
+            // `ip proxyd CHAIN HANDLE [PREVIOUS]`: a rule's header.
+            [family, _, chain, rest @ ..]
+                if family.starts_with("ip") && !rest.is_empty() && rest.iter().all(|w| w.parse::<u64>().is_ok()) =>
+            {
+                format!("{family} {chain}")
+            }
+            _ => line.to_owned(),
+        };
+        let anonymous = |w: &str| {
+            let digits = w.trim_start_matches(|c: char| !c.is_ascii_digit());
+            w.strip_suffix(digits)
+                .filter(|p| p.ends_with("__set") || p.ends_with("__map"))
+                .map(|p| format!("{p}N"))
+        };
+        out.push(
+            line.split(' ')
+                .map(|w| anonymous(w).unwrap_or_else(|| w.to_owned()))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+    }
+    flush(&mut out, &mut elements);
+    let mut blocks: Vec<String> = Vec::new();
+    for line in out {
+        match blocks.last_mut() {
+            Some(block) if line.starts_with([' ', '\t']) || line.is_empty() => {
+                block.push('\n');
+                block.push_str(&line);
+            }
+            _ => blocks.push(line),
+        }
+    }
+    blocks.sort();
+    blocks.join("\n")
+}
+
+/// Writes the example cluster's full load, then each of a series of
+/// changes, with `nft` in one namespace and over netlink alone in another,
+/// and compares the two listings after each step.
+fn netlink_writes_what_nft_writes(family: IpFamily) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
+    let m = daemon_sources::manifests::load(&path).unwrap();
+    let (word, proxy) = match family {
+        IpFamily::V4 => ("ip", proxy_args()),
+        IpFamily::V6 => (
+            "ip6",
+            ProxyArgs {
+                ip_family: IpFamily::V6,
+                cluster_cidr: vec!["fd00:10:244::/56".parse().unwrap()],
+                ..proxy_args()
+            },
+        ),
+    };
+    let zone = m.node_zone("node-1");
+    let mut snapshot = Snapshot::of(m.services, m.slices);
+    snapshot.node_zone = zone;
+    let mut by_nft = proxyd::snapshot_engine(&snapshot, "node-1", &proxy);
+    let mut by_netlink = proxyd::snapshot_engine(&snapshot, "node-1", &proxy);
+    let config = proxyd::dataplane_config(&proxy, snapshot.node_zone);
+    let (a, b) = (
+        Netns::new(&format!("w-nft-{word}")),
+        Netns::new(&format!("w-nl-{word}")),
+    );
+    let mut nft = NftSyncer::new(config.clone(), a.dataplane());
+    let netlink_only = WatchedNft::with_writer(
+        linux_dataplane::Netns::Named(b.0.clone()),
+        linux_dataplane::NftWriter::Netlink,
+    );
+    let mut netlink = NftSyncer::new(config, netlink_only);
+    let step = |what: &str,
+                nft: &mut NftSyncer<NftCommand>,
+                netlink: &mut NftSyncer<WatchedNft>,
+                e1: &mut Engine,
+                e2: &mut Engine| {
+        sync(nft, e1);
+        sync(netlink, e2);
+        let (want, got) = (listing(&a, word), listing(&b, word));
+        assert_eq!(
+            got.0, want.0,
+            "{word}, {what}: nft's listing of the netlink-written table"
+        );
+        assert_eq!(got.1, want.1, "{word}, {what}: the rules' expressions");
+    };
+    step("full load", &mut nft, &mut netlink, &mut by_nft, &mut by_netlink);
+    // A service with many endpoints and affinity appears (chains, an
+    // affinity set per endpoint, a random vmap), then loses them.
+    let vip = match family {
+        IpFamily::V4 => "10.96.7.7",
+        IpFamily::V6 => "fd00:96::7:7",
+    };
+    let ips: Vec<String> = (1..=20)
+        .map(|i| match family {
+            IpFamily::V4 => format!("10.244.9.{i}"),
+            IpFamily::V6 => format!("fd00:10:244:9::{i}"),
+        })
+        .collect();
+    let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+    for e in [&mut by_nft, &mut by_netlink] {
+        let mut s = service("many", vip);
+        s.session_affinity = Some(Duration::from_secs(300));
+        e.update_service(&s);
+        e.update_slice(slice("ns", "many", "many-1", 8080, &ips));
+    }
+    step(
+        "a service with 20 sticky endpoints",
+        &mut nft,
+        &mut netlink,
+        &mut by_nft,
+        &mut by_netlink,
+    );
+    for e in [&mut by_nft, &mut by_netlink] {
+        e.update_slice(slice("ns", "many", "many-1", 8080, &ips[..3]));
+    }
+    step("down to 3", &mut nft, &mut netlink, &mut by_nft, &mut by_netlink);
+    for e in [&mut by_nft, &mut by_netlink] {
+        e.remove_service(&ServiceName::new("ns", "many"));
+    }
+    step("deleted", &mut nft, &mut netlink, &mut by_nft, &mut by_netlink);
+}
+
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn netlink_writes_every_rule_and_set_as_nft_does() {
+    require();
+    netlink_writes_what_nft_writes(IpFamily::V4);
+    netlink_writes_what_nft_writes(IpFamily::V6);
+}
+
 #[test]
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn a_refused_netlink_batch_names_its_set_and_applies_nothing() {
@@ -1175,4 +1332,178 @@ fn kube_proxys_rules_are_found_and_removed() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("no rules of kube-proxy's here"));
+}
+
+/// Every kind of condition and statement a rule can hold, in both
+/// families, written by `nft` and over netlink: the two tables list the
+/// same, rule for rule and expression for expression. The example cluster
+/// (above) has no interface matches, no lists of prefixes and no
+/// destination networks; this has each.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn netlink_writes_each_kind_of_rule_as_nft_does() {
+    use nft_dataplane::rule::{Match, Rule, Selector, Statement};
+    require();
+    for (family, word, nets, one, endpoint) in [
+        (
+            IpFamily::V4,
+            "ip",
+            vec!["10.0.0.0/8", "192.168.0.0/16", "172.16.0.0/20", "192.169.0.0/16"],
+            "10.244.16.0/20",
+            "10.244.1.5:8080",
+        ),
+        (
+            IpFamily::V6,
+            "ip6",
+            vec!["fd00::/64", "fd01::/48", "::/0"],
+            "fd00:10:244::/56",
+            "[fd00:10:244::5]:8080",
+        ),
+    ] {
+        let nets: Vec<ipnet::IpNet> = nets.iter().map(|n| n.parse().unwrap()).collect();
+        let one: ipnet::IpNet = one.parse().unwrap();
+        let everything: ipnet::IpNet = match family {
+            IpFamily::V4 => "0.0.0.0/0",
+            IpFamily::V6 => "::/0",
+        }
+        .parse()
+        .unwrap();
+        let host: ipnet::IpNet = match family {
+            IpFamily::V4 => "10.1.2.3/32",
+            IpFamily::V6 => "fd00::3/128",
+        }
+        .parse()
+        .unwrap();
+        let endpoint: std::net::SocketAddr = endpoint.parse().unwrap();
+        let svc = ChainId::Svc("ns/a/tcp/80".into());
+        let ep = ChainId::Endpoint("ns/a/tcp/80/ep-1".into());
+        let backends = SetId::Backends(Protocol::Udp, "svc-ns/a/udp/53".into());
+        let affinity = SetId::Affinity("ns/a/tcp/80/ep-1".into());
+        let mut tx = Transaction::new(family);
+        tx.push(Op::AddTable(family));
+        for set in [
+            SetId::Hairpin,
+            SetId::NoEndpoints,
+            SetId::ServiceChains,
+            SetId::NodePortSlots(3),
+            SetId::ServiceSlots(2),
+        ] {
+            tx.push(Op::AddSet(set, Vec::new()));
+        }
+        tx.push(Op::AddSet(backends.clone(), Vec::new()));
+        tx.push(Op::AddSet(affinity.clone(), Vec::new()));
+        for c in [
+            ChainId::MarkForMasquerade,
+            ChainId::NatPrerouting,
+            ChainId::NatPostrouting,
+            ChainId::FilterForward,
+            svc.clone(),
+            ep.clone(),
+        ] {
+            tx.push(Op::AddChain(c));
+        }
+        let rules = [
+            Rule::new(
+                vec![Match::NewConnection, Match::Dnatted, Match::Marked(0x4000)],
+                vec![Statement::Drop],
+            ),
+            Rule::new(vec![Match::HasPorts, Match::LocalSource], vec![Statement::Reject]),
+            Rule::new(
+                vec![Match::LocalDestination(Vec::new())],
+                vec![Statement::Jump(svc.clone())],
+            ),
+            Rule::new(
+                vec![Match::LocalDestination(vec![one])],
+                vec![Statement::Goto(svc.clone())],
+            ),
+            Rule::new(vec![Match::LocalDestination(nets.clone())], vec![Statement::Drop]),
+            Rule::new(vec![Match::SourceIn(vec![one])], vec![Statement::SetMark(0x4000)]),
+            Rule::new(vec![Match::SourceIn(nets.clone())], vec![Statement::ClearMark(0x4000)]),
+            Rule::new(vec![Match::SourceNotIn(vec![one])], vec![Statement::Masquerade]),
+            Rule::new(vec![Match::SourceNotIn(nets.clone())], vec![Statement::Drop]),
+            Rule::new(vec![Match::SourceIn(vec![everything])], vec![Statement::Drop]),
+            Rule::new(vec![Match::SourceNotIn(vec![host])], vec![Statement::Drop]),
+            Rule::new(vec![Match::DestinationIn(vec![one])], vec![Statement::Drop]),
+            Rule::new(vec![Match::DestinationIn(nets.clone())], vec![Statement::Drop]),
+            Rule::new(
+                vec![Match::InSet(Selector::SaddrDaddr, SetId::Hairpin)],
+                vec![Statement::Masquerade],
+            ),
+            Rule::new(
+                vec![Match::InSet(Selector::Frontend, SetId::NoEndpoints)],
+                vec![Statement::Reject],
+            ),
+            Rule::new(vec![Match::InputInterface("eth0".into())], vec![Statement::Drop]),
+            Rule::new(vec![Match::InputInterface("veth*".into())], vec![Statement::Drop]),
+            Rule::new(vec![Match::NotInputInterface("net1".into())], vec![Statement::Drop]),
+            Rule::new(vec![Match::NotInputInterface("cali*".into())], vec![Statement::Drop]),
+            Rule::always(vec![Statement::VerdictMap(Selector::Frontend, SetId::ServiceChains)]),
+            Rule::always(vec![Statement::Dnat(Protocol::Tcp, endpoint)]),
+            Rule::always(vec![Statement::DnatMap {
+                protocol: Protocol::Udp,
+                map: backends.clone(),
+                width: 5,
+            }]),
+            Rule::always(vec![Statement::DnatSlots {
+                node_port: true,
+                width: 3,
+            }]),
+            Rule::new(
+                vec![Match::HasPorts],
+                vec![Statement::DnatSlots {
+                    node_port: false,
+                    width: 2,
+                }],
+            ),
+            Rule::always(vec![Statement::RandomGoto(vec![ep.clone(), svc.clone(), ep.clone()])]),
+            Rule::always(vec![Statement::RememberSource {
+                set: affinity.clone(),
+                timeout_secs: 10800,
+            }]),
+        ];
+        for rule in rules {
+            // Where the kernel allows the statement: base chains and
+            // regular ones alike.
+            let chain = match rule.statements.first() {
+                Some(Statement::Masquerade) => ChainId::NatPostrouting,
+                Some(Statement::Drop | Statement::Reject) => ChainId::FilterForward,
+                Some(Statement::RememberSource { .. } | Statement::Dnat(..)) => ep.clone(),
+                _ => ChainId::NatPrerouting,
+            };
+            tx.push(Op::AddRule(chain, rule));
+        }
+        let (a, b) = (
+            Netns::new(&format!("k-nft-{word}")),
+            Netns::new(&format!("k-nl-{word}")),
+        );
+        a.dataplane().apply(&tx).unwrap();
+        let mut netlink = WatchedNft::with_writer(
+            linux_dataplane::Netns::Named(b.0.clone()),
+            linux_dataplane::NftWriter::Netlink,
+        );
+        netlink.apply(&tx).unwrap();
+        let (want, got) = (listing(&a, word), listing(&b, word));
+        assert_eq!(got.0, want.0, "{word}: nft's listing of the netlink-written table");
+        assert_eq!(got.1, want.1, "{word}: the rules' expressions");
+        // And taken apart again: flushed, deleted, emptied.
+        let mut undo = Transaction::new(family);
+        for c in [
+            ChainId::NatPrerouting,
+            ChainId::NatPostrouting,
+            ChainId::FilterForward,
+            ep.clone(),
+        ] {
+            undo.push(Op::FlushChain(c));
+        }
+        undo.push(Op::DeleteChain(ep.clone()));
+        undo.push(Op::DeleteSet(affinity.clone()));
+        undo.push(Op::FlushSet(SetId::Hairpin));
+        a.dataplane().apply(&undo).unwrap();
+        netlink.apply(&undo).unwrap();
+        let (want, got) = (listing(&a, word), listing(&b, word));
+        assert_eq!(got, want, "{word}: after flushing and deleting");
+        let remove = Transaction::remove_table(family, nft_dataplane::names::TABLE);
+        netlink.apply(&remove).unwrap();
+        assert!(!b.exec("nft", &["list", "tables"]).contains("proxyd"));
+    }
 }

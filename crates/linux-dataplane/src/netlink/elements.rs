@@ -11,20 +11,15 @@
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 
-use netlink_packet_core::{DefaultNla, NLA_F_NESTED, NLM_F_CREATE, NLM_F_REQUEST, NlasIterator};
-use netlink_packet_netfilter::nftables::{NfTablesMessage, SetElementList, SetElementMessage};
-use netlink_packet_netfilter::none::ControlMessage;
-use netlink_packet_netfilter::{NetfilterHeader, NetfilterProtoFamily};
+use netlink_packet_core::NlasIterator;
 use nft_dataplane::element::{Element, Frontend, Key, Value};
 use nft_dataplane::names::{ChainId, KeyShape, SetId, SetKind};
-use nft_dataplane::{Op, Transaction};
 use slice_model::{IpFamily, Protocol};
 
+use super::batch::{attr, nested};
+use super::ip_protocol;
 use super::nftables::RawElement;
-use super::{append, ip_protocol, nfproto};
 
-/// nfnetlink's nftables subsystem, named by the batch markers.
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
 /// The attributes of an element list, written in place ([`element`]).
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 const NFTA_LIST_ELEM: u16 = 1;
@@ -36,119 +31,12 @@ const NFTA_VERDICT_CODE: u16 = 1;
 const NFTA_VERDICT_CHAIN: u16 = 2;
 /// `NFT_GOTO`.
 const NFT_GOTO: i32 = -4;
-/// An attribute's length is 16 bits: a message's element list stays well
-/// under it.
-const LIST_BYTES: usize = 48 * 1024;
-
-/// A transaction encoded as one batch, and what each of its messages does
-/// (to name it when the kernel rejects it).
-#[derive(Debug)]
-pub struct Batch {
-    /// The messages, batch markers included.
-    pub bytes: Vec<u8>,
-    /// The sequence number of the first message; message `i` of `what` has
-    /// `first_seq + 1 + i` (the begin marker has `first_seq`).
-    pub first_seq: u32,
-    /// What each element message does, in order (`add elements to set
-    /// service-slots-3`).
-    pub what: Vec<String>,
-}
-
-impl Batch {
-    /// The sequence number of the batch's end marker.
-    pub fn last_seq(&self) -> u32 {
-        self.first_seq.wrapping_add(self.what.len() as u32 + 1)
-    }
-
-    /// What the message with sequence number `seq` does.
-    pub fn describe(&self, seq: u32) -> Option<&str> {
-        let i = seq.wrapping_sub(self.first_seq).checked_sub(1)?;
-        self.what.get(i as usize).map(String::as_str)
-    }
-}
-
-/// The batch for `tx`, numbered from `first_seq`, when it holds only
-/// element operations; `None` when it holds anything else (declarations,
-/// chains, rules: those go to `nft`).
-pub fn batch(tx: &Transaction, first_seq: u32) -> Option<Batch> {
-    if !tx
-        .ops
-        .iter()
-        .all(|op| matches!(op, Op::AddElements(..) | Op::DeleteElements(..) | Op::FlushSet(_)))
-    {
-        return None;
-    }
-    let header = NetfilterHeader::new(nfproto(tx.family), 0, 0);
-    let mut out = Vec::with_capacity(256 + 64 * tx.element_count());
-    let mut what = Vec::new();
-    let mut seq = first_seq;
-    marker(&mut out, ControlMessage::BatchBegin, seq);
-    for op in &tx.ops {
-        let (add, set, elements) = match op {
-            Op::AddElements(set, e) => (true, set, e),
-            Op::DeleteElements(set, e) => (false, set, e),
-            Op::FlushSet(set) => {
-                // A delete that names no elements empties the set.
-                seq = seq.wrapping_add(1);
-                let list = vec![
-                    SetElementList::Table(tx.table.to_owned()),
-                    SetElementList::Set(set.to_string()),
-                ];
-                let flush = NfTablesMessage::DeleteSetElement(SetElementMessage { attributes: list });
-                append(&mut out, header.clone(), flush, NLM_F_REQUEST, seq);
-                what.push(format!("flush set {set}"));
-                continue;
-            }
-            _ => return None,
-        };
-        let mut rest = elements.as_slice();
-        while !rest.is_empty() {
-            seq = seq.wrapping_add(1);
-            let (mut list, mut taken) = (Vec::with_capacity(LIST_BYTES + 512), 0);
-            for e in rest {
-                if list.len() >= LIST_BYTES {
-                    break;
-                }
-                element(&mut list, e, add);
-                taken += 1;
-            }
-            let attributes = vec![
-                SetElementList::Table(tx.table.to_owned()),
-                SetElementList::Set(set.to_string()),
-                SetElementList::Other(DefaultNla::new(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, list)),
-            ];
-            let (message, flags, verb) = if add {
-                let m = NfTablesMessage::NewSetElement(SetElementMessage { attributes });
-                (m, NLM_F_REQUEST | NLM_F_CREATE, "add")
-            } else {
-                let m = NfTablesMessage::DeleteSetElement(SetElementMessage { attributes });
-                (m, NLM_F_REQUEST, "delete")
-            };
-            append(&mut out, header.clone(), message, flags, seq);
-            rest = rest.get(taken..).unwrap_or_default();
-            what.push(format!("{verb} {taken} elements of set {set}"));
-        }
-    }
-    seq = seq.wrapping_add(1);
-    marker(&mut out, ControlMessage::BatchEnd, seq);
-    Some(Batch {
-        bytes: out,
-        first_seq,
-        what,
-    })
-}
-
-/// A batch begin or end message (`res_id` names the nftables subsystem).
-fn marker(out: &mut Vec<u8>, marker: ControlMessage, seq: u32) {
-    let header = NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, NFNL_SUBSYS_NFTABLES);
-    append(out, header, marker, NLM_F_REQUEST, seq);
-}
 
 /// One element (`NFTA_LIST_ELEM`): its key, and for an add its value,
 /// written in place: the crate's typed elements hold their bytes in
 /// vectors of their own and measure every nested level again as they are
 /// emitted, which a large load pays per element (benches/RESULTS.md).
-fn element(out: &mut Vec<u8>, e: &Element, with_value: bool) {
+pub(super) fn element(out: &mut Vec<u8>, e: &Element, with_value: bool) {
     nested(out, NFTA_LIST_ELEM, |b| {
         nested(b, NFTA_SET_ELEM_KEY, |b| {
             attr(b, NFTA_DATA_VALUE, |b| write_key(b, &e.key))
@@ -171,25 +59,9 @@ fn element(out: &mut Vec<u8>, e: &Element, with_value: bool) {
     });
 }
 
-/// Appends one attribute whose value `value` writes, padded.
-fn attr(out: &mut Vec<u8>, kind: u16, value: impl FnOnce(&mut Vec<u8>)) {
-    let start = out.len();
-    out.extend([0u8; 2]);
-    out.extend(kind.to_ne_bytes());
-    value(out);
-    let len = (out.len() - start) as u16;
-    out[start..start + 2].copy_from_slice(&len.to_ne_bytes());
-    out.resize(out.len().next_multiple_of(4), 0);
-}
-
-/// Appends a nested attribute holding what `inner` writes.
-fn nested(out: &mut Vec<u8>, kind: u16, inner: impl FnOnce(&mut Vec<u8>)) {
-    attr(out, kind | NLA_F_NESTED, inner);
-}
-
 /// A key's bytes: a single field as it is, each field of a concatenation
 /// padded to four bytes.
-fn write_key(out: &mut Vec<u8>, key: &Key) {
+pub(super) fn write_key(out: &mut Vec<u8>, key: &Key) {
     match key {
         Key::Frontend(f) => frontend(out, f),
         Key::Slot(f, slot) => {
@@ -413,8 +285,8 @@ impl Bytes<'_> {
 
 #[cfg(test)]
 mod tests {
-    use netlink_packet_core::{NetlinkBuffer, ParseableParametrized};
-    use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner};
+    use netlink_packet_core::DefaultNla;
+    use netlink_packet_netfilter::nftables::SetElementList;
 
     use super::*;
     use nft_dataplane::names::{ChainId, SetId};
@@ -638,7 +510,10 @@ mod tests {
         let attributes = vec![
             SetElementList::Table(table.to_owned()),
             SetElementList::Set(set.to_owned()),
-            SetElementList::Other(DefaultNla::new(NFTA_SET_ELEM_LIST_ELEMENTS | NLA_F_NESTED, list)),
+            SetElementList::Other(DefaultNla::new(
+                NFTA_SET_ELEM_LIST_ELEMENTS | netlink_packet_core::NLA_F_NESTED,
+                list,
+            )),
         ];
         let mut out = vec![2, 0, 0, 0];
         for a in attributes {
@@ -698,86 +573,5 @@ mod tests {
                 assert_eq!(ours, typed(e, with_value), "{e:?} (value: {with_value})");
             }
         }
-    }
-
-    /// What a message of a batch is.
-    #[derive(Debug, PartialEq, Eq)]
-    enum Kind {
-        Begin,
-        End,
-        Add,
-        Delete,
-    }
-
-    /// The messages of a batch, parsed back: (what, sequence, set, element
-    /// count).
-    fn messages(b: &Batch) -> Vec<(Kind, u32, String, usize)> {
-        let mut out = Vec::new();
-        let mut data = b.bytes.as_slice();
-        while !data.is_empty() {
-            let msg = NetlinkBuffer::new_checked(data).expect("a whole message");
-            data = &data[(msg.length() as usize).next_multiple_of(4)..];
-            let parsed = NetfilterMessage::parse_with_param(msg.payload(), msg.message_type()).expect("parses");
-            let (kind, lists) = match parsed.inner {
-                NetfilterMessageInner::None(ControlMessage::BatchBegin) => (Kind::Begin, Vec::new()),
-                NetfilterMessageInner::None(ControlMessage::BatchEnd) => (Kind::End, Vec::new()),
-                NetfilterMessageInner::NfTables(NfTablesMessage::NewSetElement(m)) => (Kind::Add, m.attributes),
-                NetfilterMessageInner::NfTables(NfTablesMessage::DeleteSetElement(m)) => (Kind::Delete, m.attributes),
-                other => panic!("unexpected {other:?}"),
-            };
-            let (mut set, mut count) = (String::new(), 0);
-            for l in lists {
-                match l {
-                    SetElementList::Set(s) => set = s,
-                    SetElementList::Elements(e) => count = e.len(),
-                    _ => {}
-                }
-            }
-            out.push((kind, msg.sequence_number(), set, count));
-        }
-        out
-    }
-
-    #[test]
-    fn a_batch_is_framed_numbered_and_split_under_the_attribute_limit() {
-        let many: Vec<Element> = (0..5000u32)
-            .map(|i| Element::map(Key::Index(i), Value::Endpoint(SocketAddr::from(([10, 0, 0, 1], 80)))))
-            .collect();
-        let mut tx = Transaction::new(IpFamily::V4);
-        tx.push(Op::DeleteElements(
-            SetId::ServiceChains,
-            vec![Element::map(
-                frontend_key(),
-                Value::Goto(ChainId::Svc("ns/a/tcp/80".into())),
-            )],
-        ));
-        tx.push(Op::AddElements(
-            SetId::Backends(Protocol::Tcp, "ns/a/tcp/80".into()),
-            many,
-        ));
-        let b = batch(&tx, 100).expect("elements only");
-        let m = messages(&b);
-        assert_eq!(m.first().map(|x| (&x.0, x.1)), Some((&Kind::Begin, 100)));
-        assert_eq!(m.last().map(|x| (&x.0, x.1)), Some((&Kind::End, b.last_seq())));
-        let body = &m[1..m.len() - 1];
-        assert_eq!(body[0].0, Kind::Delete);
-        assert!(body[1..].iter().all(|x| x.0 == Kind::Add));
-        assert_eq!(body[0].2, "service-chains");
-        assert!(body.len() > 2, "5,000 elements take more than one message");
-        assert_eq!(body[1..].iter().map(|x| x.3).sum::<usize>(), 5000);
-        for (i, x) in body.iter().enumerate() {
-            assert_eq!(x.1, 101 + i as u32);
-            assert!(b.describe(x.1).is_some_and(|d| d.contains(&x.2)));
-        }
-        assert_eq!(b.describe(100), None);
-        let mut flush = Transaction::new(IpFamily::V4);
-        flush.push(Op::FlushSet(SetId::ClusterIps));
-        let f = batch(&flush, 1).expect("a flush is an element operation");
-        let m = messages(&f);
-        assert_eq!(m.len(), 3);
-        assert_eq!((&m[1].0, m[1].2.as_str(), m[1].3), (&Kind::Delete, "cluster-ips", 0));
-        let mut with_rule = tx.clone();
-        with_rule.push(Op::FlushChain(ChainId::Services));
-        assert!(batch(&with_rule, 1).is_none(), "anything but elements goes to nft");
     }
 }

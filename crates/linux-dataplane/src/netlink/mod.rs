@@ -4,9 +4,12 @@
 //! framed by `netlink-packet-core`; replies are read bounds-checked: a
 //! malformed reply is an error, never a panic.
 
+mod batch;
 mod conntrack;
+mod declare;
 mod elements;
 mod nftables;
+mod rules;
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -21,6 +24,7 @@ use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterMessa
 use rustix::net::netlink::{self as nl, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType};
 
+pub use batch::Scope;
 pub use conntrack::NetlinkConntrack;
 pub(crate) use elements::read_element;
 pub use nftables::{NftNetlink, RawElement};

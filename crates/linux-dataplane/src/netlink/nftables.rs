@@ -21,7 +21,8 @@ use slice_model::IpFamily;
 
 use nft_dataplane::{DataplaneError, TableObjects, Transaction};
 
-use super::elements::{self, Batch};
+use super::batch::{self, Batch, Scope};
+use super::elements;
 use super::{ENOENT, Next, Reply, Socket, append, malformed, nfproto, nftables_message};
 use crate::netns::Netns;
 
@@ -180,14 +181,14 @@ impl NftNetlink {
         state.outcome()
     }
 
-    /// Commits `tx` as one netlink batch when it holds elements alone (and
-    /// returns the size of what it sent); `None` when it holds anything
-    /// else, which is `nft`'s to write. All of the batch is applied or none.
-    pub fn commit(&mut self, tx: &Transaction) -> Option<Result<usize, DataplaneError>> {
+    /// Commits `tx` as one netlink batch (and returns the size of what it
+    /// sent) when `scope` covers all it holds; `None` when some of it is
+    /// `nft`'s to write. All of the batch is applied or none.
+    pub fn commit(&mut self, tx: &Transaction, scope: Scope) -> Option<Result<usize, DataplaneError>> {
         if tx.is_empty() {
             return None;
         }
-        let batch = elements::batch(tx, self.0.seq.wrapping_add(1))?;
+        let batch = batch::batch(tx, self.0.seq.wrapping_add(1), scope)?;
         self.0.seq = batch.last_seq();
         Some(self.send_batch(&batch))
     }

@@ -1,0 +1,431 @@
+//! A transaction as one nftables netlink batch, written without running
+//! `nft`: tables, set declarations, chains, rules and elements. Each
+//! operation is the message `nft` itself sends for it (the root tests
+//! compare `nft list table` of a table written each way), so that what an
+//! operator lists reads as what `render` prints.
+
+use std::io::Write;
+
+use netlink_packet_core::{NLA_F_NESTED, NLM_F_CREATE, NLM_F_REQUEST};
+use netlink_packet_netfilter::NetfilterProtoFamily;
+use netlink_packet_netfilter::{NetfilterHeader, none::ControlMessage};
+use nft_dataplane::element::Element;
+use nft_dataplane::names::{ChainId, Hook, SetId};
+use nft_dataplane::{Op, Transaction};
+use slice_model::IpFamily;
+
+use super::append;
+use super::declare;
+use super::elements::element;
+use super::rules;
+
+/// nfnetlink's nftables subsystem.
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+/// `NLM_F_APPEND`: a rule goes after the chain's last.
+const NLM_F_APPEND: u16 = 0x800;
+
+/// `NFT_MSG_*`.
+const NEWTABLE: u16 = 0;
+const DELTABLE: u16 = 2;
+const NEWCHAIN: u16 = 3;
+const DELCHAIN: u16 = 5;
+const NEWRULE: u16 = 6;
+const DELRULE: u16 = 8;
+const DELSET: u16 = 11;
+const NEWSETELEM: u16 = 12;
+const DELSETELEM: u16 = 14;
+
+/// Attributes of tables, chains, rules and element lists (`NFTA_*`).
+const TABLE_NAME: u16 = 1;
+const CHAIN_TABLE: u16 = 1;
+const CHAIN_NAME: u16 = 3;
+const CHAIN_HOOK: u16 = 4;
+const CHAIN_POLICY: u16 = 5;
+const CHAIN_TYPE: u16 = 7;
+const HOOK_HOOKNUM: u16 = 1;
+const HOOK_PRIORITY: u16 = 2;
+const RULE_TABLE: u16 = 1;
+const RULE_CHAIN: u16 = 2;
+const RULE_EXPRESSIONS: u16 = 4;
+const SET_TABLE: u16 = 1;
+const SET_NAME: u16 = 2;
+const ELEM_LIST_TABLE: u16 = 1;
+const ELEM_LIST_SET: u16 = 2;
+const ELEM_LIST_ELEMENTS: u16 = 3;
+const ELEM_LIST_SET_ID: u16 = 4;
+/// `NF_ACCEPT`, a base chain's policy.
+const NF_ACCEPT: u32 = 1;
+/// An attribute's length is 16 bits: a message's element list stays well
+/// under it.
+const LIST_BYTES: usize = 48 * 1024;
+
+/// Which operations a batch may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Element operations alone; anything else is `nft`'s to write.
+    Elements,
+    /// Every operation.
+    Everything,
+}
+
+/// A transaction encoded as one batch, and what each of its messages does
+/// (to name it when the kernel rejects it).
+#[derive(Debug)]
+pub struct Batch {
+    /// The messages, batch markers included.
+    pub bytes: Vec<u8>,
+    /// The sequence number of the first message; message `i` of `what` has
+    /// `first_seq + 1 + i` (the begin marker has `first_seq`).
+    pub first_seq: u32,
+    /// What each message does, in order (`add elements to set
+    /// service-slots-3`).
+    pub what: Vec<String>,
+}
+
+impl Batch {
+    /// The sequence number of the batch's end marker.
+    pub fn last_seq(&self) -> u32 {
+        self.first_seq.wrapping_add(self.what.len() as u32 + 1)
+    }
+
+    /// What the message with sequence number `seq` does.
+    pub fn describe(&self, seq: u32) -> Option<&str> {
+        let i = seq.wrapping_sub(self.first_seq).checked_sub(1)?;
+        self.what.get(i as usize).map(String::as_str)
+    }
+}
+
+/// The batch for `tx`, numbered from `first_seq`; `None` when `scope`
+/// leaves some of its operations to `nft`.
+pub fn batch(tx: &Transaction, first_seq: u32, scope: Scope) -> Option<Batch> {
+    let elements_only = tx
+        .ops
+        .iter()
+        .all(|op| matches!(op, Op::AddElements(..) | Op::DeleteElements(..) | Op::FlushSet(_)));
+    if scope == Scope::Elements && !elements_only {
+        return None;
+    }
+    let mut w = Writer::new(tx, first_seq);
+    marker(&mut w.out, ControlMessage::BatchBegin, first_seq);
+    for op in &tx.ops {
+        w.op(op);
+    }
+    let end = w.seq.wrapping_add(1);
+    marker(&mut w.out, ControlMessage::BatchEnd, end);
+    Some(Batch {
+        bytes: w.out,
+        first_seq,
+        what: w.what,
+    })
+}
+
+/// A batch begin or end message (`res_id` names the nftables subsystem).
+fn marker(out: &mut Vec<u8>, marker: ControlMessage, seq: u32) {
+    let header = NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, NFNL_SUBSYS_NFTABLES);
+    append(out, header, marker, NLM_F_REQUEST, seq);
+}
+
+/// Writes the messages of one batch.
+pub(super) struct Writer<'t> {
+    tx: &'t Transaction,
+    pub(super) family: IpFamily,
+    out: Vec<u8>,
+    seq: u32,
+    what: Vec<String>,
+    /// The last id given to a set declared in this batch (anonymous sets
+    /// are named by id: the kernel names them as it adds them).
+    set_id: u32,
+}
+
+impl<'t> Writer<'t> {
+    fn new(tx: &'t Transaction, first_seq: u32) -> Self {
+        Self {
+            tx,
+            family: tx.family,
+            out: Vec::with_capacity(256 + 64 * tx.element_count()),
+            seq: first_seq,
+            what: Vec::new(),
+            set_id: 0,
+        }
+    }
+
+    /// A fresh set id.
+    pub(super) fn next_set_id(&mut self) -> u32 {
+        self.set_id += 1;
+        self.set_id
+    }
+
+    /// The table's name, as the value of an attribute.
+    pub(super) fn table(&self, out: &mut Vec<u8>, kind: u16) {
+        string(out, kind, self.tx.table);
+    }
+
+    /// Appends one message of type `kind` whose attributes `body` writes.
+    pub(super) fn message(&mut self, kind: u16, flags: u16, what: String, body: impl FnOnce(&Self, &mut Vec<u8>)) {
+        self.seq = self.seq.wrapping_add(1);
+        let start = self.out.len();
+        let mut out = std::mem::take(&mut self.out);
+        out.extend([0u8; 4]);
+        out.extend(((NFNL_SUBSYS_NFTABLES << 8) | kind).to_ne_bytes());
+        out.extend((NLM_F_REQUEST | flags).to_ne_bytes());
+        out.extend(self.seq.to_ne_bytes());
+        out.extend(0u32.to_ne_bytes());
+        let family = match self.family {
+            IpFamily::V4 => 2u8,
+            IpFamily::V6 => 10,
+        };
+        out.extend([family, 0, 0, 0]);
+        body(self, &mut out);
+        let len = (out.len() - start) as u32;
+        out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+        out.resize(out.len().next_multiple_of(4), 0);
+        self.out = out;
+        self.what.push(what);
+    }
+
+    fn op(&mut self, op: &Op) {
+        match op {
+            Op::AddTable(_) => self.message(NEWTABLE, NLM_F_CREATE, "add the table".into(), |w, b| {
+                w.table(b, TABLE_NAME)
+            }),
+            Op::DeleteTable(_) => self.message(DELTABLE, 0, "delete the table".into(), |w, b| w.table(b, TABLE_NAME)),
+            Op::AddSet(set, elements) => {
+                declare::named_set(self, set);
+                self.elements(set, elements, true);
+            }
+            Op::DeleteSet(set) => self.message(DELSET, 0, format!("delete set {set}"), |w, b| {
+                w.table(b, SET_TABLE);
+                string(b, SET_NAME, &set.to_string());
+            }),
+            Op::AddChain(chain) => self.add_chain(chain),
+            Op::FlushChain(chain) => self.message(DELRULE, 0, format!("flush chain {chain}"), |w, b| {
+                w.table(b, RULE_TABLE);
+                string(b, RULE_CHAIN, &chain.to_string());
+            }),
+            Op::DeleteChain(chain) => self.message(DELCHAIN, 0, format!("delete chain {chain}"), |w, b| {
+                w.table(b, CHAIN_TABLE);
+                string(b, CHAIN_NAME, &chain.to_string());
+            }),
+            Op::AddRule(chain, rule) => {
+                // Anonymous sets first: the rule names them by id.
+                let expressions = rules::expressions(self, rule);
+                self.message(
+                    NEWRULE,
+                    NLM_F_CREATE | NLM_F_APPEND,
+                    format!("add a rule to chain {chain}"),
+                    |w, b| {
+                        w.table(b, RULE_TABLE);
+                        string(b, RULE_CHAIN, &chain.to_string());
+                        attr(b, RULE_EXPRESSIONS | NLA_F_NESTED, |b| b.extend(&expressions));
+                    },
+                );
+            }
+            Op::AddElements(set, elements) => self.elements(set, elements, true),
+            Op::DeleteElements(set, elements) => self.elements(set, elements, false),
+            Op::FlushSet(set) => self.message(DELSETELEM, 0, format!("flush set {set}"), |w, b| {
+                w.table(b, ELEM_LIST_TABLE);
+                string(b, ELEM_LIST_SET, &set.to_string());
+            }),
+        }
+    }
+
+    fn add_chain(&mut self, chain: &ChainId) {
+        self.message(NEWCHAIN, NLM_F_CREATE, format!("add chain {chain}"), |w, b| {
+            w.table(b, CHAIN_TABLE);
+            string(b, CHAIN_NAME, &chain.to_string());
+            if let Some(base) = chain.base() {
+                let hook = match base.hook {
+                    Hook::Prerouting => 0u32,
+                    Hook::Input => 1,
+                    Hook::Forward => 2,
+                    Hook::Output => 3,
+                    Hook::Postrouting => 4,
+                };
+                nested(b, CHAIN_HOOK, |b| {
+                    u32_be(b, HOOK_HOOKNUM, hook);
+                    u32_be(b, HOOK_PRIORITY, base.priority as u32);
+                });
+                u32_be(b, CHAIN_POLICY, NF_ACCEPT);
+                string(b, CHAIN_TYPE, if base.nat { "nat" } else { "filter" });
+            }
+        });
+    }
+
+    /// Adds (with their values) or deletes (by key) elements of a named
+    /// set, a message per [`LIST_BYTES`] of them.
+    fn elements(&mut self, set: &SetId, elements: &[Element], add: bool) {
+        let name = set.to_string();
+        let mut rest = elements;
+        while !rest.is_empty() {
+            let (mut list, mut taken) = (Vec::with_capacity(LIST_BYTES + 512), 0);
+            for e in rest {
+                if list.len() >= LIST_BYTES {
+                    break;
+                }
+                element(&mut list, e, add);
+                taken += 1;
+            }
+            let (kind, flags, verb) = if add {
+                (NEWSETELEM, NLM_F_CREATE, "add")
+            } else {
+                (DELSETELEM, 0, "delete")
+            };
+            self.message(kind, flags, format!("{verb} {taken} elements of set {set}"), |w, b| {
+                w.table(b, ELEM_LIST_TABLE);
+                string(b, ELEM_LIST_SET, &name);
+                attr(b, ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| b.extend(&list));
+            });
+            rest = rest.get(taken..).unwrap_or_default();
+        }
+    }
+
+    /// Adds the elements `list` holds (`NFTA_LIST_ELEM`s) to the anonymous
+    /// set declared in this batch with id `id`.
+    pub(super) fn anonymous_elements(&mut self, id: u32, list: &[u8]) {
+        self.message(
+            NEWSETELEM,
+            NLM_F_CREATE,
+            "add the elements of an anonymous set".into(),
+            |w, b| {
+                w.table(b, ELEM_LIST_TABLE);
+                string(b, ELEM_LIST_SET, declare::ANONYMOUS_SET);
+                u32_be(b, ELEM_LIST_SET_ID, id);
+                attr(b, ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| b.extend(list));
+            },
+        );
+    }
+}
+
+/// Appends one attribute whose value `value` writes, padded.
+pub(super) fn attr(out: &mut Vec<u8>, kind: u16, value: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    out.extend([0u8; 2]);
+    out.extend(kind.to_ne_bytes());
+    value(out);
+    let len = (out.len() - start) as u16;
+    out[start..start + 2].copy_from_slice(&len.to_ne_bytes());
+    out.resize(out.len().next_multiple_of(4), 0);
+}
+
+/// Appends a nested attribute holding what `inner` writes.
+pub(super) fn nested(out: &mut Vec<u8>, kind: u16, inner: impl FnOnce(&mut Vec<u8>)) {
+    attr(out, kind | NLA_F_NESTED, inner);
+}
+
+/// A NUL-terminated string attribute.
+pub(super) fn string(out: &mut Vec<u8>, kind: u16, value: &str) {
+    // Writing to a Vec cannot fail.
+    attr(out, kind, |b| drop(write!(b, "{value}\0")));
+}
+
+/// A 32-bit attribute in network order, as nftables takes numbers.
+pub(super) fn u32_be(out: &mut Vec<u8>, kind: u16, value: u32) {
+    attr(out, kind, |b| b.extend(value.to_be_bytes()));
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use netlink_packet_core::{NetlinkBuffer, ParseableParametrized};
+    use netlink_packet_netfilter::nftables::{NfTablesMessage, SetElementList};
+    use netlink_packet_netfilter::{NetfilterMessage, NetfilterMessageInner};
+    use nft_dataplane::element::{Element, Key, Value};
+    use nft_dataplane::names::{ChainId, SetId};
+    use slice_model::{IpFamily, Protocol};
+
+    use super::*;
+
+    fn frontend_key() -> Key {
+        Key::Frontend(nft_dataplane::element::Frontend::Ip {
+            addr: [10, 96, 0, 1].into(),
+            protocol: Protocol::Tcp,
+            port: 80,
+        })
+    }
+
+    /// What a message of a batch is.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Kind {
+        Begin,
+        End,
+        Add,
+        Delete,
+    }
+
+    /// The messages of a batch, parsed back: (what, sequence, set, element
+    /// count).
+    fn messages(b: &Batch) -> Vec<(Kind, u32, String, usize)> {
+        let mut out = Vec::new();
+        let mut data = b.bytes.as_slice();
+        while !data.is_empty() {
+            let msg = NetlinkBuffer::new_checked(data).expect("a whole message");
+            data = &data[(msg.length() as usize).next_multiple_of(4)..];
+            let parsed = NetfilterMessage::parse_with_param(msg.payload(), msg.message_type()).expect("parses");
+            let (kind, lists) = match parsed.inner {
+                NetfilterMessageInner::None(ControlMessage::BatchBegin) => (Kind::Begin, Vec::new()),
+                NetfilterMessageInner::None(ControlMessage::BatchEnd) => (Kind::End, Vec::new()),
+                NetfilterMessageInner::NfTables(NfTablesMessage::NewSetElement(m)) => (Kind::Add, m.attributes),
+                NetfilterMessageInner::NfTables(NfTablesMessage::DeleteSetElement(m)) => (Kind::Delete, m.attributes),
+                other => panic!("unexpected {other:?}"),
+            };
+            let (mut set, mut count) = (String::new(), 0);
+            for l in lists {
+                match l {
+                    SetElementList::Set(s) => set = s,
+                    SetElementList::Elements(e) => count = e.len(),
+                    _ => {}
+                }
+            }
+            out.push((kind, msg.sequence_number(), set, count));
+        }
+        out
+    }
+
+    #[test]
+    fn a_batch_is_framed_numbered_and_split_under_the_attribute_limit() {
+        let many: Vec<Element> = (0..5000u32)
+            .map(|i| Element::map(Key::Index(i), Value::Endpoint(SocketAddr::from(([10, 0, 0, 1], 80)))))
+            .collect();
+        let mut tx = Transaction::new(IpFamily::V4);
+        tx.push(Op::DeleteElements(
+            SetId::ServiceChains,
+            vec![Element::map(
+                frontend_key(),
+                Value::Goto(ChainId::Svc("ns/a/tcp/80".into())),
+            )],
+        ));
+        tx.push(Op::AddElements(
+            SetId::Backends(Protocol::Tcp, "ns/a/tcp/80".into()),
+            many,
+        ));
+        let b = batch(&tx, 100, Scope::Elements).expect("elements only");
+        let m = messages(&b);
+        assert_eq!(m.first().map(|x| (&x.0, x.1)), Some((&Kind::Begin, 100)));
+        assert_eq!(m.last().map(|x| (&x.0, x.1)), Some((&Kind::End, b.last_seq())));
+        let body = &m[1..m.len() - 1];
+        assert_eq!(body[0].0, Kind::Delete);
+        assert!(body[1..].iter().all(|x| x.0 == Kind::Add));
+        assert_eq!(body[0].2, "service-chains");
+        assert!(body.len() > 2, "5,000 elements take more than one message");
+        assert_eq!(body[1..].iter().map(|x| x.3).sum::<usize>(), 5000);
+        for (i, x) in body.iter().enumerate() {
+            assert_eq!(x.1, 101 + i as u32);
+            assert!(b.describe(x.1).is_some_and(|d| d.contains(&x.2)));
+        }
+        assert_eq!(b.describe(100), None);
+        let mut flush = Transaction::new(IpFamily::V4);
+        flush.push(Op::FlushSet(SetId::ClusterIps));
+        let f = batch(&flush, 1, Scope::Elements).expect("a flush is an element operation");
+        let m = messages(&f);
+        assert_eq!(m.len(), 3);
+        assert_eq!((&m[1].0, m[1].2.as_str(), m[1].3), (&Kind::Delete, "cluster-ips", 0));
+        let mut with_rule = tx.clone();
+        with_rule.push(Op::FlushChain(ChainId::Services));
+        assert!(
+            batch(&with_rule, 1, Scope::Elements).is_none(),
+            "with the nft writer, anything but elements goes to nft"
+        );
+        assert!(batch(&with_rule, 1, Scope::Everything).is_some());
+    }
+}
