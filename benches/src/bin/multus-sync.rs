@@ -105,7 +105,10 @@ fn main() -> ExitCode {
             store,
             networks,
             Box::new(NetnsDir { dir: dir.clone() }),
-            Box::new(Commands { no_conntrack: true }),
+            Box::new(Commands {
+                no_conntrack: true,
+                ..Commands::default()
+            }),
         );
         let t = Instant::now();
         let out = proxier.sync(SyncKind::Changes);

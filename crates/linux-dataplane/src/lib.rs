@@ -49,5 +49,5 @@ pub mod sysctl;
 pub use conntrack::{Conntrack, ConntrackError, NetlinkConntrack, NoConntrack, RecordingConntrack};
 pub use netlink::{NftNetlink, RawElement};
 pub use netns::{Netns, NetnsError, NetnsId};
-pub use nft::{DryRun, NftAccessError, NftCommand, NftWriter, RemovedTables, WatchedNft, check_nft};
+pub use nft::{DryRun, NftAccessError, NftCommand, NftWriter, RemovedTables, WatchedNft, check_netlink, check_nft};
 pub use routes::{Route, RouteChange, RouteError};

@@ -260,12 +260,48 @@ pub enum NftWriter {
     Nft,
 }
 
+impl std::str::FromStr for NftWriter {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "netlink" => Ok(Self::Netlink),
+            "nft" => Ok(Self::Nft),
+            other => Err(format!("{other:?}: expected netlink or nft")),
+        }
+    }
+}
+
 impl NftWriter {
     fn scope(self) -> crate::netlink::Scope {
         match self {
             Self::Netlink => crate::netlink::Scope::Everything,
             Self::Nft => crate::netlink::Scope::Elements,
         }
+    }
+}
+
+/// Checks that proxyd may change nftables in `netns` over netlink (the
+/// kernel answers a netlink request of a process without CAP_NET_ADMIN
+/// with EPERM), for [`NftWriter::Netlink`], which runs no `nft`.
+pub fn check_netlink(netns: &Netns) -> Result<(), NftAccessError> {
+    let nft = match netns {
+        Netns::Current => "nftables over netlink".to_owned(),
+        other => format!("nftables over netlink ({other})"),
+    };
+    match NftNetlink::open(netns).and_then(|mut n| n.generation()) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(NftAccessError::Denied {
+            nft,
+            stderr: e.to_string(),
+        }),
+        Err(source) => Err(NftAccessError::Other {
+            nft,
+            source: DataplaneError::Netlink {
+                what: "reading the ruleset generation".into(),
+                source,
+            },
+        }),
     }
 }
 

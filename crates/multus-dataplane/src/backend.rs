@@ -16,18 +16,20 @@ use linux_dataplane::routes::{self, RouteChange, RouteError};
 use linux_dataplane::{Conntrack, ConntrackError, NetlinkConntrack};
 use linux_dataplane::{DryRun, NftCommand, WatchedNft};
 
-/// Inside each pod's namespace: netlink for element changes, conntrack
-/// and the nftables generation (an idle periodic sync writes nothing),
-/// `nft` for chains and rules, `ip` for routes.
+/// Inside each pod's namespace: netlink for the table (chains and rules
+/// too unless `nft_writer` says `nft`), conntrack and the nftables
+/// generation (an idle periodic sync writes nothing), routes.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Commands {
     /// Skip conntrack cleanup (`--no-conntrack`).
     pub no_conntrack: bool,
+    /// Who writes chains and rules (`--nft-writer`).
+    pub nft_writer: linux_dataplane::NftWriter,
 }
 
 impl PodBackend for Commands {
     fn dataplane(&mut self, _pod: &PodName, netns: &Netns) -> Box<dyn Dataplane + Send> {
-        Box::new(WatchedNft::new(netns.clone()))
+        Box::new(WatchedNft::with_writer(netns.clone(), self.nft_writer))
     }
 
     fn routes(

@@ -434,6 +434,12 @@ pub struct RunArgs {
     #[arg(long, default_value = "127.0.0.1:10249", value_parser = parse_bind_address, value_name = "ADDRESS:PORT")]
     pub metrics_bind_address: BindAddress,
 
+    /// Who writes chains, rules and set declarations: `netlink` (proxyd
+    /// itself, as `nft` would send them: no `nft` process) or `nft` (the
+    /// fallback: `nft -f -` for every transaction with more than elements).
+    #[arg(long, default_value = "netlink", value_parser = parse_nft_writer, value_name = "netlink|nft")]
+    pub nft_writer: linux_dataplane::NftWriter,
+
     /// Do not delete stale UDP conntrack entries after syncs (for hosts
     /// where proxyd may not use netlink conntrack; stale entries then live
     /// until they time out).
@@ -553,6 +559,11 @@ pub fn parse_cidr(s: &str) -> Result<ipnet::IpNet, String> {
     }
     s.parse()
         .map_err(|_| format!("{s:?} is not a CIDR (ADDRESS/PREFIX-LENGTH, e.g. 10.244.0.0/16 or fd00::/64)"))
+}
+
+/// `--nft-writer`: `netlink` or `nft`.
+pub fn parse_nft_writer(s: &str) -> Result<linux_dataplane::NftWriter, String> {
+    s.parse()
 }
 
 /// Parses a duration as kube-proxy's flags take it (Go's syntax): one or

@@ -171,6 +171,8 @@ pub struct Settings {
     #[serde(deserialize_with = "de::bind_address")]
     pub metrics_bind_address: Option<BindAddress>,
     pub no_conntrack: Option<bool>,
+    #[serde(deserialize_with = "de::nft_writer")]
+    pub nft_writer: Option<linux_dataplane::NftWriter>,
 
     pub conntrack_max_per_core: Option<u64>,
     pub conntrack_min: Option<u64>,
@@ -231,7 +233,7 @@ impl Settings {
                 self.pods(sub, &mut run.pods);
                 take!(self, sub, run; min_sync_period, sync_period, list_page_size, config_sync_period,
                       dry_run, dry_run_dir, netns, ip_families, healthz_bind_address,
-                      metrics_bind_address, no_conntrack);
+                      metrics_bind_address, no_conntrack, nft_writer);
                 take!(self, sub, run.conntrack; conntrack_max_per_core, conntrack_min,
                       conntrack_tcp_timeout_established, conntrack_tcp_timeout_close_wait,
                       conntrack_tcp_be_liberal, conntrack_udp_timeout, conntrack_udp_timeout_stream);
@@ -331,6 +333,9 @@ mod de {
     }
     pub fn proxy_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
         one(d, crate::cli::parse_proxy_mode)
+    }
+    pub fn nft_writer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<linux_dataplane::NftWriter>, D::Error> {
+        one(d, crate::cli::parse_nft_writer)
     }
     pub fn oom_score_adj<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
         one(d, crate::cli::parse_oom_score_adj)

@@ -172,7 +172,10 @@ fn one_endpoint_change_writes_only_the_pods_on_that_network() {
             dir: "/run/netns".into(),
         }),
         Box::new(Counting {
-            inner: Commands { no_conntrack: true },
+            inner: Commands {
+                no_conntrack: true,
+                ..Commands::default()
+            },
             counts: counts.clone(),
         }),
     );

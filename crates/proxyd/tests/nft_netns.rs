@@ -1137,21 +1137,25 @@ fn run_without_permission_for_nft_says_so_and_stops() {
     for (path, mode) in [(&dir, 0o755), (&binary, 0o755), (&cluster, 0o644)] {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
     }
-    let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(&binary)
-        .args(["run", "--hostname-override", "node-1", "--healthz-bind-address", ""])
-        .args(["--metrics-bind-address", ""])
-        .arg("--manifests")
-        .arg(&cluster)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("nft may not change the ruleset") && err.contains("run as root or with CAP_NET_ADMIN"),
-        "{err}"
-    );
+    // Over netlink (the default), and with `nft`.
+    for (writer, who) in [("netlink", "nftables over netlink"), ("nft", "nft")] {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&binary)
+            .args(["run", "--hostname-override", "node-1", "--healthz-bind-address", ""])
+            .args(["--metrics-bind-address", "", "--nft-writer", writer])
+            .arg("--manifests")
+            .arg(&cluster)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{writer}: {err}");
+        assert!(
+            err.contains(&format!("{who} may not change the ruleset"))
+                && err.contains("run as root or with CAP_NET_ADMIN"),
+            "{writer}: {err}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

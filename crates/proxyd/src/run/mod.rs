@@ -115,8 +115,9 @@ pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
     if problems.is_empty() { Ok(()) } else { Err(problems) }
 }
 
-/// What the host must offer a run that applies rules: an `nft` that may
-/// change the ruleset (fatal), and `conntrack` for the stale UDP entries
+/// What the host must offer a run that applies rules: nftables it may
+/// change (over netlink, or with `nft` when `--nft-writer nft`: fatal), and
+/// `conntrack` for the stale UDP entries
 /// (a warning: the rules work without it).
 pub fn check_host(args: &RunArgs) -> Result<(), String> {
     // The dry run is the other way to run without nft.
@@ -132,7 +133,11 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
     } else {
         Netns::from_flag(args.netns.clone())
     };
-    linux_dataplane::check_nft(&netns).map_err(with_dry_run)
+    match args.nft_writer {
+        linux_dataplane::NftWriter::Netlink => linux_dataplane::check_netlink(&netns),
+        linux_dataplane::NftWriter::Nft => linux_dataplane::check_nft(&netns),
+    }
+    .map_err(with_dry_run)
 }
 
 /// kube-proxy's `--oom-score-adj`: the kernel's OOM killer picks proxyd

@@ -53,6 +53,7 @@ impl Proxiers {
             } else {
                 Box::new(Commands {
                     no_conntrack: args.no_conntrack,
+                    nft_writer: args.nft_writer,
                 })
             };
             let resolver = resolver(args)?;
@@ -104,7 +105,7 @@ fn node_proxiers(args: &RunArgs, engines: Vec<Engine>) -> Vec<Proxier> {
                     },
                 })
             } else {
-                Box::new(WatchedNft::new(netns.clone()))
+                Box::new(WatchedNft::with_writer(netns.clone(), args.nft_writer))
             };
             let conntrack: Box<dyn Conntrack + Send> = if args.is_dry_run() || args.no_conntrack {
                 Box::new(NoConntrack)
