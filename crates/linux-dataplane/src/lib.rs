@@ -3,11 +3,13 @@
 //! routes) are made elsewhere, by pure code (`nft-dataplane`).
 //!
 //! ```text
-//!  nft        `nft -f -` (NftCommand); the same with netlink for elements
-//!             and the ruleset generation (WatchedNft); --dry-run (DryRun):
-//!             the nft_dataplane::Dataplane implementations
-//!  netlink    nftables (generation, tables, elements, reading a table
-//!             back) and conntrack (dump, delete) over netfilter netlink
+//!  nft        `nft -f -` (NftCommand); whole transactions over netlink
+//!             and the ruleset generation (WatchedNft, `nft` the fallback
+//!             NftWriter selects); --dry-run (DryRun): the
+//!             nft_dataplane::Dataplane implementations
+//!  netlink    nftables (generation, tables, set declarations, chains,
+//!             rules, elements, reading a table back) and conntrack
+//!             (dump, delete) over netfilter netlink
 //!  conntrack  deleting stale UDP flows (Conntrack; NetlinkConntrack)
 //!  routes     routes to cluster IPs in a pod's namespace, over rtnetlink
 //!  netns      which network namespace, and working inside it (setns)
@@ -18,15 +20,20 @@
 //!             iptables chains): found and removed
 //! ```
 //!
-//! No program but `nft` (and, for kube-proxy's leftovers, the iptables
-//! save and restore tools) is run: namespaces are entered by a thread
-//! (`setns`), routes and conntrack go over netlink.
+//! No program is run in steady state: namespaces are entered by a thread
+//! (`setns`), nftables, routes and conntrack go over netlink. `nft` runs
+//! with `--nft-writer nft`, for cleanup, and (with the iptables save and
+//! restore tools) for kube-proxy's leftovers.
 //!
 //! Netlink messages are the field's crates': rtnetlink's
 //! (`netlink-packet-route`) for routes, and `netlink-packet-netfilter`'s for
 //! conntrack (ctnetlink dump and delete) and nftables (generation, tables,
 //! set, chain and rule dumps, set elements, batches), framed and read with
-//! `netlink-packet-core`. Three pieces are ours: the byte layout of
+//! `netlink-packet-core`. Four pieces are ours: a rule's expressions and a
+//! set's declaration as `nft` compiles them (the crate has six of the
+//! fourteen expressions proxyd's rules need, and no notion of the user
+//! data `nft` lists a set's `typeof` from; root tests compare `nft list
+//! table` and the kernel's expressions of tables written both ways); the byte layout of
 //! proxyd's concatenated set keys and values (`nft`'s: each field padded to
 //! four bytes), which the crates have no notion of; the elements of an
 //! element list, written in place (the crate's typed elements, a few

@@ -6,8 +6,8 @@
 //! transactions). Both are one request, however large the ruleset: `nft`
 //! itself reads every element of it before it lists even the tables.
 //!
-//! It also commits transactions of elements alone ([`NftNetlink::commit`]),
-//! the bulk of a large first load and all of most small syncs.
+//! It also commits whole transactions ([`NftNetlink::commit`]: tables,
+//! set declarations, chains, rules and elements, each as `nft` sends it).
 
 use std::io;
 

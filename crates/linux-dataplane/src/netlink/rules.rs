@@ -545,3 +545,78 @@ fn interval_elements(nets: &[IpNet], len: usize) -> Intervals {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use netlink_packet_core::NlasIterator;
+
+    use super::*;
+
+    /// (key, flags, open) of each element of an element list.
+    fn read(list: &[u8]) -> Vec<(Vec<u8>, u32, bool)> {
+        let value = |nla: netlink_packet_core::NlaBuffer<&[u8]>| {
+            let end = usize::from(nla.length());
+            nla.into_inner().get(4..end).unwrap_or_default().to_vec()
+        };
+        NlasIterator::new(list)
+            .map_while(Result::ok)
+            .map(|element| {
+                let (mut key, mut flags, mut open) = (Vec::new(), 0, false);
+                for a in NlasIterator::new(value(element).as_slice()).map_while(Result::ok) {
+                    match a.kind() {
+                        1 => {
+                            let inner = value(a);
+                            key = NlasIterator::new(inner.as_slice())
+                                .map_while(Result::ok)
+                                .map(value)
+                                .next()
+                                .unwrap_or_default();
+                        }
+                        3 => flags = u32::from_be_bytes(value(a).try_into().unwrap_or_default()),
+                        ELEM_USERDATA => open = true,
+                        _ => {}
+                    }
+                }
+                (key, flags, open)
+            })
+            .collect()
+    }
+
+    fn nets(list: &[&str]) -> Vec<IpNet> {
+        list.iter().filter_map(|n| n.parse().ok()).collect()
+    }
+
+    #[test]
+    fn registers_are_named_as_nft_names_them() {
+        // A 128-bit register where a word starts one, else the 32-bit one.
+        assert_eq!([0, 1, 2, 3, 4, 5, 8].map(reg), [1, 9, 10, 11, 2, 13, 3]);
+    }
+
+    #[test]
+    fn prefixes_become_merged_ranges_with_an_end_after_each() {
+        // Nested and adjacent prefixes merge into 10.0.0.0-11.255.255.255;
+        // an interval end at 0.0.0.0 comes first, as nft writes it.
+        let list = interval_elements(&nets(&["10.1.0.0/16", "11.0.0.0/8", "10.0.0.0/8", "192.168.0.0/16"]), 4);
+        let got = read(&list.bytes);
+        let want = vec![
+            (vec![0, 0, 0, 0], ELEM_INTERVAL_END, false),
+            (vec![10, 0, 0, 0], 0, false),
+            (vec![12, 0, 0, 0], ELEM_INTERVAL_END, false),
+            (vec![192, 168, 0, 0], 0, false),
+            (vec![192, 169, 0, 0], ELEM_INTERVAL_END, false),
+        ];
+        assert_eq!(got, want);
+        assert_eq!(list.count, 5);
+    }
+
+    #[test]
+    fn a_range_to_the_last_address_has_no_end_and_says_it_is_open() {
+        let all = interval_elements(&nets(&["0.0.0.0/0"]), 4);
+        assert_eq!(read(&all.bytes), vec![(vec![0, 0, 0, 0], 0, true)]);
+        let top = interval_elements(&nets(&["fd00::/8", "ff00::/8"]), 16);
+        let got = read(&top.bytes);
+        assert_eq!(got.len(), 4, "{got:?}");
+        assert_eq!(got[3].0.first(), Some(&0xff));
+        assert!(got[3].2, "the last range runs to the end: {got:?}");
+    }
+}
