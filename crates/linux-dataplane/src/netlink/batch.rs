@@ -296,6 +296,27 @@ impl<'t> Writer<'t> {
     }
 }
 
+/// `NFTA_LIST_ELEM`: an item of a list (an element, an expression).
+pub(super) const NFTA_LIST_ELEM: u16 = 1;
+/// `NFTA_DATA_VALUE` and `NFTA_DATA_VERDICT`: what a data attribute holds.
+pub(super) const NFTA_DATA_VALUE: u16 = 1;
+pub(super) const NFTA_DATA_VERDICT: u16 = 2;
+const NFTA_VERDICT_CODE: u16 = 1;
+const NFTA_VERDICT_CHAIN: u16 = 2;
+/// `NFT_GOTO`: continue in a chain, not coming back.
+pub(super) const NFT_GOTO: i32 = -4;
+
+/// A verdict (`NFTA_DATA_VERDICT`): its code and, for a jump or goto, the
+/// chain.
+pub(super) fn verdict(out: &mut Vec<u8>, code: i32, chain: Option<&ChainId>) {
+    nested(out, NFTA_DATA_VERDICT, |b| {
+        attr(b, NFTA_VERDICT_CODE, |b| b.extend(code.to_be_bytes()));
+        if let Some(c) = chain {
+            string(b, NFTA_VERDICT_CHAIN, &c.to_string());
+        }
+    });
+}
+
 /// Appends one attribute whose value `value` writes, padded.
 pub(super) fn attr(out: &mut Vec<u8>, kind: u16, value: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();

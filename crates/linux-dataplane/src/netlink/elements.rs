@@ -8,7 +8,6 @@
 //! concatenated key or value takes a multiple of four bytes, addresses and
 //! ports in network order, `numgen` slots and positions in host order.
 
-use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 
 use netlink_packet_core::NlasIterator;
@@ -16,21 +15,15 @@ use nft_dataplane::element::{Element, Frontend, Key, Value};
 use nft_dataplane::names::{ChainId, KeyShape, SetId, SetKind};
 use slice_model::{IpFamily, Protocol};
 
-use super::batch::{attr, nested};
+use super::batch::{NFT_GOTO, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, attr, nested, verdict};
 use super::ip_protocol;
 use super::nftables::RawElement;
 
 /// The attributes of an element list, written in place ([`element`]).
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
-const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
-const NFTA_DATA_VALUE: u16 = 1;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
 const NFTA_VERDICT_CHAIN: u16 = 2;
-/// `NFT_GOTO`.
-const NFT_GOTO: i32 = -4;
 
 /// One element (`NFTA_LIST_ELEM`): its key, and for an add its value,
 /// written in place: the crate's typed elements hold their bytes in
@@ -47,13 +40,9 @@ pub(super) fn element(out: &mut Vec<u8>, e: &Element, with_value: bool) {
                     attr(b, NFTA_DATA_VALUE, |b| write_endpoint(b, *ep))
                 });
             }
-            (Some(Value::Goto(chain)), true) => nested(b, NFTA_SET_ELEM_DATA, |b| {
-                nested(b, NFTA_DATA_VERDICT, |b| {
-                    attr(b, NFTA_VERDICT_CODE, |b| b.extend(NFT_GOTO.to_be_bytes()));
-                    // Writing to a Vec cannot fail.
-                    attr(b, NFTA_VERDICT_CHAIN, |b| drop(write!(b, "{chain}\0")));
-                });
-            }),
+            (Some(Value::Goto(chain)), true) => {
+                nested(b, NFTA_SET_ELEM_DATA, |b| verdict(b, NFT_GOTO, Some(chain)));
+            }
             _ => {}
         }
     });

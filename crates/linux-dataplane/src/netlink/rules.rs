@@ -11,24 +11,18 @@ use nft_dataplane::names::{ChainId, SetId};
 use nft_dataplane::rule::{Match, Rule, Selector, Statement};
 use slice_model::{IpFamily, Protocol};
 
-use super::batch::{Writer, attr, nested, string, u32_be};
+use super::batch::{
+    NFT_GOTO, NFTA_DATA_VALUE as DATA_VALUE, NFTA_LIST_ELEM as LIST_ELEM, Writer, attr, nested, string, u32_be, verdict,
+};
 use super::declare;
 use super::ip_protocol;
 
-/// `NFTA_LIST_ELEM`, `NFTA_EXPR_NAME`, `NFTA_EXPR_DATA`.
-const LIST_ELEM: u16 = 1;
+/// `NFTA_EXPR_NAME`, `NFTA_EXPR_DATA`.
 const EXPR_NAME: u16 = 1;
 const EXPR_DATA: u16 = 2;
-/// `NFTA_DATA_VALUE`, `NFTA_DATA_VERDICT`, `NFTA_VERDICT_CODE`,
-/// `NFTA_VERDICT_CHAIN`.
-const DATA_VALUE: u16 = 1;
-const DATA_VERDICT: u16 = 2;
-const VERDICT_CODE: u16 = 1;
-const VERDICT_CHAIN: u16 = 2;
-/// Verdicts.
+/// Verdicts besides `NFT_GOTO`.
 const NF_DROP: i32 = 0;
 const NFT_JUMP: i32 = -3;
-const NFT_GOTO: i32 = -4;
 /// The verdict register.
 const REG_VERDICT: u32 = 0;
 /// Payload bases.
@@ -179,14 +173,7 @@ impl Exprs {
     fn verdict(&mut self, code: i32, chain: Option<&ChainId>) {
         self.expr("immediate", |b| {
             u32_be(b, 1, REG_VERDICT);
-            nested(b, 2, |b| {
-                nested(b, DATA_VERDICT, |b| {
-                    attr(b, VERDICT_CODE, |b| b.extend(code.to_be_bytes()));
-                    if let Some(c) = chain {
-                        string(b, VERDICT_CHAIN, &c.to_string());
-                    }
-                });
-            });
+            nested(b, 2, |b| verdict(b, code, chain));
         });
     }
 
@@ -470,12 +457,7 @@ fn raw_element_with(out: &mut Vec<u8>, key: &[u8], goto: Option<&ChainId>, flags
     nested(out, LIST_ELEM, |b| {
         nested(b, 1, |b| attr(b, DATA_VALUE, |b| b.extend(key)));
         if let Some(c) = goto {
-            nested(b, 2, |b| {
-                nested(b, DATA_VERDICT, |b| {
-                    attr(b, VERDICT_CODE, |b| b.extend(NFT_GOTO.to_be_bytes()));
-                    string(b, VERDICT_CHAIN, &c.to_string());
-                });
-            });
+            nested(b, 2, |b| verdict(b, NFT_GOTO, Some(c)));
         }
         if let Some(f) = flags {
             u32_be(b, 3, f);
