@@ -397,6 +397,9 @@ async fn a_failing_nft_is_retried_and_never_half_applied() {
     harness::run("chmod", &["+x", &wrapper.display().to_string()]);
     let path = format!("{}:{}", dir.display(), std::env::var("PATH").unwrap_or_default());
     c.env = vec![("PATH".into(), path)];
+    // The fallback writer: `nft` writes chains and rules (the default
+    // sends them over netlink, past the wrapper).
+    c.args.extend(["--nft-writer".to_owned(), "nft".to_owned()]);
     // ClientIP affinity gives the port chains of its own: a change of its
     // endpoints rewrites them, which is nft's to do (a change of elements
     // alone goes over netlink, past the wrapper).
