@@ -229,10 +229,7 @@ pub enum NftAccessError {
 /// start instead of failing every sync. Whether the kernel refused is asked
 /// of the kernel (an EPERM over netlink), not read from nft's messages.
 pub fn check_nft(netns: &Netns) -> Result<(), NftAccessError> {
-    let nft = match netns {
-        Netns::Current => "nft".to_owned(),
-        other => format!("nft ({other})"),
-    };
+    let nft = who("nft", netns);
     let denied = || {
         NftNetlink::open(netns)
             .and_then(|mut n| n.generation().map(drop))
@@ -281,14 +278,20 @@ impl NftWriter {
     }
 }
 
+/// `what`, with the namespace it acts in when that is not this one: how
+/// the start checks name what they checked.
+fn who(what: &str, netns: &Netns) -> String {
+    match netns {
+        Netns::Current => what.to_owned(),
+        other => format!("{what} ({other})"),
+    }
+}
+
 /// Checks that proxyd may change nftables in `netns` over netlink (the
 /// kernel answers a netlink request of a process without CAP_NET_ADMIN
 /// with EPERM), for [`NftWriter::Netlink`], which runs no `nft`.
 pub fn check_netlink(netns: &Netns) -> Result<(), NftAccessError> {
-    let nft = match netns {
-        Netns::Current => "nftables over netlink".to_owned(),
-        other => format!("nftables over netlink ({other})"),
-    };
+    let nft = who("nftables over netlink", netns);
     match NftNetlink::open(netns).and_then(|mut n| n.generation()) {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(NftAccessError::Denied {

@@ -871,8 +871,8 @@ fn push_own_chains(f: &Fragment, tx: &mut Transaction, flush: bool) -> usize {
 ///    and the fixed chains reasserted;
 /// 2. each service's sets and chains declared, its chains flushed and
 ///    refilled, whole services at a time, about `chunk / CHAIN_OP_COST`
-///    operations per transaction: a chain changes in one step, and a new one is not
-///    reached before its elements exist;
+///    operations per transaction: a chain changes in one step, and a new
+///    one is not reached before its elements exist;
 /// 3. the elements: with the sets read back (`stale.held`), those that
 ///    differ written a few services per transaction
 ///    ([`write_differences`]); without, every set but the affinity sets
@@ -892,7 +892,6 @@ fn rewrite_in_place(
     reassert_skeleton(config, &mut tx);
     apply(&tx)?;
     let mut rules = new();
-    let mut size = 0;
     // Without the sets read back, every set is refilled: its elements are
     // gathered as the rules are written.
     let refill = stale.held.is_none();
@@ -903,14 +902,14 @@ fn rewrite_in_place(
     // holds the nftables lock several times as long as an element's.
     let ops_chunk = (chunk / CHAIN_OP_COST).max(1);
     for f in by_name(view).into_iter().map(Packed::unpack) {
-        size += push_own_chains(&f, &mut rules, true);
+        // Every rule is an operation: counting operations bounds the rules.
+        push_own_chains(&f, &mut rules, true);
         if refill {
             f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
             own_sets.extend(f.own_sets);
         }
-        if size >= chunk || rules.ops.len() >= ops_chunk {
+        if rules.ops.len() >= ops_chunk {
             apply(&std::mem::replace(&mut rules, new()))?;
-            size = 0;
         }
     }
     if !rules.is_empty() {
@@ -1062,8 +1061,8 @@ impl ElementBatch {
 pub const FIRST_LOAD_CHUNK: usize = 25_000;
 
 /// How many elements' worth of the nftables lock one operation on chains
-/// and rules holds in a rewrite in place (about 15 µs against 3 µs at
-/// 50,000 services: `benches/RESULTS.md`).
+/// and rules holds in a rewrite in place (measured at 50,000 services:
+/// `benches/RESULTS.md`, session 21).
 const CHAIN_OP_COST: usize = 5;
 
 /// The whole ruleset for a table that does not exist yet, as short

@@ -477,7 +477,7 @@ mod tests {
              nodeport-addresses: [fd00:1::/64]\nservice-cidr: [fd00:2::/112]\nnode-zone: z\n\
              min-sync-period: 0\nsync-period: 1m\nlist-page-size: 7\nconfig-sync-period: 0\ndry-run: true\n\
              dry-run-dir: /d\nnetns: ns\npod-netns-dir: /p\nhost-prefix: /h\n\
-             ip-families: ipv6,ipv4\nhealthz-bind-address: '[::]:1'\nmetrics-bind-address: ''\nno-conntrack: true\n\
+             ip-families: ipv6,ipv4\nhealthz-bind-address: '[::]:1'\nmetrics-bind-address: ''\nno-conntrack: true\nnft-writer: nft\n\
              conntrack-max-per-core: 0\nconntrack-min: 1\nconntrack-tcp-timeout-established: 1h\n\
              conntrack-tcp-timeout-close-wait: 0\nconntrack-tcp-be-liberal: true\nconntrack-udp-timeout: 30s\n\
              conntrack-udp-timeout-stream: 2m\nproxy-mode: ''\noom-score-adj: -5\nbind-address-hard-fail: true\n\
@@ -498,6 +498,7 @@ mod tests {
         assert_eq!(run.source.kubeconfig.as_deref(), Some(Path::new("/k")));
         assert_eq!(run.proxy.detect_local_mode, DetectLocalMode::InterfaceNamePrefix);
         assert_eq!(run.proxy.pod_interface_name_prefix.as_deref(), Some("cali"));
+        assert_eq!(run.nft_writer, linux_dataplane::NftWriter::Nft);
         assert_eq!(run.sync_period, Duration::from_secs(60));
         assert_eq!(run.kube_proxy.oom_score_adj, -5);
         assert_eq!(

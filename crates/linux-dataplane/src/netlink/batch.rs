@@ -14,10 +14,10 @@ use nft_dataplane::names::{ChainId, Hook, SetId};
 use nft_dataplane::{Op, Transaction};
 use slice_model::IpFamily;
 
-use super::append;
 use super::declare;
 use super::elements::element;
 use super::rules;
+use super::{append, nfproto};
 
 /// nfnetlink's nftables subsystem.
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -98,11 +98,8 @@ impl Batch {
 /// The batch for `tx`, numbered from `first_seq`; `None` when `scope`
 /// leaves some of its operations to `nft`.
 pub fn batch(tx: &Transaction, first_seq: u32, scope: Scope) -> Option<Batch> {
-    let elements_only = tx
-        .ops
-        .iter()
-        .all(|op| matches!(op, Op::AddElements(..) | Op::DeleteElements(..) | Op::FlushSet(_)));
-    if scope == Scope::Elements && !elements_only {
+    let element_op = |op: &Op| matches!(op, Op::AddElements(..) | Op::DeleteElements(..) | Op::FlushSet(_));
+    if scope == Scope::Elements && !tx.ops.iter().all(element_op) {
         return None;
     }
     let mut w = Writer::new(tx, first_seq);
@@ -126,8 +123,8 @@ fn marker(out: &mut Vec<u8>, marker: ControlMessage, seq: u32) {
 }
 
 /// Writes the messages of one batch.
-pub(super) struct Writer<'t> {
-    tx: &'t Transaction,
+pub(super) struct Writer {
+    table: &'static str,
     pub(super) family: IpFamily,
     out: Vec<u8>,
     seq: u32,
@@ -137,10 +134,10 @@ pub(super) struct Writer<'t> {
     set_id: u32,
 }
 
-impl<'t> Writer<'t> {
-    fn new(tx: &'t Transaction, first_seq: u32) -> Self {
+impl Writer {
+    fn new(tx: &Transaction, first_seq: u32) -> Self {
         Self {
-            tx,
+            table: tx.table,
             family: tx.family,
             out: Vec::with_capacity(256 + 64 * tx.element_count()),
             seq: first_seq,
@@ -157,7 +154,7 @@ impl<'t> Writer<'t> {
 
     /// The table's name, as the value of an attribute.
     pub(super) fn table(&self, out: &mut Vec<u8>, kind: u16) {
-        string(out, kind, self.tx.table);
+        string(out, kind, self.table);
     }
 
     /// Appends one message of type `kind` whose attributes `body` writes.
@@ -170,11 +167,7 @@ impl<'t> Writer<'t> {
         out.extend((NLM_F_REQUEST | flags).to_ne_bytes());
         out.extend(self.seq.to_ne_bytes());
         out.extend(0u32.to_ne_bytes());
-        let family = match self.family {
-            IpFamily::V4 => 2u8,
-            IpFamily::V6 => 10,
-        };
-        out.extend([family, 0, 0, 0]);
+        out.extend([u8::from(nfproto(self.family)), 0, 0, 0]);
         body(self, &mut out);
         let len = (out.len() - start) as u32;
         out[start..start + 4].copy_from_slice(&len.to_ne_bytes());

@@ -12,7 +12,7 @@ use super::batch::{Writer, attr, nested, string, u32_be};
 /// The name of an anonymous set or map in the message that declares it
 /// (the kernel numbers it); later messages name it by id.
 pub(super) const ANONYMOUS_SET: &str = "__set%d";
-const ANONYMOUS_MAP: &str = "__map%d";
+pub(super) const ANONYMOUS_MAP: &str = "__map%d";
 
 /// `NFT_MSG_NEWSET` and its attributes (`NFTA_SET_*`).
 const NEWSET: u16 = 9;
@@ -133,7 +133,7 @@ struct Declaration {
 }
 
 /// Declares the named set `set`.
-pub(super) fn named_set(w: &mut Writer<'_>, set: &SetId) {
+pub(super) fn named_set(w: &mut Writer, set: &SetId) {
     let d = declaration(w.family, set);
     let id = w.next_set_id();
     let name = set.to_string();
@@ -144,7 +144,7 @@ pub(super) fn named_set(w: &mut Writer<'_>, set: &SetId) {
 
 /// Declares an anonymous, constant set of addresses in the prefixes that
 /// `size` interval elements describe; returns its id.
-pub(super) fn prefix_set(w: &mut Writer<'_>, source: bool, size: u32) -> u32 {
+pub(super) fn prefix_set(w: &mut Writer, source: bool, size: u32) -> u32 {
     let f = family(w.family);
     let field = if source { f.saddr } else { f.daddr };
     let mut userdata = Vec::new();
@@ -167,7 +167,7 @@ pub(super) fn prefix_set(w: &mut Writer<'_>, source: bool, size: u32) -> u32 {
 
 /// Declares the anonymous set `{ tcp, udp, sctp }` of `meta l4proto`;
 /// returns its id.
-pub(super) fn protocol_set(w: &mut Writer<'_>, size: u32) -> u32 {
+pub(super) fn protocol_set(w: &mut Writer, size: u32) -> u32 {
     let mut userdata = Vec::new();
     ud_u32(&mut userdata, UD_KEYBYTEORDER, BYTEORDER_HOST);
     ud_typeof(&mut userdata, UD_KEY_TYPEOF, &[Typeof::L4proto], false);
@@ -187,7 +187,7 @@ pub(super) fn protocol_set(w: &mut Writer<'_>, size: u32) -> u32 {
 
 /// Declares the anonymous verdict map of `numgen random mod size vmap`;
 /// returns its id.
-pub(super) fn random_verdict_map(w: &mut Writer<'_>, size: u32) -> u32 {
+pub(super) fn random_verdict_map(w: &mut Writer, size: u32) -> u32 {
     let mut userdata = Vec::new();
     ud_u32(&mut userdata, UD_KEYBYTEORDER, BYTEORDER_HOST);
     ud_u32(&mut userdata, UD_DATABYTEORDER, BYTEORDER_INVALID);
@@ -207,7 +207,7 @@ pub(super) fn random_verdict_map(w: &mut Writer<'_>, size: u32) -> u32 {
     )
 }
 
-fn anonymous(w: &mut Writer<'_>, name: &str, d: &Declaration) -> u32 {
+fn anonymous(w: &mut Writer, name: &str, d: &Declaration) -> u32 {
     let id = w.next_set_id();
     w.message(NEWSET, NLM_F_CREATE, "declare an anonymous set".into(), |w, b| {
         write(w, b, name, id, d);
@@ -215,7 +215,7 @@ fn anonymous(w: &mut Writer<'_>, name: &str, d: &Declaration) -> u32 {
     id
 }
 
-fn write(w: &Writer<'_>, b: &mut Vec<u8>, name: &str, id: u32, d: &Declaration) {
+fn write(w: &Writer, b: &mut Vec<u8>, name: &str, id: u32, d: &Declaration) {
     w.table(b, SET_TABLE);
     string(b, SET_NAME, name);
     u32_be(b, SET_FLAGS, d.flags);

@@ -15,7 +15,7 @@ use super::batch::{
     NFT_GOTO, NFTA_DATA_VALUE as DATA_VALUE, NFTA_LIST_ELEM as LIST_ELEM, Writer, attr, nested, string, u32_be, verdict,
 };
 use super::declare;
-use super::ip_protocol;
+use super::{ip_protocol, nfproto};
 
 /// `NFTA_EXPR_NAME`, `NFTA_EXPR_DATA`.
 const EXPR_NAME: u16 = 1;
@@ -74,7 +74,7 @@ fn reg(word: u32) -> u32 {
 
 /// The expressions of `rule` (`NFTA_LIST_ELEM`s), declaring the anonymous
 /// sets it holds in `w` first.
-pub(super) fn expressions(w: &mut Writer<'_>, rule: &Rule) -> Vec<u8> {
+pub(super) fn expressions(w: &mut Writer, rule: &Rule) -> Vec<u8> {
     let mut e = Exprs {
         out: Vec::with_capacity(256),
         family: w.family,
@@ -250,7 +250,7 @@ impl Exprs {
 
     /// The address is (`Eq`) or is not (`Neq`) in one of `nets`: one
     /// prefix compared in place, several through an anonymous interval set.
-    fn in_nets(&mut self, w: &mut Writer<'_>, source: bool, nets: &[IpNet], op: Cmp) {
+    fn in_nets(&mut self, w: &mut Writer, source: bool, nets: &[IpNet], op: Cmp) {
         let offset = self.addr_offset(source);
         let len = self.addr_len();
         match nets {
@@ -277,7 +277,7 @@ impl Exprs {
         }
     }
 
-    fn matching(&mut self, w: &mut Writer<'_>, m: &Match) {
+    fn matching(&mut self, w: &mut Writer, m: &Match) {
         match m {
             Match::NewConnection => self.ct_bit(CT_STATE, CT_STATE_NEW),
             Match::Dnatted => self.ct_bit(CT_STATUS, IPS_DST_NAT),
@@ -290,7 +290,7 @@ impl Exprs {
                 let protocols = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
                 let mut list = Vec::new();
                 for p in protocols {
-                    raw_element(&mut list, &[ip_protocol(p)], None, None);
+                    raw_element(&mut list, &[ip_protocol(p)], None, None, false);
                 }
                 let id = declare::protocol_set(w, protocols.len() as u32);
                 w.anonymous_elements(id, &list);
@@ -342,7 +342,7 @@ impl Exprs {
         self.cmp(op, &value);
     }
 
-    fn statement(&mut self, w: &mut Writer<'_>, s: &Statement) {
+    fn statement(&mut self, w: &mut Writer, s: &Statement) {
         let words = self.addr_len() / 4;
         match s {
             Statement::Jump(c) => self.verdict(NFT_JUMP, Some(c)),
@@ -392,12 +392,12 @@ impl Exprs {
             Statement::RandomGoto(chains) => {
                 let mut list = Vec::new();
                 for (i, c) in (0u32..).zip(chains) {
-                    raw_element(&mut list, &i.to_ne_bytes(), Some(c), None);
+                    raw_element(&mut list, &i.to_ne_bytes(), Some(c), None, false);
                 }
                 let id = declare::random_verdict_map(w, chains.len() as u32);
                 w.anonymous_elements(id, &list);
                 self.numgen(0, chains.len() as u32);
-                self.lookup("__map%d", Some(id), Some(REG_VERDICT), false);
+                self.lookup(declare::ANONYMOUS_MAP, Some(id), Some(REG_VERDICT), false);
             }
             Statement::RememberSource { set, timeout_secs } => {
                 self.payload(0, NETWORK_HEADER, self.addr_offset(true), self.addr_len());
@@ -422,13 +422,10 @@ impl Exprs {
     }
 
     fn dnat(&mut self, addr_reg: u32, proto_reg: u32, flags: Option<u32>) {
-        let family = match self.family {
-            IpFamily::V4 => 2,
-            IpFamily::V6 => 10,
-        };
+        let family = u8::from(nfproto(self.family));
         self.expr("nat", |b| {
             u32_be(b, 1, NAT_DNAT);
-            u32_be(b, 2, family);
+            u32_be(b, 2, u32::from(family));
             u32_be(b, 3, addr_reg);
             u32_be(b, 5, proto_reg);
             if let Some(f) = flags {
@@ -445,15 +442,10 @@ fn addr_bytes(a: IpAddr) -> Vec<u8> {
     }
 }
 
-/// One element of an anonymous set: a key, a goto verdict for a map, and
-/// flags.
-fn raw_element(out: &mut Vec<u8>, key: &[u8], goto: Option<&ChainId>, flags: Option<u32>) {
-    raw_element_with(out, key, goto, flags, false);
-}
-
-/// [`raw_element`], and for the start of a range that runs to the last
-/// address (no end element follows) the user data that tells `nft` so.
-fn raw_element_with(out: &mut Vec<u8>, key: &[u8], goto: Option<&ChainId>, flags: Option<u32>, open: bool) {
+/// One element of an anonymous set: a key, a goto verdict for a map,
+/// flags, and for the start of a range that runs to the last address (no
+/// end element follows) the user data that tells `nft` so.
+fn raw_element(out: &mut Vec<u8>, key: &[u8], goto: Option<&ChainId>, flags: Option<u32>, open: bool) {
     nested(out, LIST_ELEM, |b| {
         nested(b, 1, |b| attr(b, DATA_VALUE, |b| b.extend(key)));
         if let Some(c) = goto {
@@ -513,7 +505,7 @@ fn interval_elements(nets: &[IpNet], len: usize) -> Intervals {
         count: 0,
     };
     let mut push = |v: u128, end: bool, open: bool| {
-        raw_element_with(&mut out.bytes, &key(v), None, end.then_some(ELEM_INTERVAL_END), open);
+        raw_element(&mut out.bytes, &key(v), None, end.then_some(ELEM_INTERVAL_END), open);
         out.count += 1;
     };
     if merged.first().is_some_and(|(start, _)| *start > 0) {
