@@ -5,6 +5,7 @@ pub mod desired;
 pub mod element;
 pub mod fragment;
 pub mod kernel;
+mod lock_cost;
 pub mod names;
 mod packed;
 pub mod rule;

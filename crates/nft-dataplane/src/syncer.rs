@@ -30,6 +30,7 @@ use slice_model::ServiceName;
 use crate::desired::{DataplaneConfig, plan_service};
 use crate::element::{Element, Frontend, Key, Value};
 use crate::fragment::{self, ChainDef, Fragment, Shared};
+use crate::lock_cost::LockCost;
 use crate::names::{ChainId, SetId};
 use crate::packed::Packed;
 use crate::skeleton;
@@ -213,6 +214,8 @@ enum FullLoad {
 struct Stale {
     chains: Vec<ChainId>,
     sets: Vec<SetId>,
+    /// How many sets the table holds (each named set found walks past them).
+    sets_in_table: usize,
     /// The elements of the sets the view wants (an absent set holds none),
     /// when the dataplane could read them all: only what differs is then
     /// written.
@@ -469,7 +472,10 @@ impl<D: Dataplane> NftSyncer<D> {
             wanted_chains.extend(f.chains.into_iter().map(|c| c.id));
             wanted_sets.extend(f.own_sets);
         }
-        let mut stale = Stale::default();
+        let mut stale = Stale {
+            sets_in_table: objects.sets.len(),
+            ..Stale::default()
+        };
         for (name, _) in &objects.chains {
             let chain = ChainId::from_name(name)?;
             if !wanted_chains.contains(&chain) {
@@ -840,28 +846,25 @@ fn shared_elements(view: &Programmed) -> HashMap<SetId, Vec<Element>> {
 
 /// Declares a service's own sets and chains and appends their rules to
 /// `tx` (flushing each chain first when it may hold rules already);
-/// returns how many rules. Declarations go with the rules, a few services
-/// per transaction, because thousands of them in one transaction cost nft
-/// and the kernel more than linearly (2.5 s for 7,500 services' at
-/// 150,000).
-fn push_own_chains(f: &Fragment, tx: &mut Transaction, flush: bool) -> usize {
+/// returns what they cost. Declarations go with the rules, a few services
+/// per transaction, because each costs more the more sets the table holds.
+fn push_own_chains(f: &Fragment, tx: &mut Transaction, flush: bool, cost: &mut LockCost) -> usize {
+    let from = tx.ops.len();
     for set in &f.own_sets {
         tx.push(Op::AddSet(set.clone(), Vec::new()));
     }
     for c in &f.chains {
         tx.push(Op::AddChain(c.id.clone()));
     }
-    let mut rules = 0;
     for c in &f.chains {
         if flush {
             tx.push(Op::FlushChain(c.id.clone()));
         }
         for r in &c.rules {
             tx.push(Op::AddRule(c.id.clone(), r.clone()));
-            rules += 1;
         }
     }
-    rules
+    tx.ops[from..].iter().map(|op| cost.charge(op)).sum()
 }
 
 /// The whole ruleset written over a table of this shape, in place (see the
@@ -870,9 +873,9 @@ fn push_own_chains(f: &Fragment, tx: &mut Transaction, flush: bool) -> usize {
 /// 1. the fixed sets and chains declared (a no-op for those that exist)
 ///    and the fixed chains reasserted;
 /// 2. each service's sets and chains declared, its chains flushed and
-///    refilled, whole services at a time, about `chunk / CHAIN_OP_COST`
-///    operations per transaction: a chain changes in one step, and a new
-///    one is not reached before its elements exist;
+///    refilled, whole services at a time, about `chunk` elements' worth
+///    of the lock ([`LockCost`]) per transaction: a chain changes in one
+///    step, and a new one is not reached before its elements exist;
 /// 3. the elements: with the sets read back (`stale.held`), those that
 ///    differ written a few services per transaction
 ///    ([`write_differences`]); without, every set but the affinity sets
@@ -897,19 +900,19 @@ fn rewrite_in_place(
     let refill = stale.held.is_none();
     let mut own_sets = Vec::new();
     let mut by_set = if refill { shared_elements(view) } else { HashMap::new() };
-    // An operation on chains and rules (a chain declared or flushed, a
-    // rule's expressions, the jumps the kernel checks again at commit)
-    // holds the nftables lock several times as long as an element's.
-    let ops_chunk = (chunk / CHAIN_OP_COST).max(1);
+    // Every set is in the table already: each name walks past them all,
+    // and declaring one again adds none.
+    let cost = LockCost::with_sets(stale.sets_in_table);
+    let mut size = 0;
     for f in by_name(view).into_iter().map(Packed::unpack) {
-        // Every rule is an operation: counting operations bounds the rules.
-        push_own_chains(&f, &mut rules, true);
+        size += push_own_chains(&f, &mut rules, true, &mut cost.clone());
         if refill {
             f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
             own_sets.extend(f.own_sets);
         }
-        if rules.ops.len() >= ops_chunk {
+        if size >= chunk {
             apply(&std::mem::replace(&mut rules, new()))?;
+            size = 0;
         }
     }
     if !rules.is_empty() {
@@ -917,7 +920,7 @@ fn rewrite_in_place(
     }
     drop(rules);
     match &stale.held {
-        Some(held) => write_differences(config, view, held, chunk, apply)?,
+        Some(held) => write_differences(config, view, held, chunk, cost, apply)?,
         None => {
             let mut elements = new();
             let sets = SetId::skeleton(config.scope)
@@ -962,6 +965,7 @@ fn write_differences(
     view: &Programmed,
     held: &Held,
     chunk: usize,
+    cost: LockCost,
     apply: &mut impl FnMut(&Transaction) -> Result<(), DataplaneError>,
 ) -> Result<(), DataplaneError> {
     let mut batch = ElementBatch::default();
@@ -980,10 +984,10 @@ fn write_differences(
         match now {
             Some(true) => {}
             Some(false) => {
-                batch.delete(set.clone(), Element::key(el.key));
-                batch.add(set, el);
+                batch.delete(set.clone(), Element::key(el.key), &cost);
+                batch.add(set, el, &cost);
             }
-            None => batch.add(set, el),
+            None => batch.add(set, el, &cost),
         }
     };
     for f in by_name(view).into_iter().map(Packed::unpack) {
@@ -1008,7 +1012,7 @@ fn write_differences(
             .keys()
             .filter(|k| keep.is_none_or(|w| !w.contains(*k)))
         {
-            batch.delete(set.clone(), Element::key(*key));
+            batch.delete(set.clone(), Element::key(*key), &cost);
             if batch.size >= chunk {
                 apply(&batch.take(config))?;
             }
@@ -1022,7 +1026,8 @@ fn write_differences(
 
 /// Element deletions and additions by set, made into one transaction
 /// (every deletion before every addition, so that a key deleted and
-/// added again ends with its new value).
+/// added again ends with its new value). `size` is what it costs the
+/// kernel's lock: an element each, and a lookup for each set it names.
 #[derive(Default)]
 struct ElementBatch {
     deletes: BTreeMap<SetId, Vec<Element>>,
@@ -1031,14 +1036,21 @@ struct ElementBatch {
 }
 
 impl ElementBatch {
-    fn delete(&mut self, set: SetId, el: Element) {
-        self.deletes.entry(set).or_default().push(el);
-        self.size += 1;
+    fn delete(&mut self, set: SetId, el: Element, cost: &LockCost) {
+        Self::put(&mut self.deletes, set, el, cost, &mut self.size);
     }
 
-    fn add(&mut self, set: SetId, el: Element) {
-        self.adds.entry(set).or_default().push(el);
-        self.size += 1;
+    fn add(&mut self, set: SetId, el: Element, cost: &LockCost) {
+        Self::put(&mut self.adds, set, el, cost, &mut self.size);
+    }
+
+    fn put(to: &mut BTreeMap<SetId, Vec<Element>>, set: SetId, el: Element, cost: &LockCost, size: &mut usize) {
+        let elements = to.entry(set).or_insert_with(|| {
+            *size += cost.lookup();
+            Vec::new()
+        });
+        elements.push(el);
+        *size += 1;
     }
 
     fn take(&mut self, config: &DataplaneConfig) -> Transaction {
@@ -1060,15 +1072,10 @@ impl ElementBatch {
 /// `benches/RESULTS.md`).
 pub const FIRST_LOAD_CHUNK: usize = 25_000;
 
-/// How many elements' worth of the nftables lock one operation on chains
-/// and rules holds in a rewrite in place (measured at 50,000 services:
-/// `benches/RESULTS.md`, session 21).
-const CHAIN_OP_COST: usize = 5;
-
 /// The whole ruleset for a table that does not exist yet, as short
 /// transactions: the first declares the table, the fixed sets and chains
 /// and the fixed rules; then, for whole services at a time (about `chunk`
-/// elements and rules at most), one transaction of their own sets, chains
+/// elements' worth of the lock, [`LockCost`]), one transaction of their own sets, chains
 /// and rules and one of their elements and the shared elements they are
 /// the first to want (cluster IPs, hairpin pairs); the last adds the
 /// canary. The elements
@@ -1093,41 +1100,33 @@ fn first_load(
     declare(config, &[], Vec::new(), &mut first, |_| Vec::new());
     apply(&first)?;
     drop(first);
-    let mut rules = new();
-    let mut by_set: BTreeMap<SetId, Vec<Element>> = BTreeMap::new();
-    let mut size = 0;
+    let (mut rules, mut rules_cost) = (new(), 0);
+    let mut elements = ElementBatch::default();
+    let mut cost = LockCost::with_sets(SetId::skeleton(config.scope).len());
     // A shared element (a cluster IP in the guard set, a hairpin pair)
     // comes with the first service that wants it.
     let mut added: std::collections::HashSet<Shared> = std::collections::HashSet::new();
-    let mut commit = |rules: &mut Transaction, by_set: &mut BTreeMap<SetId, Vec<Element>>| {
+    let mut commit = |rules: &mut Transaction, elements: &mut ElementBatch| {
         if !rules.is_empty() {
             apply(&std::mem::replace(rules, new()))?;
         }
-        let mut elements = new();
-        for (set, e) in std::mem::take(by_set) {
-            elements.push(Op::AddElements(set, e));
-        }
-        apply(&elements)
+        apply(&elements.take(config))
     };
     for f in by_name(view).into_iter().map(Packed::unpack) {
-        size += push_own_chains(&f, &mut rules, false);
-        f.for_each_element(|set, el| {
-            by_set.entry(set).or_default().push(el);
-            size += 1;
-        });
+        rules_cost += push_own_chains(&f, &mut rules, false, &mut cost);
+        f.for_each_element(|set, el| elements.add(set, el, &cost));
         for shared in f.shared {
             if added.insert(shared) {
-                by_set.entry(shared.set()).or_default().push(shared.element());
-                size += 1;
+                elements.add(shared.set(), shared.element(), &cost);
             }
         }
-        if size >= chunk {
-            commit(&mut rules, &mut by_set)?;
-            size = 0;
+        if rules_cost + elements.size >= chunk {
+            commit(&mut rules, &mut elements)?;
+            rules_cost = 0;
         }
     }
-    by_set.entry(SetId::Canary).or_default().push(canary());
-    commit(&mut rules, &mut by_set)
+    elements.add(SetId::Canary, canary(), &cost);
+    commit(&mut rules, &mut elements)
 }
 
 /// Removes the table `table` of both families, whether or not they exist,

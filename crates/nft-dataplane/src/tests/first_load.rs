@@ -8,6 +8,7 @@ use slice_model::{IpFamily, Protocol};
 
 use super::support::forwarded;
 use super::*;
+use crate::lock_cost::LockCost;
 use crate::names::SetId;
 use crate::transaction::{Op, Transaction};
 
@@ -145,6 +146,59 @@ fn a_new_tables_first_load_is_short_transactions_each_leaving_whole_services() {
         }
     }
     assert!(complete.iter().all(|c| *c));
+}
+
+/// Each set a table holds makes every later lookup of a set by name
+/// longer: as a first load declares services' own sets, it puts fewer of
+/// them in each transaction, so that none costs more than the chunk
+/// (the cost of one service aside), and the table is the same.
+#[test]
+fn a_first_load_puts_fewer_sets_in_each_transaction_as_the_table_fills() {
+    let mut engine = Engine::new(IpFamily::V4);
+    for i in 0..600u32 {
+        let name = format!("svc-{i}");
+        let ip = format!("172.20.{}.{}", i / 250, i % 250 + 1);
+        // Affinity: a set (and a chain) per endpoint.
+        let addrs: Vec<String> = (0..2).map(|k| format!("10.{}.{}.{}", 2 + k, i / 250, i % 250 + 1)).collect();
+        let eps: Vec<Ep<'_>> = addrs.iter().map(|a| Ep::Remote(a)).collect();
+        engine
+            .service(&affinity(service("ns", &name, &ip, 80, Protocol::Tcp), 60))
+            .slice(slice("ns", &name, Protocol::Tcp, 80, &eps));
+    }
+    let chunk = 2_000;
+    let mut syncer = NftSyncer::new(config(), Kept::default());
+    syncer.set_first_load_chunk(chunk);
+    sync(&mut syncer, &mut engine);
+    let applied = std::mem::take(&mut syncer.dataplane().applied);
+
+    // What each transaction cost, replayed in order over a table that
+    // grows as they declare sets.
+    let mut cost = LockCost::with_sets(0);
+    applied[0].ops.iter().for_each(|op| {
+        cost.charge(op);
+    });
+    // A transaction passes the chunk by the cost of the service that
+    // reached it (2 sets each here; a later one costs more than the
+    // transaction's mean, as the sets grow with each).
+    let mut declared_per_rules_tx = Vec::new();
+    for tx in &applied[1..] {
+        let total: usize = tx.ops.iter().map(|op| cost.charge(op)).sum();
+        let declared = tx.ops.iter().filter(|op| matches!(op, Op::AddSet(..))).count();
+        let services = (declared / 2).max(1);
+        if declared > 0 {
+            declared_per_rules_tx.push(declared);
+        }
+        assert!(
+            total < chunk + 2 * total / services,
+            "{total} against a chunk of {chunk}: {declared} sets declared"
+        );
+    }
+    let (first, last) = (declared_per_rules_tx[0], declared_per_rules_tx[declared_per_rules_tx.len() - 2]);
+    assert!(last < first, "sets declared per transaction: {declared_per_rules_tx:?}");
+
+    let mut atomic = NftSyncer::new(config(), OneTransaction::default());
+    sync(&mut atomic, &mut engine);
+    assert_eq!(syncer.dataplane().model, atomic.dataplane().0);
 }
 
 /// A syncer restarted over `kernel`: a new one, remembering nothing.
