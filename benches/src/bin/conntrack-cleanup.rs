@@ -14,7 +14,7 @@ use std::time::Instant;
 
 use linux_dataplane::Netns;
 use linux_dataplane::{Conntrack, NetlinkConntrack};
-use nft_dataplane::conntrack::Flow;
+use nft_dataplane::stale_flows::Flow;
 use proxyd_benches::ScratchNetns;
 use slice_model::IpFamily;
 

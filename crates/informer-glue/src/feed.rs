@@ -14,8 +14,8 @@ use kube::Api;
 
 use crate::fold::{EventFold, EventHandler};
 use crate::lenient::Watched;
-use crate::runner::{WatchMetrics, WatchSettings, run_watch};
 use crate::tombstone::{SlimServices, SlimSlices};
+use crate::watch_runner::{WatchMetrics, WatchSettings, run_watch};
 
 /// One kind's part of the feed: its fold, its handler, its counters.
 pub struct Part<K: Clone, P: crate::fold::Keep<K>, H> {

@@ -30,7 +30,7 @@
 //! One object the decoder cannot read never fails a watch ([`lenient`]).
 //! The fold turns "known before a relist, absent after it" into a delete, so
 //! nothing deleted while the watch was down survives ([`fold`]); the runner
-//! logs and counts watch errors and never gives up ([`runner`]); selection
+//! logs and counts watch errors and never gives up ([`watch_runner`]); selection
 //! follows kube-proxy's labels ([`selection`]). What only the daemon reads
 //! (manifest files as a source, the one-time snapshot, kube-proxy's
 //! configuration file) is the `daemon-sources` crate's, so that a library
@@ -44,16 +44,16 @@ mod convert;
 pub mod feed;
 pub mod fold;
 pub mod lenient;
-pub mod metrics;
 pub mod multus;
 pub mod node;
 pub mod rejections;
-pub mod runner;
 pub mod selection;
 mod service;
 pub mod service_cidr;
 mod service_handler;
+pub mod source_metrics;
 pub mod tombstone;
+pub mod watch_runner;
 pub mod wire;
 
 pub use cache_handler::SliceCacheHandler;

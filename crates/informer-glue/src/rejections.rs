@@ -6,12 +6,12 @@ use std::fmt::Display;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use crate::metrics::RejectionLabels;
+use crate::source_metrics::RejectionLabels;
 
 /// Rejected objects and skipped parts of one kind, by reason
 /// (`SliceError::reason`, `ServiceError::reason`, `WarningKind::reason`).
 /// A default value counts into families nobody registered (tests, one-shot
-/// commands); [`crate::metrics::SourceMetrics::rejections`] gives one that
+/// commands); [`crate::source_metrics::SourceMetrics::rejections`] gives one that
 /// is exported.
 #[derive(Debug, Default)]
 pub struct Rejections {

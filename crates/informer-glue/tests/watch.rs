@@ -15,8 +15,8 @@ use endpoints_map::EndpointsMap;
 use fake_apiserver::{FakeApiServer, Kind};
 use informer_glue::fold::{EventFold, EventHandler};
 use informer_glue::lenient::{Lean, Watched};
-use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::selection::Selection;
+use informer_glue::watch_runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::{SliceCacheHandler, slice_from_k8s};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -756,7 +756,7 @@ async fn recovery_after_an_api_server_outage_and_restart() {
         // notices its connection is gone and the first retry delay (up to
         // twice RETRY_MIN with jitter), which on a loaded machine has taken
         // just over a second.
-        let first_failure = Duration::from_secs(1) + 2 * informer_glue::runner::RETRY_MIN;
+        let first_failure = Duration::from_secs(1) + 2 * informer_glue::watch_runner::RETRY_MIN;
         assert!(
             attempts >= 1 && down + first_failure >= outage,
             "{attempts} attempts, down {down:?}"

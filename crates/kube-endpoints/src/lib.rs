@@ -23,8 +23,8 @@ use std::sync::{Arc, Mutex};
 
 use informer_glue::feed::{Part, Scope};
 use informer_glue::fold::EventFold;
-use informer_glue::runner::{WatchMetrics, WatchSettings};
 use informer_glue::tombstone::{SlimServices, SlimSlices};
+use informer_glue::watch_runner::{WatchMetrics, WatchSettings};
 use kube::core::Selector;
 use tokio::sync::{broadcast, watch as latest};
 

@@ -10,7 +10,7 @@
 //!  netlink    nftables (generation, tables, set declarations, chains,
 //!             rules, elements, reading a table back) and conntrack
 //!             (dump, delete) over netfilter netlink
-//!  conntrack  deleting stale UDP flows (Conntrack; NetlinkConntrack)
+//!  flow_cleanup  deleting stale UDP flows (Conntrack; NetlinkConntrack)
 //!  routes     routes to cluster IPs in a pod's namespace, over rtnetlink
 //!  netns      which network namespace, and working inside it (setns)
 //!  process    this process's OOM score adjustment
@@ -44,7 +44,7 @@
 //! Sockets are rustix's, one type for netfilter and rtnetlink. Every
 //! read is bounds-checked: a malformed reply is an error, never a panic.
 
-pub mod conntrack;
+pub mod flow_cleanup;
 pub mod kube_proxy;
 mod netlink;
 pub mod netns;
@@ -53,7 +53,7 @@ pub mod process;
 pub mod routes;
 pub mod sysctl;
 
-pub use conntrack::{Conntrack, ConntrackError, NetlinkConntrack, NoConntrack, RecordingConntrack};
+pub use flow_cleanup::{Conntrack, ConntrackError, NetlinkConntrack, NoConntrack, RecordingConntrack};
 pub use netlink::{NftNetlink, RawElement};
 pub use netns::{Netns, NetnsError, NetnsId};
 pub use nft::{DryRun, NftAccessError, NftCommand, NftWriter, RemovedTables, WatchedNft, check_netlink, check_nft};

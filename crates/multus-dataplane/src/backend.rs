@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use nft_dataplane::conntrack::Flow;
 use nft_dataplane::names::POD_TABLE;
+use nft_dataplane::stale_flows::Flow;
 use nft_dataplane::{Dataplane, DataplaneError};
 use slice_model::{IpFamily, PodName};
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use endpoints_map::Engine;
 use informer_glue::multus::{PodStore, ServiceNetworks};
 use linux_dataplane::{ConntrackError, Netns, NetnsId, RouteChange, RouteError};
-use nft_dataplane::conntrack::Flow;
+use nft_dataplane::stale_flows::Flow;
 use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, Target, Written};
 use slice_model::{IpFamily, PodName, ServiceName};
 
@@ -350,7 +350,7 @@ impl MultusProxier {
         for key in gone_pods {
             self.drop_pod(&key);
         }
-        let stale_flows = nft_dataplane::conntrack::plan(&update, &self.engine.services);
+        let stale_flows = nft_dataplane::stale_flows::plan(&update, &self.engine.services);
         // One look at the runtime for the whole sync; a failure shows in
         // each lookup below.
         let _ = self.resolver.refresh();

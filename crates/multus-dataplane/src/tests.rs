@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use informer_glue::multus::{Attachment, NetworkName, PodInfo, PodStore, ServiceNetworks};
-use nft_dataplane::conntrack::Flow;
+use nft_dataplane::stale_flows::Flow;
 use nft_dataplane::tracer::{Host, Origin, Packet};
 use nft_dataplane::{Dataplane, DataplaneError, KernelModel, SyncKind, Transaction};
 use proptest::prelude::*;

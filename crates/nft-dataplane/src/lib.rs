@@ -1,6 +1,5 @@
 #![doc = include_str!("../README.md")]
 
-pub mod conntrack;
 pub mod desired;
 pub mod element;
 pub mod fragment;
@@ -10,6 +9,7 @@ pub mod names;
 mod packed;
 pub mod rule;
 pub mod skeleton;
+pub mod stale_flows;
 pub mod syncer;
 pub mod target;
 pub mod tracer;

@@ -111,15 +111,23 @@ mod tests {
         let mut small = LockCost::with_sets(10);
         let mut large = LockCost::with_sets(10_000);
         let chain = ChainId::Endpoint("ns/s/tcp/80/10.0.0.1/80".into());
-        assert_eq!(small.charge(&Op::AddChain(chain.clone())), large.charge(&Op::AddChain(chain.clone())));
+        assert_eq!(
+            small.charge(&Op::AddChain(chain.clone())),
+            large.charge(&Op::AddChain(chain.clone()))
+        );
         let plain = Rule::always(vec![Statement::Drop]);
         assert_eq!(small.charge(&Op::AddRule(chain.clone(), plain.clone())), CHAIN_OP);
         assert_eq!(large.charge(&Op::AddRule(chain.clone(), plain)), CHAIN_OP);
         let looks_up = Rule::new(
-            vec![Match::InSet(Selector::Saddr, SetId::Affinity("ns/s/tcp/80/10.0.0.1/80".into()))],
+            vec![Match::InSet(
+                Selector::Saddr,
+                SetId::Affinity("ns/s/tcp/80/10.0.0.1/80".into()),
+            )],
             vec![Statement::Goto(chain.clone())],
         );
-        assert!(large.charge(&Op::AddRule(chain.clone(), looks_up.clone())) > small.charge(&Op::AddRule(chain, looks_up)));
+        assert!(
+            large.charge(&Op::AddRule(chain.clone(), looks_up.clone())) > small.charge(&Op::AddRule(chain, looks_up))
+        );
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use endpoints_map::{EndpointsMap, EngineUpdate, ServicesMap};
 use slice_model::ServiceName;
 
-use crate::conntrack::Flow;
+use crate::stale_flows::Flow;
 use crate::{Dataplane, DataplaneError, NftSyncer, SyncKind, SyncReport};
 
 /// A table and what it owes.
@@ -62,7 +62,7 @@ impl<D: Dataplane> Target<D> {
 
     /// Records what an engine update makes this target owe: the changed
     /// services it `serves`, their trigger times, and the `stale` flows
-    /// (the update's, planned once for every target: [`plan`](crate::conntrack::plan)) it `keeps`.
+    /// (the update's, planned once for every target: [`plan`](crate::stale_flows::plan)) it `keeps`.
     pub fn owe(
         &mut self,
         update: &EngineUpdate,
@@ -121,7 +121,7 @@ mod tests {
     use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServicePort, SliceEndpoint};
 
     use super::*;
-    use crate::conntrack::plan;
+    use crate::stale_flows::plan;
     use crate::{DataplaneConfig, Recording};
 
     /// A dataplane that fails while told to.

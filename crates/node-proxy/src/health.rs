@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use informer_glue::runner::WatchMetrics;
+use informer_glue::watch_runner::WatchMetrics;
 use slice_model::{IpFamily, ServiceName};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -42,7 +42,7 @@ pub struct ProxierHealth {
     /// says (eligible while unknown, as kube-proxy).
     node_eligible: Mutex<Option<tokio::sync::watch::Receiver<bool>>>,
     /// Replies counted by endpoint and code.
-    replies: Option<crate::metrics::HealthMetrics>,
+    replies: Option<crate::kube_proxy_metrics::HealthMetrics>,
 }
 
 /// RFC 3339 in UTC with nanoseconds, e.g. `2026-11-30T07:33:03.123456789Z`
@@ -67,7 +67,7 @@ impl ProxierHealth {
 
     /// The same, counting its replies (`kubeproxy_proxy_healthz_total`,
     /// `kubeproxy_proxy_livez_total`).
-    pub fn counting_into(mut self, replies: crate::metrics::HealthMetrics) -> Self {
+    pub fn counting_into(mut self, replies: crate::kube_proxy_metrics::HealthMetrics) -> Self {
         self.replies = Some(replies);
         self
     }
@@ -305,7 +305,7 @@ mod tests {
     #[test]
     fn a_node_being_removed_fails_healthz_but_not_livez() {
         let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = crate::metrics::HealthMetrics::register(&mut registry);
+        let metrics = crate::kube_proxy_metrics::HealthMetrics::register(&mut registry);
         let h = ProxierHealth::new(&[IpFamily::V4], Duration::from_secs(60)).counting_into(metrics);
         let (tx, rx) = tokio::sync::watch::channel(true);
         h.follow_node(rx);

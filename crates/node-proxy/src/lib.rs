@@ -5,14 +5,14 @@
 //! nor the rules (`nft-dataplane`) nor the host (`linux-dataplane`).
 //!
 //! ```text
-//!  runner    when to sync: at most one per min interval, at least one
-//!            per max interval, failed syncs retried with a backoff
+//!  sync_runner  when to sync: at most one per min interval, at least
+//!            one per max interval, failed syncs retried with a backoff
 //!            (kube-proxy's BoundedFrequencyRunner)
 //!  proxier   one IP family's sync: engine update ─► its nftables Target
 //!            ─► the conntrack entries the new rules replace
 //!  health    /healthz and /livez, and each Local LoadBalancer service's
 //!            healthCheckNodePort
-//!  metrics   kube-proxy's sync and health metric families
+//!  kube_proxy_metrics  kube-proxy's sync and health metric families
 //!  http      the small HTTP/1 server the health endpoints answer on
 //! ```
 //!
@@ -21,6 +21,6 @@
 
 pub mod health;
 pub mod http;
-pub mod metrics;
+pub mod kube_proxy_metrics;
 pub mod proxier;
-pub mod runner;
+pub mod sync_runner;

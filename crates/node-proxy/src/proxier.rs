@@ -12,9 +12,9 @@ use std::time::Instant;
 use endpoints_map::topology::TrafficPolicies;
 use slice_model::{IpFamily, ServiceName};
 
-use crate::metrics::SyncObservation;
+use crate::kube_proxy_metrics::SyncObservation;
 use endpoints_map::Engine;
-use linux_dataplane::conntrack::Conntrack;
+use linux_dataplane::flow_cleanup::Conntrack;
 use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, SyncReport, Target};
 
 /// Per service: its health-check node port and local ready endpoints.
@@ -131,7 +131,7 @@ impl Proxier {
     pub fn sync(&mut self, kind: SyncKind) -> Result<SyncOutcome, DataplaneError> {
         let started = Instant::now();
         let update = self.engine.update();
-        let stale = nft_dataplane::conntrack::plan(&update, &self.engine.services);
+        let stale = nft_dataplane::stale_flows::plan(&update, &self.engine.services);
         self.table.owe(&update, &stale, |_| true, |_| true);
         self.pending_endpoint_changes += update.endpoints.changed_services.len() as u64;
         self.pending_service_changes += update.services.updated_services.len() as u64;
@@ -181,7 +181,7 @@ mod tests {
     use slice_model::{EndpointSlice, Protocol, ServiceInfo, ServicePort, ServiceType, SliceEndpoint, TrafficPolicy};
 
     use super::*;
-    use linux_dataplane::conntrack::RecordingConntrack;
+    use linux_dataplane::flow_cleanup::RecordingConntrack;
     use nft_dataplane::Recording;
 
     /// Shares a recording dataplane/conntrack with the test.
@@ -203,7 +203,7 @@ mod tests {
         fn delete(
             &mut self,
             family: IpFamily,
-            flows: &[nft_dataplane::conntrack::Flow],
+            flows: &[nft_dataplane::stale_flows::Flow],
         ) -> (u64, Vec<linux_dataplane::ConntrackError>) {
             self.0.lock().unwrap().delete(family, flows)
         }
@@ -307,7 +307,7 @@ mod tests {
                 ..DataplaneConfig::new(IpFamily::V4)
             },
             Box::new(Shared(model.clone())),
-            Box::new(linux_dataplane::conntrack::NoConntrack),
+            Box::new(linux_dataplane::flow_cleanup::NoConntrack),
         );
         let mut svc = lb();
         svc.service_type = ServiceType::ClusterIp;

@@ -10,7 +10,7 @@
 //!   masquerade-all: false
 //!   min-sync-period: 1s
 //!   ```
-//! - kube-proxy's `KubeProxyConfiguration` ([`crate::kube_proxy_config`]),
+//! - kube-proxy's `KubeProxyConfiguration` ([`crate::kube_proxy_settings`]),
 //!   so that kubeadm's ConfigMap and kube-proxy's DaemonSet arguments work
 //!   unchanged.
 //!
@@ -84,8 +84,8 @@ pub fn read(path: &Path) -> Result<(Settings, Vec<String>), String> {
     let shown = path.display();
     let text = std::fs::read_to_string(path).map_err(|e| format!("--config {shown}: {e}"))?;
     let doc: Value = serde_saphyr::from_str(&text).map_err(|e| format!("--config {shown}: not valid YAML: {e}"))?;
-    if daemon_sources::kube_proxy_config::is_kube_proxy_config(&doc) {
-        return crate::kube_proxy_config::settings(&text)
+    if daemon_sources::kube_proxy_file::is_kube_proxy_config(&doc) {
+        return crate::kube_proxy_settings::settings(&text)
             .map_err(|e| format!("--config {shown} (KubeProxyConfiguration): {e}"));
     }
     match doc {
@@ -415,7 +415,7 @@ mod tests {
 
     #[test]
     fn min_sync_period_unset_or_kubeadms_zero_is_the_cost_bound_default() {
-        use node_proxy::runner::Pacing;
+        use node_proxy::sync_runner::Pacing;
         let kubeadm = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/kubeadm-kube-proxy-config.conf"

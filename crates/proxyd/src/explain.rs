@@ -24,7 +24,7 @@ use slice_model::{
 };
 
 use crate::cli::ExplainArgs;
-use crate::snapshot::{SliceView, Snapshot, one_shot, slices_of};
+use crate::snapshot_engine::{SliceView, Snapshot, one_shot, slices_of};
 use endpoints_map::Engine;
 use nft_dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_service};
 use nft_dataplane::element::proto;
@@ -37,7 +37,7 @@ pub fn main(args: ExplainArgs) -> ExitCode {
     // Only the asked-for service's slices are kept for the explanation.
     let keep = slices_of(parse_query(&args.service).ok().map(|(name, _)| name));
     one_shot("explain", &args.source, &args.proxy, &keep, |l| {
-        let selection = crate::snapshot::selection(&args.proxy);
+        let selection = crate::snapshot_engine::selection(&args.proxy);
         let mut text = explain(&l.snapshot, &l.engine, &l.config, &selection, &l.node, &args.service)?;
         if args.proxy.multus {
             let (service, _) = parse_query(&args.service)?;

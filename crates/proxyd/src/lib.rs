@@ -8,13 +8,13 @@
 //! ```text
 //!  cli, config      the command line; --config files (proxyd's and
 //!                   kube-proxy's KubeProxyConfiguration), merged into it
-//!  kube_proxy_config  KubeProxyConfiguration -> settings
+//!  kube_proxy_settings  KubeProxyConfiguration -> settings
 //!  logging          the tracing subscriber and its filter
 //!  replay           `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
 //!                   ─► EndpointsMap ─► one JSON line per sync (docs/replay-format.md)
-//!  snapshot         one read of the cluster (manifests or API) into an Engine
+//!  snapshot_engine  one read of the cluster (manifests or API) into an Engine
 //!  run              `proxyd run`: sources ─► engines ─► the sync thread
-//!  metrics          the run's registry: kube-proxy's, the sources', multus
+//!  metrics_registry the run's registry: kube-proxy's, the sources', multus
 //!                   mode's and the process metrics
 //!  sysctls          kube-proxy's conntrack settings at startup
 //!  render, explain  `proxyd render` and `proxyd explain`
@@ -32,13 +32,13 @@ mod cleanup;
 mod cli;
 mod config;
 mod explain;
-mod kube_proxy_config;
+mod kube_proxy_settings;
 mod logging;
-mod metrics;
+mod metrics_registry;
 mod render;
 mod replay;
 mod run;
-mod snapshot;
+mod snapshot_engine;
 mod sysctls;
 
 pub use cli::{Command, ProxyArgs, RunArgs};
@@ -46,7 +46,7 @@ pub use config::parse as parse_command_line;
 pub use explain::explain_port;
 pub use replay::{Options as ReplayOptions, Replayer};
 pub use run::validate as validate_run;
-pub use snapshot::{Snapshot, dataplane_config, engine as snapshot_engine};
+pub use snapshot_engine::{Snapshot, dataplane_config, engine as snapshot_engine};
 
 /// The `proxyd` command: parses the command line (and `--config`), sets up
 /// logging and runs the subcommand.

@@ -124,8 +124,8 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             tracing::error!(target: "kube_client::client::builder", "failed with error client error (Connect)");
             tracing::warn!(target: "kube_client::client", "eof in poll");
-            tracing::warn!(target: "informer_glue::runner", "watch failing; retrying every few seconds");
-            tracing::debug!(target: "informer_glue::runner", "watch failed again");
+            tracing::warn!(target: "informer_glue::watch_runner", "watch failing; retrying every few seconds");
+            tracing::debug!(target: "informer_glue::watch_runner", "watch failed again");
         });
         String::from_utf8_lossy(&out.lock().unwrap()).into_owned()
     }

@@ -9,7 +9,7 @@ use endpoints_map::topology::TopologyMode;
 use slice_model::ServicePortInfo;
 
 use crate::cli::RenderArgs;
-use crate::snapshot::one_shot;
+use crate::snapshot_engine::one_shot;
 use endpoints_map::Engine;
 use nft_dataplane::desired::{EndpointGroup, GroupVerdict};
 use nft_dataplane::element::proto;
@@ -21,7 +21,7 @@ pub fn main(args: RenderArgs) -> ExitCode {
         if args.proxy.multus {
             let (pods, networks) = l
                 .snapshot
-                .multus_view(&l.node, &crate::snapshot::selection(&args.proxy));
+                .multus_view(&l.node, &crate::snapshot_engine::selection(&args.proxy));
             let e = &l.engine;
             return Ok(multus_dataplane::view::render_pods(
                 &e.services,

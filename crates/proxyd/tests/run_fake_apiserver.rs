@@ -296,7 +296,7 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
     assert!(!text.contains("kube_client"), "{text}");
     let watches = log
         .iter()
-        .filter(|l| l.ends_with("informer_glue::runner: starting"))
+        .filter(|l| l.ends_with("informer_glue::watch_runner: starting"))
         .count();
     assert!(
         watches >= 4,

@@ -5,7 +5,7 @@
 //! malformed reply is an error, never a panic.
 
 mod batch;
-mod conntrack;
+mod ctnetlink;
 mod declare;
 mod elements;
 mod nftables;
@@ -25,7 +25,7 @@ use rustix::net::netlink::{self as nl, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType};
 
 pub use batch::Scope;
-pub use conntrack::NetlinkConntrack;
+pub use ctnetlink::NetlinkConntrack;
 pub(crate) use elements::read_element;
 pub use nftables::{NftNetlink, RawElement};
 /// `NETLINK_ROUTE`: protocol 0, which rustix spells as no protocol.

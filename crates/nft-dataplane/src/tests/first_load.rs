@@ -159,7 +159,9 @@ fn a_first_load_puts_fewer_sets_in_each_transaction_as_the_table_fills() {
         let name = format!("svc-{i}");
         let ip = format!("172.20.{}.{}", i / 250, i % 250 + 1);
         // Affinity: a set (and a chain) per endpoint.
-        let addrs: Vec<String> = (0..2).map(|k| format!("10.{}.{}.{}", 2 + k, i / 250, i % 250 + 1)).collect();
+        let addrs: Vec<String> = (0..2)
+            .map(|k| format!("10.{}.{}.{}", 2 + k, i / 250, i % 250 + 1))
+            .collect();
         let eps: Vec<Ep<'_>> = addrs.iter().map(|a| Ep::Remote(a)).collect();
         engine
             .service(&affinity(service("ns", &name, &ip, 80, Protocol::Tcp), 60))
@@ -193,7 +195,10 @@ fn a_first_load_puts_fewer_sets_in_each_transaction_as_the_table_fills() {
             "{total} against a chunk of {chunk}: {declared} sets declared"
         );
     }
-    let (first, last) = (declared_per_rules_tx[0], declared_per_rules_tx[declared_per_rules_tx.len() - 2]);
+    let (first, last) = (
+        declared_per_rules_tx[0],
+        declared_per_rules_tx[declared_per_rules_tx.len() - 2],
+    );
     assert!(last < first, "sets declared per transaction: {declared_per_rules_tx:?}");
 
     let mut atomic = NftSyncer::new(config(), OneTransaction::default());

@@ -34,12 +34,12 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
-use crate::metrics::{CONTENT_TYPE, Metrics};
-use crate::snapshot::{node_name, selection};
+use crate::metrics_registry::{CONTENT_TYPE, Metrics};
+use crate::snapshot_engine::{node_name, selection};
 use node_proxy::health::{ProxierHealth, ServiceHealth};
 use node_proxy::http::{Reply, serve};
 use node_proxy::proxier::HealthChecks;
-use node_proxy::runner::{Outcome, Pacing, SyncReason, SyncRunner, SyncTiming};
+use node_proxy::sync_runner::{Outcome, Pacing, SyncReason, SyncRunner, SyncTiming};
 
 /// What one sync on the sync thread came to.
 type SyncResult = Result<Outcome, String>;

@@ -9,10 +9,10 @@ use informer_glue::fold::{EventFold, Fanout};
 use informer_glue::lenient::Watched;
 use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetworks};
 use informer_glue::node::{ThisNode, ThisNodeHandler};
-use informer_glue::runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::selection::Selection;
 use informer_glue::service_cidr::{ServiceCidrHandler, ServiceCidrs};
 use informer_glue::tombstone::{SlimServices, SlimSlices};
+use informer_glue::watch_runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::{ServiceError, ServiceHandler, ServiceWarning, SliceCacheHandler};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::networking::v1::ServiceCIDR;
@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::cli::RunArgs;
-use crate::metrics::Metrics;
-use crate::snapshot::client;
+use crate::metrics_registry::Metrics;
+use crate::snapshot_engine::client;
 use daemon_sources::manifest_source::{self, ServiceSink};
 use endpoints_map::Engine;
 

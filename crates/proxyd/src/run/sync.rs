@@ -10,8 +10,8 @@ use slice_model::{IpFamily, ServiceName};
 use tokio::sync::watch;
 
 use crate::cli::RunArgs;
-use crate::metrics::Metrics;
-use crate::snapshot::dataplane_config;
+use crate::metrics_registry::Metrics;
+use crate::snapshot_engine::dataplane_config;
 use endpoints_map::Engine;
 use linux_dataplane::{Conntrack, NetlinkConntrack, NoConntrack};
 use linux_dataplane::{DryRun, Netns, WatchedNft};
@@ -19,9 +19,9 @@ use multus_dataplane::backend::{Commands, DryRunPods};
 use multus_dataplane::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use nft_dataplane::{Dataplane, DataplaneConfig, SyncKind};
 use node_proxy::health::ProxierHealth;
-use node_proxy::metrics::SyncObservation;
+use node_proxy::kube_proxy_metrics::SyncObservation;
 use node_proxy::proxier::{HealthChecks, Proxier};
-use node_proxy::runner::{Outcome, SyncReason};
+use node_proxy::sync_runner::{Outcome, SyncReason};
 
 /// The proxiers of a run: the node's tables, or (multus) pods' tables.
 pub enum Proxiers {

@@ -1,10 +1,10 @@
 //! The run's metrics registry: kube-proxy's families
-//! ([`node_proxy::metrics`]), the sources' ([`SourceMetrics`]), multus
+//! ([`node_proxy::kube_proxy_metrics`]), the sources' ([`SourceMetrics`]), multus
 //! mode's ([`MultusMetrics`]) and the process metrics (`process_…`), on one
 //! registry, every series at zero from the first scrape.
 
-use informer_glue::metrics::{SourceMetrics, registered};
-use node_proxy::metrics::{FamilyLabels, HealthMetrics, SyncMetrics};
+use informer_glue::source_metrics::{SourceMetrics, registered};
+use node_proxy::kube_proxy_metrics::{FamilyLabels, HealthMetrics, SyncMetrics};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;

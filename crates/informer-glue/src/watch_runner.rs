@@ -17,7 +17,7 @@ use crate::fold::{EventFold, EventHandler, Keep};
 use crate::lenient::{Lean, Watched};
 
 /// Counters of one watch, shared with whoever reports them (health, and
-/// the exported series [`crate::metrics::SourceMetrics::watch`] hands out;
+/// the exported series [`crate::source_metrics::SourceMetrics::watch`] hands out;
 /// a default value counts into series nobody exports).
 #[derive(Debug, Default)]
 pub struct WatchMetrics {

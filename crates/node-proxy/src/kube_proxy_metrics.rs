@@ -7,7 +7,7 @@
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
 
-use informer_glue::metrics::registered;
+use informer_glue::source_metrics::registered;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

@@ -1,4 +1,4 @@
-//! kube-proxy's configuration file (`daemon_sources::kube_proxy_config`)
+//! kube-proxy's configuration file (`daemon_sources::kube_proxy_file`)
 //! turned into proxyd's settings: `--config` takes it as well as proxyd's
 //! own format, so that kube-proxy's DaemonSet arguments
 //! (`--config=/var/lib/kube-proxy/config.conf --hostname-override=…`) work.
@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use daemon_sources::kube_proxy_config::{API_VERSION, KIND, KubeProxyConfiguration};
+use daemon_sources::kube_proxy_file::{API_VERSION, KIND, KubeProxyConfiguration};
 
 use crate::cli::{
     DetectLocalMode, parse_bind_address, parse_cidr, parse_duration, parse_interface, parse_nodeport_address,

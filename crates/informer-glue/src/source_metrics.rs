@@ -15,7 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
 
 use crate::rejections::Rejections;
-use crate::runner::WatchMetrics;
+use crate::watch_runner::WatchMetrics;
 
 /// The rejection reason of an object a watch could not decode (see
 /// [`crate::lenient`]).

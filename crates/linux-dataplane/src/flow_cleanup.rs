@@ -1,5 +1,5 @@
 //! UDP conntrack cleanup after a sync, as kube-proxy does it; which
-//! entries are stale is decided by `nft_dataplane::conntrack`.
+//! entries are stale is decided by `nft_dataplane::stale_flows`.
 //!
 //! UDP has no connection to end, so a conntrack entry keeps sending a
 //! client's datagrams where the rules sent its first one:
@@ -16,7 +16,7 @@
 //! netlink ([`NetlinkConntrack`]): one dump per sync, whatever the number of
 //! stale flows.
 
-pub use nft_dataplane::conntrack::Flow;
+pub use nft_dataplane::stale_flows::Flow;
 use slice_model::IpFamily;
 
 /// Why a deletion failed.

@@ -13,7 +13,7 @@ use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterMessa
 use slice_model::IpFamily;
 
 use super::{ENOENT, Next, Reply, Socket, nfproto};
-use crate::conntrack::{Conntrack, ConntrackError, Flow};
+use crate::flow_cleanup::{Conntrack, ConntrackError, Flow};
 use crate::netns::Netns;
 
 /// `CTA_ZONE`: netlink-packet-netfilter has no variant for it.
