@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use slice_cache::{EndpointSliceCache, PortEndpoints, ServiceChange, ServiceEndpoints};
 use slice_model::internal::FastHash;
-use slice_model::{BaseEndpointInfo, Protocol, ServiceName, ServicePortName};
+use slice_model::{BaseEndpointInfo, ServiceName, ServicePortName};
 
 use crate::stale::detect_stale;
 
@@ -236,12 +236,6 @@ fn by_service(mut times: Vec<(ServiceName, Vec<SystemTime>)>) -> BTreeMap<Servic
         same
     });
     times.into_iter().collect()
-}
-
-/// Whether a protocol's stale conntrack entries are tracked (UDP only: TCP
-/// and SCTP connections to a gone endpoint fail and are retried).
-pub(crate) fn tracks_stale(protocol: Protocol) -> bool {
-    protocol == Protocol::Udp
 }
 
 #[cfg(test)]

@@ -2,9 +2,8 @@
 //! endpoints.
 
 use slice_cache::ServiceEndpoints;
-use slice_model::{ServiceName, ServicePortName};
+use slice_model::{Protocol, ServiceName, ServicePortName};
 
-use crate::map::tracks_stale;
 use crate::{ServiceEndpoint, UpdateResult};
 
 /// Adds to `result` the UDP endpoints of `previous` that `current` lacks (or
@@ -42,4 +41,10 @@ pub(crate) fn detect_stale(
                 .push(ServicePortName::new(service.clone(), new.name.clone(), new.protocol));
         }
     }
+}
+
+/// Whether a protocol's stale conntrack entries are tracked (UDP only: TCP
+/// and SCTP connections to a gone endpoint fail and are retried).
+fn tracks_stale(protocol: Protocol) -> bool {
+    protocol == Protocol::Udp
 }

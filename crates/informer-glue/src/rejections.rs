@@ -6,7 +6,16 @@ use std::fmt::Display;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
-use crate::source_metrics::RejectionLabels;
+use prometheus_client::encoding::EncodeLabelSet;
+
+/// The labels of the rejection families.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectionLabels {
+    /// The object's kind: `Service`, `EndpointSlice`.
+    pub kind: &'static str,
+    /// Why, e.g. `missing_service_name` or `invalid_address`.
+    pub reason: &'static str,
+}
 
 /// Rejected objects and skipped parts of one kind, by reason
 /// (`SliceError::reason`, `ServiceError::reason`, `WarningKind::reason`).

@@ -14,7 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
 
-use crate::rejections::Rejections;
+use crate::rejections::{RejectionLabels, Rejections};
 use crate::watch_runner::WatchMetrics;
 
 /// The rejection reason of an object a watch could not decode (see
@@ -26,15 +26,6 @@ pub const UNDECODABLE: &str = "undecodable";
 pub struct ResourceLabels {
     /// `endpointslices`, `services`, `pods` or `nodes`.
     pub resource: &'static str,
-}
-
-/// The labels of the rejection families.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RejectionLabels {
-    /// The object's kind: `Service`, `EndpointSlice`.
-    pub kind: &'static str,
-    /// Why, e.g. `missing_service_name` or `invalid_address`.
-    pub reason: &'static str,
 }
 
 /// Registers `metric` on `registry` and hands it back (a family is a

@@ -13,7 +13,7 @@
 //!
 //! The cleanup runs only after the rules that replace the entries are in
 //! place (a successful apply), never before. It talks to the kernel over
-//! netlink ([`NetlinkConntrack`]): one dump per sync, whatever the number of
+//! netlink ([`NetlinkConntrack`](crate::NetlinkConntrack)): one dump per sync, whatever the number of
 //! stale flows.
 
 pub use nft_dataplane::stale_flows::Flow;
@@ -35,8 +35,6 @@ pub trait Conntrack {
     /// Every flow is tried even when one fails.
     fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>);
 }
-
-pub use crate::netlink::NetlinkConntrack;
 
 /// No cleanup (`--dry-run`, `--no-conntrack`).
 #[derive(Clone, Copy, Debug, Default)]

@@ -53,8 +53,8 @@ pub mod process;
 pub mod routes;
 pub mod sysctl;
 
-pub use flow_cleanup::{Conntrack, ConntrackError, NetlinkConntrack, NoConntrack, RecordingConntrack};
-pub use netlink::{NftNetlink, RawElement};
+pub use flow_cleanup::{Conntrack, ConntrackError, NoConntrack, RecordingConntrack};
+pub use netlink::{NetlinkConntrack, NftNetlink, RawElement};
 pub use netns::{Netns, NetnsError, NetnsId};
 pub use nft::{DryRun, NftAccessError, NftCommand, NftWriter, RemovedTables, WatchedNft, check_netlink, check_nft};
 pub use routes::{Route, RouteChange, RouteError};

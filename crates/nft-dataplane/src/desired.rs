@@ -14,18 +14,7 @@ use ipnet::IpNet;
 use crate::rule::Match;
 use slice_model::{Endpoint, IpFamily, Protocol, ServiceName, ServicePortInfo, ServicePortName};
 
-/// Where a table lives and which traffic it sees.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Scope {
-    /// The node's own namespace (kube-proxy's place): traffic from pods,
-    /// the node and outside; cluster, external and load-balancer IPs and
-    /// node ports.
-    #[default]
-    Node,
-    /// One pod's namespace (multus mode): only what the pod itself sends,
-    /// to cluster IPs, with its source kept (no masquerading).
-    Pod,
-}
+pub use crate::names::Scope;
 
 /// How this node treats traffic. A running syncer's changes only through
 /// [`crate::NftSyncer::reconfigure`], and the next sync is then a full one.

@@ -7,14 +7,7 @@ use slice_model::Protocol;
 
 use crate::names::ChainId;
 
-/// nft's name for a protocol.
-pub fn proto(p: Protocol) -> &'static str {
-    match p {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-        Protocol::Sctp => "sctp",
-    }
-}
+pub use crate::protocol::proto;
 
 /// Where traffic for a service arrives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
@@ -24,7 +17,7 @@ pub enum Frontend {
         /// The address.
         addr: IpAddr,
         /// The protocol.
-        #[serde(with = "crate::packed::protocol")]
+        #[serde(with = "crate::protocol::stored")]
         protocol: Protocol,
         /// The port.
         port: u16,
@@ -32,7 +25,7 @@ pub enum Frontend {
     /// A port on every local address of the node.
     NodePort {
         /// The protocol.
-        #[serde(with = "crate::packed::protocol")]
+        #[serde(with = "crate::protocol::stored")]
         protocol: Protocol,
         /// The node port.
         port: u16,

@@ -7,6 +7,7 @@ pub mod kernel;
 mod lock_cost;
 pub mod names;
 mod packed;
+mod protocol;
 pub mod rule;
 pub mod skeleton;
 pub mod stale_flows;

@@ -6,6 +6,19 @@ use std::fmt;
 
 use slice_model::{IpFamily, Protocol};
 
+/// Where a table lives and which traffic it sees.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// The node's own namespace (kube-proxy's place): traffic from pods,
+    /// the node and outside; cluster, external and load-balancer IPs and
+    /// node ports.
+    #[default]
+    Node,
+    /// One pod's namespace (multus mode): only what the pod itself sends,
+    /// to cluster IPs, with its source kept (no masquerading).
+    Pod,
+}
+
 /// The table every proxyd rule of a node lives in (`ip proxyd`, `ip6 proxyd`).
 pub const TABLE: &str = "proxyd";
 
@@ -139,7 +152,7 @@ pub enum SetId {
     /// The endpoints of one chain of a port with more than one of them:
     /// position -> endpoint (named after the chain). nft types its value
     /// by the protocol's port (`tcp dport`), so the protocol is part of it.
-    Backends(#[serde(with = "crate::packed::protocol")] Protocol, String),
+    Backends(#[serde(with = "crate::protocol::stored")] Protocol, String),
 }
 
 impl SetId {
@@ -209,14 +222,14 @@ impl SetId {
             Self::Affinity(_) => format!("type {at}; flags dynamic,timeout"),
             Self::Backends(p, _) => format!(
                 "typeof numgen random mod 2 : {a} daddr . {} dport",
-                crate::element::proto(*p)
+                crate::protocol::proto(*p)
             ),
         }
     }
 
     /// The sets of the fixed skeleton of a scope, in declaration order.
-    pub fn skeleton(scope: crate::desired::Scope) -> Vec<Self> {
-        if scope == crate::desired::Scope::Pod {
+    pub fn skeleton(scope: Scope) -> Vec<Self> {
+        if scope == Scope::Pod {
             let mut all = vec![
                 Self::Canary,
                 Self::ClusterIps,
@@ -304,7 +317,7 @@ impl SetId {
     /// The set named `name` (what [`Display`](fmt::Display) writes), if it
     /// is one of proxyd's.
     pub fn from_name(name: &str) -> Option<Self> {
-        if let Some(fixed) = named(Self::skeleton(crate::desired::Scope::Node), name) {
+        if let Some(fixed) = named(Self::skeleton(Scope::Node), name) {
             return Some(fixed);
         }
         if let Some(part) = name.strip_prefix("aff-") {
@@ -483,7 +496,7 @@ mod tests {
 
     #[test]
     fn names_read_back_as_what_wrote_them() {
-        let mut sets = SetId::skeleton(crate::desired::Scope::Node);
+        let mut sets = SetId::skeleton(Scope::Node);
         sets.push(SetId::Affinity("ns/a/tcp/80/10.0.0.1/8080".into()));
         sets.push(SetId::Backends(Protocol::Udp, "svc-ns/a/udp/53".into()));
         for set in sets {

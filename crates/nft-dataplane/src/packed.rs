@@ -8,9 +8,6 @@
 //! allocations, several hundred bytes; encoded it is one allocation of a few
 //! dozen.
 
-use serde::{Deserialize, Deserializer, Serializer};
-use slice_model::Protocol;
-
 use crate::fragment::Fragment;
 
 /// A fragment, encoded.
@@ -46,28 +43,6 @@ impl Packed {
     #[cfg(test)]
     pub(crate) fn heap_bytes(&self) -> usize {
         self.0.len()
-    }
-}
-
-/// A protocol as one byte (`slice_model` has no serde support).
-pub(crate) mod protocol {
-    use super::*;
-
-    pub(crate) fn serialize<S: Serializer>(p: &Protocol, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u8(match p {
-            Protocol::Sctp => 0,
-            Protocol::Tcp => 1,
-            Protocol::Udp => 2,
-        })
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Protocol, D::Error> {
-        match u8::deserialize(d)? {
-            0 => Ok(Protocol::Sctp),
-            1 => Ok(Protocol::Tcp),
-            2 => Ok(Protocol::Udp),
-            n => Err(serde::de::Error::custom(format!("no protocol {n}"))),
-        }
     }
 }
 

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use ipnet::IpNet;
 use slice_model::Protocol;
 
-use crate::element::proto;
 use crate::names::{ChainId, FamilyWords, SetId};
+use crate::protocol::proto;
 
 /// The part of a packet a set lookup is keyed by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -84,12 +84,12 @@ pub enum Statement {
     /// Masquerade (source NAT to the outgoing address, random ports).
     Masquerade,
     /// DNAT to one endpoint.
-    Dnat(#[serde(with = "crate::packed::protocol")] Protocol, SocketAddr),
+    Dnat(#[serde(with = "crate::protocol::stored")] Protocol, SocketAddr),
     /// DNAT to one of the `width` endpoints of a backend map, each equally
     /// likely: `numgen random mod width` is the key.
     DnatMap {
         /// The protocol.
-        #[serde(with = "crate::packed::protocol")]
+        #[serde(with = "crate::protocol::stored")]
         protocol: Protocol,
         /// The map ([`SetId::Backends`]).
         map: SetId,

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use nft_dataplane::names::{POD_TABLE, TABLE};
 use slice_model::IpFamily;
 
-use crate::cli::CleanupArgs;
+use crate::settings::flags::CleanupArgs;
 use linux_dataplane::{Netns, NftCommand, RemovedTables};
 
 /// `proxyd cleanup`: removes proxyd's tables (both families). Conntrack

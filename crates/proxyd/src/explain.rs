@@ -23,7 +23,7 @@ use slice_model::{
     BaseEndpointInfo, Endpoint, IpFamily, NodeHint, SERVICE_NAME_LABEL, ServiceName, ServicePortInfo, ServiceType,
 };
 
-use crate::cli::ExplainArgs;
+use crate::settings::flags::ExplainArgs;
 use crate::snapshot_engine::{SliceView, Snapshot, one_shot, slices_of};
 use endpoints_map::Engine;
 use nft_dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_service};

@@ -6,9 +6,9 @@
 //! binary runs. The modules:
 //!
 //! ```text
-//!  cli, config      the command line; --config files (proxyd's and
-//!                   kube-proxy's KubeProxyConfiguration), merged into it
-//!  kube_proxy_settings  KubeProxyConfiguration -> settings
+//!  settings         every flag (flags), --config files in proxyd's format
+//!                   (file) and kube-proxy's KubeProxyConfiguration
+//!                   (kube_proxy), merged under the command line
 //!  logging          the tracing subscriber and its filter
 //!  replay           `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
 //!                   ─► EndpointsMap ─► one JSON line per sync (docs/replay-format.md)
@@ -29,29 +29,27 @@
 //! kube-proxy's leftovers) are library crates of their own.
 
 mod cleanup;
-mod cli;
-mod config;
 mod explain;
-mod kube_proxy_settings;
 mod logging;
 mod metrics_registry;
 mod render;
 mod replay;
 mod run;
+mod settings;
 mod snapshot_engine;
 mod sysctls;
 
-pub use cli::{Command, ProxyArgs, RunArgs};
-pub use config::parse as parse_command_line;
 pub use explain::explain_port;
 pub use replay::{Options as ReplayOptions, Replayer};
 pub use run::validate as validate_run;
+pub use settings::flags::{Command, ProxyArgs, RunArgs};
+pub use settings::parse as parse_command_line;
 pub use snapshot_engine::{Snapshot, dataplane_config, engine as snapshot_engine};
 
 /// The `proxyd` command: parses the command line (and `--config`), sets up
 /// logging and runs the subcommand.
 pub fn main() -> std::process::ExitCode {
-    let (cli, notes) = match config::parse(std::env::args_os().collect()) {
+    let (cli, notes) = match settings::parse(std::env::args_os().collect()) {
         Ok(parsed) => (parsed.cli, parsed.notes),
         Err(e) => e.exit(),
     };

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use endpoints_map::topology::TopologyMode;
 use slice_model::ServicePortInfo;
 
-use crate::cli::RenderArgs;
+use crate::settings::flags::RenderArgs;
 use crate::snapshot_engine::one_shot;
 use endpoints_map::Engine;
 use nft_dataplane::desired::{EndpointGroup, GroupVerdict};

@@ -9,7 +9,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 pub use daemon_sources::snapshot::{SliceView, Snapshot, slices_of};
 
-use crate::cli::{ProxyArgs, SourceArgs};
+use crate::settings::flags::{ProxyArgs, SourceArgs};
 use endpoints_map::Engine;
 use nft_dataplane::DataplaneConfig;
 

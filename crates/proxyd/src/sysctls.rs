@@ -9,52 +9,11 @@
 //! the kernel's. What may not be written is one warning naming what was
 //! left as it is, never a failed start.
 
-use std::time::Duration;
-
-use clap::Args;
-
-use crate::cli::parse_duration;
+use crate::settings::flags::ConntrackArgs;
 use linux_dataplane::sysctl::{Applied, Sysctls, cpus};
 
 /// kube-proxy's cap on the scaled table size.
 const MAX_LIMIT: u64 = 1 << 20;
-
-/// `--conntrack-*`: kube-proxy's flags, defaults and meanings.
-#[derive(Args, Debug, Clone, PartialEq, Eq)]
-pub struct ConntrackArgs {
-    /// Maximum number of NAT connections to track per CPU core (0 leaves
-    /// the limit as it is and ignores --conntrack-min).
-    #[arg(long, default_value_t = 32768)]
-    pub conntrack_max_per_core: u64,
-
-    /// Minimum number of conntrack entries, whatever
-    /// --conntrack-max-per-core gives.
-    #[arg(long, default_value_t = 131072)]
-    pub conntrack_min: u64,
-
-    /// Idle timeout for established TCP connections (0 leaves it as it
-    /// is).
-    #[arg(long, default_value = "24h", value_parser = parse_duration)]
-    pub conntrack_tcp_timeout_established: Duration,
-
-    /// NAT timeout for TCP connections in the CLOSE_WAIT state (0 leaves
-    /// it as it is).
-    #[arg(long, default_value = "1h", value_parser = parse_duration)]
-    pub conntrack_tcp_timeout_close_wait: Duration,
-
-    /// Mark packets outside the TCP window INVALID no more
-    /// (nf_conntrack_tcp_be_liberal=1).
-    #[arg(long)]
-    pub conntrack_tcp_be_liberal: bool,
-
-    /// Idle timeout for UNREPLIED UDP connections (0 leaves it as it is).
-    #[arg(long, default_value = "0", value_parser = parse_duration)]
-    pub conntrack_udp_timeout: Duration,
-
-    /// Idle timeout for ASSURED UDP connections (0 leaves it as it is).
-    #[arg(long, default_value = "0", value_parser = parse_duration)]
-    pub conntrack_udp_timeout_stream: Duration,
-}
 
 impl ConntrackArgs {
     /// The table size to set for `cpus` CPUs, if any: max-per-core × CPUs,

@@ -15,7 +15,7 @@ use informer_glue::wire::WireObject;
 use slice_cache::EndpointSliceCache;
 use slice_model::{Interner, IpFamily, ServiceInfo, ServiceName};
 
-use crate::cli::ReplayArgs;
+use crate::settings::flags::ReplayArgs;
 use informer_glue::wire::event::{Action, Event, decode_line};
 use timing::{Timing, timed};
 

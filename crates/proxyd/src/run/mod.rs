@@ -33,8 +33,8 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::cli::RunArgs;
 use crate::metrics_registry::{CONTENT_TYPE, Metrics};
+use crate::settings::flags::RunArgs;
 use crate::snapshot_engine::{node_name, selection};
 use node_proxy::health::{ProxierHealth, ServiceHealth};
 use node_proxy::http::{Reply, serve};
@@ -446,7 +446,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
-    use crate::cli::{Cli, Command};
+    use crate::settings::flags::{Cli, Command};
 
     fn run_args(args: &[&str]) -> RunArgs {
         let mut all = vec!["proxyd", "run"];

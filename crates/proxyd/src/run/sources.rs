@@ -22,8 +22,8 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::cli::RunArgs;
 use crate::metrics_registry::Metrics;
+use crate::settings::flags::RunArgs;
 use crate::snapshot_engine::client;
 use daemon_sources::manifest_source::{self, ServiceSink};
 use endpoints_map::Engine;
@@ -140,7 +140,7 @@ pub fn handlers(
         service_cidrs: service_cidrs.as_ref().map(ServiceCidrs::subscribe),
         node_pod_cidrs: this_node
             .as_ref()
-            .filter(|_| args.proxy.detect_local_mode == crate::cli::DetectLocalMode::NodeCidr)
+            .filter(|_| args.proxy.detect_local_mode == crate::settings::flags::DetectLocalMode::NodeCidr)
             .map(ThisNode::pod_cidrs),
         node_primary_ips: this_node
             .as_ref()

@@ -9,8 +9,8 @@ use informer_glue::multus::{PodStore, ServiceNetworks};
 use slice_model::{IpFamily, ServiceName};
 use tokio::sync::watch;
 
-use crate::cli::RunArgs;
 use crate::metrics_registry::Metrics;
+use crate::settings::flags::RunArgs;
 use crate::snapshot_engine::dataplane_config;
 use endpoints_map::Engine;
 use linux_dataplane::{Conntrack, NetlinkConntrack, NoConntrack};

@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use daemon_sources::kube_proxy_file::{API_VERSION, KIND, KubeProxyConfiguration};
 
-use crate::cli::{
+use super::file::Settings;
+use crate::logging::LogFormat;
+use crate::settings::flags::{
     DetectLocalMode, parse_bind_address, parse_cidr, parse_duration, parse_interface, parse_nodeport_address,
     parse_oom_score_adj,
 };
-use crate::config::Settings;
-use crate::logging::LogFormat;
 
 /// A set, non-zero value (`""`, `0s`, `0` and `null` are kube-proxy's
 /// "use the default").
@@ -51,7 +51,7 @@ fn cidrs<'a>(field: &str, items: impl IntoIterator<Item = &'a str>) -> Result<Ve
 /// notes on what was left out (to log once logging is set up); the
 /// problems name the field.
 pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
-    let c: KubeProxyConfiguration = crate::config::decode(text)?;
+    let c: KubeProxyConfiguration = super::file::decode(text)?;
     if c.api_version.as_deref().is_some_and(|v| v != API_VERSION) {
         return Err(format!(
             "apiVersion {:?}: proxyd reads {API_VERSION}",
@@ -276,7 +276,7 @@ mod tests {
 
     /// What kubeadm 1.36 writes into the `kube-proxy` ConfigMap as
     /// `config.conf` (its defaults; `clusterCIDR` from the pod subnet).
-    const KUBEADM: &str = include_str!("../tests/fixtures/kubeadm-kube-proxy-config.conf");
+    const KUBEADM: &str = include_str!("../../tests/fixtures/kubeadm-kube-proxy-config.conf");
 
     fn decode(text: &str) -> Result<(Settings, Vec<String>), String> {
         settings(text)
@@ -317,7 +317,7 @@ mod tests {
                     oomScoreAdj: -998\nbindAddressHardFail: true\nclientConnection: {qps: 50, burst: 100}\n\
                     logging: {verbosity: 4, format: json}\n";
         let (s, _) = decode(text).unwrap();
-        let bind = |a: &str| Some(crate::cli::parse_bind_address(a).unwrap());
+        let bind = |a: &str| Some(crate::settings::flags::parse_bind_address(a).unwrap());
         let secs = |n| Some(Duration::from_secs(n));
         assert_eq!(
             s,
@@ -326,7 +326,9 @@ mod tests {
                 hostname_override: Some("node-7".into()),
                 healthz_bind_address: bind("0.0.0.0:10256"),
                 metrics_bind_address: bind("0.0.0.0:10249"),
-                nodeport_addresses: Some(vec![crate::cli::NodePortAddress::Cidr(cidr("192.168.0.0/24"))]),
+                nodeport_addresses: Some(vec![crate::settings::flags::NodePortAddress::Cidr(cidr(
+                    "192.168.0.0/24"
+                ))]),
                 masquerade_all: Some(true),
                 sync_period: secs(60),
                 min_sync_period: secs(2),

@@ -1,102 +1,17 @@
-//! `--config FILE`: settings from a file, decoded into one typed
-//! [`Settings`] and merged with the command line, where a flag given on the
-//! command line wins.
-//!
-//! Two formats are read:
-//! - proxyd's own: a YAML (or JSON) mapping of long flag names to values,
-//!   ```yaml
-//!   hostname-override: node-1
-//!   cluster-cidr: [10.244.0.0/16, fd00:10:244::/56]
-//!   masquerade-all: false
-//!   min-sync-period: 1s
-//!   ```
-//! - kube-proxy's `KubeProxyConfiguration` ([`crate::kube_proxy_settings`]),
-//!   so that kubeadm's ConfigMap and kube-proxy's DaemonSet arguments work
-//!   unchanged.
-//!
-//! Values are parsed by the same functions as the flags, so a file and a
-//! command line accept and refuse the same text. Which of the two wins is
-//! decided by clap's value sources: a setting of the file replaces what the
-//! command line left at its default, never what it gave (a list given on
-//! the command line replaces the file's whole).
+//! `--config FILE` in proxyd's own format (a mapping of long flag names to
+//! values), decoded into [`Settings`], the typed value both file formats
+//! become; [`Settings::apply`] merges it under the command line.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, ValueEnum};
+use clap::{ArgMatches, ValueEnum};
 use serde::{Deserialize, Deserializer};
-use serde_json::Value;
 use slice_model::IpFamily;
 
-use crate::cli::{BindAddress, Cli, Command, DetectLocalMode, NodePortAddress, ProxyArgs, SourceArgs};
 use crate::logging::LogFormat;
-
-/// A parsed command line, and what reading its `--config` file has to say
-/// once logging is set up (settings it left out).
-#[derive(Debug)]
-pub struct Parsed {
-    /// The command line.
-    pub cli: Cli,
-    /// Notes to log.
-    pub notes: Vec<String>,
-}
-
-/// Parses the command line and merges its `--config` file in: clap's error
-/// on a bad flag, a message naming the file and the setting on a bad file.
-pub fn parse(args: Vec<std::ffi::OsString>) -> Result<Parsed, clap::Error> {
-    let mut cmd = command();
-    // A later flag replaces an earlier one (as kube-proxy's flags do), but a
-    // second file would hide the first's settings: that is an error.
-    let is_config = |a: &&std::ffi::OsString| a.to_string_lossy().split('=').next() == Some("--config");
-    if args.iter().filter(is_config).count() > 1 {
-        return Err(cmd.error(
-            clap::error::ErrorKind::ArgumentConflict,
-            "--config is given more than once: give one file",
-        ));
-    }
-    let matches = cmd.try_get_matches_from_mut(args)?;
-    let mut cli = Cli::from_arg_matches(&matches)?;
-    let Some(path) = cli.config.clone() else {
-        return Ok(Parsed { cli, notes: Vec::new() });
-    };
-    let bad = |m: String| cmd.clone().error(clap::error::ErrorKind::InvalidValue, m);
-    let (mut settings, notes) = read(&path).map_err(bad)?;
-    settings
-        .apply(&matches, &mut cli)
-        .map_err(|m| bad(format!("--config {}: {m}", path.display())))?;
-    Ok(Parsed { cli, notes })
-}
-
-/// The clap command, with a later flag replacing an earlier one.
-fn command() -> clap::Command {
-    let mut cmd = Cli::command();
-    let names: Vec<String> = cmd.get_subcommands().map(|s| s.get_name().to_owned()).collect();
-    for name in names {
-        cmd = cmd.mut_subcommand(name, |s| s.args_override_self(true));
-    }
-    cmd
-}
-
-/// Reads and decodes a `--config` file (either format), with notes on what
-/// it left out.
-pub fn read(path: &Path) -> Result<(Settings, Vec<String>), String> {
-    let shown = path.display();
-    let text = std::fs::read_to_string(path).map_err(|e| format!("--config {shown}: {e}"))?;
-    let doc: Value = serde_saphyr::from_str(&text).map_err(|e| format!("--config {shown}: not valid YAML: {e}"))?;
-    if daemon_sources::kube_proxy_file::is_kube_proxy_config(&doc) {
-        return crate::kube_proxy_settings::settings(&text)
-            .map_err(|e| format!("--config {shown} (KubeProxyConfiguration): {e}"));
-    }
-    match doc {
-        Value::Null => return Ok((Settings::default(), Vec::new())),
-        Value::Object(_) => {}
-        _ => return Err(format!("--config {shown}: expected a mapping of flag names to values")),
-    }
-    let settings = decode(&text)
-        .map_err(|e| format!("--config {shown}: {e}; settings are the long flags of `proxyd run --help`"))?;
-    Ok((settings, Vec::new()))
-}
+use crate::settings::flags::{BindAddress, Cli, Command, DetectLocalMode, NodePortAddress, ProxyArgs, SourceArgs};
 
 /// Decodes YAML text into `T` straight from the text, so that a value is
 /// read as its field's type asks (`node-zone: no` is the string "no", not
@@ -279,7 +194,7 @@ impl Settings {
               masquerade_all, nodeport_addresses, service_cidr, node_zone);
     }
 
-    fn pods(&mut self, matches: &ArgMatches, pods: &mut crate::cli::PodNetnsArgs) {
+    fn pods(&mut self, matches: &ArgMatches, pods: &mut crate::settings::flags::PodNetnsArgs) {
         take!(self, matches, pods; pod_netns_dir, container_runtime_endpoint, host_prefix);
     }
 }
@@ -317,28 +232,28 @@ mod de {
     }
 
     pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        one(d, crate::cli::parse_duration)
+        one(d, crate::settings::flags::parse_duration)
     }
     pub fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<ipnet::IpNet>>, D::Error> {
-        list(d, crate::cli::parse_cidr)
+        list(d, crate::settings::flags::parse_cidr)
     }
     pub fn nodeport_addresses<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<NodePortAddress>>, D::Error> {
-        list(d, crate::cli::parse_nodeport_address)
+        list(d, crate::settings::flags::parse_nodeport_address)
     }
     pub fn bind_address<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BindAddress>, D::Error> {
-        one(d, crate::cli::parse_bind_address)
+        one(d, crate::settings::flags::parse_bind_address)
     }
     pub fn interface<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        one(d, crate::cli::parse_interface)
+        one(d, crate::settings::flags::parse_interface)
     }
     pub fn proxy_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        one(d, crate::cli::parse_proxy_mode)
+        one(d, crate::settings::flags::parse_proxy_mode)
     }
     pub fn nft_writer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<linux_dataplane::NftWriter>, D::Error> {
-        one(d, crate::cli::parse_nft_writer)
+        one(d, crate::settings::flags::parse_nft_writer)
     }
     pub fn oom_score_adj<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
-        one(d, crate::cli::parse_oom_score_adj)
+        one(d, crate::settings::flags::parse_oom_score_adj)
     }
     fn parse_family(s: &str) -> Result<IpFamily, String> {
         s.parse().map_err(|e| format!("{e}"))
@@ -360,8 +275,14 @@ mod de {
 #[cfg(test)]
 mod tests {
     use std::ffi::OsString;
+    use std::path::Path;
+
+    use serde_json::Value;
 
     use super::*;
+    use clap::{CommandFactory, FromArgMatches};
+
+    use crate::settings::{parse, read};
 
     fn write(text: &str) -> String {
         let path = std::env::temp_dir().join(format!("proxyd-config-{}-{}.yaml", std::process::id(), text.len()));
@@ -373,7 +294,7 @@ mod tests {
         args.iter().map(OsString::from).collect()
     }
 
-    fn run(args: &[&str]) -> crate::cli::RunArgs {
+    fn run(args: &[&str]) -> crate::settings::flags::RunArgs {
         match parse(os(args)).unwrap_or_else(|e| panic!("{e}")).cli.command {
             Command::Run(run) => *run,
             other => panic!("not run: {other:?}"),

@@ -1,6 +1,7 @@
 //! Command-line arguments.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use slice_model::IpFamily;
@@ -448,7 +449,7 @@ pub struct RunArgs {
 
     /// kube-proxy's conntrack settings, made at startup.
     #[command(flatten)]
-    pub conntrack: crate::sysctls::ConntrackArgs,
+    pub conntrack: ConntrackArgs,
 
     /// kube-proxy's flags for its process and its API client.
     #[command(flatten)]
@@ -636,6 +637,43 @@ pub struct ReplayArgs {
     pub quiet: bool,
 }
 
+/// `--conntrack-*`: kube-proxy's flags, defaults and meanings.
+#[derive(Args, Debug, Clone, PartialEq, Eq)]
+pub struct ConntrackArgs {
+    /// Maximum number of NAT connections to track per CPU core (0 leaves
+    /// the limit as it is and ignores --conntrack-min).
+    #[arg(long, default_value_t = 32768)]
+    pub conntrack_max_per_core: u64,
+
+    /// Minimum number of conntrack entries, whatever
+    /// --conntrack-max-per-core gives.
+    #[arg(long, default_value_t = 131072)]
+    pub conntrack_min: u64,
+
+    /// Idle timeout for established TCP connections (0 leaves it as it
+    /// is).
+    #[arg(long, default_value = "24h", value_parser = parse_duration)]
+    pub conntrack_tcp_timeout_established: Duration,
+
+    /// NAT timeout for TCP connections in the CLOSE_WAIT state (0 leaves
+    /// it as it is).
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    pub conntrack_tcp_timeout_close_wait: Duration,
+
+    /// Mark packets outside the TCP window INVALID no more
+    /// (nf_conntrack_tcp_be_liberal=1).
+    #[arg(long)]
+    pub conntrack_tcp_be_liberal: bool,
+
+    /// Idle timeout for UNREPLIED UDP connections (0 leaves it as it is).
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    pub conntrack_udp_timeout: Duration,
+
+    /// Idle timeout for ASSURED UDP connections (0 leaves it as it is).
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    pub conntrack_udp_timeout_stream: Duration,
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -664,10 +702,11 @@ mod tests {
     #[test]
     fn proxy_args_for_code_take_the_command_lines_defaults() {
         use clap::Parser;
-        let parsed = match crate::cli::Cli::parse_from(["proxyd", "render", "--hostname-override", "n"]).command {
-            crate::cli::Command::Render(r) => r.proxy,
-            _ => unreachable!("parsed render"),
-        };
+        let parsed =
+            match crate::settings::flags::Cli::parse_from(["proxyd", "render", "--hostname-override", "n"]).command {
+                crate::settings::flags::Command::Render(r) => r.proxy,
+                _ => unreachable!("parsed render"),
+            };
         let built = super::ProxyArgs::for_node("n");
         assert_eq!(format!("{built:?}"), format!("{parsed:?}"));
     }
