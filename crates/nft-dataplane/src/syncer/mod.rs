@@ -1,0 +1,334 @@
+//! [`NftSyncer`]: keeps the kernel's table in step with the engine's maps,
+//! writing only what changed.
+//!
+//! It remembers what it programmed, per service ([`Fragment`]s, frontend
+//! owners, shared elements with their users). A sync rewrites only the
+//! services the engine reports as changed; the first sync, a sync after any
+//! failed apply, and one per [`FULL_RESYNC_PERIOD`] write the whole table.
+//! On a failed apply the remembered view is dropped: nothing partial is
+//! trusted.
+//!
+//! A full sync writes the whole table one of three ways:
+//!
+//! - a table that does not exist gets a first load of short transactions
+//!   (nothing there to keep consistent);
+//! - a table of this shape ([`crate::names::SHAPE`]) that the dataplane can
+//!   read back is rewritten in place: declarations and every chain's rules
+//!   a few services at a time, then every set emptied and refilled in one
+//!   transaction of elements alone, then what no service wants any more
+//!   deleted. No transaction holds the whole ruleset, and no service is
+//!   ever without its rules and elements;
+//! - any other table (another shape, after a failed apply, unreadable) is
+//!   replaced in one transaction.
+//!
+//! The parts: `programmed` keeps the ledger of what the kernel holds,
+//! `full` writes the whole table (a first load, in place, or replacing
+//! it) and `changes` the changed services' transaction.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::{Duration, Instant};
+
+use endpoints_map::{EndpointsMap, ServicesMap};
+use slice_model::ServiceName;
+
+use crate::desired::{DataplaneConfig, plan_service};
+use crate::element::{Element, Frontend, Key};
+use crate::fragment::{self, Fragment};
+use crate::packed::Packed;
+use crate::transaction::Transaction;
+use crate::{Dataplane, DataplaneError};
+
+mod changes;
+mod full;
+mod programmed;
+
+pub use full::FIRST_LOAD_CHUNK;
+use full::{Stale, first_load, full_transaction, rewrite_in_place};
+use programmed::Programmed;
+
+/// How often the whole table is rewritten even when nothing failed
+/// (kube-proxy's nftables mode uses the same hour): it repairs element-level
+/// tampering that the canary cannot see.
+pub const FULL_RESYNC_PERIOD: Duration = Duration::from_secs(3600);
+
+/// The element every incremental transaction adds first (a no-op when it
+/// is there): if the table was removed or replaced from outside, its set is
+/// gone, the add fails and the whole transaction with it, so the next sync
+/// is a full one. Only an add: any element delete makes the kernel wait for
+/// an RCU grace period at commit, which would triple the cost of a sync
+/// that only adds.
+fn canary() -> Element {
+    Element::key(Key::Port(1))
+}
+
+/// What one sync did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// The whole table was replaced.
+    pub full: bool,
+    /// Services whose rules were written (all of them in a full sync).
+    pub services_written: usize,
+    /// Size of the nft transaction's text (0 when the dataplane did not
+    /// render it).
+    pub script_bytes: usize,
+    /// Elements added or deleted.
+    pub elements: usize,
+    /// Time to decide what to write.
+    pub render: Duration,
+    /// Time to apply (rendering the text as it streams to nft, and nft).
+    pub apply: Duration,
+    /// Transactions applied (more than one only for the first load of a
+    /// table that did not exist).
+    pub transactions: usize,
+    /// The longest of them.
+    pub longest_apply: Duration,
+}
+
+/// What a sync writes: the whole table (as one transaction, or as a first
+/// load of several when the table does not exist), or the changes.
+enum Plan {
+    Full { view: Programmed, how: FullLoad },
+    Partial { tx: Transaction, written: usize },
+}
+
+/// How a full sync writes the table.
+enum FullLoad {
+    /// It does not exist: short transactions.
+    FirstLoad,
+    /// It is readable and of this shape: in place, deleting these.
+    InPlace(Box<Stale>),
+    /// One transaction that deletes it and writes it again.
+    Replace,
+}
+
+/// Why a sync is happening.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncKind {
+    /// Something changed.
+    Changes,
+    /// The periodic sync: also re-assert the fixed skeleton.
+    Periodic,
+}
+
+/// Which services a table serves (a pod's: those on its networks).
+pub type ServiceFilter = Box<dyn Fn(&ServiceName) -> bool + Send + Sync>;
+
+/// Builds and applies the table for one IP family.
+pub struct NftSyncer<D> {
+    config: DataplaneConfig,
+    dataplane: D,
+    view: Option<Programmed>,
+    last_full: Option<Instant>,
+    filter: Option<ServiceFilter>,
+    first_load_chunk: usize,
+    /// An apply failed since the last full sync: the next replaces the
+    /// table whole, trusting nothing in it.
+    replace_next: bool,
+}
+
+impl<D: Dataplane> NftSyncer<D> {
+    /// A syncer whose first sync is a full one.
+    pub fn new(config: DataplaneConfig, dataplane: D) -> Self {
+        Self {
+            config,
+            dataplane,
+            view: None,
+            last_full: None,
+            filter: None,
+            first_load_chunk: FIRST_LOAD_CHUNK,
+            replace_next: false,
+        }
+    }
+
+    /// Sets how many elements and rules each transaction of a first load
+    /// holds (default [`FIRST_LOAD_CHUNK`]).
+    pub fn set_first_load_chunk(&mut self, chunk: usize) {
+        self.first_load_chunk = chunk.max(1);
+    }
+
+    /// Serves only the services `filter` selects; the next sync is a full
+    /// one (the selection may have changed anything).
+    pub fn set_filter(&mut self, filter: ServiceFilter) {
+        self.filter = Some(filter);
+        self.view = None;
+    }
+
+    fn serves(&self, name: &ServiceName) -> bool {
+        self.filter.as_ref().is_none_or(|f| f(name))
+    }
+
+    /// Changes the configuration (the Node was relabelled, the cluster's
+    /// ServiceCIDRs or the Node's pod ranges or addresses changed). Returns
+    /// whether that is a change; if so the next sync is a full one, as
+    /// kube-proxy's is: any service, and the fixed chains, may now be
+    /// written differently.
+    pub fn reconfigure(&mut self, change: impl FnOnce(&mut DataplaneConfig)) -> bool {
+        let mut config = self.config.clone();
+        change(&mut config);
+        if config == self.config {
+            return false;
+        }
+        self.config = config;
+        self.view = None;
+        true
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DataplaneConfig {
+        &self.config
+    }
+
+    /// The dataplane (tests read a [`crate::Recording`] or a
+    /// [`crate::KernelModel`] through it).
+    pub fn dataplane(&mut self) -> &mut D {
+        &mut self.dataplane
+    }
+
+    /// What the table holds for `service` since the last sync: its
+    /// fragment, with the frontends it holds and those it waits for
+    /// (`blocked`: another service held them first). `None` when it
+    /// contributes nothing, or before the first sync.
+    pub fn programmed(&self, service: &ServiceName) -> Option<Fragment> {
+        self.view.as_ref()?.fragments.get(service).map(Packed::unpack)
+    }
+
+    /// The service that holds `frontend` in the table (first come, first
+    /// served), if any.
+    pub fn frontend_owner(&self, frontend: &Frontend) -> Option<&ServiceName> {
+        self.view.as_ref()?.owners.get(frontend)
+    }
+
+    /// Whether the next sync will replace the whole table.
+    pub fn needs_full_sync(&self) -> bool {
+        self.view.is_none() || self.last_full.is_none_or(|t| t.elapsed() >= FULL_RESYNC_PERIOD)
+    }
+
+    /// Brings the table in line with the maps. `changed` are the services
+    /// whose ports or endpoints changed since the last successful sync
+    /// (ignored by a full sync, which writes everything).
+    pub fn sync(
+        &mut self,
+        services: &ServicesMap,
+        endpoints: &EndpointsMap,
+        changed: &BTreeSet<ServiceName>,
+        kind: SyncKind,
+    ) -> Result<SyncReport, DataplaneError> {
+        let started = Instant::now();
+        let full = self.needs_full_sync();
+        let plan = if full {
+            let view = self.build_full(services, endpoints);
+            let how = if self.dataplane.table_exists(self.config.family, self.config.table()) == Some(false) {
+                FullLoad::FirstLoad
+            } else {
+                self.stale_if_in_place(&view)
+                    .map_or(FullLoad::Replace, |stale| FullLoad::InPlace(Box::new(stale)))
+            };
+            Plan::Full { view, how }
+        } else {
+            // Re-asserting the fixed chains repairs what others committed;
+            // when nobody has, a periodic sync is a sync of changes.
+            let kind = match kind {
+                SyncKind::Periodic if !self.dataplane.may_have_changed() => SyncKind::Changes,
+                k => k,
+            };
+            let (tx, written) = self.partial(services, endpoints, changed, kind);
+            if written == 0 && kind == SyncKind::Changes {
+                // Nothing to write: don't spend an nft run on the canary alone.
+                return Ok(SyncReport {
+                    render: started.elapsed(),
+                    ..SyncReport::default()
+                });
+            }
+            Plan::Partial { tx, written }
+        };
+        let mut report = SyncReport {
+            full,
+            ..SyncReport::default()
+        };
+        let dataplane = &mut self.dataplane;
+        let mut apply = |tx: &Transaction| -> Result<(), DataplaneError> {
+            let applied = Instant::now();
+            let bytes = dataplane.apply(tx)?;
+            let took = applied.elapsed();
+            tracing::debug!(
+                ops = tx.ops.len(),
+                elements = tx.element_count(),
+                bytes,
+                took_ms = took.as_secs_f64() * 1e3,
+                "transaction applied"
+            );
+            report.script_bytes += bytes;
+            report.elements += tx.element_count();
+            report.apply += took;
+            report.transactions += 1;
+            report.longest_apply = report.longest_apply.max(took);
+            Ok(())
+        };
+        let applied = match &plan {
+            // Each of a first load's transactions is applied as soon as it
+            // is built, so that memory holds one of them, not the table twice.
+            Plan::Full {
+                view,
+                how: FullLoad::FirstLoad,
+            } => first_load(&self.config, view, self.first_load_chunk, &mut apply),
+            Plan::Full {
+                view,
+                how: FullLoad::InPlace(stale),
+            } => rewrite_in_place(&self.config, view, stale, self.first_load_chunk, &mut apply),
+            Plan::Full {
+                view,
+                how: FullLoad::Replace,
+            } => apply(&full_transaction(&self.config, view)),
+            Plan::Partial { tx, .. } => apply(tx),
+        };
+        if let Err(e) = applied {
+            // The kernel kept its state before the failed transaction,
+            // which no longer matches the view: forget it (the next sync
+            // replaces the whole table).
+            self.view = None;
+            self.replace_next = true;
+            return Err(e);
+        }
+        report.render = started.elapsed().saturating_sub(report.apply);
+        match plan {
+            Plan::Full { view, .. } => {
+                report.services_written = view.fragments.len();
+                self.view = Some(view);
+                self.last_full = Some(Instant::now());
+                self.replace_next = false;
+            }
+            Plan::Partial { written, .. } => report.services_written = written,
+        }
+        Ok(report)
+    }
+
+    /// The ledger of the whole table as the maps want it.
+    fn build_full(&self, services: &ServicesMap, endpoints: &EndpointsMap) -> Programmed {
+        let mut view = Programmed::default();
+        let mut names: Vec<&ServiceName> = services.iter().map(|p| &p.name.service).collect();
+        names.dedup();
+        // Sized up front: grown by doubling, each map would leave the
+        // tables it outgrew as holes among what the sync keeps. Most
+        // services have one frontend and one cluster IP.
+        view.fragments.reserve(names.len());
+        view.owners.reserve(names.len());
+        view.shared.reserve(names.len());
+        for name in names.into_iter().filter(|n| self.serves(n)) {
+            let targets = plan_service(name, services, endpoints, &self.config);
+            view.replace(name, |claim, old| fragment::build(&targets, &self.config, claim, old));
+        }
+        // The full transaction writes every shared element; a fresh map
+        // also drops the large allocation the build's changes grew.
+        view.shared_changes = HashMap::new();
+        view
+    }
+}
+
+/// Removes the table `table` of both families, whether or not they exist,
+/// one transaction each (`proxyd cleanup`).
+pub fn cleanup_transactions(table: &'static str) -> Vec<Transaction> {
+    [slice_model::IpFamily::V4, slice_model::IpFamily::V6]
+        .into_iter()
+        .map(|f| Transaction::remove_table(f, table))
+        .collect()
+}
