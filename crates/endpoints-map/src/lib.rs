@@ -2,6 +2,7 @@
 
 mod engine;
 mod map;
+#[cfg(any(test, feature = "test-util"))]
 pub mod reference;
 mod services;
 mod stale;

@@ -46,13 +46,16 @@ impl Conntrack for NoConntrack {
     }
 }
 
-/// A conntrack that records what it was asked, for tests.
+/// A conntrack that records what it was asked, for tests (feature
+/// `test-util`).
+#[cfg(any(test, feature = "test-util"))]
 #[derive(Debug, Default)]
 pub struct RecordingConntrack {
     /// Every flow asked for, in order.
     pub deleted: Vec<(IpFamily, Flow)>,
 }
 
+#[cfg(any(test, feature = "test-util"))]
 impl Conntrack for RecordingConntrack {
     fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
         self.deleted.extend(flows.iter().map(|f| (family, *f)));

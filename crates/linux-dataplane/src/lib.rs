@@ -53,7 +53,9 @@ pub mod process;
 pub mod routes;
 pub mod sysctl;
 
-pub use flow_cleanup::{Conntrack, ConntrackError, NoConntrack, RecordingConntrack};
+#[cfg(any(test, feature = "test-util"))]
+pub use flow_cleanup::RecordingConntrack;
+pub use flow_cleanup::{Conntrack, ConntrackError, NoConntrack};
 pub use netlink::{NetlinkConntrack, NftNetlink, RawElement};
 pub use netns::{Netns, NetnsError, NetnsId};
 pub use nft::{DryRun, NftAccessError, NftCommand, NftWriter, RemovedTables, WatchedNft, check_netlink, check_nft};
