@@ -211,6 +211,8 @@ pub struct ServiceTarget {
     pub source_ranges: Vec<IpNet>,
     /// ClientIP affinity timeout.
     pub affinity: Option<Duration>,
+    /// `internalTrafficPolicy: Local`.
+    pub internal_local: bool,
     /// `externalTrafficPolicy: Local`.
     pub external_local: bool,
     /// How hints narrowed the Cluster-policy endpoints.
@@ -264,6 +266,7 @@ impl ServiceTarget {
             load_balancer_ips: port.load_balancer_ips.clone(),
             source_ranges: port.load_balancer_source_ranges.clone(),
             affinity: port.session_affinity,
+            internal_local: port.internal_policy_local,
             external_local: port.external_policy_local,
             topology: chosen.topology,
             internal: group(port.internal_policy_local),
@@ -271,6 +274,43 @@ impl ServiceTarget {
                 .externally_accessible
                 .then(|| group(port.external_policy_local)),
         }
+    }
+}
+
+/// A service's ports whose traffic this node drops because a Local policy
+/// finds no endpoint here while the service has some elsewhere (kube-proxy's
+/// `sync_proxy_rules_no_local_endpoints_total`, by traffic).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NoLocalEndpoints {
+    /// Internal traffic (`internalTrafficPolicy: Local`).
+    pub internal: usize,
+    /// External traffic (`externalTrafficPolicy: Local`), of ports
+    /// reachable from outside.
+    pub external: usize,
+}
+
+impl NoLocalEndpoints {
+    /// Counted from the verdicts the targets' groups give, the ones the
+    /// rules are written from.
+    pub fn of(targets: &[ServiceTarget]) -> Self {
+        let dropped = |local: bool, group: Option<&EndpointGroup>| {
+            local && group.is_some_and(|g| g.verdict() == GroupVerdict::Drop)
+        };
+        Self {
+            internal: targets
+                .iter()
+                .filter(|t| dropped(t.internal_local, Some(&t.internal)))
+                .count(),
+            external: targets
+                .iter()
+                .filter(|t| dropped(t.external_local, t.external.as_ref()))
+                .count(),
+        }
+    }
+
+    /// No port is counted.
+    pub fn is_zero(&self) -> bool {
+        *self == Self::default()
     }
 }
 

@@ -9,12 +9,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
-use endpoints_map::topology::TrafficPolicies;
 use slice_model::{IpFamily, ServiceName};
 
 use crate::kube_proxy_metrics::SyncObservation;
 use endpoints_map::Engine;
 use linux_dataplane::flow_cleanup::Conntrack;
+use nft_dataplane::desired::NoLocalEndpoints;
 use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, SyncReport, Target};
 
 /// Per service: its health-check node port and local ready endpoints.
@@ -31,8 +31,9 @@ pub struct Proxier {
     pending_endpoint_changes: u64,
     pending_service_changes: u64,
     health_checks: HealthChecks,
-    no_local: HashMap<ServiceName, (u64, u64)>,
-    no_local_totals: (u64, u64),
+    /// Services with ports dropped for want of local endpoints, as the
+    /// syncs' reports last said.
+    no_local: HashMap<ServiceName, NoLocalEndpoints>,
 }
 
 /// What one successful sync did.
@@ -68,7 +69,6 @@ impl Proxier {
             pending_service_changes: 0,
             health_checks: HealthChecks::new(),
             no_local: HashMap::new(),
-            no_local_totals: (0, 0),
         }
     }
 
@@ -90,8 +90,7 @@ impl Proxier {
         self.engine.pending()
     }
 
-    fn refresh_service(&mut self, name: &ServiceName) {
-        let config = self.table.syncer().config();
+    fn refresh_health_check(&mut self, name: &ServiceName) {
         let ports = self.engine.services.service(name).unwrap_or(&[]);
         let hc = ports.iter().find_map(|p| p.health_check_node_port);
         match hc {
@@ -103,27 +102,24 @@ impl Proxier {
                 self.health_checks.remove(name);
             }
         }
-        let mut counts = (0, 0);
-        for p in ports {
-            let eps = self.engine.endpoints.get(&p.name).unwrap_or(&[]);
-            let policies = TrafficPolicies::of(p);
-            let c = nft_dataplane::desired::choose(p, eps, config);
-            let no_local = c.local.as_ref().is_some_and(Vec::is_empty) && c.has_any_endpoints;
-            if no_local && p.internal_policy_local {
-                counts.0 += 1;
-            }
-            if no_local && p.external_policy_local && policies.externally_accessible {
-                counts.1 += 1;
+    }
+
+    /// Follows the dataplane's count of ports dropped for want of local
+    /// endpoints (a full sync's report lists every service that has any);
+    /// returns the totals (internal, external).
+    fn count_no_local(&mut self, report: &SyncReport) -> (u64, u64) {
+        if report.full {
+            self.no_local.clear();
+        }
+        for (name, dropped) in &report.no_local_endpoints {
+            if dropped.is_zero() {
+                self.no_local.remove(name);
+            } else {
+                self.no_local.insert(name.clone(), *dropped);
             }
         }
-        let old = if counts == (0, 0) {
-            self.no_local.remove(name)
-        } else {
-            self.no_local.insert(name.clone(), counts)
-        }
-        .unwrap_or((0, 0));
-        self.no_local_totals.0 = self.no_local_totals.0 + counts.0 - old.0;
-        self.no_local_totals.1 = self.no_local_totals.1 + counts.1 - old.1;
+        let total = |f: fn(&NoLocalEndpoints) -> usize| self.no_local.values().map(f).sum::<usize>() as u64;
+        (total(|n| n.internal), total(|n| n.external))
     }
 
     /// One sync. On failure everything pending stays pending, and the
@@ -136,9 +132,10 @@ impl Proxier {
         self.pending_endpoint_changes += update.endpoints.changed_services.len() as u64;
         self.pending_service_changes += update.services.updated_services.len() as u64;
         for name in &update.changed {
-            self.refresh_service(name);
+            self.refresh_health_check(name);
         }
         let written = self.table.sync(&self.engine.services, &self.engine.endpoints, kind)?;
+        let (no_local_internal, no_local_external) = self.count_no_local(&written.report);
         // The rules are in place: now the entries they replace can go.
         let flows = written.flows;
         let conntrack_started = Instant::now();
@@ -154,8 +151,8 @@ impl Proxier {
             endpoint_changes: std::mem::take(&mut self.pending_endpoint_changes),
             service_changes: std::mem::take(&mut self.pending_service_changes),
             trigger_times: written.trigger_times,
-            no_local_internal: self.no_local_totals.0,
-            no_local_external: self.no_local_totals.1,
+            no_local_internal,
+            no_local_external,
             conntrack_deleted: deleted,
             conntrack_duration: if flows.is_empty() {
                 std::time::Duration::ZERO
@@ -277,6 +274,63 @@ mod tests {
         let out = p.sync(SyncKind::Changes).unwrap();
         assert_eq!(out.observation.no_local_external, 0);
         assert!(p.health_checks().is_empty(), "listener closes with the service");
+    }
+
+    /// The count of ports dropped for want of local endpoints comes from
+    /// the sync that wrote the drop: it follows changes, and a full sync
+    /// (after a failure) recounts rather than adds.
+    #[test]
+    fn no_local_counts_follow_the_verdicts_written() {
+        let dp = Arc::new(Mutex::new(Recording::default()));
+        let ct = Arc::new(Mutex::new(RecordingConntrack::default()));
+        let mut p = Proxier::new(
+            Engine::new("node-1", IpFamily::V4),
+            DataplaneConfig::new(IpFamily::V4),
+            Box::new(Shared(dp.clone())),
+            Box::new(Shared(ct)),
+        );
+        let mut internal = lb();
+        internal.internal_traffic_policy = TrafficPolicy::Local;
+        p.engine.update_service(&internal);
+        p.engine.update_slice(slice(&[("10.1.0.2", "node-2")]));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(
+            (out.observation.no_local_internal, out.observation.no_local_external),
+            (1, 1),
+            "both policies Local, the only endpoint remote"
+        );
+
+        // Another service's change fails to apply: the next sync is full.
+        let mut other = lb();
+        other.name = ServiceName::new("ns", "other");
+        other.cluster_ips = vec!["10.96.0.11".parse().unwrap()];
+        other.health_check_node_port = None;
+        other.ports[0].node_port = NonZeroU16::new(30054);
+        p.engine.update_service(&other);
+        dp.lock().unwrap().fail_next = 1;
+        assert!(p.sync(SyncKind::Changes).is_err());
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert!(out.report.full);
+        assert_eq!(
+            (out.observation.no_local_internal, out.observation.no_local_external),
+            (1, 1),
+            "a full sync recounts"
+        );
+
+        p.engine.update_slice(slice(&[("10.1.0.1", "node-1")]));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(
+            (out.observation.no_local_internal, out.observation.no_local_external),
+            (0, 0)
+        );
+
+        p.engine.update_slice(slice(&[]));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(
+            (out.observation.no_local_internal, out.observation.no_local_external),
+            (0, 0),
+            "no endpoints anywhere is a reject, not a drop"
+        );
     }
 
     /// Where the kernel model sends new connections to the cluster IP.

@@ -7,7 +7,7 @@ use endpoints_map::{EndpointsMap, ServicesMap};
 use slice_model::ServiceName;
 
 use crate::Dataplane;
-use crate::desired::{DataplaneConfig, plan_service};
+use crate::desired::{DataplaneConfig, NoLocalEndpoints, plan_service};
 use crate::element::{Element, Key, Value};
 use crate::fragment::{self, Fragment};
 use crate::names::{ChainId, SetId};
@@ -27,13 +27,15 @@ impl<D: Dataplane> NftSyncer<D> {
         endpoints: &EndpointsMap,
         changed: &BTreeSet<ServiceName>,
         kind: SyncKind,
-    ) -> (Transaction, usize) {
+    ) -> (Transaction, usize, Vec<(ServiceName, NoLocalEndpoints)>) {
         let config = &self.config;
         let filter = &self.filter;
         let mut tx = Transaction::for_table(config.family, config.table());
         let Some(view) = self.view.as_mut() else {
-            return (tx, 0);
+            return (tx, 0, Vec::new());
         };
+        // The last plan of each service is what is written.
+        let mut no_local: BTreeMap<ServiceName, NoLocalEndpoints> = BTreeMap::new();
         // What the kernel holds for each service touched, before this sync.
         let mut originals: HashMap<ServiceName, Option<Fragment>> = HashMap::new();
         // And what it holds for them now.
@@ -55,6 +57,7 @@ impl<D: Dataplane> NftSyncer<D> {
             } else {
                 Vec::new()
             };
+            no_local.insert(name.clone(), NoLocalEndpoints::of(&targets));
             let Replaced { old, new, wake } =
                 view.replace(&name, |claim, old| fragment::build(&targets, config, claim, old));
             latest.insert(name.clone(), new);
@@ -158,7 +161,7 @@ impl<D: Dataplane> NftSyncer<D> {
                 tx.push(Op::DeleteSet(s.clone()));
             }
         }
-        (tx, pairs.len())
+        (tx, pairs.len(), no_local.into_iter().collect())
     }
 }
 

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use endpoints_map::{EndpointsMap, ServicesMap};
 use slice_model::ServiceName;
 
-use crate::desired::{DataplaneConfig, plan_service};
+use crate::desired::{DataplaneConfig, NoLocalEndpoints, plan_service};
 use crate::element::{Element, Frontend, Key};
 use crate::fragment::{self, Fragment};
 use crate::packed::Packed;
@@ -82,6 +82,11 @@ pub struct SyncReport {
     pub transactions: usize,
     /// The longest of them.
     pub longest_apply: Duration,
+    /// Services' ports dropped for want of local endpoints, as the rules
+    /// just written decide it: every service planned in a sync of changes
+    /// (zero included), and in a full sync only those with any (the rest
+    /// have none).
+    pub no_local_endpoints: Vec<(ServiceName, NoLocalEndpoints)>,
 }
 
 /// What a sync writes: the whole table (as one transaction, or as a first
@@ -215,8 +220,10 @@ impl<D: Dataplane> NftSyncer<D> {
     ) -> Result<SyncReport, DataplaneError> {
         let started = Instant::now();
         let full = self.needs_full_sync();
+        let no_local_endpoints;
         let plan = if full {
-            let view = self.build_full(services, endpoints);
+            let (view, no_local) = self.build_full(services, endpoints);
+            no_local_endpoints = no_local;
             let how = if self.dataplane.table_exists(self.config.family, self.config.table()) == Some(false) {
                 FullLoad::FirstLoad
             } else {
@@ -231,11 +238,13 @@ impl<D: Dataplane> NftSyncer<D> {
                 SyncKind::Periodic if !self.dataplane.may_have_changed() => SyncKind::Changes,
                 k => k,
             };
-            let (tx, written) = self.partial(services, endpoints, changed, kind);
+            let (tx, written, no_local) = self.partial(services, endpoints, changed, kind);
+            no_local_endpoints = no_local;
             if written == 0 && kind == SyncKind::Changes {
                 // Nothing to write: don't spend an nft run on the canary alone.
                 return Ok(SyncReport {
                     render: started.elapsed(),
+                    no_local_endpoints,
                     ..SyncReport::default()
                 });
             }
@@ -243,6 +252,7 @@ impl<D: Dataplane> NftSyncer<D> {
         };
         let mut report = SyncReport {
             full,
+            no_local_endpoints,
             ..SyncReport::default()
         };
         let dataplane = &mut self.dataplane;
@@ -302,8 +312,14 @@ impl<D: Dataplane> NftSyncer<D> {
         Ok(report)
     }
 
-    /// The ledger of the whole table as the maps want it.
-    fn build_full(&self, services: &ServicesMap, endpoints: &EndpointsMap) -> Programmed {
+    /// The ledger of the whole table as the maps want it, and the services
+    /// with ports dropped for want of local endpoints.
+    fn build_full(
+        &self,
+        services: &ServicesMap,
+        endpoints: &EndpointsMap,
+    ) -> (Programmed, Vec<(ServiceName, NoLocalEndpoints)>) {
+        let mut no_local = Vec::new();
         let mut view = Programmed::default();
         let mut names: Vec<&ServiceName> = services.iter().map(|p| &p.name.service).collect();
         names.dedup();
@@ -315,12 +331,16 @@ impl<D: Dataplane> NftSyncer<D> {
         view.shared.reserve(names.len());
         for name in names.into_iter().filter(|n| self.serves(n)) {
             let targets = plan_service(name, services, endpoints, &self.config);
+            let dropped = NoLocalEndpoints::of(&targets);
+            if !dropped.is_zero() {
+                no_local.push((name.clone(), dropped));
+            }
             view.replace(name, |claim, old| fragment::build(&targets, &self.config, claim, old));
         }
         // The full transaction writes every shared element; a fresh map
         // also drops the large allocation the build's changes grew.
         view.shared_changes = HashMap::new();
-        view
+        (view, no_local)
     }
 }
 
