@@ -4,6 +4,7 @@
 //! ([`ServiceView`], [`SliceView`]) and fed into the caches through the
 //! same handlers and selection as the watches ([`SnapshotFeed`]).
 
+use informer_glue::node::NodeFacts;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -61,17 +62,11 @@ pub struct Snapshot {
     /// EndpointSlices: from [`Snapshot::read`], only those its caller
     /// asked to keep (every slice is handed over as it is read).
     slices: Vec<EndpointSlice>,
-    /// This node's zone label, if its Node object was found.
-    pub node_zone: Option<String>,
+    /// What the cluster says of this node: its Node's zone, pod ranges
+    /// and primary addresses, and the ServiceCIDRs' union.
+    pub facts: NodeFacts,
     /// This node's pods (multus mode; empty otherwise).
     pods: Vec<Pod>,
-    /// The union of the ServiceCIDR objects' ranges.
-    pub service_cidrs: Vec<ipnet::IpNet>,
-    /// This Node's pod ranges (`spec.podCIDRs`), for `--detect-local-mode
-    /// NodeCIDR`.
-    pub node_pod_cidrs: Vec<ipnet::IpNet>,
-    /// This Node's primary addresses, for `--nodeport-addresses primary`.
-    pub node_primary_ips: Vec<std::net::IpAddr>,
 }
 
 impl Snapshot {
@@ -117,11 +112,9 @@ impl Snapshot {
                     Object::ServiceCidr(c) => cidrs.push(c),
                     Object::Skipped(s) => tracing::debug!("skipped {s}"),
                 })?;
-                snapshot.node_zone = informer_glue::node::zone_of_named(&nodes, node);
                 let this = nodes.iter().find(|n| n.metadata.name.as_deref() == Some(node));
-                snapshot.node_pod_cidrs = this.map(informer_glue::node::pod_cidrs_of).unwrap_or_default();
-                snapshot.node_primary_ips = this.map(informer_glue::node::primary_ips_of).unwrap_or_default();
-                snapshot.service_cidrs = informer_glue::service_cidr::union(cidrs.iter().map(Vec::as_slice));
+                snapshot.facts = NodeFacts::of(this);
+                snapshot.facts.service_cidrs = informer_glue::service_cidr::union(cidrs.iter().map(Vec::as_slice));
             }
             SnapshotSource::Api(client) => {
                 let list = |what| move |source| SnapshotError::List { what, source };
@@ -153,8 +146,8 @@ impl Snapshot {
                             .items,
                     );
                 }
-                (snapshot.node_zone, snapshot.node_pod_cidrs, snapshot.node_primary_ips) = api_node(client, node).await;
-                snapshot.service_cidrs = api_service_cidrs(client).await;
+                snapshot.facts = api_node(client, node).await;
+                snapshot.facts.service_cidrs = api_service_cidrs(client).await;
             }
         }
         snapshot.slices = kept;
@@ -333,29 +326,22 @@ pub fn slices_of(service: Option<ServiceName>) -> impl Fn(&EndpointSlice) -> boo
     move |slice| service.as_ref().is_some_and(|name| is_slice_of(slice, name))
 }
 
-/// What is read of node `name`, from the API.
-type NodeFacts = (Option<String>, Vec<ipnet::IpNet>, Vec<std::net::IpAddr>);
-
-/// The zone label, pod ranges and primary addresses of node `name`, read
-/// from the API; none (with a warning) when it cannot be read.
+/// What node `name`'s Node says, read from the API; nothing (with a
+/// warning) when it cannot be read.
 async fn api_node(client: &kube::Client, name: &str) -> NodeFacts {
     let node = Api::<Watched<Node>>::all(client.clone()).get_opt(name).await;
     match node.map(|n| n.and_then(|n| decoded(vec![n]).pop())) {
-        Ok(Some(node)) => (
-            informer_glue::node::zone_of(&node),
-            informer_glue::node::pod_cidrs_of(&node),
-            informer_glue::node::primary_ips_of(&node),
-        ),
+        Ok(Some(node)) => NodeFacts::of(Some(&node)),
         Ok(None) => {
             tracing::warn!(node = name, "no Node object of this name: topology hints are not used");
-            (None, Vec::new(), Vec::new())
+            NodeFacts::default()
         }
         Err(e) => {
             tracing::warn!(
                 node = name,
                 "cannot read this node's Node ({e}): topology hints are not used"
             );
-            (None, Vec::new(), Vec::new())
+            NodeFacts::default()
         }
     }
 }

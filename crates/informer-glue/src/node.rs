@@ -19,17 +19,6 @@ use tokio::sync::{Notify, watch};
 
 use crate::fold::EventHandler;
 
-/// Sends `value` when it differs from what `tx` holds; whether it did.
-pub(crate) fn send_if_new<T: PartialEq>(tx: &watch::Sender<T>, value: T) -> bool {
-    tx.send_if_modified(|now| {
-        let differs = *now != value;
-        if differs {
-            *now = value;
-        }
-        differs
-    })
-}
-
 /// The label that holds a node's zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
@@ -116,27 +105,67 @@ pub fn eligible_named(nodes: &[Node], name: &str) -> bool {
         .is_none_or(eligible)
 }
 
-/// The node the proxy runs on, as its source last reported it.
+/// What the cluster says about the node the proxy runs on: its Node's
+/// zone, eligibility, pod ranges and primary addresses, and the cluster's
+/// ServiceCIDRs. Flags given by the operator win over each
+/// (`proxyd`'s `effective`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// The zone label ([`ZONE_LABEL`]).
+    pub zone: Option<String>,
+    /// Eligible for load balancer traffic ([`eligible`]); true while
+    /// nothing says otherwise, as kube-proxy.
+    pub eligible: bool,
+    /// `spec.podCIDRs`.
+    pub pod_cidrs: Vec<ipnet::IpNet>,
+    /// The primary addresses in `status.addresses`.
+    pub primary_ips: Vec<std::net::IpAddr>,
+    /// The union of the ServiceCIDR objects' ranges.
+    pub service_cidrs: Vec<ipnet::IpNet>,
+}
+
+impl Default for NodeFacts {
+    fn default() -> Self {
+        Self {
+            zone: None,
+            eligible: true,
+            pod_cidrs: Vec::new(),
+            primary_ips: Vec::new(),
+            service_cidrs: Vec::new(),
+        }
+    }
+}
+
+impl NodeFacts {
+    /// What a Node object says (none: nothing known, and eligible), with
+    /// no ServiceCIDRs.
+    pub fn of(node: Option<&Node>) -> Self {
+        Self {
+            zone: node.and_then(zone_of),
+            eligible: node.is_none_or(eligible),
+            pod_cidrs: node.map(pod_cidrs_of).unwrap_or_default(),
+            primary_ips: node.map(primary_ips_of).unwrap_or_default(),
+            service_cidrs: Vec::new(),
+        }
+    }
+}
+
+/// The node the proxy runs on, as its sources last reported it: one
+/// [`NodeFacts`] value the Node watch and the ServiceCIDR watch both write.
 #[derive(Debug, Clone)]
 pub struct ThisNode {
     node: String,
-    zone: watch::Sender<Option<String>>,
-    eligible: watch::Sender<bool>,
-    pod_cidrs: watch::Sender<Vec<ipnet::IpNet>>,
-    primary_ips: watch::Sender<Vec<std::net::IpAddr>>,
-    changed: Arc<Notify>,
+    facts: Arc<watch::Sender<NodeFacts>>,
+    pub(crate) changed: Arc<Notify>,
 }
 
 impl ThisNode {
-    /// No zone known yet for `node`, and eligible; a zone change wakes
+    /// Nothing known yet of `node`; a change the sync loop acts on wakes
     /// `changed`.
     pub fn new(node: &str, changed: Arc<Notify>) -> Self {
         Self {
             node: node.to_owned(),
-            zone: watch::Sender::new(None),
-            eligible: watch::Sender::new(true),
-            pod_cidrs: watch::Sender::new(Vec::new()),
-            primary_ips: watch::Sender::new(Vec::new()),
+            facts: Arc::new(watch::Sender::new(NodeFacts::default())),
             changed,
         }
     }
@@ -146,82 +175,75 @@ impl ThisNode {
         &self.node
     }
 
-    /// A receiver of whether the node is eligible for load balancer traffic.
-    pub fn eligibility(&self) -> watch::Receiver<bool> {
-        self.eligible.subscribe()
+    /// A receiver that sees each new value (`has_changed`, `borrow`).
+    pub fn facts(&self) -> watch::Receiver<NodeFacts> {
+        self.facts.subscribe()
     }
 
-    /// Records whether the node is eligible; says so when it changes.
-    pub fn set_eligible(&self, eligible: bool) {
-        if send_if_new(&self.eligible, eligible) {
-            if eligible {
-                tracing::info!(node = %self.node, "this node is eligible for load balancer traffic again: /healthz follows the proxy's health");
+    /// The facts now.
+    pub fn get(&self) -> NodeFacts {
+        self.facts.borrow().clone()
+    }
+
+    /// Records what a Node object says (its ServiceCIDRs kept); says what
+    /// changed, and wakes the sync loop when the rules depend on it.
+    pub fn set_from(&self, node: Option<&Node>) {
+        let mut new = NodeFacts::of(node);
+        new.service_cidrs = self.facts.borrow().service_cidrs.clone();
+        self.publish(new);
+    }
+
+    /// Records the ServiceCIDRs' union.
+    pub fn set_service_cidrs(&self, cidrs: Vec<ipnet::IpNet>) {
+        let mut new = self.get();
+        new.service_cidrs = cidrs;
+        self.publish(new);
+    }
+
+    fn publish(&self, new: NodeFacts) {
+        let old = self.get();
+        if old == new {
+            return;
+        }
+        let node = &self.node;
+        let list = |items: &[String]| items.join(",");
+        if old.zone != new.zone {
+            tracing::info!(node, zone = new.zone.as_deref().unwrap_or("(none)"), "node zone");
+        }
+        if old.eligible != new.eligible {
+            if new.eligible {
+                tracing::info!(
+                    node,
+                    "this node is eligible for load balancer traffic again: /healthz follows the proxy's health"
+                );
             } else {
                 tracing::warn!(
-                    node = %self.node,
+                    node,
                     "this node is being deleted or is tainted {TO_BE_DELETED_TAINT}: /healthz answers 503 so that load balancers stop sending it traffic"
                 );
             }
         }
-    }
-
-    /// A receiver of the node's pod ranges (`spec.podCIDRs`).
-    pub fn pod_cidrs(&self) -> watch::Receiver<Vec<ipnet::IpNet>> {
-        self.pod_cidrs.subscribe()
-    }
-
-    /// Records the node's pod ranges; says so and wakes the sync loop when
-    /// they change.
-    pub fn set_pod_cidrs(&self, cidrs: Vec<ipnet::IpNet>) {
-        let text: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
-        if send_if_new(&self.pod_cidrs, cidrs) {
-            tracing::info!(node = %self.node, pod_cidrs = %text.join(","), "node pod ranges");
+        if old.pod_cidrs != new.pod_cidrs {
+            let text: Vec<String> = new.pod_cidrs.iter().map(ToString::to_string).collect();
+            tracing::info!(node, pod_cidrs = %list(&text), "node pod ranges");
+        }
+        if old.primary_ips != new.primary_ips {
+            let text: Vec<String> = new.primary_ips.iter().map(ToString::to_string).collect();
+            tracing::info!(node, addresses = %list(&text), "node primary addresses");
+        }
+        if old.service_cidrs != new.service_cidrs {
+            let text: Vec<String> = new.service_cidrs.iter().map(ToString::to_string).collect();
+            tracing::info!(cidrs = %list(&text), "service CIDRs");
+        }
+        // Eligibility is read by /healthz, not by the rules.
+        let rules_change = NodeFacts {
+            eligible: old.eligible,
+            ..new.clone()
+        } != old;
+        self.facts.send_replace(new);
+        if rules_change {
             self.changed.notify_one();
         }
-    }
-
-    /// A receiver of the node's primary addresses (`status.addresses`).
-    pub fn primary_ips(&self) -> watch::Receiver<Vec<std::net::IpAddr>> {
-        self.primary_ips.subscribe()
-    }
-
-    /// Records the node's primary addresses; wakes the sync loop when they
-    /// change.
-    pub fn set_primary_ips(&self, ips: Vec<std::net::IpAddr>) {
-        let text: Vec<String> = ips.iter().map(ToString::to_string).collect();
-        if send_if_new(&self.primary_ips, ips) {
-            tracing::info!(node = %self.node, addresses = %text.join(","), "node primary addresses");
-            self.changed.notify_one();
-        }
-    }
-
-    /// Records what a Node object says.
-    pub fn set_from(&self, node: Option<&Node>) {
-        self.set(node.and_then(zone_of));
-        self.set_eligible(node.is_none_or(eligible));
-        self.set_pod_cidrs(node.map(pod_cidrs_of).unwrap_or_default());
-        self.set_primary_ips(node.map(primary_ips_of).unwrap_or_default());
-    }
-
-    /// The zone now.
-    pub fn get(&self) -> Option<String> {
-        self.zone.borrow().clone()
-    }
-
-    /// A receiver that sees each new zone (`has_changed`, `borrow`).
-    pub fn subscribe(&self) -> watch::Receiver<Option<String>> {
-        self.zone.subscribe()
-    }
-
-    /// Records the zone the source reports; says so and wakes the sync
-    /// loop when it differs from the one before.
-    pub fn set(&self, zone: Option<String>) -> bool {
-        let changed = send_if_new(&self.zone, zone.clone());
-        if changed {
-            tracing::info!(node = %self.node, zone = zone.as_deref().unwrap_or("(none)"), "node zone");
-            self.changed.notify_one();
-        }
-        changed
     }
 }
 
@@ -265,10 +287,10 @@ impl EventHandler<Node> for ThisNodeHandler {
         if obj.metadata.name.as_deref() == Some(self.zone.node()) {
             self.seen = false;
             tracing::warn!(node = %self.zone.node(), "this node's Node object was deleted: topology hints are not used");
-            self.zone.set(None);
-            self.zone.set_eligible(false);
-            self.zone.set_pod_cidrs(Vec::new());
-            self.zone.set_primary_ips(Vec::new());
+            let mut gone = NodeFacts::of(None);
+            gone.eligible = false;
+            gone.service_cidrs = self.zone.get().service_cidrs;
+            self.zone.publish(gone);
         }
     }
 
@@ -302,23 +324,23 @@ mod tests {
     fn the_handler_follows_this_nodes_zone_label() {
         let changed = Arc::new(Notify::new());
         let zone = ThisNode::new("node-1", changed.clone());
-        let mut rx = zone.subscribe();
+        let mut rx = zone.facts();
         let mut h = ThisNodeHandler::new(zone.clone());
         h.on_add(&node("node-2", Some("zone-x")));
-        assert_eq!(zone.get(), None, "another node's label is not ours");
+        assert_eq!(zone.get().zone, None, "another node's label is not ours");
         h.on_add(&node("node-1", Some("zone-a")));
-        assert_eq!(zone.get().as_deref(), Some("zone-a"));
+        assert_eq!(zone.get().zone.as_deref(), Some("zone-a"));
         assert!(rx.has_changed().unwrap());
         rx.borrow_and_update();
         h.on_update(&node("node-1", Some("zone-a")), &node("node-1", Some("zone-a")));
         assert!(!rx.has_changed().unwrap(), "same zone: no change");
         h.on_update(&node("node-1", Some("zone-a")), &node("node-1", Some("zone-b")));
-        assert_eq!(rx.borrow_and_update().as_deref(), Some("zone-b"));
+        assert_eq!(rx.borrow_and_update().zone.as_deref(), Some("zone-b"));
         h.on_update(&node("node-1", Some("zone-b")), &node("node-1", Some("")));
-        assert_eq!(zone.get(), None, "an empty label is no zone");
+        assert_eq!(zone.get().zone, None, "an empty label is no zone");
         h.on_update(&node("node-1", None), &node("node-1", Some("zone-c")));
         h.on_delete(&node("node-1", Some("zone-c")));
-        assert_eq!(zone.get(), None);
+        assert_eq!(zone.get().zone, None);
         let _ = changed.notified().now_or_never();
         h.on_synced();
         assert!(h.synced.load(Ordering::Acquire));
@@ -331,11 +353,12 @@ mod tests {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
         let changed = Arc::new(Notify::new());
         let this = ThisNode::new("node-1", changed.clone());
-        let eligible = this.eligibility();
+        let facts = this.facts();
+        let eligible = || facts.borrow().eligible;
         let mut h = ThisNodeHandler::new(this.clone());
         let plain = node("node-1", Some("zone-a"));
         h.on_add(&plain);
-        assert!(*eligible.borrow());
+        assert!(eligible());
         let mut tainted = plain.clone();
         tainted.spec = Some(NodeSpec {
             taints: Some(vec![Taint {
@@ -347,24 +370,24 @@ mod tests {
         });
         let _ = changed.notified().now_or_never();
         h.on_update(&plain, &tainted);
-        assert!(!*eligible.borrow(), "tainted by the autoscaler");
+        assert!(!eligible(), "tainted by the autoscaler");
         assert!(
             changed.notified().now_or_never().is_none(),
             "no sync needed: the zone is the same"
         );
         h.on_update(&tainted, &plain);
-        assert!(*eligible.borrow(), "the taint is gone");
+        assert!(eligible(), "the taint is gone");
         let mut other_taint = tainted.clone();
         other_taint.spec.as_mut().unwrap().taints.as_mut().unwrap()[0].key = "node.kubernetes.io/unschedulable".into();
         h.on_update(&plain, &other_taint);
-        assert!(*eligible.borrow(), "a cordoned node still serves");
+        assert!(eligible(), "a cordoned node still serves");
         let mut deleting = plain.clone();
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         h.on_update(&plain, &deleting);
-        assert!(!*eligible.borrow(), "being deleted");
+        assert!(!eligible(), "being deleted");
         h.on_update(&deleting, &plain);
         h.on_delete(&plain);
-        assert!(!*eligible.borrow(), "the Node object is gone");
+        assert!(!eligible(), "the Node object is gone");
         assert!(eligible_named(&[], "node-1"), "no Node known: eligible");
     }
 
@@ -396,7 +419,8 @@ mod tests {
         use k8s_openapi::api::core::v1::NodeSpec;
         let changed = Arc::new(Notify::new());
         let this = ThisNode::new("node-1", changed.clone());
-        let rx = this.pod_cidrs();
+        let facts = this.facts();
+        let rx = || facts.borrow().pod_cidrs.clone();
         let mut h = ThisNodeHandler::new(this);
         let mut n = node("node-1", None);
         n.spec = Some(NodeSpec {
@@ -405,7 +429,7 @@ mod tests {
         });
         h.on_add(&n);
         assert_eq!(
-            rx.borrow().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            rx().iter().map(ToString::to_string).collect::<Vec<_>>(),
             ["10.244.1.0/24"]
         );
         let mut dual = n.clone();
@@ -414,7 +438,7 @@ mod tests {
         let _ = changed.notified().now_or_never();
         h.on_update(&n, &dual);
         assert_eq!(
-            rx.borrow().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            rx().iter().map(ToString::to_string).collect::<Vec<_>>(),
             ["10.244.2.0/24", "fd00:10:244:2::/64"],
             "podCIDRs win; a bad one is left out"
         );

@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ipnet::IpNet;
 use k8s_openapi::api::networking::v1::ServiceCIDR;
-use tokio::sync::{Notify, watch};
 
 use crate::fold::EventHandler;
+use crate::node::ThisNode;
 
 /// The ranges of one ServiceCIDR, and a warning naming the object and the
 /// field for each that is not a CIDR (it is left out).
@@ -44,35 +44,23 @@ pub fn union<'a>(objects: impl IntoIterator<Item = &'a [IpNet]>) -> Vec<IpNet> {
     all
 }
 
-/// The service ranges as the source last reported them.
+/// Where the service ranges go: this node's [`NodeFacts`](crate::node::NodeFacts),
+/// which the sync loop follows.
 #[derive(Debug, Clone)]
 pub struct ServiceCidrs {
-    cidrs: watch::Sender<Vec<IpNet>>,
-    changed: Arc<Notify>,
+    facts: ThisNode,
 }
 
 impl ServiceCidrs {
-    /// No ranges known yet; a change wakes `changed`.
-    pub fn new(changed: Arc<Notify>) -> Self {
-        Self {
-            cidrs: watch::Sender::new(Vec::new()),
-            changed,
-        }
-    }
-
-    /// A receiver that sees each new union (`has_changed`, `borrow`).
-    pub fn subscribe(&self) -> watch::Receiver<Vec<IpNet>> {
-        self.cidrs.subscribe()
+    /// Writing into `node`'s facts.
+    pub fn of(node: &ThisNode) -> Self {
+        Self { facts: node.clone() }
     }
 
     /// Records the union the source reports; says so and wakes the sync
     /// loop when it differs from the one before.
     pub fn set(&self, cidrs: Vec<IpNet>) {
-        let text: Vec<String> = cidrs.iter().map(ToString::to_string).collect();
-        if crate::node::send_if_new(&self.cidrs, cidrs) {
-            tracing::info!(cidrs = %text.join(","), "service CIDRs");
-            self.changed.notify_one();
-        }
+        self.facts.set_service_cidrs(cidrs);
     }
 }
 
@@ -129,7 +117,7 @@ impl EventHandler<ServiceCIDR> for ServiceCidrHandler {
         // The whole list at once, not one range at a time.
         self.synced.store(true, Ordering::Release);
         self.publish();
-        self.target.changed.notify_one();
+        self.target.facts.changed.notify_one();
     }
 }
 
@@ -137,6 +125,7 @@ impl EventHandler<ServiceCIDR> for ServiceCidrHandler {
 mod tests {
     use futures::FutureExt;
     use k8s_openapi::api::networking::v1::ServiceCIDRSpec;
+    use tokio::sync::Notify;
 
     use super::*;
 
@@ -152,23 +141,24 @@ mod tests {
     #[test]
     fn the_union_of_every_objects_ranges_is_followed() {
         let changed = Arc::new(Notify::new());
-        let target = ServiceCidrs::new(changed.clone());
-        let rx = target.subscribe();
-        let mut h = ServiceCidrHandler::new(target);
+        let node = ThisNode::new("node-1", changed.clone());
+        let facts = node.facts();
+        let rx = || facts.borrow().service_cidrs.clone();
+        let mut h = ServiceCidrHandler::new(ServiceCidrs::of(&node));
         h.on_add(&cidr("kubernetes", &["10.96.0.0/16", "fd00:10:96::/112"]));
-        assert!(rx.borrow().is_empty(), "nothing before the list is complete");
+        assert!(rx().is_empty(), "nothing before the list is complete");
         h.on_synced();
         let want: Vec<IpNet> = vec!["10.96.0.0/16".parse().unwrap(), "fd00:10:96::/112".parse().unwrap()];
-        assert_eq!(*rx.borrow(), want);
+        assert_eq!(rx(), want);
         assert!(changed.notified().now_or_never().is_some());
         h.on_add(&cidr("extra", &["10.97.0.0/16", "10.96.0.0/16", "bad", "10.98.0.1/16"]));
         assert_eq!(
-            rx.borrow().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            rx().iter().map(ToString::to_string).collect::<Vec<_>>(),
             ["10.96.0.0/16", "10.97.0.0/16", "10.98.0.0/16", "fd00:10:96::/112"],
             "merged, host bits cleared, the bad one left out"
         );
         h.on_delete(&cidr("extra", &[]));
-        assert_eq!(*rx.borrow(), want);
+        assert_eq!(rx(), want);
         let _ = changed.notified().now_or_never();
         h.on_update(
             &cidr("kubernetes", &[]),

@@ -682,16 +682,19 @@ async fn this_nodes_zone_is_followed() {
         handler,
     );
     wait_for("the first list", || synced.load(Ordering::Acquire)).await;
-    assert_eq!(zone.get().as_deref(), Some("zone-a"));
+    assert_eq!(zone.get().zone.as_deref(), Some("zone-a"));
     server.apply(node("node-1", Some("zone-b"))).unwrap();
-    wait_for("the relabel", || zone.get().as_deref() == Some("zone-b")).await;
+    wait_for("the relabel", || zone.get().zone.as_deref() == Some("zone-b")).await;
     server.apply(node("node-2", Some("zone-y"))).unwrap();
     server.expire_next_watches(1);
     server.drop_watches();
     server.apply(node("node-1", Some("zone-c"))).unwrap();
-    wait_for("a relabel across a 410", || zone.get().as_deref() == Some("zone-c")).await;
+    wait_for("a relabel across a 410", || {
+        zone.get().zone.as_deref() == Some("zone-c")
+    })
+    .await;
     server.apply(node("node-1", None)).unwrap();
-    wait_for("the label removed", || zone.get().is_none()).await;
+    wait_for("the label removed", || zone.get().zone.is_none()).await;
     let _ = stop.send(());
     let _ = task.await;
 }

@@ -11,6 +11,7 @@
 //!   the count of local ready endpoints when there are some and the proxy is
 //!   healthy, else 503. Listeners open and close as services come and go.
 
+use informer_glue::node::NodeFacts;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,7 +41,7 @@ pub struct ProxierHealth {
     watches: Mutex<Vec<Arc<WatchMetrics>>>,
     /// Whether this node is eligible for load balancer traffic, as its Node
     /// says (eligible while unknown, as kube-proxy).
-    node_eligible: Mutex<Option<tokio::sync::watch::Receiver<bool>>>,
+    node_eligible: Mutex<Option<tokio::sync::watch::Receiver<NodeFacts>>>,
     /// Replies counted by endpoint and code.
     replies: Option<crate::kube_proxy_metrics::HealthMetrics>,
 }
@@ -73,8 +74,8 @@ impl ProxierHealth {
     }
 
     /// Follows this node's eligibility for `/healthz`.
-    pub fn follow_node(&self, eligible: tokio::sync::watch::Receiver<bool>) {
-        *self.node_eligible.lock().unwrap_or_else(|e| e.into_inner()) = Some(eligible);
+    pub fn follow_node(&self, facts: tokio::sync::watch::Receiver<NodeFacts>) {
+        *self.node_eligible.lock().unwrap_or_else(|e| e.into_inner()) = Some(facts);
     }
 
     /// Whether this node is eligible for load balancer traffic.
@@ -83,7 +84,7 @@ impl ProxierHealth {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .is_none_or(|rx| *rx.borrow())
+            .is_none_or(|rx| rx.borrow().eligible)
     }
 
     /// Takes a watch into account for `/healthz`.
@@ -307,17 +308,21 @@ mod tests {
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = crate::kube_proxy_metrics::HealthMetrics::register(&mut registry);
         let h = ProxierHealth::new(&[IpFamily::V4], Duration::from_secs(60)).counting_into(metrics);
-        let (tx, rx) = tokio::sync::watch::channel(true);
+        let (tx, rx) = tokio::sync::watch::channel(NodeFacts::default());
         h.follow_node(rx);
+        let eligible = |e: bool| NodeFacts {
+            eligible: e,
+            ..NodeFacts::default()
+        };
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         h.updated(IpFamily::V4, now);
         assert_eq!(h.reply(now, true).status, 200);
-        tx.send_replace(false);
+        tx.send_replace(eligible(false));
         let r = h.reply(now, true);
         assert_eq!(r.status, 503);
         assert!(r.body.ends_with("\"nodeEligible\": false}"), "{}", r.body);
         assert_eq!(h.reply(now, false).status, 200, "liveness does not depend on the node");
-        tx.send_replace(true);
+        tx.send_replace(eligible(true));
         assert_eq!(h.reply(now, true).status, 200);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

@@ -29,6 +29,7 @@
 //! kube-proxy's leftovers) are library crates of their own.
 
 mod cleanup;
+mod effective;
 mod explain;
 mod logging;
 mod metrics_registry;
@@ -39,12 +40,13 @@ mod settings;
 mod snapshot_engine;
 mod sysctls;
 
+pub use effective::effective;
 pub use explain::explain_port;
 pub use replay::{Options as ReplayOptions, Replayer};
 pub use run::validate as validate_run;
 pub use settings::flags::{Command, ProxyArgs, RunArgs};
 pub use settings::parse as parse_command_line;
-pub use snapshot_engine::{Snapshot, dataplane_config, engine as snapshot_engine};
+pub use snapshot_engine::{Snapshot, engine as snapshot_engine};
 
 /// The `proxyd` command: parses the command line (and `--config`), sets up
 /// logging and runs the subcommand.

@@ -43,21 +43,6 @@ pub fn selection(proxy: &ProxyArgs) -> Selection {
     }
 }
 
-/// The dataplane settings; `--node-zone` wins over the zone the source
-/// reported.
-pub fn dataplane_config(proxy: &ProxyArgs, source_zone: Option<String>) -> DataplaneConfig {
-    DataplaneConfig {
-        family: proxy.ip_family,
-        scope: nft_dataplane::desired::Scope::Node,
-        node_zone: proxy.node_zone.clone().or(source_zone),
-        cluster_cidrs: proxy.cluster_cidr.clone(),
-        detect_local: proxy.local_detector(),
-        masquerade_all: proxy.masquerade_all,
-        nodeport_addresses: proxy.nodeport_cidrs(),
-        service_cidrs: proxy.service_cidr.clone(),
-    }
-}
-
 /// A client from `--kubeconfig`, or inferred.
 pub async fn client(source: &SourceArgs) -> anyhow::Result<kube::Client> {
     let config = match &source.kubeconfig {
@@ -145,21 +130,7 @@ pub fn one_shot(
         let node = node_name(proxy)?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let (snapshot, engine) = runtime.block_on(fetch(source, &node, proxy, keep_slices))?;
-        let mut config = dataplane_config(proxy, snapshot.node_zone.clone());
-        // --service-cidr wins over the ServiceCIDR objects.
-        if config.service_cidrs.is_empty() {
-            config.service_cidrs.clone_from(&snapshot.service_cidrs);
-        }
-        if let nft_dataplane::LocalDetector::NodeCidr(ranges) = &mut config.detect_local {
-            ranges.clone_from(&snapshot.node_pod_cidrs);
-        }
-        if proxy.nodeport_primary() {
-            config.nodeport_addresses = snapshot
-                .node_primary_ips
-                .iter()
-                .map(|ip| ipnet::IpNet::from(*ip))
-                .collect();
-        }
+        let config = crate::effective::effective(proxy, &snapshot.facts);
         let loaded = Loaded {
             node,
             snapshot,

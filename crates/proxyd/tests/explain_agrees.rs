@@ -17,7 +17,7 @@ use nft_dataplane::tracer::{Host, Origin, Packet};
 use nft_dataplane::{KernelModel, NftSyncer, SyncKind};
 use proxyd::ProxyArgs;
 use proxyd::explain_port;
-use proxyd::{Snapshot, dataplane_config};
+use proxyd::{Snapshot, effective};
 use serde_json::{Value, json};
 
 const NODE_IP: &str = "192.168.0.1";
@@ -58,7 +58,7 @@ fn traced(
 fn check(snapshot: &Snapshot, node: &str, zone: Option<&str>) -> usize {
     let proxy = proxy_args(node, zone);
     let engine = proxyd::snapshot_engine(snapshot, node, &proxy);
-    let config = dataplane_config(&proxy, snapshot.node_zone.clone());
+    let config = effective(&proxy, &snapshot.facts);
     let mut syncer = NftSyncer::new(config.clone(), KernelModel::default());
     let names: BTreeSet<_> = engine.services.iter().map(|p| p.name.service.clone()).collect();
     syncer
@@ -91,7 +91,7 @@ fn explain_agrees_with_the_table_on_the_example_cluster() {
     let mut compared = 0;
     for (node, zone) in [("node-1", None), ("node-2", Some("zone-b")), ("node-3", None)] {
         let mut snapshot = Snapshot::of(m.services.clone(), m.slices.clone());
-        snapshot.node_zone = m.node_zone(node);
+        snapshot.facts.zone = m.node_zone(node);
         compared += check(&snapshot, node, zone);
     }
     assert!(compared > 40, "{compared} endpoints compared");

@@ -90,9 +90,9 @@ fn example_cluster() -> (Engine, DataplaneConfig) {
     let m = daemon_sources::manifests::load(&path).unwrap();
     let zone = m.node_zone("node-1");
     let mut snapshot = Snapshot::of(m.services, m.slices);
-    snapshot.node_zone = zone;
+    snapshot.facts.zone = zone;
     let engine = proxyd::snapshot_engine(&snapshot, "node-1", &proxy_args());
-    let config = proxyd::dataplane_config(&proxy_args(), snapshot.node_zone);
+    let config = proxyd::effective(&proxy_args(), &snapshot.facts);
     (engine, config)
 }
 
@@ -594,7 +594,7 @@ fn example_cluster_loads_as_ipv6() {
     };
     let snapshot = Snapshot::of(m.services, m.slices);
     let mut engine = proxyd::snapshot_engine(&snapshot, "node-1", &proxy);
-    let config = proxyd::dataplane_config(&proxy, None);
+    let config = proxyd::effective(&proxy, &informer_glue::node::NodeFacts::default());
     let ns = Netns::new("v6");
     let mut syncer = NftSyncer::new(config.clone(), ns.dataplane());
     assert!(sync(&mut syncer, &mut engine).full);
@@ -707,10 +707,10 @@ fn netlink_writes_what_nft_writes(family: IpFamily) {
     };
     let zone = m.node_zone("node-1");
     let mut snapshot = Snapshot::of(m.services, m.slices);
-    snapshot.node_zone = zone;
+    snapshot.facts.zone = zone;
     let mut by_nft = proxyd::snapshot_engine(&snapshot, "node-1", &proxy);
     let mut by_netlink = proxyd::snapshot_engine(&snapshot, "node-1", &proxy);
-    let config = proxyd::dataplane_config(&proxy, snapshot.node_zone);
+    let config = proxyd::effective(&proxy, &snapshot.facts);
     let (a, b) = (
         Netns::new(&format!("w-nft-{word}")),
         Netns::new(&format!("w-nl-{word}")),

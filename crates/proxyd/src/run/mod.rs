@@ -195,8 +195,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     sources::start(&args, &selection, handlers, &mut state, &metrics, &tasks, &shutdown).await?;
 
     let health = ProxierHealth::new(&families, 2 * args.sync_period).counting_into(metrics.health.clone());
-    if let Some(eligible) = state.node_eligible.take() {
-        health.follow_node(eligible);
+    if let Some(facts) = &state.facts {
+        health.follow_node(facts.clone());
     }
     let health = Arc::new(health);
     for w in &state.watches {
@@ -228,10 +228,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             health,
             metrics,
             health_checks,
-            node_zone: state.node_zone.take(),
-            service_cidrs: state.service_cidrs.take(),
-            node_pod_cidrs: state.node_pod_cidrs.take(),
-            node_primary_ips: state.node_primary_ips.take(),
+            proxy: args.proxy.clone(),
+            facts: state.facts.take(),
         };
         let timing = SyncTiming {
             pacing: Pacing::from_min_sync_period(args.min_sync_period),

@@ -8,7 +8,7 @@ use informer_glue::feed::{Part, Scope};
 use informer_glue::fold::{EventFold, Fanout};
 use informer_glue::lenient::Watched;
 use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetworks};
-use informer_glue::node::{ThisNode, ThisNodeHandler};
+use informer_glue::node::{NodeFacts, ThisNode, ThisNodeHandler};
 use informer_glue::selection::Selection;
 use informer_glue::service_cidr::{ServiceCidrHandler, ServiceCidrs};
 use informer_glue::tombstone::{SlimServices, SlimSlices};
@@ -49,19 +49,9 @@ pub struct SourceState {
     pub pods: Option<Arc<Mutex<PodStore>>>,
     /// Multus mode: each service's network.
     pub networks: Arc<Mutex<ServiceNetworks>>,
-    /// This node's zone as the source reports it (`None` with
-    /// `--node-zone`, which wins, and in multus mode).
-    pub node_zone: Option<watch::Receiver<Option<String>>>,
-    /// Whether this node is eligible for load balancer traffic, as the
-    /// source reports it (`None` in multus mode).
-    pub node_eligible: Option<watch::Receiver<bool>>,
-    /// The ServiceCIDRs' ranges as the source reports them (`None` with
-    /// `--service-cidr`, which wins, and in multus mode).
-    pub service_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
-    /// This Node's pod ranges, with `--detect-local-mode NodeCIDR`.
-    pub node_pod_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
-    /// This Node's primary addresses, with `--nodeport-addresses primary`.
-    pub node_primary_ips: Option<watch::Receiver<Vec<std::net::IpAddr>>>,
+    /// What the sources say of this node (its Node, the ServiceCIDRs);
+    /// `None` in multus mode.
+    pub facts: Option<watch::Receiver<NodeFacts>>,
 }
 
 impl SourceState {
@@ -125,27 +115,17 @@ pub fn handlers(
     // Pods' tables do not read topology hints, and pods are not behind
     // load balancers' node health checks: multus mode needs no Node.
     let this_node = (!args.proxy.multus).then(|| ThisNode::new(node, changes.clone()));
-    let service_cidrs =
-        (!args.proxy.multus && args.proxy.service_cidr.is_empty()).then(|| ServiceCidrs::new(changes.clone()));
+    // --service-cidr wins: no need to watch the objects.
+    let service_cidrs = this_node
+        .as_ref()
+        .filter(|_| args.proxy.service_cidr.is_empty())
+        .map(ServiceCidrs::of);
     let state = SourceState {
         listed,
         watches: Vec::new(),
         pods: pods.as_ref().map(|p| p.store.clone()),
         networks,
-        node_zone: this_node
-            .as_ref()
-            .filter(|_| args.proxy.node_zone.is_none())
-            .map(ThisNode::subscribe),
-        node_eligible: this_node.as_ref().map(ThisNode::eligibility),
-        service_cidrs: service_cidrs.as_ref().map(ServiceCidrs::subscribe),
-        node_pod_cidrs: this_node
-            .as_ref()
-            .filter(|_| args.proxy.detect_local_mode == crate::settings::flags::DetectLocalMode::NodeCidr)
-            .map(ThisNode::pod_cidrs),
-        node_primary_ips: this_node
-            .as_ref()
-            .filter(|_| args.proxy.nodeport_primary())
-            .map(ThisNode::primary_ips),
+        facts: this_node.as_ref().map(ThisNode::facts),
     };
     let handlers = Handlers {
         slices: Fanout(slices),

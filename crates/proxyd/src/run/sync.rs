@@ -6,12 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use informer_glue::multus::{PodStore, ServiceNetworks};
+use informer_glue::node::NodeFacts;
 use slice_model::{IpFamily, ServiceName};
 use tokio::sync::watch;
 
+use crate::effective::effective;
 use crate::metrics_registry::Metrics;
-use crate::settings::flags::RunArgs;
-use crate::snapshot_engine::dataplane_config;
+use crate::settings::flags::{ProxyArgs, RunArgs};
 use endpoints_map::Engine;
 use linux_dataplane::{Conntrack, NetlinkConntrack, NoConntrack};
 use linux_dataplane::{DryRun, Netns, WatchedNft};
@@ -91,7 +92,7 @@ fn node_proxiers(args: &RunArgs, engines: Vec<Engine>) -> Vec<Proxier> {
             let family = engine.family();
             let config = DataplaneConfig {
                 family,
-                ..dataplane_config(&args.proxy, None)
+                ..effective(&args.proxy, &NodeFacts::default())
             };
             let netns = Netns::from_flag(args.netns.clone());
             let dataplane: Box<dyn Dataplane + Send> = if args.is_dry_run() {
@@ -127,16 +128,11 @@ pub struct SyncLoop {
     pub metrics: Arc<Metrics>,
     /// Where the health-check listeners learn what to serve.
     pub health_checks: watch::Sender<HealthChecks>,
-    /// This node's zone as the source reports it (`None` with
-    /// `--node-zone`).
-    pub node_zone: Option<watch::Receiver<Option<String>>>,
-    /// The ServiceCIDRs' ranges as the source reports them (`None` with
-    /// `--service-cidr`).
-    pub service_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
-    /// This Node's pod ranges (`--detect-local-mode NodeCIDR`).
-    pub node_pod_cidrs: Option<watch::Receiver<Vec<ipnet::IpNet>>>,
-    /// This Node's primary addresses (`--nodeport-addresses primary`).
-    pub node_primary_ips: Option<watch::Receiver<Vec<std::net::IpAddr>>>,
+    /// The flags, which win over what the sources say.
+    pub proxy: ProxyArgs,
+    /// What the sources say of this node (its Node, the ServiceCIDRs);
+    /// `None` in multus mode.
+    pub facts: Option<watch::Receiver<NodeFacts>>,
 }
 
 /// The periodic sync also re-asserts the fixed skeleton.
@@ -183,46 +179,42 @@ fn changed<T: Clone>(rx: &mut Option<watch::Receiver<T>>, always: bool) -> Optio
 }
 
 impl SyncLoop {
-    /// What the sources report besides Services and slices (this Node's
-    /// zone, pod ranges and primary addresses, the ServiceCIDRs) reaches
-    /// the node's proxiers here: each rewrites its table on this sync when
-    /// its configuration changed.
+    /// What the sources say of this node besides Services and slices (its
+    /// Node's zone, pod ranges and primary addresses, the ServiceCIDRs)
+    /// reaches the node's proxiers here, through [`effective`]: each
+    /// rewrites its table on this sync when its configuration changed.
     fn follow_sources(&mut self, reason: SyncReason) {
         let Proxiers::Node(proxiers) = &mut self.proxiers else {
             return;
         };
         let first = reason == SyncReason::Initial;
-        let mut reconfigure = |change: &dyn Fn(&mut DataplaneConfig)| {
-            proxiers.iter_mut().fold(false, |any, p| p.reconfigure(change) | any)
+        let Some(facts) = changed(&mut self.facts, first) else {
+            return;
         };
-        // The proxiers start without a zone; the source's first report
-        // (before the first sync) is a change like any later one.
-        if let Some(zone) = changed(&mut self.node_zone, false)
-            && reconfigure(&|c| c.node_zone.clone_from(&zone))
-            && !first
-        {
-            tracing::info!(
-                zone = zone.as_deref().unwrap_or("(none)"),
-                "this node's zone changed: every service is rewritten"
+        if self.proxy.nodeport_primary() && facts.primary_ips.is_empty() {
+            tracing::warn!(
+                "--nodeport-addresses primary: this node's primary addresses are not known (no Node object, or \
+                 no addresses in its status): node ports answer on every local address until they are"
             );
         }
-        if let Some(cidrs) = changed(&mut self.service_cidrs, false) {
-            reconfigure(&|c| c.service_cidrs.clone_from(&cidrs));
+        let wanted = effective(&self.proxy, &facts);
+        let mut zone_changed = false;
+        for p in proxiers.iter_mut() {
+            p.reconfigure(|c| {
+                zone_changed |= c.node_zone != wanted.node_zone;
+                *c = DataplaneConfig {
+                    family: c.family,
+                    ..wanted.clone()
+                };
+            });
         }
-        if let Some(ranges) = changed(&mut self.node_pod_cidrs, false) {
-            reconfigure(&|c| c.detect_local = nft_dataplane::LocalDetector::NodeCidr(ranges.clone()));
-        }
-        // `--nodeport-addresses primary`: on every local address while the
-        // Node's primary addresses are not known (said at the first sync).
-        if let Some(ips) = changed(&mut self.node_primary_ips, first) {
-            if ips.is_empty() {
-                tracing::warn!(
-                    "--nodeport-addresses primary: this node's primary addresses are not known (no Node object, or \
-                     no addresses in its status): node ports answer on every local address until they are"
-                );
-            }
-            let nets: Vec<ipnet::IpNet> = ips.into_iter().map(ipnet::IpNet::from).collect();
-            reconfigure(&|c| c.nodeport_addresses.clone_from(&nets));
+        // The proxiers start without a zone; the source's first report
+        // (before the first sync) is a change like any later one.
+        if zone_changed && !first {
+            tracing::info!(
+                zone = wanted.node_zone.as_deref().unwrap_or("(none)"),
+                "this node's zone changed: every service is rewritten"
+            );
         }
     }
 }
