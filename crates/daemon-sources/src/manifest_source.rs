@@ -16,7 +16,7 @@ use kube::runtime::watcher::Event;
 
 use crate::manifests::{self, ManifestError, Object, Summary, Texts};
 use informer_glue::SliceCacheHandler;
-use informer_glue::fold::{EventFold, EventHandler, Fanout};
+use informer_glue::fold::{EventFold, EventHandler};
 use informer_glue::multus::PodHandler;
 use informer_glue::node::ThisNode;
 use informer_glue::selection::Selection;
@@ -63,7 +63,7 @@ pub type ServiceSink = Box<dyn EventHandler<Service> + Send>;
 
 /// The handlers the files feed, and their folds.
 pub struct Sink {
-    slices: Fanout<SliceCacheHandler>,
+    slices: SliceCacheHandler,
     slice_fold: EventFold<EndpointSlice, SlimSlices>,
     store: ServiceSink,
     service_fold: EventFold<Service, SlimServices>,
@@ -80,7 +80,7 @@ impl Sink {
     /// Handlers fed with what `selection` selects.
     pub fn new(
         selection: Selection,
-        slices: Fanout<SliceCacheHandler>,
+        slices: SliceCacheHandler,
         store: ServiceSink,
         pods: Option<PodHandler>,
         this_node: Option<ThisNode>,

@@ -278,7 +278,7 @@ impl SnapshotFeed {
         service_changes: Arc<Mutex<ServiceChangeTracker>>,
         selection: Selection,
     ) -> Self {
-        let mut handler = SliceCacheHandler::new(slices, Arc::default());
+        let mut handler = SliceCacheHandler::new(vec![slices], Arc::default());
         let sel = selection.clone();
         let mut fold = EventFold::with_selection(move |x| sel.selects_slice(x)).keeping(SlimSlices);
         fold.apply(Event::Init, &mut handler);

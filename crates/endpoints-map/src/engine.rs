@@ -3,19 +3,29 @@
 //! applies everything pending and says which services changed.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::{EndpointsMap, ServicesMap, ServicesUpdateResult, UpdateResult};
 use slice_cache::{EndpointSliceCache, ServiceChangeTracker};
+use slice_model::internal::lock;
 use slice_model::{EndpointSlice, IpFamily, ServiceInfo, ServiceName, SliceName};
 
-/// Pending changes (the cache and tracker, shared with the watch handlers)
-/// and applied state (the maps) for one IP family.
-pub struct Engine {
+/// The writing side of an [`Engine`] (as kube-runtime's reflector hands
+/// out a writer beside its store): the cache and tracker its sources feed,
+/// shared with the engine, whose [`Engine::update`] applies what they hold.
+/// Clone it for each source.
+#[derive(Clone)]
+pub struct EngineFeed {
     /// EndpointSlices, pending until [`Engine::update`].
     pub slices: Arc<Mutex<EndpointSliceCache>>,
     /// Services, pending until [`Engine::update`].
     pub service_changes: Arc<Mutex<ServiceChangeTracker>>,
+}
+
+/// Pending changes (fed through its [`EngineFeed`]) and applied state (the
+/// maps) for one IP family.
+pub struct Engine {
+    feed: EngineFeed,
     /// Applied service ports.
     pub services: ServicesMap,
     /// Applied endpoints.
@@ -33,61 +43,62 @@ pub struct EngineUpdate {
     pub services: ServicesUpdateResult,
 }
 
-/// Locks, ignoring poisoning: the data is plain state that a panicking
-/// holder cannot leave half-written in a way the next update would trip on.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Engine {
     /// An empty engine for a proxier on `node` serving `family`.
     pub fn new(node: &str, family: IpFamily) -> Self {
         Self {
-            slices: Arc::new(Mutex::new(EndpointSliceCache::new(node, family))),
-            service_changes: Arc::new(Mutex::new(ServiceChangeTracker::new(family))),
+            feed: EngineFeed {
+                slices: Arc::new(Mutex::new(EndpointSliceCache::new(node, family))),
+                service_changes: Arc::new(Mutex::new(ServiceChangeTracker::new(family))),
+            },
             services: ServicesMap::new(),
             endpoints: EndpointsMap::new(),
         }
     }
 
+    /// The handle its sources write through.
+    pub fn feed(&self) -> EngineFeed {
+        self.feed.clone()
+    }
+
     /// Records an added or changed slice.
     pub fn update_slice(&self, slice: EndpointSlice) -> bool {
-        lock(&self.slices).update(slice)
+        lock(&self.feed.slices).update(slice)
     }
 
     /// Records a deleted slice.
     pub fn remove_slice(&self, name: &SliceName) -> bool {
-        lock(&self.slices).remove(name)
+        lock(&self.feed.slices).remove(name)
     }
 
     /// Records an added or changed service.
     pub fn update_service(&self, service: &ServiceInfo) -> bool {
-        lock(&self.service_changes).update(service)
+        lock(&self.feed.service_changes).update(service)
     }
 
     /// Records a deleted service.
     pub fn remove_service(&self, name: &ServiceName) -> bool {
-        lock(&self.service_changes).remove(name)
+        lock(&self.feed.service_changes).remove(name)
     }
 
     /// The family this engine serves.
     pub fn family(&self) -> IpFamily {
-        lock(&self.slices).family()
+        lock(&self.feed.slices).family()
     }
 
     /// Changes waiting for [`Engine::update`], counted in services:
     /// (endpoint changes, service changes).
     pub fn pending(&self) -> (usize, usize) {
         (
-            lock(&self.slices).pending_services(),
-            lock(&self.service_changes).pending_services(),
+            lock(&self.feed.slices).pending_services(),
+            lock(&self.feed.service_changes).pending_services(),
         )
     }
 
     /// Applies everything pending.
     pub fn update(&mut self) -> EngineUpdate {
-        let services = self.services.update(&mut lock(&self.service_changes));
-        let endpoints = self.endpoints.update(&mut lock(&self.slices));
+        let services = self.services.update(&mut lock(&self.feed.service_changes));
+        let endpoints = self.endpoints.update(&mut lock(&self.feed.slices));
         let changed = services
             .updated_services
             .iter()

@@ -8,7 +8,7 @@ mod services;
 mod stale;
 pub mod topology;
 
-pub use engine::{Engine, EngineUpdate};
+pub use engine::{Engine, EngineFeed, EngineUpdate};
 pub use map::{EndpointsMap, ServiceEndpoint, UpdateResult};
 pub use services::{ServicesMap, ServicesUpdateResult};
 

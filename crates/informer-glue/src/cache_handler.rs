@@ -13,11 +13,12 @@ use crate::fold::EventHandler;
 use crate::rejections::Rejections;
 use crate::{slice_from_k8s, slice_name_of};
 
-/// Feeds a shared cache from slice events and wakes the sync loop when a
-/// change needs a sync. Rejected slices are logged (naming the slice and
-/// the reason) and counted, never dropped silently.
+/// Feeds shared caches (one per IP family) from slice events, converting
+/// each slice once, and wakes the sync loop when a change needs a sync.
+/// Rejected slices are logged (naming the slice and the reason) and
+/// counted once, never dropped silently.
 pub struct SliceCacheHandler {
-    cache: Arc<Mutex<EndpointSliceCache>>,
+    caches: Vec<Arc<Mutex<EndpointSliceCache>>>,
     interner: Interner,
     /// Notified after every change that needs a sync, and once synced.
     changed: Arc<Notify>,
@@ -28,10 +29,10 @@ pub struct SliceCacheHandler {
 }
 
 impl SliceCacheHandler {
-    /// A handler for `cache` that wakes `changed` when a sync is needed.
-    pub fn new(cache: Arc<Mutex<EndpointSliceCache>>, changed: Arc<Notify>) -> Self {
+    /// A handler for `caches` that wakes `changed` when a sync is needed.
+    pub fn new(caches: Vec<Arc<Mutex<EndpointSliceCache>>>, changed: Arc<Notify>) -> Self {
         Self {
-            cache,
+            caches,
             interner: Interner::new(),
             changed,
             synced: Arc::new(AtomicBool::new(false)),
@@ -47,11 +48,11 @@ impl SliceCacheHandler {
         self
     }
 
-    fn with_cache<T>(&self, f: impl FnOnce(&mut EndpointSliceCache) -> T) -> T {
-        // The cache holds no invariant a panicking holder could break
-        // half-way that a later update would not repair; keep going.
-        let mut guard = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut guard)
+    /// Whether `f` changed any cache.
+    fn each_cache(&self, mut f: impl FnMut(&mut EndpointSliceCache) -> bool) -> bool {
+        self.caches
+            .iter()
+            .fold(false, |changed, c| f(&mut slice_model::internal::lock(c)) | changed)
     }
 
     fn upsert(&mut self, slice: &EndpointSlice) {
@@ -63,7 +64,7 @@ impl SliceCacheHandler {
                 for w in &warnings {
                     self.rejected.skipped(w.kind.reason(), w);
                 }
-                if self.with_cache(|c| c.update(model)) {
+                if self.each_cache(|c| c.update(model.clone())) {
                     self.changed.notify_one();
                 }
             }
@@ -84,7 +85,7 @@ impl EventHandler<EndpointSlice> for SliceCacheHandler {
     fn on_delete(&mut self, obj: &EndpointSlice) {
         match slice_name_of(obj) {
             Ok(name) => {
-                if self.with_cache(|c| c.remove(&name)) {
+                if self.each_cache(|c| c.remove(&name)) {
                     self.changed.notify_one();
                 }
             }
@@ -124,7 +125,7 @@ mod tests {
     #[test]
     fn changes_reach_the_cache_and_wake_the_sync_loop() {
         let cache = Arc::new(Mutex::new(EndpointSliceCache::new("n1", IpFamily::V4)));
-        let mut h = SliceCacheHandler::new(cache.clone(), Arc::default());
+        let mut h = SliceCacheHandler::new(vec![cache.clone()], Arc::default());
         let labels = json!({"kubernetes.io/service-name": "web"});
         let a = slice(labels.clone(), "10.0.0.1");
         h.on_add(&a);
@@ -151,9 +152,38 @@ mod tests {
     #[test]
     fn invalid_endpoint_addresses_are_counted() {
         let cache = Arc::new(Mutex::new(EndpointSliceCache::new("n1", IpFamily::V4)));
-        let mut h = SliceCacheHandler::new(cache, Arc::default());
+        let mut h = SliceCacheHandler::new(vec![cache], Arc::default());
         h.on_add(&slice(json!({"kubernetes.io/service-name": "web"}), "10.0.0.300"));
         assert_eq!(h.rejected.skipped_for("invalid_address"), 1);
         assert_eq!(h.rejected.rejected_for("missing_service_name"), 0);
+    }
+
+    /// Dual-stack: one handler feeds both families' caches; each slice is
+    /// converted (and its problems counted) once, and each cache keeps its
+    /// family's endpoints.
+    #[test]
+    fn one_handler_feeds_every_familys_cache_converting_once() {
+        let v4 = Arc::new(Mutex::new(EndpointSliceCache::new("n1", IpFamily::V4)));
+        let v6 = Arc::new(Mutex::new(EndpointSliceCache::new("n1", IpFamily::V6)));
+        let mut h = SliceCacheHandler::new(vec![v4.clone(), v6.clone()], Arc::default());
+        h.on_add(&slice(json!({"kubernetes.io/service-name": "web"}), "10.0.0.300"));
+        assert_eq!(
+            h.rejected.skipped_for("invalid_address"),
+            1,
+            "counted once, not per family"
+        );
+        h.on_add(&slice(json!({"kubernetes.io/service-name": "web"}), "10.0.0.1"));
+        let v4_changes = v4.lock().unwrap().checkout();
+        let v6_changes = v6.lock().unwrap().checkout();
+        assert_eq!(v4_changes.len(), 1, "the IPv4 cache has web's endpoint");
+        assert!(
+            v6_changes
+                .iter()
+                .all(|c| c.current.ports().iter().all(|p| p.endpoints.is_empty())),
+            "the IPv6 cache keeps no IPv4 endpoint"
+        );
+        h.on_delete(&slice(json!({"kubernetes.io/service-name": "web"}), "10.0.0.1"));
+        assert_eq!(v4.lock().unwrap().known_slices(), 0);
+        assert_eq!(v6.lock().unwrap().known_slices(), 0);
     }
 }

@@ -52,27 +52,6 @@ impl<K, H: EventHandler<K> + ?Sized> EventHandler<K> for Box<H> {
     }
 }
 
-/// Hands every call to each of several handlers (one per IP family).
-pub struct Fanout<H>(pub Vec<H>);
-
-impl<K, H: EventHandler<K>> EventHandler<K> for Fanout<H> {
-    fn on_add(&mut self, obj: &K) {
-        self.0.iter_mut().for_each(|h| h.on_add(obj));
-    }
-
-    fn on_update(&mut self, old: &K, new: &K) {
-        self.0.iter_mut().for_each(|h| h.on_update(old, new));
-    }
-
-    fn on_delete(&mut self, obj: &K) {
-        self.0.iter_mut().for_each(|h| h.on_delete(obj));
-    }
-
-    fn on_synced(&mut self) {
-        self.0.iter_mut().for_each(|h| h.on_synced());
-    }
-}
-
 /// Counters of what the fold has seen.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct FoldStats {

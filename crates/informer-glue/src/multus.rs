@@ -10,11 +10,12 @@
 //! `k8s.v1.cni.cncf.io/network-status` annotation, which lists the
 //! interfaces and addresses CNI gave it on each network.
 
+use slice_model::internal::lock;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use serde::Deserialize;
@@ -223,12 +224,6 @@ pub fn service_network(svc: &Service) -> Result<Option<NetworkName>, NetworkName
         .and_then(|a| a.get(SERVICE_NETWORK_ANNOTATION))
         .map(|text| NetworkName::parse(text, ns))
         .transpose()
-}
-
-/// Locks, reading through poisoning: the stores are plain maps that a
-/// panicking holder cannot leave half-updated in a way that matters here.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Which network each selected service is on.

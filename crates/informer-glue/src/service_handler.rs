@@ -53,7 +53,7 @@ impl ServiceHandler {
     fn each(&self, f: impl Fn(&mut ServiceChangeTracker) -> bool) {
         let mut changed = false;
         for t in &self.trackers {
-            changed |= f(&mut t.lock().unwrap_or_else(|e| e.into_inner()));
+            changed |= f(&mut slice_model::internal::lock(t));
         }
         if changed {
             self.changed.notify_one();

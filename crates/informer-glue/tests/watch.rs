@@ -504,7 +504,7 @@ async fn soak_with_random_faults() {
         put(&server, &mut rng);
     }
     let cache = Arc::new(Mutex::new(EndpointSliceCache::new("node-1", IpFamily::V4)));
-    let handler = SliceCacheHandler::new(cache.clone(), Arc::default());
+    let handler = SliceCacheHandler::new(vec![cache.clone()], Arc::default());
     let synced = handler.synced.clone();
     let w = spawn(
         slices_api(&server),

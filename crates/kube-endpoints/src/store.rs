@@ -3,7 +3,7 @@
 //! the writer; [`crate::Reader`]s read.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use informer_glue::fold::EventHandler;
 use k8s_openapi::api::core::v1::Service;
@@ -36,10 +36,7 @@ pub(crate) struct Store {
     ready: watch::Sender<bool>,
 }
 
-/// Locks, reading through poisoning: every update leaves the maps whole.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use slice_model::internal::lock;
 
 impl Store {
     pub(crate) fn new(node: Option<String>, zone: Option<String>) -> (Self, watch::Receiver<bool>) {

@@ -40,8 +40,4 @@ pub use resolver::{NetnsDir, PodNetnsResolver, ResolveError};
 #[cfg(test)]
 mod tests;
 
-/// Locks, ignoring poisoning: the stores behind these locks hold plain
-/// state that a panicking holder cannot leave half-written.
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use slice_model::internal::lock;

@@ -12,6 +12,7 @@
 //!   healthy, else 503. Listeners open and close as services come and go.
 
 use informer_glue::node::NodeFacts;
+use slice_model::internal::lock;
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -75,34 +76,28 @@ impl ProxierHealth {
 
     /// Follows this node's eligibility for `/healthz`.
     pub fn follow_node(&self, facts: tokio::sync::watch::Receiver<NodeFacts>) {
-        *self.node_eligible.lock().unwrap_or_else(|e| e.into_inner()) = Some(facts);
+        *lock(&self.node_eligible) = Some(facts);
     }
 
     /// Whether this node is eligible for load balancer traffic.
     pub fn node_eligible(&self) -> bool {
-        self.node_eligible
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_none_or(|rx| rx.borrow().eligible)
+        lock(&self.node_eligible).as_ref().is_none_or(|rx| rx.borrow().eligible)
     }
 
     /// Takes a watch into account for `/healthz`.
     pub fn watch(&self, metrics: Arc<WatchMetrics>) {
-        self.watches.lock().unwrap_or_else(|e| e.into_inner()).push(metrics);
+        lock(&self.watches).push(metrics);
     }
 
     /// Whether some watch has been failing for `timeout` or more.
     pub fn watches_down(&self, now: SystemTime) -> bool {
-        self.watches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        lock(&self.watches)
             .iter()
             .any(|w| w.down_for(now).is_some_and(|d| d >= self.timeout))
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<IpFamily, FamilyHealth>) -> T) -> T {
-        f(&mut self.families.lock().unwrap_or_else(|e| e.into_inner()))
+        f(&mut lock(&self.families))
     }
 
     /// A change is waiting for a sync (only the oldest one counts).

@@ -97,7 +97,8 @@ pub fn engine(snapshot: &Snapshot, node: &str, proxy: &ProxyArgs) -> Engine {
 }
 
 fn feed(engine: &Engine, proxy: &ProxyArgs) -> SnapshotFeed {
-    SnapshotFeed::new(engine.slices.clone(), engine.service_changes.clone(), selection(proxy))
+    let feed = engine.feed();
+    SnapshotFeed::new(feed.slices, feed.service_changes, selection(proxy))
 }
 
 fn applied(mut engine: Engine) -> Engine {

@@ -5,6 +5,7 @@ mod build;
 mod endpoint;
 mod facts;
 mod intern;
+mod lock;
 mod names;
 mod node;
 mod node_hints;
@@ -47,5 +48,6 @@ pub mod rules {}
 pub mod internal {
     pub use crate::addr::ip_sort_key;
     pub use crate::intern::FastHash;
+    pub use crate::lock::lock;
     pub use crate::slice::is_sorted_by_address;
 }

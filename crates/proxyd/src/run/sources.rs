@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use informer_glue::feed::{Part, Scope};
-use informer_glue::fold::{EventFold, Fanout};
+use informer_glue::fold::EventFold;
 use informer_glue::lenient::Watched;
 use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetworks};
 use informer_glue::node::{NodeFacts, ThisNode, ThisNodeHandler};
@@ -30,7 +30,7 @@ use endpoints_map::Engine;
 
 /// The handlers of a run, before a source drives them.
 pub struct Handlers {
-    slices: Fanout<SliceCacheHandler>,
+    slices: SliceCacheHandler,
     services: ServiceSink,
     pods: Option<PodHandler>,
     /// This node as the source reports it (node mode).
@@ -73,22 +73,13 @@ pub fn handlers(
     let slice_rejections = metrics
         .sources
         .rejections("EndpointSlice", SliceError::REASONS, WarningKind::REASONS);
-    // Every family's handler sees the same slices: count them once.
-    let slices: Vec<SliceCacheHandler> = engines
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let h = SliceCacheHandler::new(e.slices.clone(), changes.clone());
-            if i == 0 {
-                h.counting_into(slice_rejections.clone())
-            } else {
-                h
-            }
-        })
-        .collect();
-    let mut listed: Vec<_> = slices.iter().map(|h| h.synced.clone()).collect();
+    // One handler for every family's cache: each slice converted and
+    // counted once.
+    let slices = SliceCacheHandler::new(engines.iter().map(|e| e.feed().slices).collect(), changes.clone())
+        .counting_into(slice_rejections);
+    let mut listed = vec![slices.synced.clone()];
     let store = ServiceHandler::new(
-        engines.iter().map(|e| e.service_changes.clone()).collect(),
+        engines.iter().map(|e| e.feed().service_changes).collect(),
         changes.clone(),
     )
     .counting_into(
@@ -128,7 +119,7 @@ pub fn handlers(
         facts: this_node.as_ref().map(ThisNode::facts),
     };
     let handlers = Handlers {
-        slices: Fanout(slices),
+        slices,
         services,
         pods,
         this_node,
