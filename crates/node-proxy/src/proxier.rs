@@ -232,16 +232,24 @@ mod tests {
         s
     }
 
-    #[test]
-    fn conntrack_waits_for_a_successful_apply() {
+    type Recorded = (Proxier, Arc<Mutex<Recording>>, Arc<Mutex<RecordingConntrack>>);
+
+    /// A proxier on node-1 over a recording dataplane and conntrack.
+    fn recorded() -> Recorded {
         let dp = Arc::new(Mutex::new(Recording::default()));
         let ct = Arc::new(Mutex::new(RecordingConntrack::default()));
-        let mut p = Proxier::new(
+        let p = Proxier::new(
             Engine::new("node-1", IpFamily::V4),
             DataplaneConfig::new(IpFamily::V4),
             Box::new(Shared(dp.clone())),
             Box::new(Shared(ct.clone())),
         );
+        (p, dp, ct)
+    }
+
+    #[test]
+    fn conntrack_waits_for_a_successful_apply() {
+        let (mut p, dp, ct) = recorded();
         p.engine.update_service(&lb());
         p.sync(SyncKind::Changes).unwrap();
         assert_eq!(p.health_checks()[&ServiceName::new("ns", "dns")], (32000, 0));
@@ -281,14 +289,7 @@ mod tests {
     /// (after a failure) recounts rather than adds.
     #[test]
     fn no_local_counts_follow_the_verdicts_written() {
-        let dp = Arc::new(Mutex::new(Recording::default()));
-        let ct = Arc::new(Mutex::new(RecordingConntrack::default()));
-        let mut p = Proxier::new(
-            Engine::new("node-1", IpFamily::V4),
-            DataplaneConfig::new(IpFamily::V4),
-            Box::new(Shared(dp.clone())),
-            Box::new(Shared(ct)),
-        );
+        let (mut p, dp, _) = recorded();
         let mut internal = lb();
         internal.internal_traffic_policy = TrafficPolicy::Local;
         p.engine.update_service(&internal);

@@ -151,17 +151,7 @@ impl Drop for Containerd {
         if let Some(mut p) = self.process.take() {
             terminate(&mut p, "TERM");
         }
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        let root = self.dir.display().to_string();
-        let mut under: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split(' ').nth(1))
-            .filter(|m| m.starts_with(&root))
-            .collect();
-        under.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in under {
-            let _ = Command::new("umount").args(["-l", m]).status();
-        }
+        common::unmount_under(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -303,17 +303,7 @@ impl Drop for Containerd {
         };
         quiet("ip", &["link", "del", &self.bridge]);
         // Whatever containerd left mounted under its root.
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        let root = self.dir.display().to_string();
-        let mut under: Vec<&str> = mounts
-            .lines()
-            .filter_map(|l| l.split(' ').nth(1))
-            .filter(|m| m.starts_with(&root))
-            .collect();
-        under.sort_by_key(|m| std::cmp::Reverse(m.len()));
-        for m in under {
-            quiet("umount", &["-l", m]);
-        }
+        common::unmount_under(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

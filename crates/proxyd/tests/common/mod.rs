@@ -191,3 +191,23 @@ pub fn dry_run_on_the_example(dir: &std::path::Path, metrics_port: u16) -> std::
         .arg(dir);
     cmd
 }
+
+/// Unmounts (lazily, deepest first) whatever is mounted under `dir`: a
+/// container runtime's leftovers, before its directory is removed.
+pub fn unmount_under(dir: &std::path::Path) {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let root = dir.display().to_string();
+    let mut under: Vec<&str> = mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(1))
+        .filter(|m| m.starts_with(&root))
+        .collect();
+    under.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in under {
+        let _ = Command::new("umount")
+            .args(["-l", m])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
