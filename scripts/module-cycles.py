@@ -3,9 +3,9 @@
 
 A top-level module is a file `src/x.rs` or a folder `src/x/`. Module `a`
 uses `b` when a file of `a` names `crate::b` (or, in a top-level file,
-`super::b`) in code, not in comments. Test modules (`tests.rs`, `*_tests.rs`, `src/tests/`, and
-what follows `#[cfg(test)]` in a file) are left out. Prints each circle
-and exits 1 when there is one.
+`super::b`) in code, not in comments. Test code (`tests.rs`,
+`*_tests.rs`, `src/tests/`, and `#[cfg(test)] mod` blocks) is left out.
+Prints each circle and exits 1 when there is one.
 """
 import os
 import re
@@ -13,11 +13,21 @@ import sys
 
 
 def code_of(text):
-    """The file's code: comments (docs link to anything) and everything
-    from the first `#[cfg(test)]` on (test code) left out."""
-    i = text.find("#[cfg(test)]")
-    text = text if i < 0 else text[:i]
-    return re.sub(r"//.*", "", text)
+    """The file's code: comments (docs link to anything) and test modules
+    (`#[cfg(test)] mod NAME { ... }`, matched by braces) left out."""
+    text = re.sub(r"//.*", "", text)
+    out, i = [], 0
+    for m in re.finditer(r"#\[cfg\(test\)\]\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+\w+\s*\{", text):
+        if m.start() < i:
+            continue
+        depth, j = 1, m.end()
+        while j < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            j += 1
+        out.append(text[i:m.start()])
+        i = j
+    out.append(text[i:])
+    return "".join(out)
 
 
 def modules(src):

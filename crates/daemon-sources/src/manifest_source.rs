@@ -20,7 +20,6 @@ use informer_glue::fold::{EventFold, EventHandler};
 use informer_glue::multus::PodHandler;
 use informer_glue::node::ThisNode;
 use informer_glue::selection::Selection;
-use informer_glue::service_cidr::ServiceCidrs;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 
 /// How often the files are checked for changes.
@@ -73,7 +72,7 @@ pub struct Sink {
     this_node: Option<ThisNode>,
     /// The ServiceCIDRs' ranges in the files (none when the ranges are
     /// given otherwise).
-    service_cidrs: Option<ServiceCidrs>,
+    service_cidrs: Option<ThisNode>,
 }
 
 impl Sink {
@@ -84,7 +83,7 @@ impl Sink {
         store: ServiceSink,
         pods: Option<PodHandler>,
         this_node: Option<ThisNode>,
-        service_cidrs: Option<ServiceCidrs>,
+        service_cidrs: Option<ThisNode>,
     ) -> Self {
         let sel = selection.clone();
         Self {
@@ -138,7 +137,7 @@ impl Sink {
                     "manifests read"
                 );
                 if let Some(cidrs) = &self.service_cidrs {
-                    cidrs.set(summary.service_cidrs());
+                    cidrs.set_service_cidrs(summary.service_cidrs());
                 }
                 if let Some(this) = &self.this_node {
                     let node = summary

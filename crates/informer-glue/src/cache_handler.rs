@@ -55,6 +55,18 @@ impl SliceCacheHandler {
             .fold(false, |changed, c| f(&mut slice_model::internal::lock(c)) | changed)
     }
 
+    /// Hands `slice` to every cache: a copy to each but the last, which
+    /// takes it (one family, the usual case, copies nothing).
+    fn update_all(&self, slice: slice_model::EndpointSlice) -> bool {
+        let Some((last, others)) = self.caches.split_last() else {
+            return false;
+        };
+        let changed = others.iter().fold(false, |changed, c| {
+            slice_model::internal::lock(c).update(slice.clone()) | changed
+        });
+        slice_model::internal::lock(last).update(slice) | changed
+    }
+
     fn upsert(&mut self, slice: &EndpointSlice) {
         // Nodes and slices come and go; forget names nothing uses any more
         // once in a while, so the interner stays the size of the cluster.
@@ -64,7 +76,7 @@ impl SliceCacheHandler {
                 for w in &warnings {
                     self.rejected.skipped(w.kind.reason(), w);
                 }
-                if self.each_cache(|c| c.update(model.clone())) {
+                if self.update_all(model) {
                     self.changed.notify_one();
                 }
             }

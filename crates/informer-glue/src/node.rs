@@ -188,23 +188,55 @@ impl ThisNode {
     /// Records what a Node object says (its ServiceCIDRs kept); says what
     /// changed, and wakes the sync loop when the rules depend on it.
     pub fn set_from(&self, node: Option<&Node>) {
-        let mut new = NodeFacts::of(node);
-        new.service_cidrs = self.facts.borrow().service_cidrs.clone();
-        self.publish(new);
+        self.update(|facts| {
+            let service_cidrs = std::mem::take(&mut facts.service_cidrs);
+            *facts = NodeFacts {
+                service_cidrs,
+                ..NodeFacts::of(node)
+            };
+        });
+    }
+
+    /// Records that the Node object is gone: nothing known of it, and not
+    /// eligible.
+    fn set_deleted(&self) {
+        self.update(|facts| {
+            let service_cidrs = std::mem::take(&mut facts.service_cidrs);
+            *facts = NodeFacts {
+                eligible: false,
+                service_cidrs,
+                ..NodeFacts::default()
+            };
+        });
     }
 
     /// Records the ServiceCIDRs' union.
     pub fn set_service_cidrs(&self, cidrs: Vec<ipnet::IpNet>) {
-        let mut new = self.get();
-        new.service_cidrs = cidrs;
-        self.publish(new);
+        self.update(|facts| facts.service_cidrs = cidrs);
     }
 
-    fn publish(&self, new: NodeFacts) {
-        let old = self.get();
-        if old == new {
-            return;
+    /// Changes the facts in place, under the watch's lock (the Node and
+    /// ServiceCIDR watches write from their own tasks); then says what
+    /// changed.
+    fn update(&self, change: impl FnOnce(&mut NodeFacts)) {
+        let mut changed = None;
+        self.facts.send_if_modified(|facts| {
+            let old = facts.clone();
+            change(facts);
+            let differs = *facts != old;
+            if differs {
+                changed = Some((old, facts.clone()));
+            }
+            differs
+        });
+        if let Some((old, new)) = changed {
+            self.say(&old, &new);
         }
+    }
+
+    /// Logs what changed from `old` to `new`; wakes the sync loop when the
+    /// rules depend on it.
+    fn say(&self, old: &NodeFacts, new: &NodeFacts) {
         let node = &self.node;
         let list = |items: &[String]| items.join(",");
         if old.zone != new.zone {
@@ -239,8 +271,7 @@ impl ThisNode {
         let rules_change = NodeFacts {
             eligible: old.eligible,
             ..new.clone()
-        } != old;
-        self.facts.send_replace(new);
+        } != *old;
         if rules_change {
             self.changed.notify_one();
         }
@@ -287,10 +318,7 @@ impl EventHandler<Node> for ThisNodeHandler {
         if obj.metadata.name.as_deref() == Some(self.zone.node()) {
             self.seen = false;
             tracing::warn!(node = %self.zone.node(), "this node's Node object was deleted: topology hints are not used");
-            let mut gone = NodeFacts::of(None);
-            gone.eligible = false;
-            gone.service_cidrs = self.zone.get().service_cidrs;
-            self.zone.publish(gone);
+            self.zone.set_deleted();
         }
     }
 
@@ -443,5 +471,31 @@ mod tests {
             "podCIDRs win; a bad one is left out"
         );
         assert!(changed.notified().now_or_never().is_some(), "a change wakes a sync");
+    }
+
+    /// The Node watch and the ServiceCIDR watch write the one value from
+    /// their own tasks: neither loses what the other wrote.
+    #[test]
+    fn two_sources_writing_at_once_lose_nothing() {
+        let this = ThisNode::new("node-1", Arc::new(Notify::new()));
+        let last = 2_000;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..=last {
+                    this.set_from(Some(&node("node-1", Some(&format!("zone-{i}")))));
+                }
+            });
+            s.spawn(|| {
+                for i in 0..=last {
+                    this.set_service_cidrs(vec![format!("10.{}.{}.0/24", i / 256, i % 256).parse().unwrap()]);
+                }
+            });
+        });
+        let facts = this.get();
+        assert_eq!(facts.zone.as_deref(), Some(format!("zone-{last}").as_str()));
+        assert_eq!(
+            facts.service_cidrs,
+            vec!["10.7.208.0/24".parse::<ipnet::IpNet>().unwrap()]
+        );
     }
 }

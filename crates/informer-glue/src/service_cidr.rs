@@ -3,10 +3,10 @@
 //!
 //! kube-proxy's nftables mode drops traffic to an address of these ranges
 //! that is no service's cluster IP (and rejects traffic to an unused port
-//! of one that is). [`ServiceCidrs`] keeps the union of every object's
-//! `spec.cidrs`, as the source last reported them, and wakes the sync loop
-//! when it changes; [`ServiceCidrHandler`] feeds it from a watch, and the
-//! manifest source from each read of the files.
+//! of one that is). [`ServiceCidrHandler`] keeps the union of every
+//! object's `spec.cidrs` in this node's facts
+//! ([`crate::node::NodeFacts`]), from a watch; the manifest source sets
+//! it from each read of the files.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,29 +44,10 @@ pub fn union<'a>(objects: impl IntoIterator<Item = &'a [IpNet]>) -> Vec<IpNet> {
     all
 }
 
-/// Where the service ranges go: this node's [`NodeFacts`](crate::node::NodeFacts),
-/// which the sync loop follows.
-#[derive(Debug, Clone)]
-pub struct ServiceCidrs {
-    facts: ThisNode,
-}
-
-impl ServiceCidrs {
-    /// Writing into `node`'s facts.
-    pub fn of(node: &ThisNode) -> Self {
-        Self { facts: node.clone() }
-    }
-
-    /// Records the union the source reports; says so and wakes the sync
-    /// loop when it differs from the one before.
-    pub fn set(&self, cidrs: Vec<IpNet>) {
-        self.facts.set_service_cidrs(cidrs);
-    }
-}
-
-/// Folds watch events of ServiceCIDR objects into a [`ServiceCidrs`].
+/// Folds watch events of ServiceCIDR objects into this node's facts
+/// ([`ThisNode::set_service_cidrs`]).
 pub struct ServiceCidrHandler {
-    target: ServiceCidrs,
+    target: ThisNode,
     by_name: BTreeMap<String, Vec<IpNet>>,
     /// Set once the first list is handed over.
     pub synced: Arc<AtomicBool>,
@@ -74,7 +55,7 @@ pub struct ServiceCidrHandler {
 
 impl ServiceCidrHandler {
     /// A handler feeding `target`.
-    pub fn new(target: ServiceCidrs) -> Self {
+    pub fn new(target: ThisNode) -> Self {
         Self {
             target,
             by_name: BTreeMap::new(),
@@ -84,7 +65,8 @@ impl ServiceCidrHandler {
 
     fn publish(&self) {
         if self.synced.load(Ordering::Acquire) {
-            self.target.set(union(self.by_name.values().map(Vec::as_slice)));
+            self.target
+                .set_service_cidrs(union(self.by_name.values().map(Vec::as_slice)));
         }
     }
 
@@ -117,7 +99,7 @@ impl EventHandler<ServiceCIDR> for ServiceCidrHandler {
         // The whole list at once, not one range at a time.
         self.synced.store(true, Ordering::Release);
         self.publish();
-        self.target.facts.changed.notify_one();
+        self.target.changed.notify_one();
     }
 }
 
@@ -144,7 +126,7 @@ mod tests {
         let node = ThisNode::new("node-1", changed.clone());
         let facts = node.facts();
         let rx = || facts.borrow().service_cidrs.clone();
-        let mut h = ServiceCidrHandler::new(ServiceCidrs::of(&node));
+        let mut h = ServiceCidrHandler::new(node.clone());
         h.on_add(&cidr("kubernetes", &["10.96.0.0/16", "fd00:10:96::/112"]));
         assert!(rx().is_empty(), "nothing before the list is complete");
         h.on_synced();

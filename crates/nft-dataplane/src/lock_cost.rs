@@ -76,7 +76,7 @@ fn anonymous_sets(rule: &Rule) -> usize {
         Match::LocalDestination(nets)
         | Match::SourceIn(nets)
         | Match::SourceNotIn(nets)
-        | Match::DestinationIn(nets) => nets.len() > 1,
+        | Match::DestinationIn(nets) => nets.len() != 1,
         _ => false,
     });
     let statements = rule.statements.iter().filter(|s| matches!(s, Statement::RandomGoto(_)));

@@ -125,6 +125,25 @@ fn run_render_and_explain_take_the_same_settings_from_node_and_flags() {
         "--service-cidr beats the ServiceCIDR:\n{rendered}"
     );
 
+    // And they change the rules: without the Node, or without the flag
+    // (the ServiceCIDR object's range then), the ruleset differs.
+    let no_node = cluster("no-node");
+    std::fs::remove_file(no_node.join("node.yaml")).unwrap();
+    assert_ne!(
+        proxyd("render", &flags(&no_node), &["--nft-only"]),
+        rendered,
+        "the Node's facts are used"
+    );
+    let _ = std::fs::remove_dir_all(&no_node);
+    let flag_at = args.iter().position(|a| a == "--service-cidr").unwrap();
+    let mut without_flag = args.clone();
+    without_flag.drain(flag_at..flag_at + 2);
+    assert_ne!(
+        proxyd("render", &without_flag, &["--nft-only"]),
+        rendered,
+        "--service-cidr is used"
+    );
+
     assert_eq!(
         run_first_sync(&args, "same"),
         rendered,

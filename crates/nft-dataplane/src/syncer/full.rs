@@ -491,10 +491,15 @@ pub(super) fn first_load(
     first.push(Op::AddTable(family));
     declare(config, &[], Vec::new(), &mut first, |_| Vec::new());
     apply(&first)?;
+    // The sets the table holds from here: the skeleton's, and its rules'
+    // inline ones.
+    let mut cost = LockCost::with_sets(0);
+    for op in &first.ops {
+        cost.charge(op);
+    }
     drop(first);
     let (mut rules, mut rules_cost) = (new(), 0);
     let mut elements = ElementBatch::default();
-    let mut cost = LockCost::with_sets(SetId::skeleton(config.scope).len());
     // A shared element (a cluster IP in the guard set, a hairpin pair)
     // comes with the first service that wants it.
     let mut added: std::collections::HashSet<Shared> = std::collections::HashSet::new();

@@ -12,33 +12,25 @@ use multus_dataplane::MultusProxier;
 use nft_dataplane::{DataplaneConfig, SyncKind};
 use node_proxy::kube_proxy_metrics::SyncObservation;
 use node_proxy::proxier::{HealthChecks, Proxier};
-use node_proxy::sync_runner::SyncReason;
+use node_proxy::sync_runner::{Outcome, SyncReason};
 use slice_model::{IpFamily, ServiceName};
 
 use crate::metrics_registry::Metrics;
-
-/// What one family's sync leaves for the loop.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Synced {
-    /// Everything is programmed.
-    Complete,
-    /// Something is left (a pod not programmed yet): retried with backoff.
-    Incomplete,
-}
 
 /// One IP family's proxier.
 pub trait FamilyProxier: Send {
     /// The family.
     fn family(&self) -> IpFamily;
 
-    /// One sync, its log line and its metrics; the error fails this
-    /// family's sync (the next one rewrites its table whole).
-    fn sync(&mut self, reason: SyncReason, metrics: &Metrics) -> Result<Synced, String>;
+    /// One sync, its log line and its metrics: done, or incomplete when
+    /// something is left to retry (a pod not programmed yet); the error
+    /// fails this family's sync (the next one rewrites its table whole).
+    fn sync(&mut self, reason: SyncReason, metrics: &Metrics) -> Result<Outcome, String>;
 
-    /// Takes the node's settings (see `effective`); whether the zone
-    /// changed. Pods' tables do not follow the node's.
-    fn follow_node(&mut self, _wanted: &DataplaneConfig) -> bool {
-        false
+    /// Takes the node's settings (see `effective`); returns the settings
+    /// it had. Pods' tables do not follow the node's.
+    fn follow_node(&mut self, _wanted: &DataplaneConfig) -> Option<DataplaneConfig> {
+        None
     }
 
     /// The health-check ports of its services and their local endpoint
@@ -62,7 +54,7 @@ impl FamilyProxier for Proxier {
         self.family
     }
 
-    fn sync(&mut self, reason: SyncReason, metrics: &Metrics) -> Result<Synced, String> {
+    fn sync(&mut self, reason: SyncReason, metrics: &Metrics) -> Result<Outcome, String> {
         let started = Instant::now();
         let result = Proxier::sync(self, sync_kind(reason));
         let (eps, svcs) = self.pending();
@@ -104,19 +96,22 @@ impl FamilyProxier for Proxier {
             programming_max_us = longest_programming(&out.observation.trigger_times, now),
             "synced"
         );
-        Ok(Synced::Complete)
+        Ok(Outcome::Done)
     }
 
-    fn follow_node(&mut self, wanted: &DataplaneConfig) -> bool {
-        let mut zone_changed = false;
+    fn follow_node(&mut self, wanted: &DataplaneConfig) -> Option<DataplaneConfig> {
+        let mut before = None;
         self.reconfigure(|c| {
-            zone_changed = c.node_zone != wanted.node_zone;
-            *c = DataplaneConfig {
-                family: c.family,
-                ..wanted.clone()
-            };
+            let family = c.family;
+            before = Some(std::mem::replace(
+                c,
+                DataplaneConfig {
+                    family,
+                    ..wanted.clone()
+                },
+            ));
         });
-        zone_changed
+        before
     }
 
     fn health_checks(&self) -> Option<&HealthChecks> {
@@ -131,7 +126,7 @@ impl FamilyProxier for MultusProxier {
         self.family
     }
 
-    fn sync(&mut self, reason: SyncReason, metrics: &Metrics) -> Result<Synced, String> {
+    fn sync(&mut self, reason: SyncReason, metrics: &Metrics) -> Result<Outcome, String> {
         let started = Instant::now();
         let out = MultusProxier::sync(self, sync_kind(reason));
         let now = SystemTime::now();
@@ -159,9 +154,9 @@ impl FamilyProxier for MultusProxier {
             "synced"
         );
         Ok(if out.pending.is_empty() {
-            Synced::Complete
+            Outcome::Done
         } else {
-            Synced::Incomplete
+            Outcome::Incomplete
         })
     }
 }

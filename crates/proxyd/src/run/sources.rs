@@ -10,7 +10,7 @@ use informer_glue::lenient::Watched;
 use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetworks};
 use informer_glue::node::{NodeFacts, ThisNode, ThisNodeHandler};
 use informer_glue::selection::Selection;
-use informer_glue::service_cidr::{ServiceCidrHandler, ServiceCidrs};
+use informer_glue::service_cidr::ServiceCidrHandler;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::watch_runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::{ServiceError, ServiceHandler, ServiceWarning, SliceCacheHandler};
@@ -35,8 +35,9 @@ pub struct Handlers {
     pods: Option<PodHandler>,
     /// This node as the source reports it (node mode).
     this_node: Option<ThisNode>,
-    /// The ServiceCIDRs' ranges (node mode, without --service-cidr).
-    service_cidrs: Option<ServiceCidrs>,
+    /// Where the ServiceCIDRs' ranges go (node mode, without
+    /// --service-cidr): this node's facts.
+    service_cidrs: Option<ThisNode>,
 }
 
 /// What the rest of a run reads of its sources.
@@ -110,7 +111,7 @@ pub fn handlers(
     let service_cidrs = this_node
         .as_ref()
         .filter(|_| args.proxy.service_cidr.is_empty())
-        .map(ServiceCidrs::of);
+        .cloned();
     let state = SourceState {
         listed,
         watches: Vec::new(),

@@ -9,7 +9,7 @@ use informer_glue::node::NodeFacts;
 use slice_model::IpFamily;
 use tokio::sync::watch;
 
-use super::family::{FamilyProxier, Synced};
+use super::family::FamilyProxier;
 use crate::effective::effective;
 use crate::metrics_registry::Metrics;
 use crate::settings::flags::{ProxyArgs, RunArgs};
@@ -137,9 +137,9 @@ impl SyncLoop {
         let mut failures = Vec::new();
         for p in &mut self.proxiers {
             match p.sync(reason, &self.metrics) {
-                Ok(synced) => {
+                Ok(done) => {
                     self.health.updated(p.family(), SystemTime::now());
-                    if synced == Synced::Incomplete {
+                    if done == Outcome::Incomplete {
                         outcome = Outcome::Incomplete;
                     }
                 }
@@ -191,20 +191,27 @@ impl SyncLoop {
         let Some(facts) = changed(&mut self.facts, first) else {
             return;
         };
-        if self.proxy.nodeport_primary() && facts.primary_ips.is_empty() {
+        let wanted = effective(&self.proxy, &facts);
+        let mut before = None;
+        for p in &mut self.proxiers {
+            before = p.follow_node(&wanted).or(before);
+        }
+        let Some(before) = before else {
+            return;
+        };
+        // Said at the first sync, and again whenever they are lost.
+        if self.proxy.nodeport_primary()
+            && wanted.nodeport_addresses.is_empty()
+            && (first || !before.nodeport_addresses.is_empty())
+        {
             tracing::warn!(
                 "--nodeport-addresses primary: this node's primary addresses are not known (no Node object, or \
                  no addresses in its status): node ports answer on every local address until they are"
             );
         }
-        let wanted = effective(&self.proxy, &facts);
-        let mut zone_changed = false;
-        for p in &mut self.proxiers {
-            zone_changed |= p.follow_node(&wanted);
-        }
         // The proxiers start without a zone; the source's first report
         // (before the first sync) is a change like any later one.
-        if zone_changed && !first {
+        if before.node_zone != wanted.node_zone && !first {
             tracing::info!(
                 zone = wanted.node_zone.as_deref().unwrap_or("(none)"),
                 "this node's zone changed: every service is rewritten"
