@@ -101,7 +101,6 @@ fn main() -> ExitCode {
         }
         let mut proxier = MultusProxier::new(
             engine,
-            IpFamily::V4,
             store,
             networks,
             Box::new(NetnsDir { dir: dir.clone() }),
@@ -114,14 +113,14 @@ fn main() -> ExitCode {
         let out = proxier.sync(SyncKind::Changes);
         println!(
             "first sync: {} pods programmed, {} transactions, {} route changes, {} failures, {:.2?}",
-            out.programmed_pods,
-            out.transactions,
-            out.route_changes,
-            out.failures.len(),
+            out.pods().programmed,
+            out.pods().written,
+            out.pods().route_changes,
+            out.pods().failures.len(),
             t.elapsed()
         );
-        if !out.failures.is_empty() {
-            return Err(format!("{:?}", out.failures.first()));
+        if !out.pods().failures.is_empty() {
+            return Err(format!("{:?}", out.pods().failures.first()));
         }
         for round in 1..=3 {
             proxier.engine.update_slice(slice(services / 2, round));
@@ -129,9 +128,9 @@ fn main() -> ExitCode {
             let out = proxier.sync(SyncKind::Changes);
             println!(
                 "one endpoint change: {} transactions ({} pods), {} route changes, {:.2?}",
-                out.transactions,
-                out.programmed_pods,
-                out.route_changes,
+                out.pods().written,
+                out.pods().programmed,
+                out.pods().route_changes,
                 t.elapsed()
             );
         }
@@ -139,7 +138,7 @@ fn main() -> ExitCode {
         let out = proxier.sync(SyncKind::Changes);
         println!(
             "nothing changed: {} transactions, {:.2?}",
-            out.transactions,
+            out.pods().written,
             t.elapsed()
         );
         Ok(())

@@ -90,6 +90,9 @@ struct Args {
     /// Passed to proxyd as `--min-sync-period` (default: proxyd's own).
     #[arg(long)]
     min_sync_period: Option<String>,
+    /// Passed to proxyd as `--list-page-size` (default: proxyd's own).
+    #[arg(long)]
+    list_page_size: Option<String>,
     /// New services and changed endpoints whose latency is measured, each.
     #[arg(long, default_value_t = 10)]
     latency_trials: u32,
@@ -285,6 +288,11 @@ impl Daemon {
                 args.min_sync_period
                     .iter()
                     .flat_map(|d| ["--min-sync-period", d.as_str()]),
+            )
+            .args(
+                args.list_page_size
+                    .iter()
+                    .flat_map(|n| ["--list-page-size", n.as_str()]),
             )
             .args(source)
             // RUST_LOG=info,nft_dataplane=debug shows each transaction.

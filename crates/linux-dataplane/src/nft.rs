@@ -384,6 +384,10 @@ impl Dataplane for WatchedNft {
         }
     }
 
+    fn generation(&mut self) -> Option<u64> {
+        self.read().map(u64::from)
+    }
+
     fn table_exists(&mut self, family: IpFamily, table: &str) -> Option<bool> {
         self.netlink
             .as_mut()?

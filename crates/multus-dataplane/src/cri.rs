@@ -155,6 +155,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// pod's namespace is then read from its newest ready sandbox whose labels
 /// name the pod (its uid too, where the pod has one), asking the runtime
 /// for a sandbox's status only the first time that sandbox is seen.
+#[derive(Clone)]
 pub struct CriResolver {
     endpoint: String,
     host_prefix: PathBuf,

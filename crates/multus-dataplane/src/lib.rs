@@ -33,8 +33,9 @@ pub mod resolver;
 pub mod runtime_watch;
 pub mod view;
 
+pub use node_proxy::family::PodProblem;
 pub use plan::{PodPlan, Route, Skip, plan_pod};
-pub use proxier::{MultusProxier, MultusSync, PodBackend, PodProblem};
+pub use proxier::{MultusProxier, PodBackend};
 pub use resolver::{NetnsDir, PodNetnsResolver, ResolveError};
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use informer_glue::multus::{PodStore, ServiceNetworks};
 use linux_dataplane::{ConntrackError, Netns, NetnsId, RouteChange, RouteError};
 use nft_dataplane::stale_flows::Flow;
 use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, Target, Written};
+use node_proxy::family::{FamilyProxier, FamilySync, PodProblem, PodsSync};
 use slice_model::{IpFamily, PodName, ServiceName};
 
 use super::plan::{PodPlan, Route, plan_pod};
@@ -70,53 +71,6 @@ struct PodState {
     routes_in_place: bool,
 }
 
-/// Why a served pod is not programmed up to date.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PodProblem {
-    /// Its namespace could not be found: the resolver's reason.
-    #[error("{0}")]
-    NoNamespace(String),
-    /// The namespace the resolver named is gone.
-    #[error("the pod's network namespace is gone ({0})")]
-    NamespaceGone(Netns),
-    /// The namespace went away while its table was written (so not nft's
-    /// failure: there was nothing to run it in).
-    #[error("the pod's network namespace is gone")]
-    NamespaceGoneDuringWrite,
-    /// The table could not be written: the dataplane's error.
-    #[error("table not written: {0}")]
-    TableNotWritten(String),
-    /// The routes could not be set: the host's error.
-    #[error("routes not set: {0}")]
-    RoutesNotSet(String),
-}
-
-/// What one multus sync did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MultusSync {
-    /// Services whose ports or endpoints changed.
-    pub changed_services: usize,
-    /// Pods with a table after the sync.
-    pub programmed_pods: usize,
-    /// Pods whose table was written (one nft transaction each).
-    pub transactions: usize,
-    /// Pods whose routes changed.
-    pub route_changes: usize,
-    /// Conntrack entries deleted.
-    pub conntrack_deleted: u64,
-    /// `(pod, why)` for each pod that could not be brought up to date on
-    /// this sync.
-    pub failures: Vec<(PodName, PodProblem)>,
-    /// Pods whose namespace the runtime could not be asked about.
-    pub runtime_errors: usize,
-    /// `(pod, why)` for each served pod that is not programmed up to date
-    /// after this sync: retried until it is, or is gone.
-    pub pending: Vec<(PodName, PodProblem)>,
-    /// `last-change-trigger-time`s of the changes programmed by this sync,
-    /// in every pod that serves them.
-    pub trigger_times: Vec<std::time::SystemTime>,
-}
-
 /// Deletes the conntrack entries of `flows` in a pod's namespace, counting
 /// them in `out`; what could not be deleted is a warning.
 fn delete_flows(
@@ -125,13 +79,17 @@ fn delete_flows(
     netns: &Netns,
     family: IpFamily,
     flows: &[Flow],
-    out: &mut MultusSync,
+    out: &mut FamilySync,
 ) {
     if flows.is_empty() {
         return;
     }
+    let started = std::time::Instant::now();
     let (deleted, errors) = backend.conntrack(key, netns, family, flows);
+    out.conntrack_flows += flows.len();
     out.conntrack_deleted += deleted;
+    out.conntrack_duration += started.elapsed();
+    // Said here, with the pod: the report's list is the node's.
     for e in errors {
         tracing::warn!(pod = %key, "conntrack cleanup: {e}");
     }
@@ -151,6 +109,11 @@ fn to_cluster_ip(flow: &Flow, cluster_ips: &BTreeSet<IpAddr>) -> bool {
     }
 }
 
+/// The pods' part of a multus sync's report.
+fn pods_out(out: &mut FamilySync) -> &mut PodsSync {
+    out.pods.get_or_insert_with(PodsSync::default)
+}
+
 /// How many pods' tables are written at once.
 const WRITERS: usize = 8;
 
@@ -158,8 +121,6 @@ const WRITERS: usize = 8;
 pub struct MultusProxier {
     /// The engine.
     pub engine: Engine,
-    /// The family.
-    pub family: IpFamily,
     pods: Arc<Mutex<PodStore>>,
     networks: Arc<Mutex<ServiceNetworks>>,
     resolver: Box<dyn PodNetnsResolver>,
@@ -174,7 +135,6 @@ impl MultusProxier {
     /// A proxier over `engine` for the pods in `pods`.
     pub fn new(
         engine: Engine,
-        family: IpFamily,
         pods: Arc<Mutex<PodStore>>,
         networks: Arc<Mutex<ServiceNetworks>>,
         resolver: Box<dyn PodNetnsResolver>,
@@ -182,7 +142,6 @@ impl MultusProxier {
     ) -> Self {
         Self {
             engine,
-            family,
             pods,
             networks,
             resolver,
@@ -208,7 +167,7 @@ impl MultusProxier {
         netns: &Netns,
         routes: &BTreeSet<Route>,
         flows: &[Flow],
-        out: &mut MultusSync,
+        out: &mut FamilySync,
     ) {
         let cluster_ips: BTreeSet<_> = routes.iter().map(|r| r.dest).collect();
         let mine: Vec<Flow> = flows
@@ -216,17 +175,20 @@ impl MultusProxier {
             .filter(|f| to_cluster_ip(f, &cluster_ips))
             .copied()
             .collect();
-        delete_flows(self.backend.as_mut(), key, netns, self.family, &mine, out);
+        delete_flows(self.backend.as_mut(), key, netns, self.engine.family(), &mine, out);
     }
 
     fn drop_pod(&mut self, key: &PodName) {
         if let Some(st) = self.state.remove(key) {
             // Routes first, so that once the table is gone they are too. The
             // namespace may have gone with the pod: nothing to remove then.
-            let cleared = match self.backend.routes(key, &st.netns, self.family, &BTreeSet::new()) {
+            let cleared = match self
+                .backend
+                .routes(key, &st.netns, self.engine.family(), &BTreeSet::new())
+            {
                 Ok(_) => self
                     .backend
-                    .remove_table(key, &st.netns, self.family)
+                    .remove_table(key, &st.netns, self.engine.family())
                     .map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),
             };
@@ -286,14 +248,14 @@ impl MultusProxier {
         &mut self,
         key: &PodName,
         pod: &informer_glue::multus::PodInfo,
-        out: &mut MultusSync,
+        out: &mut FamilySync,
     ) -> Result<(), PodProblem> {
         let path = match self.resolver.resolve(pod) {
             Ok(path) => path,
             // The runtime cannot be asked: a programmed pod keeps its
             // state (its rules stay, and are kept up to date).
             Err(ResolveError::Unavailable(why)) => {
-                out.runtime_errors += 1;
+                pods_out(out).runtime_errors += 1;
                 return if self.state.contains_key(key) {
                     Ok(())
                 } else {
@@ -328,7 +290,7 @@ impl MultusProxier {
                 PodState {
                     netns,
                     netns_id: id,
-                    target: Target::new(NftSyncer::new(DataplaneConfig::pod(self.family), dataplane)),
+                    target: Target::new(NftSyncer::new(DataplaneConfig::pod(self.engine.family()), dataplane)),
                     plan: PodPlan::default(),
                     routes_in_place: false,
                 },
@@ -338,11 +300,14 @@ impl MultusProxier {
     }
 
     /// Brings every target pod's namespace in line with the maps.
-    pub fn sync(&mut self, kind: SyncKind) -> MultusSync {
+    pub fn sync(&mut self, kind: SyncKind) -> FamilySync {
+        let started = std::time::Instant::now();
         let update = self.engine.update();
-        let mut out = MultusSync {
-            changed_services: update.changed.len(),
-            ..MultusSync::default()
+        let mut out = FamilySync {
+            changed: update.changed.clone(),
+            endpoint_changes: update.endpoints.changed_services.len() as u64,
+            service_changes: update.services.updated_services.len() as u64,
+            ..FamilySync::default()
         };
         let pods = lock(&self.pods).pods.clone();
         let networks = lock(&self.networks).by_service.clone();
@@ -360,7 +325,7 @@ impl MultusProxier {
         let mut planned: Vec<Planned> = Vec::new();
         let mut pending: BTreeMap<PodName, PodProblem> = BTreeMap::new();
         for (key, pod) in &pods {
-            let plan = match plan_pod(pod, &networks, &self.engine.services, self.family) {
+            let plan = match plan_pod(pod, &networks, &self.engine.services, self.engine.family()) {
                 Ok(p) => p,
                 Err(skip) => {
                     if let Some(st) = self.state.get(key) {
@@ -409,8 +374,9 @@ impl MultusProxier {
                 Some(Ok(w)) => {
                     let r = &w.report;
                     if r.full || r.services_written > 0 || r.script_bytes > 0 {
-                        out.transactions += 1;
+                        pods_out(&mut out).written += 1;
                     }
+                    out.add_written(r);
                     out.trigger_times.extend(w.trigger_times);
                     w.flows
                 }
@@ -424,34 +390,46 @@ impl MultusProxier {
                     } else {
                         PodProblem::TableNotWritten(e.to_string())
                     };
-                    out.failures.push((key.clone(), why.clone()));
+                    pods_out(&mut out).failures.push((key.clone(), why.clone()));
                     pending.insert(key, why);
                     continue;
                 }
             };
             if st.plan.routes != plan.routes || !st.routes_in_place || kind == SyncKind::Periodic {
-                match self.backend.routes(&key, &st.netns, self.family, &plan.routes) {
+                match self.backend.routes(&key, &st.netns, self.engine.family(), &plan.routes) {
                     Ok(change) => {
                         st.routes_in_place = true;
                         if change != RouteChange::default() {
-                            out.route_changes += 1;
+                            pods_out(&mut out).route_changes += 1;
                         }
                     }
                     Err(e) => {
                         st.routes_in_place = false;
                         let why = PodProblem::RoutesNotSet(e.to_string());
-                        out.failures.push((key.clone(), why.clone()));
+                        pods_out(&mut out).failures.push((key.clone(), why.clone()));
                         pending.insert(key.clone(), why);
                     }
                 }
             }
             st.plan = plan;
             // The rules that replace them are in place.
-            delete_flows(self.backend.as_mut(), &key, &st.netns, self.family, &flows, &mut out);
+            delete_flows(
+                self.backend.as_mut(),
+                &key,
+                &st.netns,
+                self.engine.family(),
+                &flows,
+                &mut out,
+            );
         }
         self.note_pending(pending);
-        out.pending = self.pending.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        out.programmed_pods = self.state.len();
+        let pods = pods_out(&mut out);
+        pods.pending = self.pending.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        pods.programmed = self.state.len();
+        // A change programmed in several pods is one change.
+        out.trigger_times.sort_unstable();
+        out.trigger_times.dedup();
+        out.duration = started.elapsed();
         out
     }
 
@@ -469,5 +447,17 @@ impl MultusProxier {
             }
         }
         self.pending = now;
+    }
+}
+
+/// A pod that fails never fails the sync of the others: it is pending in
+/// the report, and retried.
+impl FamilyProxier for MultusProxier {
+    fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError> {
+        Ok(MultusProxier::sync(self, kind))
     }
 }

@@ -32,6 +32,18 @@ pub trait PodNetnsResolver: Send {
     fn resolve(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError>;
 }
 
+/// One resolver shared by several proxiers (a dual-stack node's two
+/// families ask the same runtime).
+impl<R: PodNetnsResolver + ?Sized> PodNetnsResolver for std::sync::Arc<std::sync::Mutex<R>> {
+    fn refresh(&mut self) -> Result<(), ResolveError> {
+        crate::lock(self).refresh()
+    }
+
+    fn resolve(&mut self, pod: &PodInfo) -> Result<PathBuf, ResolveError> {
+        crate::lock(self).resolve(pod)
+    }
+}
+
 /// `--pod-netns-dir DIR`: pod NS/NAME's namespace is the file `DIR/NS_NAME`
 /// (what `ip netns add NS_NAME` creates under `/run/netns`).
 #[derive(Clone, Debug)]

@@ -15,7 +15,8 @@ use slice_model::{
     EndpointSlice, IpFamily, PodName, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint, SliceName,
 };
 
-use super::proxier::{MultusProxier, PodBackend, PodProblem};
+use super::PodProblem;
+use super::proxier::{MultusProxier, PodBackend};
 use super::resolver::{PodNetnsResolver, ResolveError};
 use endpoints_map::Engine;
 use linux_dataplane::ConntrackError;
@@ -199,7 +200,6 @@ fn setup_family(family: IpFamily) -> Setup {
     let sandboxes = Resolver::default();
     let proxier = MultusProxier::new(
         Engine::new("node-1", family),
-        family,
         pods.clone(),
         networks.clone(),
         Box::new(sandboxes.clone()),
@@ -339,8 +339,8 @@ fn two_networks() -> Setup {
 fn each_pod_gets_the_services_of_its_networks_and_routes_through_them() {
     let mut s = two_networks();
     let out = s.proxier.sync(SyncKind::Changes);
-    assert_eq!(out.programmed_pods, 5, "{out:?}");
-    assert!(out.failures.is_empty());
+    assert_eq!(out.pods().programmed, 5, "{out:?}");
+    assert!(out.pods().failures.is_empty());
     assert_eq!(
         s.trace("blue-1", "192.168.10.101", "10.96.0.10"),
         "192.168.10.11:5353, 192.168.10.12:5353",
@@ -379,7 +379,7 @@ fn one_endpoint_change_rewrites_only_the_pods_on_that_network() {
         .filter(|k| after[*k] != before.get(*k).copied().unwrap_or(0))
         .collect();
     assert_eq!(written, ["default/red-1", "default/red-2"], "{out:?}");
-    assert_eq!(out.transactions, 2);
+    assert_eq!(out.pods().written, 2);
     let w = s.world.lock().unwrap();
     assert!(
         w.conntrack.keys().all(|k| k.starts_with("default/red-")),
@@ -401,7 +401,7 @@ fn a_failed_write_keeps_the_pods_stale_flows_for_the_next_sync() {
     s.world.lock().unwrap().failing.insert("default/red-1".into());
     s.endpoints("dns-red", &["192.168.20.12"]);
     let out = s.proxier.sync(SyncKind::Changes);
-    assert_eq!(out.failures.len(), 1, "{out:?}");
+    assert_eq!(out.pods().failures.len(), 1, "{out:?}");
     let stale = Flow::FrontendToEndpoint {
         addr: "10.96.0.20".parse().unwrap(),
         port: 53,
@@ -416,7 +416,10 @@ fn a_failed_write_keeps_the_pods_stale_flows_for_the_next_sync() {
     assert!(!deleted(&s, "default/red-1"), "not before its rules are in place");
     s.world.lock().unwrap().failing.clear();
     let out = s.proxier.sync(SyncKind::Changes);
-    assert!(out.failures.is_empty() && out.pending.is_empty(), "{out:?}");
+    assert!(
+        out.pods().failures.is_empty() && out.pods().pending.is_empty(),
+        "{out:?}"
+    );
     assert!(deleted(&s, "default/red-1"), "once its table is written");
     assert_eq!(out.trigger_times, [CHANGED_AT], "programmed in red-1 now");
     assert_eq!(s.trace("red-1", "192.168.20.101", "10.96.0.20"), "192.168.20.12:5353");
@@ -459,23 +462,26 @@ fn a_pod_without_a_namespace_stays_pending_and_never_blocks_the_others() {
     let mut s = two_networks();
     s.pod(pod("gone-1", &[("blue", "net1", "192.168.10.199")]));
     let out = s.proxier.sync(SyncKind::Changes);
-    assert_eq!(out.programmed_pods, 5);
-    assert_eq!(out.pending.len(), 1, "{out:?}");
+    assert_eq!(out.pods().programmed, 5);
+    assert_eq!(out.pods().pending.len(), 1, "{out:?}");
     assert!(
-        matches!(&out.pending[0].1, PodProblem::NoNamespace(why) if why.contains("no ready sandbox")),
+        matches!(&out.pods().pending[0].1, PodProblem::NoNamespace(why) if why.contains("no ready sandbox")),
         "{out:?}"
     );
     s.endpoints("dns-blue", &["192.168.10.13"]);
     let out = s.proxier.sync(SyncKind::Changes);
     assert_eq!(
-        out.pending.iter().map(|p| p.0.to_string()).collect::<Vec<_>>(),
+        out.pods().pending.iter().map(|p| p.0.to_string()).collect::<Vec<_>>(),
         ["default/gone-1"],
         "still pending, looked up again: {out:?}"
     );
     assert_eq!(s.trace("blue-2", "192.168.10.102", "10.96.0.10"), "192.168.10.13:5353");
     s.remove_pod("gone-1");
     let out = s.proxier.sync(SyncKind::Changes);
-    assert!(out.pending.is_empty(), "a deleted pod is no longer pending: {out:?}");
+    assert!(
+        out.pods().pending.is_empty(),
+        "a deleted pod is no longer pending: {out:?}"
+    );
 }
 
 #[test]
@@ -503,7 +509,10 @@ fn a_recreated_sandbox_is_programmed_with_nothing_changed_on_the_pod() {
     recreate_sandbox(&s, "blue-1");
     // The next sync, whatever asked for it (here: nothing changed at all).
     let out = s.proxier.sync(SyncKind::Changes);
-    assert!(out.pending.is_empty() && out.failures.is_empty(), "{out:?}");
+    assert!(
+        out.pods().pending.is_empty() && out.pods().failures.is_empty(),
+        "{out:?}"
+    );
     assert_eq!(
         s.trace("blue-1", "192.168.10.101", "10.96.0.10"),
         "192.168.10.11:5353, 192.168.10.12:5353",
@@ -525,13 +534,13 @@ fn a_sandbox_recreated_while_not_ready_is_programmed_once_ready() {
     recreate_sandbox(&s, "blue-1");
     s.sandboxes.0.lock().unwrap().not_ready.insert("default/blue-1".into());
     let out = s.proxier.sync(SyncKind::Changes);
-    assert_eq!(out.programmed_pods, 4, "{out:?}");
-    assert_eq!(out.pending.len(), 1, "{out:?}");
+    assert_eq!(out.pods().programmed, 4, "{out:?}");
+    assert_eq!(out.pods().pending.len(), 1, "{out:?}");
     assert_eq!(s.trace("blue-1", "192.168.10.101", "10.96.0.10"), "no table");
     // Ready: the next sync (a retry, nothing else changed) programs it.
     s.sandboxes.0.lock().unwrap().not_ready.clear();
     let out = s.proxier.sync(SyncKind::Changes);
-    assert!(out.pending.is_empty(), "{out:?}");
+    assert!(out.pods().pending.is_empty(), "{out:?}");
     assert_eq!(
         s.trace("blue-1", "192.168.10.101", "10.96.0.10"),
         "192.168.10.11:5353, 192.168.10.12:5353"
@@ -548,8 +557,8 @@ fn a_namespace_gone_before_the_write_is_said_to_be_gone_not_an_nft_failure() {
     s.world.lock().unwrap().dead.insert(old);
     s.endpoints("dns-blue", &["192.168.10.13"]);
     let out = s.proxier.sync(SyncKind::Changes);
-    assert_eq!(out.pending.len(), 1, "{out:?}");
-    let why = &out.pending[0].1;
+    assert_eq!(out.pods().pending.len(), 1, "{out:?}");
+    let why = &out.pods().pending[0].1;
     assert!(
         matches!(why, PodProblem::NamespaceGone(_) | PodProblem::NamespaceGoneDuringWrite),
         "not nft's failure: {why}"
@@ -563,7 +572,7 @@ fn a_namespace_gone_before_the_write_is_said_to_be_gone_not_an_nft_failure() {
         .entry("default/blue-1".into())
         .or_default() += 1;
     let out = s.proxier.sync(SyncKind::Changes);
-    assert!(out.pending.is_empty(), "{out:?}");
+    assert!(out.pods().pending.is_empty(), "{out:?}");
     assert_eq!(s.trace("blue-1", "192.168.10.101", "10.96.0.10"), "192.168.10.13:5353");
 }
 
@@ -575,8 +584,8 @@ fn a_runtime_that_is_down_keeps_programmed_pods_and_holds_new_ones() {
     s.pod(pod("blue-9", &[("blue", "net1", "192.168.10.109")]));
     s.endpoints("dns-blue", &["192.168.10.13"]);
     let out = s.proxier.sync(SyncKind::Changes);
-    assert_eq!(out.programmed_pods, 5, "{out:?}");
-    assert_eq!(out.pending.len(), 1, "the new pod waits: {out:?}");
+    assert_eq!(out.pods().programmed, 5, "{out:?}");
+    assert_eq!(out.pods().pending.len(), 1, "the new pod waits: {out:?}");
     assert_eq!(
         s.trace("blue-2", "192.168.10.102", "10.96.0.10"),
         "192.168.10.13:5353",
@@ -584,7 +593,7 @@ fn a_runtime_that_is_down_keeps_programmed_pods_and_holds_new_ones() {
     );
     s.sandboxes.0.lock().unwrap().down = false;
     let out = s.proxier.sync(SyncKind::Changes);
-    assert!(out.pending.is_empty(), "{out:?}");
+    assert!(out.pods().pending.is_empty(), "{out:?}");
     assert_eq!(s.trace("blue-9", "192.168.10.109", "10.96.0.10"), "192.168.10.13:5353");
 }
 
@@ -595,7 +604,7 @@ fn deleted_pods_and_services_leave_nothing_behind() {
     s.remove_pod("blue-1");
     s.remove_service("dns-red");
     let out = s.proxier.sync(SyncKind::Changes);
-    assert_eq!(out.programmed_pods, 2, "blue-2 and blue-3 remain: {out:?}");
+    assert_eq!(out.pods().programmed, 2, "blue-2 and blue-3 remain: {out:?}");
     let w = s.world.lock().unwrap();
     assert!(
         !w.kernels.contains_key(&s.sandboxes.path("default/blue-1")),
@@ -693,7 +702,7 @@ proptest! {
             history.push(st.clone());
             let kind = if matches!(st, Step::Periodic) { SyncKind::Periodic } else { SyncKind::Changes };
             let out = live.proxier.sync(kind);
-            prop_assert!(out.failures.is_empty(), "{:?}", out);
+            prop_assert!(out.pods().failures.is_empty(), "{:?}", out);
 
             let mut scratch = setup();
             for h in &history {
@@ -735,7 +744,7 @@ fn a_restarted_pods_new_sandbox_is_programmed() {
     p.running = true;
     s.pod(p);
     let out = s.proxier.sync(SyncKind::Changes);
-    assert!(out.failures.is_empty(), "{out:?}");
+    assert!(out.pods().failures.is_empty(), "{out:?}");
     let after = s.transactions();
     assert_eq!(
         after["default/blue-1"],
@@ -763,7 +772,8 @@ fn ipv6_pods_and_services() {
     s.pod(pod("v4-only", &[("blue", "net1", "192.168.10.5")]));
     let out = s.proxier.sync(SyncKind::Changes);
     assert_eq!(
-        out.programmed_pods, 1,
+        out.pods().programmed,
+        1,
         "a pod without an IPv6 address there gets no IPv6 rules: {out:?}"
     );
     assert_eq!(

@@ -230,6 +230,10 @@ impl Dataplane for KernelModel {
         self.own_generation != Some(self.generation)
     }
 
+    fn generation(&mut self) -> Option<u64> {
+        Some(self.generation)
+    }
+
     fn table_exists(&mut self, family: IpFamily, _table: &str) -> Option<bool> {
         Some(self.tables.contains_key(&family))
     }

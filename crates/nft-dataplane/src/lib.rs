@@ -80,6 +80,13 @@ pub trait Dataplane {
         true
     }
 
+    /// The ruleset's generation, which every commit bumps (whoever makes
+    /// it); `None` when the dataplane cannot tell. A table read ahead of
+    /// the first sync is used only while the generation is unchanged.
+    fn generation(&mut self) -> Option<u64> {
+        None
+    }
+
     /// Whether the table `table` of `family` exists; `None` when the
     /// dataplane cannot tell. A full sync into a table that does not exist
     /// is split into short transactions (nothing is there to keep
@@ -131,6 +138,10 @@ impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
 
     fn may_have_changed(&mut self) -> bool {
         (**self).may_have_changed()
+    }
+
+    fn generation(&mut self) -> Option<u64> {
+        (**self).generation()
     }
 
     fn table_exists(&mut self, family: slice_model::IpFamily, table: &str) -> Option<bool> {

@@ -16,6 +16,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use slice_model::IpFamily;
 
+use crate::family::FamilySync;
+
 /// kube-proxy's sync duration buckets: 1 ms doubling 15 times.
 const SYNC_BUCKETS: [f64; 15] = [
     0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192, 16.384,
@@ -129,32 +131,6 @@ fn sync_histogram() -> Histogram {
 
 fn programming_histogram() -> Histogram {
     Histogram::new(programming_buckets())
-}
-
-/// What one sync of one family did, for the metrics.
-#[derive(Clone, Debug, Default)]
-pub struct SyncObservation {
-    /// The whole sync took this long.
-    pub duration: Duration,
-    /// It was a full sync.
-    pub full: bool,
-    /// It failed (nft rejected the transaction).
-    pub failed: bool,
-    /// Endpoint and service changes it applied.
-    pub endpoint_changes: u64,
-    /// Service changes it applied.
-    pub service_changes: u64,
-    /// `last-change-trigger-time`s of the slice changes it applied.
-    pub trigger_times: Vec<SystemTime>,
-    /// Service ports with internal/external Local policy and no local
-    /// endpoint.
-    pub no_local_internal: u64,
-    /// See `no_local_internal`.
-    pub no_local_external: u64,
-    /// Conntrack entries deleted after it.
-    pub conntrack_deleted: u64,
-    /// How long the conntrack cleanup took.
-    pub conntrack_duration: Duration,
 }
 
 /// kube-proxy's sync families.
@@ -318,15 +294,11 @@ impl SyncMetrics {
     }
 
     /// Records one sync of `family`.
-    pub fn observe_sync(&self, family: IpFamily, o: &SyncObservation, now: SystemTime) {
+    pub fn observe_sync(&self, family: IpFamily, o: &FamilySync, now: SystemTime) {
         let l = FamilyLabels::of(family);
-        if o.failed {
-            self.sync_failures.get_or_create(&l).inc();
-            return;
-        }
         let secs = o.duration.as_secs_f64();
         self.duration.get_or_create(&l).observe(secs);
-        let kind = if o.full {
+        let kind = if o.written.full {
             &self.full_duration
         } else {
             &self.partial_duration
@@ -350,6 +322,11 @@ impl SyncMetrics {
                 })
                 .set(i64::try_from(v).unwrap_or(i64::MAX));
         }
+    }
+
+    /// Records a sync of `family` that failed.
+    pub fn observe_failed(&self, family: IpFamily) {
+        self.sync_failures.get_or_create(&FamilyLabels::of(family)).inc();
     }
 
     /// Sets the pending-change gauges of `family`.
@@ -419,26 +396,22 @@ mod tests {
         let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
         sync.observe_sync(
             IpFamily::V4,
-            &SyncObservation {
+            &FamilySync {
                 duration: Duration::from_millis(3),
-                full: true,
+                written: nft_dataplane::SyncReport {
+                    full: true,
+                    ..Default::default()
+                },
                 endpoint_changes: 2,
                 trigger_times: vec![now - Duration::from_millis(700), now + Duration::from_secs(5)],
                 no_local_external: 1,
                 conntrack_deleted: 4,
                 conntrack_duration: Duration::from_millis(1),
-                ..SyncObservation::default()
+                ..FamilySync::default()
             },
             now,
         );
-        sync.observe_sync(
-            IpFamily::V4,
-            &SyncObservation {
-                failed: true,
-                ..SyncObservation::default()
-            },
-            now,
-        );
+        sync.observe_failed(IpFamily::V4);
         sync.queued(now);
         let text = render(&r);
         for line in [

@@ -8,7 +8,9 @@
 //!  sync_runner  when to sync: at most one per min interval, at least
 //!            one per max interval, failed syncs retried with a backoff
 //!            (kube-proxy's BoundedFrequencyRunner)
-//!  proxier   one IP family's sync: engine update ─► its nftables Target
+//!  family    what a family's proxier is, in either mode (the
+//!            FamilyProxier trait), and its one report (FamilySync)
+//!  proxier   node mode's proxier: engine update ─► its nftables Target
 //!            ─► the conntrack entries the new rules replace
 //!  health    /healthz and /livez, and each Local LoadBalancer service's
 //!            healthCheckNodePort
@@ -16,9 +18,11 @@
 //!  http      the small HTTP/1 server the health endpoints answer on
 //! ```
 //!
-//! Multus mode's per-pod sync is the `multus-dataplane` crate; the `proxyd`
+//! Multus mode's proxier (each pod's table) is the `multus-dataplane`
+//! crate, implementing the same trait; the `proxyd`
 //! binary wires these parts to its sources and command line.
 
+pub mod family;
 pub mod health;
 pub mod http;
 pub mod kube_proxy_metrics;

@@ -6,24 +6,19 @@
 //! replace. What a failed sync could not finish (services to rewrite, stale
 //! entries to delete, trigger times to report) waits for the next one.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::time::Instant;
 
-use slice_model::{IpFamily, ServiceName};
+use slice_model::ServiceName;
 
-use crate::kube_proxy_metrics::SyncObservation;
+use crate::family::{FamilyProxier, FamilySync, HealthChecks};
 use endpoints_map::Engine;
 use linux_dataplane::flow_cleanup::Conntrack;
 use nft_dataplane::desired::NoLocalEndpoints;
 use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, SyncReport, Target};
 
-/// Per service: its health-check node port and local ready endpoints.
-pub type HealthChecks = BTreeMap<ServiceName, (u16, usize)>;
-
 /// One family's proxy.
 pub struct Proxier {
-    /// The family.
-    pub family: IpFamily,
     /// Its engine.
     pub engine: Engine,
     table: Target<Box<dyn Dataplane + Send>>,
@@ -36,22 +31,6 @@ pub struct Proxier {
     no_local: HashMap<ServiceName, NoLocalEndpoints>,
 }
 
-/// What one successful sync did.
-#[derive(Debug)]
-pub struct SyncOutcome {
-    /// The dataplane's report.
-    pub report: SyncReport,
-    /// For the metrics.
-    pub observation: SyncObservation,
-    /// Services that changed (written, unless a full sync wrote all).
-    pub changed: BTreeSet<ServiceName>,
-    /// Stale UDP conntrack flows cleaned up (each deleted over netlink).
-    pub conntrack_flows: usize,
-    /// Conntrack deletions that failed (logged; retried never: the entries
-    /// they aimed at expire on their own).
-    pub conntrack_errors: Vec<linux_dataplane::ConntrackError>,
-}
-
 impl Proxier {
     /// A proxier whose first sync replaces the table.
     pub fn new(
@@ -60,8 +39,8 @@ impl Proxier {
         dataplane: Box<dyn Dataplane + Send>,
         conntrack: Box<dyn Conntrack + Send>,
     ) -> Self {
+        debug_assert_eq!(engine.family(), config.family, "one family");
         Self {
-            family: config.family,
             engine,
             table: Target::new(NftSyncer::new(config, dataplane)),
             conntrack,
@@ -124,9 +103,14 @@ impl Proxier {
 
     /// One sync. On failure everything pending stays pending, and the
     /// dataplane's next sync is a full one.
-    pub fn sync(&mut self, kind: SyncKind) -> Result<SyncOutcome, DataplaneError> {
+    pub fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError> {
         let started = Instant::now();
         let update = self.engine.update();
+        tracing::debug!(
+            took_ms = started.elapsed().as_secs_f64() * 1e3,
+            changed_services = update.changed.len(),
+            "engine updated"
+        );
         let stale = nft_dataplane::stale_flows::plan(&update, &self.engine.services);
         self.table.owe(&update, &stale, |_| true, |_| true);
         self.pending_endpoint_changes += update.endpoints.changed_services.len() as u64;
@@ -139,34 +123,63 @@ impl Proxier {
         // The rules are in place: now the entries they replace can go.
         let flows = written.flows;
         let conntrack_started = Instant::now();
-        let (deleted, conntrack_errors) = if flows.is_empty() {
+        let (conntrack_deleted, conntrack_errors) = if flows.is_empty() {
             (0, Vec::new())
         } else {
-            self.conntrack.delete(self.family, &flows)
+            self.conntrack.delete(self.engine.family(), &flows)
         };
-        let observation = SyncObservation {
+        Ok(FamilySync {
             duration: started.elapsed(),
-            full: written.report.full,
-            failed: false,
+            changed: written.services,
             endpoint_changes: std::mem::take(&mut self.pending_endpoint_changes),
             service_changes: std::mem::take(&mut self.pending_service_changes),
+            written: written.report,
             trigger_times: written.trigger_times,
             no_local_internal,
             no_local_external,
-            conntrack_deleted: deleted,
+            conntrack_flows: flows.len(),
+            conntrack_deleted,
             conntrack_duration: if flows.is_empty() {
                 std::time::Duration::ZERO
             } else {
                 conntrack_started.elapsed()
             },
-        };
-        Ok(SyncOutcome {
-            report: written.report,
-            observation,
-            changed: written.services,
-            conntrack_flows: flows.len(),
             conntrack_errors,
+            pods: None,
         })
+    }
+}
+
+impl FamilyProxier for Proxier {
+    fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError> {
+        Proxier::sync(self, kind)
+    }
+
+    fn read_ahead(&mut self) {
+        self.table.syncer_mut().read_ahead();
+    }
+
+    fn follow_node(&mut self, wanted: &DataplaneConfig) -> Option<DataplaneConfig> {
+        let mut before = None;
+        self.reconfigure(|c| {
+            let family = c.family;
+            before = Some(std::mem::replace(
+                c,
+                DataplaneConfig {
+                    family,
+                    ..wanted.clone()
+                },
+            ));
+        });
+        before
+    }
+
+    fn health_checks(&self) -> Option<&HealthChecks> {
+        Some(Proxier::health_checks(self))
     }
 }
 
@@ -180,6 +193,7 @@ mod tests {
     use super::*;
     use linux_dataplane::flow_cleanup::RecordingConntrack;
     use nft_dataplane::Recording;
+    use slice_model::IpFamily;
 
     /// Shares a recording dataplane/conntrack with the test.
     struct Shared<T>(Arc<Mutex<T>>);
@@ -262,25 +276,19 @@ mod tests {
             "rules not in place: nothing deleted"
         );
         let out = p.sync(SyncKind::Changes).unwrap();
-        assert!(out.report.full, "after a failure");
-        assert_eq!(
-            out.observation.conntrack_deleted, 2,
-            "the stale service's cluster IP and node port"
-        );
+        assert!(out.written.full, "after a failure");
+        assert_eq!(out.conntrack_deleted, 2, "the stale service's cluster IP and node port");
         assert_eq!(ct.lock().unwrap().deleted.len(), 2);
-        assert_eq!(out.observation.endpoint_changes, 1, "counted once, across the failure");
+        assert_eq!(out.endpoint_changes, 1, "counted once, across the failure");
         assert_eq!(p.health_checks()[&ServiceName::new("ns", "dns")], (32000, 1));
 
         p.engine.update_slice(slice(&[("10.1.0.2", "node-2")]));
         let out = p.sync(SyncKind::Changes).unwrap();
-        assert_eq!(
-            out.observation.no_local_external, 1,
-            "Local policy, only a remote endpoint"
-        );
+        assert_eq!(out.no_local_external, 1, "Local policy, only a remote endpoint");
         assert_eq!(p.health_checks()[&ServiceName::new("ns", "dns")], (32000, 0));
         p.engine.remove_service(&ServiceName::new("ns", "dns"));
         let out = p.sync(SyncKind::Changes).unwrap();
-        assert_eq!(out.observation.no_local_external, 0);
+        assert_eq!(out.no_local_external, 0);
         assert!(p.health_checks().is_empty(), "listener closes with the service");
     }
 
@@ -296,7 +304,7 @@ mod tests {
         p.engine.update_slice(slice(&[("10.1.0.2", "node-2")]));
         let out = p.sync(SyncKind::Changes).unwrap();
         assert_eq!(
-            (out.observation.no_local_internal, out.observation.no_local_external),
+            (out.no_local_internal, out.no_local_external),
             (1, 1),
             "both policies Local, the only endpoint remote"
         );
@@ -311,24 +319,21 @@ mod tests {
         dp.lock().unwrap().fail_next = 1;
         assert!(p.sync(SyncKind::Changes).is_err());
         let out = p.sync(SyncKind::Changes).unwrap();
-        assert!(out.report.full);
+        assert!(out.written.full);
         assert_eq!(
-            (out.observation.no_local_internal, out.observation.no_local_external),
+            (out.no_local_internal, out.no_local_external),
             (1, 1),
             "a full sync recounts"
         );
 
         p.engine.update_slice(slice(&[("10.1.0.1", "node-1")]));
         let out = p.sync(SyncKind::Changes).unwrap();
-        assert_eq!(
-            (out.observation.no_local_internal, out.observation.no_local_external),
-            (0, 0)
-        );
+        assert_eq!((out.no_local_internal, out.no_local_external), (0, 0));
 
         p.engine.update_slice(slice(&[]));
         let out = p.sync(SyncKind::Changes).unwrap();
         assert_eq!(
-            (out.observation.no_local_internal, out.observation.no_local_external),
+            (out.no_local_internal, out.no_local_external),
             (0, 0),
             "no endpoints anywhere is a reject, not a drop"
         );
@@ -389,7 +394,7 @@ mod tests {
         );
         assert!(p.reconfigure(|c| c.node_zone = Some("zone-b".into())));
         let out = p.sync(SyncKind::Changes).unwrap();
-        assert!(out.report.full, "nothing else changed, yet every service is rewritten");
+        assert!(out.written.full, "nothing else changed, yet every service is rewritten");
         assert_eq!(reached(&model), ["10.1.0.2", "10.1.0.3"]);
         assert!(p.reconfigure(|c| c.node_zone = None));
         p.sync(SyncKind::Changes).unwrap();

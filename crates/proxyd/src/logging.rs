@@ -23,7 +23,14 @@ pub struct LogArgs {
 
     /// Log as text or JSON lines (`--logging-format`, kube-proxy's name,
     /// works too).
-    #[arg(long, value_enum, default_value = "text", global = true, alias = "logging-format")]
+    #[arg(
+        long,
+        value_enum,
+        default_value = "text",
+        global = true,
+        alias = "logging-format",
+        ignore_case = true
+    )]
     pub log_format: LogFormat,
 }
 

@@ -61,11 +61,11 @@ impl MultusMetrics {
     }
 
     /// Records one multus sync of `family`.
-    pub fn observe(&self, family: IpFamily, sync: &multus_dataplane::MultusSync) {
+    pub fn observe(&self, family: IpFamily, sync: &node_proxy::family::PodsSync) {
         let l = FamilyLabels::of(family);
         let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
         let g = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
-        self.programmed_pods.get_or_create(&l).set(g(sync.programmed_pods));
+        self.programmed_pods.get_or_create(&l).set(g(sync.programmed));
         self.pending_pods.get_or_create(&l).set(g(sync.pending.len()));
         let (failures, runtime_errors) = (sync.failures.len(), sync.runtime_errors);
         self.pod_sync_failures.get_or_create(&l).inc_by(n(failures));

@@ -165,7 +165,6 @@ fn one_endpoint_change_writes_only_the_pods_on_that_network() {
     let counts: Counts = Arc::default();
     let mut proxier = MultusProxier::new(
         engine,
-        IpFamily::V4,
         store,
         networks,
         Box::new(NetnsDir {
@@ -180,8 +179,8 @@ fn one_endpoint_change_writes_only_the_pods_on_that_network() {
         }),
     );
     let first = proxier.sync(SyncKind::Changes);
-    assert!(first.failures.is_empty(), "{first:?}");
-    assert_eq!(first.programmed_pods, PODS);
+    assert!(first.pods().failures.is_empty(), "{first:?}");
+    assert_eq!(first.pods().programmed, PODS);
     assert_eq!(
         counts.lock().unwrap().values().sum::<usize>(),
         PODS,
@@ -194,7 +193,7 @@ fn one_endpoint_change_writes_only_the_pods_on_that_network() {
     // Service 10 is on net0: pods 0, 5, 10, … get it.
     proxier.engine.update_slice(slice(10, 1));
     let out = proxier.sync(SyncKind::Changes);
-    assert!(out.failures.is_empty(), "{out:?}");
+    assert!(out.pods().failures.is_empty(), "{out:?}");
     let written: BTreeSet<String> = counts.lock().unwrap().keys().cloned().collect();
     let on_net0: BTreeSet<String> = (0..PODS).step_by(NETWORKS).map(|i| format!("{ns}/p{i}")).collect();
     assert_eq!(written, on_net0, "only the pods on the changed service's network");

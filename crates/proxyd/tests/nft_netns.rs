@@ -529,9 +529,9 @@ fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
     // would keep the client on 10.1.0.1 is deleted.
     p.engine.update_slice(udp_slice("10.1.0.2"));
     let out = p.sync(SyncKind::Changes).unwrap();
-    assert!(!out.report.full);
+    assert!(!out.written.full);
     assert!(out.conntrack_errors.is_empty(), "{:?}", out.conntrack_errors);
-    assert_eq!(out.observation.conntrack_deleted, 1);
+    assert_eq!(out.conntrack_deleted, 1);
     assert_eq!(udp_flows_to(&ns, "10.1.0.1"), 0);
     send_udp(&ns, "10.96.0.53");
     assert_eq!(
@@ -1230,6 +1230,56 @@ fn conntrack_settings_are_made_at_startup() {
     } else {
         assert!(warnings.is_empty(), "{text}");
     }
+}
+
+/// `--init-only` (here from the `--config` file, as any flag can be): the
+/// conntrack settings are made in the namespace proxyd runs in and it
+/// exits, with no table written; a setting it cannot make fails it, as an
+/// init container should.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn init_only_makes_the_conntrack_settings_and_exits() {
+    require();
+    let ns = Netns::new("initonly");
+    let dir = std::env::temp_dir().join(format!("proxyd-init-only-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster/services.yaml");
+    let read = |name: &str| -> u64 {
+        ns.exec("cat", &[&format!("/proc/sys/net/netfilter/{name}")])
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    let run = |config: &str| {
+        let file = dir.join("config.yaml");
+        std::fs::write(&file, config).unwrap();
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_proxyd"), "run"])
+            .args(["--hostname-override", "node-1", "--manifests"])
+            .arg(&example)
+            .arg("--config")
+            .arg(&file)
+            .output()
+            .unwrap();
+        (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    // The table size is the host's alone: 0 per core leaves it.
+    let (status, log) = run("init-only: true\nconntrack-udp-timeout: 45s\nconntrack-max-per-core: 0\n");
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("--init-only: the startup settings are made; exiting"),
+        "{log}"
+    );
+    assert_eq!(read("nf_conntrack_udp_timeout"), 45);
+    assert_eq!(read("nf_conntrack_tcp_timeout_established"), 86_400, "24h");
+    assert!(!has_table(&ns), "--init-only writes no table");
+    // A table size other than the namespace's: only the host's
+    // namespace may change it.
+    let (status, log) = run("init-only: true\nconntrack-max-per-core: 600000\n");
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("nf_conntrack_max=1048576 (permission denied"), "{log}");
+    assert!(log.contains("1 conntrack setting(s) could not be made"), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Switching from kube-proxy: its rules on the node (its nftables table,

@@ -151,7 +151,9 @@ struct Change {
 
 struct Snapshot {
     rv: u64,
-    items: Vec<Value>,
+    /// What the next pages hand out, front first (a page is taken from
+    /// the front without moving the rest, as a real server's cursor does).
+    items: std::collections::VecDeque<Value>,
 }
 
 #[derive(Default)]
@@ -716,10 +718,10 @@ fn list_response(shared: &Shared, route: &Route, selector: &Selector, q: &HashMa
         }
     };
     let Snapshot { rv, mut items } = snapshot;
-    let rest = if limit > 0 && items.len() > limit {
-        items.split_off(limit)
+    let (items, rest): (Vec<Value>, _) = if limit > 0 && items.len() > limit {
+        (items.drain(..limit).collect(), items)
     } else {
-        Vec::new()
+        (items.into(), std::collections::VecDeque::new())
     };
     let mut metadata = json!({"resourceVersion": rv.to_string()});
     if !rest.is_empty() {

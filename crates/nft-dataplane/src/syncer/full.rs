@@ -13,7 +13,7 @@ use crate::names::{ChainId, SetId};
 use crate::packed::Packed;
 use crate::skeleton;
 use crate::transaction::{Op, Transaction};
-use crate::{Dataplane, DataplaneError};
+use crate::{Dataplane, DataplaneError, TableObjects};
 
 use super::changes::reassert_skeleton;
 use super::programmed::Programmed;
@@ -51,17 +51,66 @@ impl HeldSet {
     }
 }
 
+/// The table in place as read before the first sync, while the lists
+/// arrive: its objects and the elements of its sets (affinity sets
+/// aside), at one ruleset generation.
+pub(super) struct ReadAhead {
+    generation: u64,
+    objects: TableObjects,
+    held: Option<Held>,
+}
+
 impl<D: Dataplane> NftSyncer<D> {
+    /// Reads the table in place now, so that the first sync, when it
+    /// rewrites the table in place, need not: a restart then reads the
+    /// table while the lists arrive, not after them. What was read is used
+    /// only if nothing is committed in between (the ruleset's generation
+    /// is unchanged); it is forgotten after the first sync either way.
+    /// Does nothing after the first sync, or where the dataplane cannot
+    /// tell its generation.
+    pub fn read_ahead(&mut self) {
+        if self.view.is_some() || self.replace_next {
+            return;
+        }
+        let Some(generation) = self.dataplane.generation() else {
+            return;
+        };
+        let Some(Ok(objects)) = self.dataplane.objects(self.config.family, self.config.table()) else {
+            return;
+        };
+        let sets: Option<Vec<SetId>> = objects.sets.iter().map(|n| SetId::from_name(n)).collect();
+        let Some(sets) = sets else {
+            return; // not a table of proxyd's naming: the sync decides
+        };
+        let sets = sets.into_iter().filter(|s| !matches!(s, SetId::Affinity(_))).collect();
+        let held = self.read_elements(sets);
+        if self.dataplane.generation() == Some(generation) {
+            self.read_ahead = Some(ReadAhead {
+                generation,
+                objects,
+                held,
+            });
+        }
+    }
+
     /// What the table holds beyond `view`, when it can be rewritten in
     /// place: the dataplane reads it back, it has this shape's canary, its
     /// slot chains have their one rule each (nft cannot rewrite them once
     /// their maps hold elements), and everything in it is named as proxyd
-    /// names things.
-    pub(super) fn stale_if_in_place(&mut self, view: &Programmed) -> Option<Stale> {
+    /// names things. What was read `ahead` stands for reading it now while
+    /// the ruleset's generation is the one it was read at.
+    pub(super) fn stale_if_in_place(&mut self, view: &Programmed, ahead: Option<ReadAhead>) -> Option<Stale> {
         if self.replace_next {
             return None;
         }
-        let objects = self.dataplane.objects(self.config.family, self.config.table())?.ok()?;
+        let ahead = ahead.filter(|a| self.dataplane.generation() == Some(a.generation));
+        let (objects, held_ahead) = match ahead {
+            Some(a) => (a.objects, Some(a.held)),
+            None => (
+                self.dataplane.objects(self.config.family, self.config.table())?.ok()?,
+                None,
+            ),
+        };
         let canary = SetId::Canary.to_string();
         if !objects.sets.contains(&canary) {
             return None;
@@ -101,7 +150,15 @@ impl<D: Dataplane> NftSyncer<D> {
                 present.push(set);
             }
         }
-        stale.held = self.read_elements(present);
+        stale.held = match held_ahead {
+            // Only the sets the view keeps: the others are deleted whole.
+            Some(held) => held.map(|mut held| {
+                let present: std::collections::HashSet<&SetId> = present.iter().collect();
+                held.retain(|set, _| present.contains(set));
+                held
+            }),
+            None => self.read_elements(present),
+        };
         Some(stale)
     }
 

@@ -106,6 +106,17 @@ enum FullLoad {
     Replace,
 }
 
+impl FullLoad {
+    /// For the log.
+    fn name(&self) -> &'static str {
+        match self {
+            FullLoad::FirstLoad => "first load",
+            FullLoad::InPlace(_) => "in place",
+            FullLoad::Replace => "replace",
+        }
+    }
+}
+
 /// Why a sync is happening.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncKind {
@@ -129,6 +140,8 @@ pub struct NftSyncer<D> {
     /// An apply failed since the last full sync: the next replaces the
     /// table whole, trusting nothing in it.
     replace_next: bool,
+    /// The table as read before the first sync (see [`Self::read_ahead`]).
+    read_ahead: Option<full::ReadAhead>,
 }
 
 impl<D: Dataplane> NftSyncer<D> {
@@ -142,6 +155,7 @@ impl<D: Dataplane> NftSyncer<D> {
             filter: None,
             first_load_chunk: FIRST_LOAD_CHUNK,
             replace_next: false,
+            read_ahead: None,
         }
     }
 
@@ -222,14 +236,24 @@ impl<D: Dataplane> NftSyncer<D> {
         let full = self.needs_full_sync();
         let no_local_endpoints;
         let plan = if full {
+            // What was read ahead serves this full sync or none: a later
+            // one reads the table afresh.
+            let ahead = self.read_ahead.take();
             let (view, no_local) = self.build_full(services, endpoints);
             no_local_endpoints = no_local;
+            let built = started.elapsed();
             let how = if self.dataplane.table_exists(self.config.family, self.config.table()) == Some(false) {
                 FullLoad::FirstLoad
             } else {
-                self.stale_if_in_place(&view)
+                self.stale_if_in_place(&view, ahead)
                     .map_or(FullLoad::Replace, |stale| FullLoad::InPlace(Box::new(stale)))
             };
+            tracing::debug!(
+                build_ms = built.as_secs_f64() * 1e3,
+                read_back_ms = (started.elapsed() - built).as_secs_f64() * 1e3,
+                how = how.name(),
+                "full sync planned"
+            );
             Plan::Full { view, how }
         } else {
             // Re-asserting the fixed chains repairs what others committed;

@@ -1,44 +1,16 @@
-//! One IP family's proxier, in either mode, as the sync loop drives it:
-//! node mode's ([`Proxier`]: this node's table) and multus mode's
-//! ([`MultusProxier`]: each selected pod's table) implement
-//! [`FamilyProxier`], so that one loop ([`super::sync::SyncLoop`]) syncs
-//! both, marks `/healthz`, joins the failures and publishes the
-//! health-check ports.
+//! One family's sync, in either mode, as the sync loop runs it: the
+//! proxier ([`FamilyProxier`]: node mode's or multus mode's) syncs, and its
+//! one report ([`FamilySync`]) becomes the metrics and the log line here.
 
 use std::collections::BTreeSet;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
-use multus_dataplane::MultusProxier;
-use nft_dataplane::{DataplaneConfig, SyncKind};
-use node_proxy::kube_proxy_metrics::SyncObservation;
-use node_proxy::proxier::{HealthChecks, Proxier};
+use nft_dataplane::SyncKind;
+use node_proxy::family::{FamilyProxier, FamilySync, PodProblem};
 use node_proxy::sync_runner::{Outcome, SyncReason};
-use slice_model::{IpFamily, ServiceName};
+use slice_model::{PodName, ServiceName};
 
 use crate::metrics_registry::Metrics;
-
-/// One IP family's proxier.
-pub trait FamilyProxier: Send {
-    /// The family.
-    fn family(&self) -> IpFamily;
-
-    /// One sync, its log line and its metrics: done, or incomplete when
-    /// something is left to retry (a pod not programmed yet); the error
-    /// fails this family's sync (the next one rewrites its table whole).
-    fn sync(&mut self, reason: SyncReason, metrics: &Metrics) -> Result<Outcome, String>;
-
-    /// Takes the node's settings (see `effective`); returns the settings
-    /// it had. Pods' tables do not follow the node's.
-    fn follow_node(&mut self, _wanted: &DataplaneConfig) -> Option<DataplaneConfig> {
-        None
-    }
-
-    /// The health-check ports of its services and their local endpoint
-    /// counts (node mode).
-    fn health_checks(&self) -> Option<&HealthChecks> {
-        None
-    }
-}
 
 /// The periodic sync also re-asserts the fixed skeleton.
 fn sync_kind(reason: SyncReason) -> SyncKind {
@@ -49,116 +21,80 @@ fn sync_kind(reason: SyncReason) -> SyncKind {
     }
 }
 
-impl FamilyProxier for Proxier {
-    fn family(&self) -> IpFamily {
-        self.family
+/// One sync of `proxier`, its metrics and its log line: done, or
+/// incomplete when something is left to retry (a pod not programmed yet);
+/// the error fails this family's sync (the next one rewrites its table
+/// whole).
+pub fn sync(proxier: &mut dyn FamilyProxier, reason: SyncReason, metrics: &Metrics) -> Result<Outcome, String> {
+    let family = proxier.family();
+    let result = proxier.sync(sync_kind(reason));
+    let (eps, svcs) = proxier.engine().pending();
+    metrics.sync.set_pending(family, eps, svcs);
+    let out = result.map_err(|e| {
+        metrics.sync.observe_failed(family);
+        e.to_string()
+    })?;
+    let now = SystemTime::now();
+    metrics.sync.observe_sync(family, &out, now);
+    if let (Some(m), Some(pods)) = (&metrics.multus, &out.pods) {
+        m.observe(family, pods);
     }
-
-    fn sync(&mut self, reason: SyncReason, metrics: &Metrics) -> Result<Outcome, String> {
-        let started = Instant::now();
-        let result = Proxier::sync(self, sync_kind(reason));
-        let (eps, svcs) = self.pending();
-        metrics.sync.set_pending(self.family, eps, svcs);
-        let out = match result {
-            Ok(out) => out,
-            Err(e) => {
-                let failed = SyncObservation {
-                    failed: true,
-                    ..SyncObservation::default()
-                };
-                metrics.sync.observe_sync(self.family, &failed, SystemTime::now());
-                return Err(e.to_string());
-            }
-        };
-        let now = SystemTime::now();
-        metrics.sync.observe_sync(self.family, &out.observation, now);
-        for e in &out.conntrack_errors {
-            tracing::warn!(family = %self.family, "conntrack cleanup: {e}");
-        }
-        tracing::info!(
-            family = %self.family,
-            first = reason == SyncReason::Initial,
-            reason = %reason,
-            service_ports = self.engine.services.len(),
-            service_ports_with_endpoints = self.engine.endpoints.len(),
-            changed_services = out.changed.len(),
-            services = %named(&out.changed),
-            full = out.report.full,
-            services_written = out.report.services_written,
-            nft_bytes = out.report.script_bytes,
-            conntrack_flows = out.conntrack_flows,
-            conntrack_deleted = out.observation.conntrack_deleted,
-            render_us = out.report.render.as_micros() as u64,
-            apply_us = out.report.apply.as_micros() as u64,
-            transactions = out.report.transactions,
-            longest_tx_us = out.report.longest_apply.as_micros() as u64,
-            took_us = started.elapsed().as_micros() as u64,
-            programming_max_us = longest_programming(&out.observation.trigger_times, now),
-            "synced"
-        );
-        Ok(Outcome::Done)
+    for e in &out.conntrack_errors {
+        tracing::warn!(family = %family, "conntrack cleanup: {e}");
     }
-
-    fn follow_node(&mut self, wanted: &DataplaneConfig) -> Option<DataplaneConfig> {
-        let mut before = None;
-        self.reconfigure(|c| {
-            let family = c.family;
-            before = Some(std::mem::replace(
-                c,
-                DataplaneConfig {
-                    family,
-                    ..wanted.clone()
-                },
-            ));
-        });
-        before
-    }
-
-    fn health_checks(&self) -> Option<&HealthChecks> {
-        Some(Proxier::health_checks(self))
-    }
+    log(proxier, reason, &out, now);
+    Ok(if out.incomplete() {
+        Outcome::Incomplete
+    } else {
+        Outcome::Done
+    })
 }
 
-/// A pod that fails is logged and counted; it never fails the sync of the
-/// others (nor health). Pods left pending make the sync incomplete.
-impl FamilyProxier for MultusProxier {
-    fn family(&self) -> IpFamily {
-        self.family
-    }
+/// The sync's line: what changed and what was written, and in multus mode
+/// the pods.
+fn log(proxier: &dyn FamilyProxier, reason: SyncReason, out: &FamilySync, now: SystemTime) {
+    let engine = proxier.engine();
+    let w = &out.written;
+    tracing::info!(
+        family = %proxier.family(),
+        first = reason == SyncReason::Initial,
+        reason = %reason,
+        service_ports = engine.services.len(),
+        service_ports_with_endpoints = engine.endpoints.len(),
+        changed_services = out.changed.len(),
+        services = %named(&out.changed),
+        full = w.full,
+        services_written = w.services_written,
+        nft_bytes = w.script_bytes,
+        conntrack_flows = out.conntrack_flows,
+        conntrack_deleted = out.conntrack_deleted,
+        render_us = w.render.as_micros() as u64,
+        apply_us = w.apply.as_micros() as u64,
+        transactions = w.transactions,
+        longest_tx_us = w.longest_apply.as_micros() as u64,
+        took_us = out.duration.as_micros() as u64,
+        programming_max_us = longest_programming(&out.trigger_times, now),
+        pods = %pods_text(out),
+        "synced"
+    );
+}
 
-    fn sync(&mut self, reason: SyncReason, metrics: &Metrics) -> Result<Outcome, String> {
-        let started = Instant::now();
-        let out = MultusProxier::sync(self, sync_kind(reason));
-        let now = SystemTime::now();
-        if let Some(m) = &metrics.multus {
-            m.observe(self.family, &out);
-        }
-        // A change programmed in several pods is one change.
-        let mut programmed = out.trigger_times.clone();
-        programmed.sort_unstable();
-        programmed.dedup();
-        metrics.sync.observe_programming(self.family, &programmed, now);
-        tracing::info!(
-            family = %self.family,
-            reason = %reason,
-            changed_services = out.changed_services,
-            programmed_pods = out.programmed_pods,
-            pods_written = out.transactions,
-            route_changes = out.route_changes,
-            conntrack_deleted = out.conntrack_deleted,
-            failed_pods = out.failures.len(),
-            pending_pods = out.pending.len(),
-            pending = %pending_text(&out.pending),
-            took_us = started.elapsed().as_micros() as u64,
-            programming_max_us = longest_programming(&programmed, now),
-            "synced"
-        );
-        Ok(if out.pending.is_empty() {
-            Outcome::Done
-        } else {
-            Outcome::Incomplete
-        })
+/// Multus mode's pods, in a few words (nothing in node mode).
+fn pods_text(out: &FamilySync) -> String {
+    let Some(p) = &out.pods else {
+        return String::new();
+    };
+    let mut text = format!(
+        "{} programmed, {} written, {} route changes",
+        p.programmed, p.written, p.route_changes
+    );
+    if !p.failures.is_empty() {
+        text += &format!(", {} failed", p.failures.len());
     }
+    if !p.pending.is_empty() {
+        text += &format!(", {} pending: {}", p.pending.len(), pending_text(&p.pending));
+    }
+    text
 }
 
 /// At most this many changed services are named in a sync's log line.
@@ -185,7 +121,7 @@ fn longest_programming(trigger_times: &[SystemTime], now: SystemTime) -> u64 {
 const NAMED_PODS: usize = 5;
 
 /// The pending pods, named (with why) when there are few.
-fn pending_text(pending: &[(slice_model::PodName, multus_dataplane::PodProblem)]) -> String {
+fn pending_text(pending: &[(PodName, PodProblem)]) -> String {
     if pending.len() > NAMED_PODS {
         return format!("{} pods", pending.len());
     }
@@ -209,8 +145,6 @@ mod tests {
 
     #[test]
     fn few_pending_pods_are_named_with_why() {
-        use multus_dataplane::PodProblem;
-        use slice_model::PodName;
         let few = [(
             PodName::new("apps", "a"),
             PodProblem::NoNamespace("no ready sandbox".into()),

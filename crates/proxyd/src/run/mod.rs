@@ -37,9 +37,9 @@ use tokio_util::task::TaskTracker;
 use crate::metrics_registry::{CONTENT_TYPE, Metrics};
 use crate::settings::flags::RunArgs;
 use crate::snapshot_engine::{node_name, selection};
+use node_proxy::family::HealthChecks;
 use node_proxy::health::{ProxierHealth, ServiceHealth};
 use node_proxy::http::{Reply, serve};
-use node_proxy::proxier::HealthChecks;
 use node_proxy::sync_runner::{Outcome, Pacing, SyncReason, SyncRunner, SyncTiming};
 
 /// What one sync on the sync thread came to.
@@ -154,15 +154,17 @@ fn set_oom_score_adj(value: i32) {
 /// kube-proxy's conntrack settings, where they are the node's: not in a
 /// dry run, nor in multus mode (the node's own proxy sets them), nor with
 /// `--netns` (they belong to that namespace, not to proxyd's).
-fn set_conntrack(args: &RunArgs) {
+/// Returns how many it could not make.
+fn set_conntrack(args: &RunArgs) -> usize {
     if args.is_dry_run() || args.proxy.multus {
-        return;
+        return 0;
     }
     if let Some(ns) = &args.netns {
         tracing::info!(netns = %ns, "conntrack settings are left as they are with --netns");
-        return;
+        return 0;
     }
-    crate::sysctls::set_conntrack(&args.conntrack, &linux_dataplane::sysctl::Sysctls::default());
+    let applied = crate::sysctls::set_conntrack(&args.conntrack, &linux_dataplane::sysctl::Sysctls::default());
+    applied.refused.len()
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -171,6 +173,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             tracing::error!("{p}");
         }
         anyhow::bail!("{} problem(s) with the flags; nothing was started", problems.len());
+    }
+    if args.init_only {
+        // An init container's job is these settings: one it cannot make
+        // fails it, where a running proxy only warns.
+        match set_conntrack(&args) {
+            0 => tracing::info!("--init-only: the startup settings are made; exiting"),
+            refused => anyhow::bail!("--init-only: {refused} conntrack setting(s) could not be made (see above)"),
+        }
+        return Ok(());
     }
     check_host(&args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
     set_conntrack(&args);
@@ -205,11 +216,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     start_admin_servers(&args, &health, &metrics, &tasks, &shutdown).await?;
     let health_checks = start_health_check_listeners(&args, families[0], &health, &tasks, &shutdown);
-    if args.proxy.multus && args.pods.pod_netns_dir.is_none() {
-        let runtime = args
-            .pods
-            .runtime()
-            .map_err(|why| anyhow::anyhow!("--container-runtime-endpoint: {why}"))?;
+    let proxiers = sync::proxiers(&args, engines, state.pods.as_ref(), &state.networks)?;
+    if let Some(runtime) = proxiers.runtime {
         tasks.spawn(multus_dataplane::runtime_watch::follow_runtime(
             runtime,
             changes.clone(),
@@ -217,15 +225,26 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ));
     }
     let sync_needed = forward_changes(changes, &health, &metrics, &tasks, &shutdown);
-    let proxiers = sync::proxiers(&args, engines, state.pods.as_ref(), &state.networks)?;
     if let Some(dir) = &args.dry_run_dir {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
     }
     tasks.spawn(stop_on_signal(shutdown.clone()));
 
+    // A restart's table is read back while the lists arrive, not after.
+    let mut families = proxiers.families;
+    let read_ahead = tokio::task::spawn_blocking(move || {
+        for p in &mut families {
+            p.read_ahead();
+        }
+        families
+    });
+
     if wait_for_initial_lists(&state, &sync_needed, &shutdown).await {
+        let families = read_ahead
+            .await
+            .map_err(|e| anyhow::anyhow!("reading the table in place: {e}"))?;
         let mut sync_loop = sync::SyncLoop {
-            proxiers,
+            proxiers: families,
             health,
             metrics,
             health_checks,

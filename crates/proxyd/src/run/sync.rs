@@ -9,7 +9,6 @@ use informer_glue::node::NodeFacts;
 use slice_model::IpFamily;
 use tokio::sync::watch;
 
-use super::family::FamilyProxier;
 use crate::effective::effective;
 use crate::metrics_registry::Metrics;
 use crate::settings::flags::{ProxyArgs, RunArgs};
@@ -17,11 +16,23 @@ use endpoints_map::Engine;
 use linux_dataplane::{Conntrack, NetlinkConntrack, NoConntrack};
 use linux_dataplane::{DryRun, Netns, WatchedNft};
 use multus_dataplane::backend::{Commands, DryRunPods};
+use multus_dataplane::cri::CriResolver;
 use multus_dataplane::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use nft_dataplane::{Dataplane, DataplaneConfig};
+use node_proxy::family::FamilyProxier;
+use node_proxy::family::HealthChecks;
 use node_proxy::health::ProxierHealth;
-use node_proxy::proxier::{HealthChecks, Proxier};
+use node_proxy::proxier::Proxier;
 use node_proxy::sync_runner::{Outcome, SyncReason};
+
+/// The proxiers of a run, and the container runtime multus mode follows.
+pub struct Proxiers {
+    /// One per family, of either mode.
+    pub families: Vec<Box<dyn FamilyProxier>>,
+    /// Multus mode without `--pod-netns-dir`: the runtime the families ask
+    /// for pods' namespaces, to follow (a new sandbox wakes a sync).
+    pub runtime: Option<CriResolver>,
+}
 
 /// The proxiers `args` ask for, one per engine: the one place that decides
 /// the mode. Multus mode's (each selected pod's tables) when `pods` are
@@ -31,16 +42,17 @@ pub fn proxiers(
     engines: Vec<Engine>,
     pods: Option<&Arc<Mutex<PodStore>>>,
     networks: &Arc<Mutex<ServiceNetworks>>,
-) -> anyhow::Result<Vec<Box<dyn FamilyProxier>>> {
+) -> anyhow::Result<Proxiers> {
     let Some(pods) = pods else {
-        return Ok(node_proxiers(args, engines)
-            .into_iter()
-            .map(|p| Box::new(p) as Box<dyn FamilyProxier>)
-            .collect());
+        let families = node_proxiers(args, engines).into_iter();
+        return Ok(Proxiers {
+            families: families.map(|p| Box::new(p) as Box<dyn FamilyProxier>).collect(),
+            runtime: None,
+        });
     };
-    let mut all = Vec::new();
+    let (resolver, runtime) = pod_namespaces(args)?;
+    let mut families = Vec::new();
     for engine in engines {
-        let family = engine.family();
         let backend: Box<dyn PodBackend> = if args.is_dry_run() {
             Box::new(DryRunPods {
                 dir: args.dry_run_dir.clone(),
@@ -51,31 +63,33 @@ pub fn proxiers(
                 nft_writer: args.nft_writer,
             })
         };
-        let resolver = resolver(args)?;
-        all.push(Box::new(MultusProxier::new(
+        families.push(Box::new(MultusProxier::new(
             engine,
-            family,
             pods.clone(),
             networks.clone(),
-            resolver,
+            Box::new(resolver.clone()),
             backend,
         )) as Box<dyn FamilyProxier>);
     }
-    Ok(all)
+    Ok(Proxiers { families, runtime })
 }
 
-/// How multus mode finds pods' namespaces: a directory, or the runtime.
-fn resolver(args: &RunArgs) -> anyhow::Result<Box<dyn PodNetnsResolver>> {
+/// How multus mode finds pods' namespaces, made once for every family: a
+/// directory, or the container runtime (also returned, to follow).
+fn pod_namespaces(args: &RunArgs) -> anyhow::Result<(SharedResolver, Option<CriResolver>)> {
     if let Some(dir) = &args.pods.pod_netns_dir {
-        return Ok(Box::new(NetnsDir { dir: dir.clone() }));
+        return Ok((Arc::new(Mutex::new(NetnsDir { dir: dir.clone() })), None));
     }
     let runtime = args
         .pods
         .runtime()
         .map_err(|why| anyhow::anyhow!("--container-runtime-endpoint: {why}"))?;
     tracing::info!(endpoint = %runtime.endpoint(), "pod namespaces from the container runtime");
-    Ok(Box::new(runtime))
+    Ok((Arc::new(Mutex::new(runtime.clone())), Some(runtime)))
 }
+
+/// One resolver the families share.
+type SharedResolver = Arc<Mutex<dyn PodNetnsResolver>>;
 
 fn node_proxiers(args: &RunArgs, engines: Vec<Engine>) -> Vec<Proxier> {
     let dual_stack = engines.len() > 1;
@@ -136,7 +150,7 @@ impl SyncLoop {
         let mut outcome = Outcome::Done;
         let mut failures = Vec::new();
         for p in &mut self.proxiers {
-            match p.sync(reason, &self.metrics) {
+            match super::family::sync(p.as_mut(), reason, &self.metrics) {
                 Ok(done) => {
                     self.health.updated(p.family(), SystemTime::now());
                     if done == Outcome::Incomplete {

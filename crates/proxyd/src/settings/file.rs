@@ -1,17 +1,18 @@
 //! `--config FILE` in proxyd's own format (a mapping of long flag names to
-//! values), decoded into [`Settings`], the typed value both file formats
-//! become; [`Settings::apply`] merges it under the command line.
+//! values), decoded into [`Settings`]: flag names and their values as
+//! text, which [`Settings::args`] turns into command-line arguments for
+//! the flags' own parsers to read.
+//!
+//! Nothing here lists the flags: a setting is any flag of the command
+//! (`flags.rs`), found by its long name, and its shape (a switch, a count,
+//! one value or a list) is the flag's. Adding a flag adds its setting.
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::ffi::OsString;
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, ValueEnum};
-use serde::{Deserialize, Deserializer};
-use slice_model::IpFamily;
-
-use crate::logging::LogFormat;
-use crate::settings::flags::{BindAddress, Cli, Command, DetectLocalMode, NodePortAddress, ProxyArgs, SourceArgs};
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, Visitor};
 
 /// Decodes YAML text into `T` straight from the text, so that a value is
 /// read as its field's type asks (`node-zone: no` is the string "no", not
@@ -26,249 +27,283 @@ pub fn decode<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
     .map_err(|e| e.to_string())
 }
 
-/// Every setting a `--config` file can make, typed; `None` is "not set".
-/// Names are the long flags' (`hostname-override`); each subcommand takes
-/// the ones it has a flag for and leaves the rest (one file serves `run`,
-/// `render` and `explain`).
-#[derive(Debug, Default, PartialEq, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields, default)]
-#[allow(
-    missing_docs,
-    reason = "each field is the flag of the same name; `proxyd run --help` says what it does"
-)]
+/// One setting's value, in the shape of its flag.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    /// A flag without a value (`--masquerade-all`): given when true.
+    Switch(bool),
+    /// A flag counted by repeating it (`-vv`).
+    Count(u8),
+    /// One value, as the command line would give it.
+    One(String),
+    /// A list, each item as the command line would give it.
+    Many(Vec<String>),
+}
+
+/// The settings of a file, either format: long flag names (e.g.
+/// `hostname-override`) and their values, in the file's order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Settings {
-    pub verbose: Option<u8>,
-    #[serde(deserialize_with = "de::log_format")]
-    pub log_format: Option<LogFormat>,
+    entries: Vec<(String, Value)>,
+}
 
-    pub manifests: Option<PathBuf>,
-    pub kubeconfig: Option<PathBuf>,
+/// Flags that are never settings: they say where settings come from, or
+/// ask for help.
+const NOT_SETTINGS: &[&str] = &["config", "help", "version"];
 
-    pub hostname_override: Option<String>,
-    pub service_proxy_name: Option<String>,
-    pub multus: Option<bool>,
-    #[serde(deserialize_with = "de::family")]
-    pub ip_family: Option<IpFamily>,
-    #[serde(deserialize_with = "de::cidrs")]
-    pub cluster_cidr: Option<Vec<ipnet::IpNet>>,
-    #[serde(deserialize_with = "de::detect_local_mode")]
-    pub detect_local_mode: Option<DetectLocalMode>,
-    #[serde(deserialize_with = "de::interface")]
-    pub pod_bridge_interface: Option<String>,
-    #[serde(deserialize_with = "de::interface")]
-    pub pod_interface_name_prefix: Option<String>,
-    pub masquerade_all: Option<bool>,
-    #[serde(deserialize_with = "de::nodeport_addresses")]
-    pub nodeport_addresses: Option<Vec<NodePortAddress>>,
-    #[serde(deserialize_with = "de::cidrs")]
-    pub service_cidr: Option<Vec<ipnet::IpNet>>,
-    pub node_zone: Option<String>,
+/// A subcommand's flags that say what to do rather than how, and so are
+/// taken from its command line only: `cleanup --kube-proxy` and `cleanup
+/// --multus` choose what is removed (a file's `multus: true` is for `run`).
+const ACTIONS: &[(&str, &str)] = &[("cleanup", "kube-proxy"), ("cleanup", "multus")];
 
-    pub nft_only: Option<bool>,
+/// Subcommands that take no settings from a file: a replay's output is a
+/// stable contract, so its few flags come from its command line.
+const NO_FILE: &[&str] = &["replay"];
 
-    #[serde(deserialize_with = "de::duration")]
-    pub min_sync_period: Option<Duration>,
-    #[serde(deserialize_with = "de::duration")]
-    pub sync_period: Option<Duration>,
-    pub list_page_size: Option<u32>,
-    #[serde(deserialize_with = "de::duration")]
-    pub config_sync_period: Option<Duration>,
-    pub dry_run: Option<bool>,
-    pub dry_run_dir: Option<PathBuf>,
-    pub netns: Option<String>,
-    pub pod_netns_dir: Option<PathBuf>,
-    pub container_runtime_endpoint: Option<String>,
-    pub host_prefix: Option<PathBuf>,
-    #[serde(deserialize_with = "de::families")]
-    pub ip_families: Option<Vec<IpFamily>>,
-    #[serde(deserialize_with = "de::bind_address")]
-    pub healthz_bind_address: Option<BindAddress>,
-    #[serde(deserialize_with = "de::bind_address")]
-    pub metrics_bind_address: Option<BindAddress>,
-    pub no_conntrack: Option<bool>,
-    #[serde(deserialize_with = "de::nft_writer")]
-    pub nft_writer: Option<linux_dataplane::NftWriter>,
+/// The flag of `cmd` (the subcommand `sub`, or the top level) that setting
+/// `key` sets, if it has one.
+fn flag<'c>(cmd: &'c Command, sub: Option<&str>, key: &str) -> Option<&'c Arg> {
+    if NOT_SETTINGS.contains(&key) || sub.is_some_and(|s| ACTIONS.contains(&(s, key))) {
+        return None;
+    }
+    cmd.get_arguments().find(|a| a.get_long() == Some(key))
+}
 
-    pub conntrack_max_per_core: Option<u64>,
-    pub conntrack_min: Option<u64>,
-    #[serde(deserialize_with = "de::duration")]
-    pub conntrack_tcp_timeout_established: Option<Duration>,
-    #[serde(deserialize_with = "de::duration")]
-    pub conntrack_tcp_timeout_close_wait: Option<Duration>,
-    pub conntrack_tcp_be_liberal: Option<bool>,
-    #[serde(deserialize_with = "de::duration")]
-    pub conntrack_udp_timeout: Option<Duration>,
-    #[serde(deserialize_with = "de::duration")]
-    pub conntrack_udp_timeout_stream: Option<Duration>,
-
-    #[serde(deserialize_with = "de::proxy_mode")]
-    pub proxy_mode: Option<String>,
-    #[serde(deserialize_with = "de::oom_score_adj")]
-    pub oom_score_adj: Option<i32>,
-    pub bind_address_hard_fail: Option<bool>,
-    pub kube_api_qps: Option<f32>,
-    pub kube_api_burst: Option<u32>,
-    pub kube_api_content_type: Option<String>,
+/// The flag setting `key` names in any subcommand that reads a file, or
+/// among the global flags.
+fn any_flag<'c>(root: &'c Command, key: &str) -> Option<&'c Arg> {
+    flag(root, None, key).or_else(|| {
+        root.get_subcommands()
+            .filter(|s| !NO_FILE.contains(&s.get_name()))
+            .find_map(|s| flag(s, Some(s.get_name()), key))
+    })
 }
 
 /// Whether the command line gave this argument (or its environment
 /// variable did), rather than clap's default.
-fn given(matches: &ArgMatches, id: &str) -> bool {
+fn given(matches: &ArgMatches, arg: &Arg) -> bool {
     matches!(
-        matches.value_source(id),
+        matches.value_source(arg.get_id().as_str()),
         Some(ValueSource::CommandLine | ValueSource::EnvVariable)
     )
 }
 
-/// Moves each named setting of the file into the parsed arguments, unless
-/// the command line gave that flag. Setting and field share the flag's
-/// name, which is also clap's id for it.
-macro_rules! take {
-    ($settings:ident, $matches:expr, $target:expr; $($field:ident),+ $(,)?) => {$(
-        if let Some(value) = $settings.$field.take()
-            && !given($matches, stringify!($field))
-        {
-            $target.$field = value.into();
-        }
-    )+};
+/// Whether clap refuses `a` and `b` together (either may declare it).
+fn exclusive(cmd: &Command, a: &Arg, b: &Arg) -> bool {
+    let names = |x: &Arg, y: &Arg| cmd.get_arg_conflicts_with(x).iter().any(|c| c.get_id() == y.get_id());
+    names(a, b) || names(b, a)
 }
 
 impl Settings {
-    /// Fills in what the command line left at its defaults, taking each
-    /// setting the subcommand has a flag for out of `self`.
-    pub fn apply(&mut self, matches: &ArgMatches, cli: &mut Cli) -> Result<(), String> {
-        take!(self, matches, cli.log; verbose, log_format);
-        let Some((_, sub)) = matches.subcommand() else {
-            return Ok(());
-        };
-        match &mut cli.command {
-            Command::Run(run) => {
-                self.source(sub, &mut run.source)?;
-                self.proxy(sub, &mut run.proxy);
-                self.pods(sub, &mut run.pods);
-                take!(self, sub, run; min_sync_period, sync_period, list_page_size, config_sync_period,
-                      dry_run, dry_run_dir, netns, ip_families, healthz_bind_address,
-                      metrics_bind_address, no_conntrack, nft_writer);
-                take!(self, sub, run.conntrack; conntrack_max_per_core, conntrack_min,
-                      conntrack_tcp_timeout_established, conntrack_tcp_timeout_close_wait,
-                      conntrack_tcp_be_liberal, conntrack_udp_timeout, conntrack_udp_timeout_stream);
-                take!(self, sub, run.kube_proxy; proxy_mode, oom_score_adj, bind_address_hard_fail,
-                      kube_api_qps, kube_api_burst, kube_api_content_type);
-            }
-            Command::Render(render) => {
-                self.source(sub, &mut render.source)?;
-                self.proxy(sub, &mut render.proxy);
-                take!(self, sub, render; nft_only);
-            }
-            Command::Explain(explain) => {
-                self.source(sub, &mut explain.source)?;
-                self.proxy(sub, &mut explain.proxy);
-            }
-            Command::Cleanup(cleanup) => {
-                self.pods(sub, &mut cleanup.pods);
-                take!(self, sub, cleanup; netns);
-            }
-            // A trace's replay takes its few settings from the command
-            // line only (its output is a stable contract).
-            Command::Replay(_) => {}
-        }
-        Ok(())
+    /// Sets `flag` (its long name), replacing an earlier value.
+    pub fn set(&mut self, flag: &str, value: Value) {
+        self.entries.retain(|(k, _)| k != flag);
+        self.entries.push((flag.to_owned(), value));
     }
 
-    /// Where objects come from: the command line's choice wins whole (its
-    /// `--manifests` drops the file's `kubeconfig`, and the other way).
-    fn source(&mut self, matches: &ArgMatches, source: &mut SourceArgs) -> Result<(), String> {
-        if self.manifests.is_some() && self.kubeconfig.is_some() {
-            return Err("manifests and kubeconfig both say where objects come from: set one".into());
-        }
-        if given(matches, "manifests") || given(matches, "kubeconfig") {
-            (self.manifests, self.kubeconfig) = (None, None);
-        }
-        take!(self, matches, source; manifests, kubeconfig);
-        Ok(())
+    /// The value set for `flag`, if any.
+    pub fn get(&self, flag: &str) -> Option<&Value> {
+        self.entries.iter().find(|(k, _)| k == flag).map(|(_, v)| v)
     }
 
-    fn proxy(&mut self, matches: &ArgMatches, proxy: &mut ProxyArgs) {
-        take!(self, matches, proxy; hostname_override, service_proxy_name, multus, ip_family,
-              cluster_cidr, detect_local_mode, pod_bridge_interface, pod_interface_name_prefix,
-              masquerade_all, nodeport_addresses, service_cidr, node_zone);
+    /// Decodes proxyd's format: a mapping of long flag names (of `root`'s
+    /// subcommands, or its global flags) to values; a value is read in the
+    /// shape its flag takes, and a problem names the setting.
+    pub fn decode(text: &str, root: &Command) -> Result<Self, String> {
+        serde_saphyr::with_deserializer_from_str(text, |de| de.deserialize_map(FileVisitor { root }))
+            .map_err(|e| e.to_string())
     }
 
-    fn pods(&mut self, matches: &ArgMatches, pods: &mut crate::settings::flags::PodNetnsArgs) {
-        take!(self, matches, pods; pod_netns_dir, container_runtime_endpoint, host_prefix);
+    /// The command-line arguments (`--name=value`) that bring this file's
+    /// settings to the subcommand `matches` chose: those it (or the top
+    /// level) has a flag for, and the command line did not give. A flag
+    /// the command line gave wins, and so does one that excludes the
+    /// setting (its `--manifests` drops the file's `kubeconfig`).
+    pub fn args(&self, root: &Command, matches: &ArgMatches) -> Result<Vec<OsString>, String> {
+        let sub = matches
+            .subcommand()
+            .filter(|(name, _)| !NO_FILE.contains(name))
+            .and_then(|(name, m)| Some((root.find_subcommand(name)?, m)));
+        let mut taken = Vec::new();
+        for (key, value) in &self.entries {
+            let own = sub.and_then(|(cmd, m)| Some((flag(cmd, Some(cmd.get_name()), key)?, cmd, m)));
+            let Some(any) = any_flag(root, key) else {
+                return Err(format!("unknown field `{key}`"));
+            };
+            // Every value is checked, the settings of other subcommands
+            // too: one file serves them all.
+            check(key, any, value)?;
+            if let Some((arg, cmd, m)) = own.or_else(|| Some((flag(root, None, key)?, root, matches))) {
+                taken.push((key, arg, cmd, m, value));
+            }
+        }
+        for (i, (a_key, a, cmd, ..)) in taken.iter().enumerate() {
+            for (b_key, b, ..) in &taken[i + 1..] {
+                if exclusive(cmd, a, b) {
+                    return Err(format!(
+                        "{a_key} and {b_key} both set, and they exclude each other: set one"
+                    ));
+                }
+            }
+        }
+        let mut args = Vec::new();
+        for (key, arg, cmd, m, value) in taken {
+            let overruled = given(m, arg)
+                || cmd
+                    .get_arguments()
+                    .any(|other| exclusive(cmd, arg, other) && given(m, other));
+            if overruled {
+                continue;
+            }
+            let long = format!("--{key}");
+            match value {
+                Value::Switch(on) => args.extend(on.then(|| long.clone().into())),
+                Value::Count(n) => args.extend((0..*n).map(|_| long.clone().into())),
+                Value::One(text) => args.push(format!("{long}={text}").into()),
+                Value::Many(items) => args.extend(items.iter().map(|i| format!("{long}={i}").into())),
+            }
+        }
+        Ok(args)
     }
 }
 
-/// Decoding a setting with the parser of its flag.
-mod de {
-    use super::*;
-    use serde::de::Error;
+/// Checks a setting's value with its flag's own parser, naming the setting
+/// in the problem.
+fn check(key: &str, arg: &Arg, value: &Value) -> Result<(), String> {
+    let texts: &[String] = match value {
+        Value::Switch(_) | Value::Count(_) => return Ok(()),
+        Value::One(text) => std::slice::from_ref(text),
+        Value::Many(items) => items,
+    };
+    // The flag alone, without what ties it to the others.
+    let alone = arg
+        .clone()
+        .global(false)
+        .required(false)
+        .conflicts_with(clap::builder::Resettable::<clap::Id>::Reset);
+    let cmd = Command::new("setting").no_binary_name(true).arg(alone);
+    for text in texts {
+        if let Err(e) = cmd.clone().try_get_matches_from([format!("--{key}={text}")]) {
+            return Err(value_problem(key, &e));
+        }
+    }
+    Ok(())
+}
 
-    fn one<'de, D: Deserializer<'de>, T>(d: D, parse: fn(&str) -> Result<T, String>) -> Result<Option<T>, D::Error> {
-        let text = Option::<String>::deserialize(d)?;
-        text.as_deref().map(parse).transpose().map_err(D::Error::custom)
+/// What clap found wrong with a setting's value: the flag parser's own
+/// words, or the values it takes.
+fn value_problem(key: &str, e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    let value = match e.get(ContextKind::InvalidValue) {
+        Some(ContextValue::String(value)) => Some(value.as_str()),
+        _ => None,
+    };
+    let why = std::error::Error::source(e).map(ToString::to_string);
+    // The parser's words, with the value when they leave it out.
+    let why = why.map(|why| match value {
+        Some(value) if !why.contains(value) => format!("{value:?}: {why}"),
+        _ => why,
+    });
+    let why = why.or_else(|| match (value, e.get(ContextKind::ValidValue)) {
+        (Some(value), Some(ContextValue::Strings(valid))) => {
+            Some(format!("{value:?} is not one of {}", valid.join(", ")))
+        }
+        _ => None,
+    });
+    let why = why.unwrap_or_else(|| {
+        let rendered = e.render().to_string();
+        let first = rendered.lines().next().unwrap_or_default();
+        first.trim_start_matches("error: ").to_owned()
+    });
+    format!("{key}: {why}")
+}
+
+/// What a flag takes, so a setting is read the same way.
+#[derive(Clone, Copy)]
+enum Shape {
+    Switch,
+    Count,
+    One,
+    Many,
+}
+
+impl Shape {
+    fn of(arg: &Arg) -> Self {
+        match arg.get_action() {
+            ArgAction::SetTrue | ArgAction::SetFalse => Shape::Switch,
+            ArgAction::Count => Shape::Count,
+            ArgAction::Append => Shape::Many,
+            _ => Shape::One,
+        }
+    }
+}
+
+/// A list, or one string of comma-separated items (as the flag takes
+/// them).
+#[derive(Deserialize)]
+#[serde(untagged, expecting = "a list, or a string of comma-separated items")]
+enum Items {
+    Many(Vec<String>),
+    One(String),
+}
+
+/// Reads a setting's value in its flag's shape; `None` is `null` (unset).
+struct ValueSeed(Shape);
+
+impl<'de> DeserializeSeed<'de> for ValueSeed {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        Ok(match self.0 {
+            Shape::Switch => Option::<bool>::deserialize(d)?.map(Value::Switch),
+            Shape::Count => Option::<u8>::deserialize(d)?.map(Value::Count),
+            // Read as text, so a value is the flag's own: `node-zone: no`
+            // is "no", `min-sync-period: 0` is "0".
+            Shape::One => Option::<String>::deserialize(d)?.map(Value::One),
+            Shape::Many => Option::<Items>::deserialize(d)?.map(|items| {
+                let items = match items {
+                    Items::Many(items) => items,
+                    Items::One(text) => text.split(',').map(str::to_owned).collect(),
+                };
+                Value::Many(
+                    items
+                        .iter()
+                        .map(|s| s.trim())
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                )
+            }),
+        })
+    }
+}
+
+/// Reads proxyd's format: each key must be a flag's long name.
+struct FileVisitor<'c> {
+    root: &'c Command,
+}
+
+impl<'de> Visitor<'de> for FileVisitor<'_> {
+    type Value = Settings;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a mapping of long flag names to values")
     }
 
-    /// A list, or one string of comma-separated items (as the flag takes
-    /// them).
-    #[derive(Deserialize)]
-    #[serde(untagged, expecting = "a list, or a string of comma-separated items")]
-    enum Items {
-        Many(Vec<String>),
-        One(String),
-    }
-
-    fn list<'de, D: Deserializer<'de>, T>(
-        d: D,
-        parse: fn(&str) -> Result<T, String>,
-    ) -> Result<Option<Vec<T>>, D::Error> {
-        let items = match Option::<Items>::deserialize(d)? {
-            None => return Ok(None),
-            Some(Items::Many(items)) => items,
-            Some(Items::One(text)) => text.split(',').map(str::to_owned).collect(),
-        };
-        let parsed = items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()).map(parse);
-        parsed.collect::<Result<_, _>>().map(Some).map_err(D::Error::custom)
-    }
-
-    pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        one(d, crate::settings::flags::parse_duration)
-    }
-    pub fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<ipnet::IpNet>>, D::Error> {
-        list(d, crate::settings::flags::parse_cidr)
-    }
-    pub fn nodeport_addresses<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<NodePortAddress>>, D::Error> {
-        list(d, crate::settings::flags::parse_nodeport_address)
-    }
-    pub fn bind_address<'de, D: Deserializer<'de>>(d: D) -> Result<Option<BindAddress>, D::Error> {
-        one(d, crate::settings::flags::parse_bind_address)
-    }
-    pub fn interface<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        one(d, crate::settings::flags::parse_interface)
-    }
-    pub fn proxy_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
-        one(d, crate::settings::flags::parse_proxy_mode)
-    }
-    pub fn nft_writer<'de, D: Deserializer<'de>>(d: D) -> Result<Option<linux_dataplane::NftWriter>, D::Error> {
-        one(d, crate::settings::flags::parse_nft_writer)
-    }
-    pub fn oom_score_adj<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i32>, D::Error> {
-        one(d, crate::settings::flags::parse_oom_score_adj)
-    }
-    fn parse_family(s: &str) -> Result<IpFamily, String> {
-        s.parse().map_err(|e| format!("{e}"))
-    }
-    pub fn family<'de, D: Deserializer<'de>>(d: D) -> Result<Option<IpFamily>, D::Error> {
-        one(d, parse_family)
-    }
-    pub fn families<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<IpFamily>>, D::Error> {
-        list(d, parse_family)
-    }
-    pub fn detect_local_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DetectLocalMode>, D::Error> {
-        one(d, |s| DetectLocalMode::from_str(s, false))
-    }
-    pub fn log_format<'de, D: Deserializer<'de>>(d: D) -> Result<Option<LogFormat>, D::Error> {
-        one(d, |s| LogFormat::from_str(s, true))
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Settings, A::Error> {
+        let mut settings = Settings::default();
+        while let Some(key) = map.next_key::<String>()? {
+            let Some(arg) = any_flag(self.root, &key) else {
+                return Err(A::Error::custom(format_args!("unknown field `{key}`")));
+            };
+            let value = map
+                .next_value_seed(ValueSeed(Shape::of(arg)))
+                .map_err(|e| A::Error::custom(format_args!("{key}: {e}")))?;
+            if let Some(value) = value {
+                settings.set(&key, value);
+            }
+        }
+        Ok(settings)
     }
 }
 
@@ -276,13 +311,15 @@ mod de {
 mod tests {
     use std::ffi::OsString;
     use std::path::Path;
+    use std::time::Duration;
 
-    use serde_json::Value;
+    use clap::CommandFactory;
+    use slice_model::IpFamily;
 
     use super::*;
-    use clap::{CommandFactory, FromArgMatches};
-
-    use crate::settings::{parse, read};
+    use crate::logging::LogFormat;
+    use crate::settings::flags::{BindAddress, Cli, Command, DetectLocalMode, NodePortAddress};
+    use crate::settings::parse;
 
     fn write(text: &str) -> String {
         let path = std::env::temp_dir().join(format!("proxyd-config-{}-{}.yaml", std::process::id(), text.len()));
@@ -382,10 +419,16 @@ mod tests {
                 if ["help", "kube-proxy"].contains(&long) {
                     continue; // not settings: `cleanup --kube-proxy` is what to do
                 }
-                let doc: Value = serde_json::json!({ long: {"a": 1} });
-                let e = serde_path_to_error::deserialize::<_, Settings>(doc).unwrap_err();
-                assert!(!e.inner().to_string().contains("unknown field"), "{sub} --{long}: {e}");
+                let decoded = Settings::decode(&format!("{long}: null\n"), &cmd);
+                assert!(decoded.is_ok(), "{sub} --{long}: {decoded:?}");
             }
+        }
+        for global in ["verbose", "log-format"] {
+            assert!(Settings::decode(&format!("{global}: null\n"), &cmd).is_ok());
+        }
+        for not_a_setting in ["config", "final-only", "node-name"] {
+            let e = Settings::decode(&format!("{not_a_setting}: null\n"), &cmd).unwrap_err();
+            assert!(e.contains("unknown field"), "{not_a_setting}: {e}");
         }
     }
 
@@ -404,15 +447,23 @@ mod tests {
              conntrack-udp-timeout-stream: 2m\nproxy-mode: ''\noom-score-adj: -5\nbind-address-hard-fail: true\n\
              kube-api-qps: 1.5\nkube-api-burst: 3\nkube-api-content-type: application/json\n",
         );
-        let (mut settings, _) = read(Path::new(&path)).unwrap();
-        let matches = Cli::command().try_get_matches_from(["proxyd", "run"]).unwrap();
-        let mut cli = Cli::from_arg_matches(&matches).unwrap();
-        settings.apply(&matches, &mut cli).unwrap();
-        assert_eq!(
-            settings,
-            Settings::default(),
-            "every setting `run` has a flag for is taken"
-        );
+        let (matches, _) = crate::settings::matches(os(&["proxyd", "run", "--config", &path])).unwrap();
+        // Each setting of the file reached its flag (a switch set to false
+        // is its default, and not given).
+        let cmd = Cli::command();
+        let (settings, _) = crate::settings::read(Path::new(&path), &cmd).unwrap();
+        let (_, sub) = matches.subcommand().unwrap();
+        let run_cmd = cmd.find_subcommand("run").unwrap();
+        for (key, value) in &settings.entries {
+            let (arg, m) = match flag(run_cmd, Some("run"), key) {
+                Some(arg) => (arg, sub),
+                None => (flag(&cmd, None, key).unwrap(), &matches),
+            };
+            assert_eq!(given(m, arg), *value != Value::Switch(false), "{key}");
+        }
+        assert_eq!(settings.entries.len(), 42, "every line of the file above is a setting");
+        let parsed = parse(os(&["proxyd", "run", "--config", &path])).unwrap();
+        let cli = parsed.cli;
         assert_eq!(cli.log.verbose, 1);
         assert_eq!(cli.log.log_format, LogFormat::Json);
         let Command::Run(run) = cli.command else { unreachable!() };
@@ -429,6 +480,15 @@ mod tests {
         assert_eq!(run.ip_families, [IpFamily::V6, IpFamily::V4]);
         assert_eq!(run.metrics_bind_address, BindAddress(None));
         assert_eq!(run.conntrack.conntrack_udp_timeout_stream, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn a_flag_is_its_own_setting() {
+        // `--init-only` is declared once, as a field of `run`'s flags, and
+        // the file takes it with nothing else said.
+        let path = write("init-only: true\n# a flag's setting\n");
+        assert!(run(&["proxyd", "run", "--config", &path]).init_only);
+        assert!(!run(&["proxyd", "run"]).init_only);
     }
 
     #[test]

@@ -447,6 +447,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_conntrack: bool,
 
+    /// Make the startup settings that need more than CAP_NET_ADMIN (the
+    /// conntrack settings) and exit, as kube-proxy's `--init-only` does: run
+    /// it in a privileged init container, then proxyd with NET_ADMIN only.
+    #[arg(long)]
+    pub init_only: bool,
+
     /// kube-proxy's conntrack settings, made at startup.
     #[command(flatten)]
     pub conntrack: ConntrackArgs,

@@ -10,15 +10,11 @@
 //! (`iptables`, `ipvs`, `winkernel`) are accepted and left out with one
 //! INFO line; a `mode` other than `nftables` (or empty) is an error.
 
-use std::time::Duration;
-
 use daemon_sources::kube_proxy_file::{API_VERSION, KIND, KubeProxyConfiguration};
 
-use super::file::Settings;
-use crate::logging::LogFormat;
+use super::file::{Settings, Value};
 use crate::settings::flags::{
-    DetectLocalMode, parse_bind_address, parse_cidr, parse_duration, parse_interface, parse_nodeport_address,
-    parse_oom_score_adj,
+    parse_bind_address, parse_cidr, parse_duration, parse_interface, parse_nodeport_address, parse_oom_score_adj,
 };
 
 /// A set, non-zero value (`""`, `0s`, `0` and `null` are kube-proxy's
@@ -30,21 +26,31 @@ fn set(v: &Option<String>) -> Option<&str> {
 }
 
 /// A set, non-zero duration (`""`, `0s` and `null` are kube-proxy's "use
-/// the default"), parsed; the problem names the field.
-fn duration(field: &str, value: &Option<String>) -> Result<Option<Duration>, String> {
+/// the default"), checked; the problem names the field.
+fn duration(field: &str, value: &Option<String>) -> Result<Option<Value>, String> {
     set(value)
-        .map(|v| parse_duration(v).map_err(|e| format!("{field}: {e}")))
+        .map(|v| parse_duration(v).map(|_| one(v)).map_err(|e| format!("{field}: {e}")))
         .transpose()
 }
 
-/// A list of CIDRs, the problem naming the field.
-fn cidrs<'a>(field: &str, items: impl IntoIterator<Item = &'a str>) -> Result<Vec<ipnet::IpNet>, String> {
-    items
-        .into_iter()
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| parse_cidr(s).map_err(|e| format!("{field}: {e}")))
-        .collect()
+/// A list of CIDRs, checked; the problem names the field.
+fn cidrs<'a>(field: &str, items: impl IntoIterator<Item = &'a str>) -> Result<Value, String> {
+    let items: Vec<&str> = items.into_iter().map(str::trim).filter(|s| !s.is_empty()).collect();
+    for item in &items {
+        parse_cidr(item).map_err(|e| format!("{field}: {e}"))?;
+    }
+    Ok(Value::Many(items.into_iter().map(str::to_owned).collect()))
+}
+
+/// A switch kube-proxy's file turns on (false is the default: not a
+/// setting).
+fn switch(on: Option<bool>) -> Option<Value> {
+    on.filter(|on| *on).map(Value::Switch)
+}
+
+/// One value, as the flag takes it.
+fn one(text: impl ToString) -> Value {
+    Value::One(text.to_string())
 }
 
 /// Decodes a document strictly and turns it into proxyd's settings, with
@@ -64,17 +70,23 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
     let mut out = Settings::default();
     let mut problems = Vec::new();
     let mut notes = Vec::new();
-    let mut check = |r: Result<(), String>| {
-        if let Err(e) = r {
-            problems.push(e);
-        }
+    // Each setting is checked here, so that a problem names kube-proxy's
+    // field; the flags' parsers read the values again.
+    let mut check = |flag: &str, r: Result<Option<Value>, String>, out: &mut Settings| match r {
+        Ok(Some(value)) => out.set(flag, value),
+        Ok(None) => {}
+        Err(e) => problems.push(e),
     };
-    check(match set(&c.mode) {
-        None | Some("nftables") => Ok(()),
-        Some(other) => Err(format!(
-            "mode {other:?}: proxyd is kube-proxy's nftables mode (set mode to nftables or leave it empty)"
-        )),
-    });
+    check(
+        "proxy-mode",
+        match set(&c.mode) {
+            None | Some("nftables") => Ok(None),
+            Some(other) => Err(format!(
+                "mode {other:?}: proxyd is kube-proxy's nftables mode (set mode to nftables or leave it empty)"
+            )),
+        },
+        &mut out,
+    );
     let ignored: Vec<&str> = [
         ("iptables", &c.iptables),
         ("ipvs", &c.ipvs),
@@ -90,34 +102,31 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
             ignored.join(", ")
         ));
     }
-    out.hostname_override = set(&c.hostname_override).map(str::to_owned);
-    for (field, value, into) in [
-        (
-            "healthzBindAddress",
-            &c.healthz_bind_address,
-            &mut out.healthz_bind_address,
-        ),
-        (
-            "metricsBindAddress",
-            &c.metrics_bind_address,
-            &mut out.metrics_bind_address,
-        ),
+    check("hostname-override", Ok(set(&c.hostname_override).map(one)), &mut out);
+    for (field, value, flag) in [
+        ("healthzBindAddress", &c.healthz_bind_address, "healthz-bind-address"),
+        ("metricsBindAddress", &c.metrics_bind_address, "metrics-bind-address"),
     ] {
         let Some(addr) = set(value) else { continue };
         // kube-proxy takes an address without a port as that address on
         // its default port; proxyd wants it said.
-        check(if addr.parse::<std::net::IpAddr>().is_ok() {
+        let checked = if addr.parse::<std::net::IpAddr>().is_ok() {
             Err(format!(
                 "{field} {addr:?}: give ADDRESS:PORT (kube-proxy's default port is not assumed)"
             ))
         } else {
             parse_bind_address(addr)
-                .map(|a| *into = Some(a))
+                .map(|_| Some(one(addr)))
                 .map_err(|e| format!("{field}: {e}"))
-        });
+        };
+        check(flag, checked, &mut out);
     }
     if let Some(list) = set(&c.cluster_cidr) {
-        check(cidrs("clusterCIDR", list.split(',')).map(|l| out.cluster_cidr = Some(l)));
+        check(
+            "cluster-cidr",
+            cidrs("clusterCIDR", list.split(',')).map(Some),
+            &mut out,
+        );
     }
     let detect = c.detect_local.unwrap_or_default();
     let needs = |value: &Option<String>, what: &str| {
@@ -125,135 +134,155 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
             .map(|v| parse_interface(v).map_err(|e| format!("detectLocal.{what}: {e}")))
             .unwrap_or_else(|| Err(format!("detectLocalMode needs detectLocal.{what}")))
     };
-    check(match set(&c.detect_local_mode) {
-        None | Some("ClusterCIDR") => Ok(()),
-        Some("NodeCIDR") => {
-            out.detect_local_mode = Some(DetectLocalMode::NodeCidr);
-            Ok(())
-        }
-        Some("BridgeInterface") => needs(&detect.bridge_interface, "bridgeInterface").map(|b| {
-            out.detect_local_mode = Some(DetectLocalMode::BridgeInterface);
-            out.pod_bridge_interface = Some(b);
-        }),
-        Some("InterfaceNamePrefix") => needs(&detect.interface_name_prefix, "interfaceNamePrefix").map(|p| {
-            out.detect_local_mode = Some(DetectLocalMode::InterfaceNamePrefix);
-            out.pod_interface_name_prefix = Some(p);
-        }),
+    let mode = match set(&c.detect_local_mode) {
+        None | Some("ClusterCIDR") => Ok(None),
+        Some("NodeCIDR") => Ok(Some(("NodeCIDR", None))),
+        Some("BridgeInterface") => needs(&detect.bridge_interface, "bridgeInterface")
+            .map(|b| Some(("BridgeInterface", Some(("pod-bridge-interface", b))))),
+        Some("InterfaceNamePrefix") => needs(&detect.interface_name_prefix, "interfaceNamePrefix")
+            .map(|p| Some(("InterfaceNamePrefix", Some(("pod-interface-name-prefix", p))))),
         Some(other) => Err(format!(
             "detectLocalMode {other:?}: not one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix"
         )),
-    });
-    if out.cluster_cidr.is_none()
+    };
+    match mode {
+        Ok(Some((mode, interface))) => {
+            out.set("detect-local-mode", one(mode));
+            if let Some((flag, name)) = interface {
+                out.set(flag, one(name));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => check("detect-local-mode", Err(e), &mut out),
+    }
+    if out.get("cluster-cidr").is_none()
         && let Some(list) = detect.cluster_cidrs.as_ref().filter(|l| !l.is_empty())
     {
-        check(cidrs("detectLocal.clusterCIDRs", list.iter().map(String::as_str)).map(|l| out.cluster_cidr = Some(l)));
+        let checked = cidrs("detectLocal.clusterCIDRs", list.iter().map(String::as_str));
+        check("cluster-cidr", checked.map(Some), &mut out);
     }
     // `primary` or CIDRs, as the flag takes them (null: the default, primary).
     if let Some(list) = c.node_port_addresses.as_ref().filter(|l| !l.is_empty()) {
-        check(
-            list.iter()
-                .map(|a| parse_nodeport_address(a).map_err(|e| format!("nodePortAddresses: {e}")))
-                .collect::<Result<_, _>>()
-                .map(|l| out.nodeport_addresses = Some(l)),
-        );
+        let checked = list
+            .iter()
+            .map(|a| {
+                parse_nodeport_address(a)
+                    .map(|_| a.trim().to_owned())
+                    .map_err(|e| format!("nodePortAddresses: {e}"))
+            })
+            .collect::<Result<_, _>>();
+        check("nodeport-addresses", checked.map(|l| Some(Value::Many(l))), &mut out);
     }
     if let Some(n) = &c.nftables {
-        out.masquerade_all = n.masquerade_all.filter(|m| *m);
+        check("masquerade-all", Ok(switch(n.masquerade_all)), &mut out);
         if let Some(bit) = n.masquerade_bit.filter(|b| *b != 14) {
-            check(Err(format!(
-                "nftables.masqueradeBit {bit}: proxyd marks with bit 14 (kube-proxy's default)"
-            )));
+            check(
+                "masquerade-bit",
+                Err(format!(
+                    "nftables.masqueradeBit {bit}: proxyd marks with bit 14 (kube-proxy's default)"
+                )),
+                &mut out,
+            );
         }
-        check(duration("nftables.syncPeriod", &n.sync_period).map(|d| out.sync_period = d));
-        check(duration("nftables.minSyncPeriod", &n.min_sync_period).map(|d| out.min_sync_period = d));
     }
-    check(duration("configSyncPeriod", &c.config_sync_period).map(|d| out.config_sync_period = d));
     if let Some(ct) = &c.conntrack {
-        for (field, value, into) in [
-            ("conntrack.maxPerCore", ct.max_per_core, &mut out.conntrack_max_per_core),
-            ("conntrack.min", ct.min, &mut out.conntrack_min),
+        for (field, value, flag) in [
+            ("conntrack.maxPerCore", ct.max_per_core, "conntrack-max-per-core"),
+            ("conntrack.min", ct.min, "conntrack-min"),
         ] {
-            check(match value.map(u64::try_from) {
-                Some(Ok(v)) => {
-                    *into = Some(v);
-                    Ok(())
-                }
+            let checked = match value.map(u64::try_from) {
+                Some(Ok(v)) => Ok(Some(one(v))),
                 Some(Err(_)) => Err(format!("{field} {}: negative", value.unwrap_or_default())),
-                None => Ok(()),
-            });
+                None => Ok(None),
+            };
+            check(flag, checked, &mut out);
         }
         // The TCP timeouts: null is the default (24h, 1h), an explicit 0s
         // leaves the kernel's value.
-        for (field, value, into) in [
+        for (field, value, flag) in [
             (
                 "conntrack.tcpEstablishedTimeout",
                 &ct.tcp_established_timeout,
-                &mut out.conntrack_tcp_timeout_established,
+                "conntrack-tcp-timeout-established",
             ),
             (
                 "conntrack.tcpCloseWaitTimeout",
                 &ct.tcp_close_wait_timeout,
-                &mut out.conntrack_tcp_timeout_close_wait,
+                "conntrack-tcp-timeout-close-wait",
             ),
         ] {
             if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
-                check(
-                    parse_duration(v)
-                        .map(|d| *into = Some(d))
-                        .map_err(|e| format!("{field}: {e}")),
-                );
+                let checked = parse_duration(v)
+                    .map(|_| Some(one(v)))
+                    .map_err(|e| format!("{field}: {e}"));
+                check(flag, checked, &mut out);
             }
         }
-        // The UDP timeouts: 0s (the default) leaves the kernel's value.
-        check(duration("conntrack.udpTimeout", &ct.udp_timeout).map(|d| out.conntrack_udp_timeout = d));
-        check(
-            duration("conntrack.udpStreamTimeout", &ct.udp_stream_timeout)
-                .map(|d| out.conntrack_udp_timeout_stream = d),
-        );
-        out.conntrack_tcp_be_liberal = ct.tcp_be_liberal.filter(|b| *b);
+        check("conntrack-tcp-be-liberal", Ok(switch(ct.tcp_be_liberal)), &mut out);
+    }
+    // Durations whose zero is kube-proxy's default (the UDP timeouts' 0s,
+    // the default, leaves the kernel's value).
+    let (nft, ct) = (c.nftables.as_ref(), c.conntrack.as_ref());
+    let durations = [
+        ("sync-period", "nftables.syncPeriod", nft.map(|n| &n.sync_period)),
+        (
+            "min-sync-period",
+            "nftables.minSyncPeriod",
+            nft.map(|n| &n.min_sync_period),
+        ),
+        ("config-sync-period", "configSyncPeriod", Some(&c.config_sync_period)),
+        (
+            "conntrack-udp-timeout",
+            "conntrack.udpTimeout",
+            ct.map(|ct| &ct.udp_timeout),
+        ),
+        (
+            "conntrack-udp-timeout-stream",
+            "conntrack.udpStreamTimeout",
+            ct.map(|ct| &ct.udp_stream_timeout),
+        ),
+    ];
+    for (flag, field, value) in durations {
+        if let Some(value) = value {
+            check(flag, duration(field, value), &mut out);
+        }
     }
     if let Some(cc) = &c.client_connection {
-        out.kubeconfig = set(&cc.kubeconfig).map(Into::into);
-        out.kube_api_qps = cc.qps.filter(|q| *q != 0.0).map(|q| q as f32);
-        out.kube_api_burst = match cc.burst.filter(|b| *b != 0).map(u32::try_from) {
-            Some(Ok(b)) => Some(b),
-            Some(Err(_)) => {
-                check(Err(format!(
-                    "clientConnection.burst {}: out of range",
-                    cc.burst.unwrap_or_default()
-                )));
-                None
-            }
-            None => None,
+        check("kubeconfig", Ok(set(&cc.kubeconfig).map(one)), &mut out);
+        check("kube-api-qps", Ok(cc.qps.filter(|q| *q != 0.0).map(one)), &mut out);
+        let burst = match cc.burst.filter(|b| *b != 0).map(u32::try_from) {
+            Some(Ok(b)) => Ok(Some(one(b))),
+            Some(Err(_)) => Err(format!(
+                "clientConnection.burst {}: out of range",
+                cc.burst.unwrap_or_default()
+            )),
+            None => Ok(None),
         };
-        out.kube_api_content_type = set(&cc.content_type).map(str::to_owned);
+        check("kube-api-burst", burst, &mut out);
+        check("kube-api-content-type", Ok(set(&cc.content_type).map(one)), &mut out);
     }
     if let Some(adj) = c.oom_score_adj {
-        check(
-            parse_oom_score_adj(&adj.to_string())
-                .map(|a| out.oom_score_adj = Some(a))
-                .map_err(|e| format!("oomScoreAdj: {e}")),
-        );
+        let checked = parse_oom_score_adj(&adj.to_string())
+            .map(|a| Some(one(a)))
+            .map_err(|e| format!("oomScoreAdj: {e}"));
+        check("oom-score-adj", checked, &mut out);
     }
-    out.bind_address_hard_fail = c.bind_address_hard_fail.filter(|b| *b);
+    check("bind-address-hard-fail", Ok(switch(c.bind_address_hard_fail)), &mut out);
     if let Some(logging) = &c.logging {
         // klog's levels: kube-proxy logs its details at 4 and its
         // per-object chatter at 5 and up; 0-3 is proxyd's default.
-        out.verbose = match logging.verbosity.unwrap_or(0) {
+        let verbose = match logging.verbosity.unwrap_or(0) {
             0..=3 => None,
-            4..=5 => Some(1),
-            _ => Some(2),
+            4..=5 => Some(Value::Count(1)),
+            _ => Some(Value::Count(2)),
         };
-        if let Some(format) = set(&logging.format) {
-            check(match format {
-                "text" => Ok(()),
-                "json" => {
-                    out.log_format = Some(LogFormat::Json);
-                    Ok(())
-                }
-                other => Err(format!("logging.format {other:?}: text or json")),
-            });
-        }
+        check("verbose", Ok(verbose), &mut out);
+        let format = match set(&logging.format) {
+            None | Some("text") => Ok(None),
+            Some("json") => Ok(Some(one("json"))),
+            Some(other) => Err(format!("logging.format {other:?}: text or json")),
+        };
+        check("log-format", format, &mut out);
     }
     if let Some(gates) = &c.feature_gates
         && !gates.is_empty()
@@ -272,7 +301,10 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::settings::flags::{Command, DetectLocalMode, NodePortAddress, RunArgs};
 
     /// What kubeadm 1.36 writes into the `kube-proxy` ConfigMap as
     /// `config.conf` (its defaults; `clusterCIDR` from the pod subnet).
@@ -286,6 +318,35 @@ mod tests {
         s.parse().unwrap()
     }
 
+    /// What `proxyd run` parses with this text as its `--config` file (and
+    /// `extra` arguments).
+    fn run_with(text: &str, extra: &[&str]) -> RunArgs {
+        static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("proxyd-kube-proxy-config-{}-{n}.yaml", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let mut args = vec!["proxyd".to_owned(), "run".to_owned(), "--config".to_owned()];
+        args.push(path.display().to_string());
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let parsed = crate::settings::parse(args.into_iter().map(Into::into).collect());
+        std::fs::remove_file(&path).ok();
+        match parsed.unwrap_or_else(|e| panic!("{e}")).cli.command {
+            Command::Run(run) => *run,
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
+    fn defaults() -> RunArgs {
+        match crate::settings::parse(vec!["proxyd".into(), "run".into()])
+            .unwrap()
+            .cli
+            .command
+        {
+            Command::Run(run) => *run,
+            other => panic!("not run: {other:?}"),
+        }
+    }
+
     #[test]
     fn kubeadms_file_means_kube_proxys_defaults() {
         let (s, notes) = decode(KUBEADM).unwrap();
@@ -293,15 +354,14 @@ mod tests {
             notes,
             ["kube-proxy configuration: the iptables, ipvs, winkernel section(s) are for other modes; left out"]
         );
-        assert_eq!(
-            s,
-            Settings {
-                cluster_cidr: Some(vec![cidr("10.244.0.0/16")]),
-                kubeconfig: Some("/var/lib/kube-proxy/kubeconfig.conf".into()),
-                ..Settings::default()
-            },
-            "every zero value is the default; the rest maps"
-        );
+        let mut want = Settings::default();
+        want.set("cluster-cidr", Value::Many(vec!["10.244.0.0/16".into()]));
+        want.set("kubeconfig", Value::One("/var/lib/kube-proxy/kubeconfig.conf".into()));
+        assert_eq!(s, want, "every zero value is the default; the rest maps");
+        let mut want = defaults();
+        want.proxy.cluster_cidr = vec![cidr("10.244.0.0/16")];
+        want.source.kubeconfig = Some("/var/lib/kube-proxy/kubeconfig.conf".into());
+        assert_eq!(format!("{:?}", run_with(KUBEADM, &[])), format!("{want:?}"));
     }
 
     #[test]
@@ -316,38 +376,56 @@ mod tests {
                     detectLocalMode: InterfaceNamePrefix\ndetectLocal: {interfaceNamePrefix: cali}\n\
                     oomScoreAdj: -998\nbindAddressHardFail: true\nclientConnection: {qps: 50, burst: 100}\n\
                     logging: {verbosity: 4, format: json}\n";
+        let run = run_with(text, &[]);
+        let bind = |a: &str| crate::settings::flags::parse_bind_address(a).unwrap();
+        let secs = Duration::from_secs;
+        let mut want = defaults();
+        want.proxy.cluster_cidr = vec![cidr("10.244.0.0/16"), cidr("fd00:10:244::/56")];
+        want.proxy.hostname_override = Some("node-7".into());
+        want.healthz_bind_address = bind("0.0.0.0:10256");
+        want.metrics_bind_address = bind("0.0.0.0:10249");
+        want.proxy.nodeport_addresses = vec![NodePortAddress::Cidr(cidr("192.168.0.0/24"))];
+        want.proxy.masquerade_all = true;
+        want.sync_period = secs(60);
+        want.min_sync_period = Some(secs(2));
+        want.conntrack.conntrack_max_per_core = 0;
+        want.conntrack.conntrack_min = 1000;
+        want.conntrack.conntrack_tcp_timeout_established = secs(12 * 3600);
+        want.conntrack.conntrack_tcp_be_liberal = true;
+        want.config_sync_period = secs(600);
+        want.proxy.detect_local_mode = DetectLocalMode::InterfaceNamePrefix;
+        want.proxy.pod_interface_name_prefix = Some("cali".into());
+        want.kube_proxy.oom_score_adj = -998;
+        want.kube_proxy.bind_address_hard_fail = true;
+        want.kube_proxy.kube_api_qps = 50.0;
+        want.kube_proxy.kube_api_burst = 100;
+        assert_eq!(format!("{run:?}"), format!("{want:?}"));
         let (s, _) = decode(text).unwrap();
-        let bind = |a: &str| Some(crate::settings::flags::parse_bind_address(a).unwrap());
-        let secs = |n| Some(Duration::from_secs(n));
-        assert_eq!(
-            s,
-            Settings {
-                cluster_cidr: Some(vec![cidr("10.244.0.0/16"), cidr("fd00:10:244::/56")]),
-                hostname_override: Some("node-7".into()),
-                healthz_bind_address: bind("0.0.0.0:10256"),
-                metrics_bind_address: bind("0.0.0.0:10249"),
-                nodeport_addresses: Some(vec![crate::settings::flags::NodePortAddress::Cidr(cidr(
-                    "192.168.0.0/24"
-                ))]),
-                masquerade_all: Some(true),
-                sync_period: secs(60),
-                min_sync_period: secs(2),
-                conntrack_max_per_core: Some(0),
-                conntrack_min: Some(1000),
-                conntrack_tcp_timeout_established: secs(12 * 3600),
-                conntrack_tcp_be_liberal: Some(true),
-                config_sync_period: secs(600),
-                detect_local_mode: Some(DetectLocalMode::InterfaceNamePrefix),
-                pod_interface_name_prefix: Some("cali".into()),
-                oom_score_adj: Some(-998),
-                bind_address_hard_fail: Some(true),
-                kube_api_qps: Some(50.0),
-                kube_api_burst: Some(100),
-                verbose: Some(1),
-                log_format: Some(LogFormat::Json),
-                ..Settings::default()
-            }
+        assert_eq!(s.get("verbose"), Some(&Value::Count(1)));
+        assert_eq!(s.get("log-format"), Some(&Value::One("json".into())));
+
+        // The rest of the fields proxyd reads, and the command line still
+        // winning over the file.
+        let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n\
+                    detectLocalMode: BridgeInterface\ndetectLocal: {bridgeInterface: cbr0, clusterCIDRs: [10.9.0.0/16]}\n\
+                    conntrack: {tcpCloseWaitTimeout: 0s, udpTimeout: 30s, udpStreamTimeout: 2m}\n\
+                    clientConnection: {contentType: application/json, kubeconfig: /k}\n";
+        let run = run_with(text, &["--conntrack-udp-timeout", "5s"]);
+        let mut want = defaults();
+        want.proxy.detect_local_mode = DetectLocalMode::BridgeInterface;
+        want.proxy.pod_bridge_interface = Some("cbr0".into());
+        want.proxy.cluster_cidr = vec![cidr("10.9.0.0/16")];
+        want.conntrack.conntrack_tcp_timeout_close_wait = Duration::ZERO;
+        want.conntrack.conntrack_udp_timeout = secs(5);
+        want.conntrack.conntrack_udp_timeout_stream = secs(120);
+        want.kube_proxy.kube_api_content_type = "application/json".into();
+        want.source.kubeconfig = Some("/k".into());
+        assert_eq!(format!("{run:?}"), format!("{want:?}"));
+        let run = run_with(
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\ndetectLocalMode: NodeCIDR\n",
+            &[],
         );
+        assert_eq!(run.proxy.detect_local_mode, DetectLocalMode::NodeCidr);
     }
 
     #[test]
