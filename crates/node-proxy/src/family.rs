@@ -37,6 +37,11 @@ pub trait FamilyProxier: Send {
     /// initial lists arrive (node mode: the table in place).
     fn read_ahead(&mut self) {}
 
+    /// Takes in what the engine has received so far, without writing, so
+    /// that the first sync after the initial lists only takes in the rest
+    /// (node mode; a sync takes in everything pending either way).
+    fn absorb(&mut self) {}
+
     /// Takes the node's settings; returns the settings it had. Pods'
     /// tables do not follow the node's.
     fn follow_node(&mut self, _wanted: &DataplaneConfig) -> Option<DataplaneConfig> {

@@ -101,16 +101,18 @@ impl Proxier {
         (total(|n| n.internal), total(|n| n.external))
     }
 
-    /// One sync. On failure everything pending stays pending, and the
-    /// dataplane's next sync is a full one.
-    pub fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError> {
+    /// Applies the engine's pending changes and records what the next sync
+    /// owes the table, without writing it.
+    pub fn absorb(&mut self) {
         let started = Instant::now();
         let update = self.engine.update();
-        tracing::debug!(
-            took_ms = started.elapsed().as_secs_f64() * 1e3,
-            changed_services = update.changed.len(),
-            "engine updated"
-        );
+        if !update.changed.is_empty() {
+            tracing::debug!(
+                took_ms = started.elapsed().as_secs_f64() * 1e3,
+                changed_services = update.changed.len(),
+                "engine updated"
+            );
+        }
         let stale = nft_dataplane::stale_flows::plan(&update, &self.engine.services);
         self.table.owe(&update, &stale, |_| true, |_| true);
         self.pending_endpoint_changes += update.endpoints.changed_services.len() as u64;
@@ -118,6 +120,13 @@ impl Proxier {
         for name in &update.changed {
             self.refresh_health_check(name);
         }
+    }
+
+    /// One sync. On failure everything pending stays pending, and the
+    /// dataplane's next sync is a full one.
+    pub fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError> {
+        let started = Instant::now();
+        self.absorb();
         let written = self.table.sync(&self.engine.services, &self.engine.endpoints, kind)?;
         let (no_local_internal, no_local_external) = self.count_no_local(&written.report);
         // The rules are in place: now the entries they replace can go.
@@ -161,6 +170,10 @@ impl FamilyProxier for Proxier {
 
     fn read_ahead(&mut self) {
         self.table.syncer_mut().read_ahead();
+    }
+
+    fn absorb(&mut self) {
+        Proxier::absorb(self);
     }
 
     fn follow_node(&mut self, wanted: &DataplaneConfig) -> Option<DataplaneConfig> {
@@ -259,6 +272,43 @@ mod tests {
             Box::new(Shared(ct.clone())),
         );
         (p, dp, ct)
+    }
+
+    /// Taking in changes as they arrive (while the initial lists do) writes
+    /// nothing, and the sync after it writes, cleans up and reports what
+    /// one sync of everything at once does.
+    #[test]
+    fn absorbing_in_steps_writes_and_reports_what_one_sync_does() {
+        let (mut stepwise, stepwise_dp, stepwise_ct) = recorded();
+        let (mut at_once, at_once_dp, at_once_ct) = recorded();
+        let mut other = lb();
+        other.name = ServiceName::new("ns", "other");
+        other.cluster_ips = vec!["10.96.0.11".parse().unwrap()];
+        other.health_check_node_port = None;
+        other.ports[0].node_port = NonZeroU16::new(30054);
+        for p in [&stepwise, &at_once] {
+            p.engine.update_service(&lb());
+        }
+        stepwise.absorb();
+        for p in [&stepwise, &at_once] {
+            p.engine.update_slice(slice(&[("10.1.0.1", "node-1")]));
+            p.engine.update_service(&other);
+        }
+        stepwise.absorb();
+        assert!(stepwise_dp.lock().unwrap().applied.is_empty(), "nothing written");
+        assert!(stepwise_ct.lock().unwrap().deleted.is_empty(), "nothing cleaned up");
+        assert_eq!(stepwise.health_checks()[&ServiceName::new("ns", "dns")], (32000, 1));
+
+        let a = stepwise.sync(SyncKind::Changes).unwrap();
+        let b = at_once.sync(SyncKind::Changes).unwrap();
+        assert_eq!(stepwise_dp.lock().unwrap().applied, at_once_dp.lock().unwrap().applied);
+        assert_eq!(stepwise_ct.lock().unwrap().deleted, at_once_ct.lock().unwrap().deleted);
+        assert_eq!(a.changed, b.changed);
+        assert_eq!(
+            (a.endpoint_changes, a.service_changes, a.no_local_external),
+            (b.endpoint_changes, b.service_changes, b.no_local_external)
+        );
+        assert_eq!(stepwise.health_checks(), at_once.health_checks());
     }
 
     #[test]

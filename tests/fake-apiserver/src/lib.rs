@@ -153,7 +153,23 @@ struct Snapshot {
     rv: u64,
     /// What the next pages hand out, front first (a page is taken from
     /// the front without moving the rest, as a real server's cursor does).
-    items: std::collections::VecDeque<Value>,
+    items: std::collections::VecDeque<Arc<Stored>>,
+}
+
+/// An object as stored, with its JSON written once (as kube-apiserver's
+/// watch cache keeps objects' serializations): a list copies pointers and
+/// bytes, not object trees, so the harness's lists cost the server what
+/// they cost a real one on another machine — little of the node's CPU.
+struct Stored {
+    value: Value,
+    json: String,
+}
+
+impl Stored {
+    fn new(value: Value) -> Arc<Self> {
+        let json = value.to_string();
+        Arc::new(Self { value, json })
+    }
 }
 
 #[derive(Default)]
@@ -166,7 +182,7 @@ struct Faults {
 
 struct Inner {
     rv: u64,
-    objects: BTreeMap<(Kind, String, String), Value>,
+    objects: BTreeMap<(Kind, String, String), Arc<Stored>>,
     history: Vec<Arc<Change>>,
     compacted_rv: u64,
     snapshots: HashMap<String, Snapshot>,
@@ -210,6 +226,7 @@ impl Shared {
             return Err(WriteError::NotFound);
         };
         inner.rv += 1;
+        let old = old.value.clone();
         let mut gone = old.clone();
         gone["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
         self.record(&mut inner, kind, namespace, "DELETED", gone.clone(), Some(old));
@@ -236,7 +253,7 @@ impl Shared {
         }
         let mut inner = self.lock();
         let key = (kind, ns.clone(), name.clone());
-        let previous = inner.objects.get(&key).cloned();
+        let previous = inner.objects.get(&key).map(|o| o.value.clone());
         match (must_exist, &previous) {
             (Some(false), Some(_)) => return Err(WriteError::AlreadyExists),
             (Some(true), None) => return Err(WriteError::NotFound),
@@ -251,7 +268,7 @@ impl Shared {
             .and_then(|p| p.pointer("/metadata/uid").cloned())
             .unwrap_or_else(|| json!(format!("uid-{rv}")));
         obj["metadata"]["uid"] = uid;
-        inner.objects.insert(key, obj.clone());
+        inner.objects.insert(key, Stored::new(obj.clone()));
         let ty = if previous.is_some() { "MODIFIED" } else { "ADDED" };
         self.record(&mut inner, kind, &ns, ty, obj.clone(), previous);
         Ok(obj)
@@ -389,7 +406,7 @@ impl FakeApiServer {
             .objects
             .iter()
             .filter(|((k, _, _), _)| *k == kind)
-            .map(|(_, v)| v.clone())
+            .map(|(_, v)| v.value.clone())
             .collect()
     }
 
@@ -472,7 +489,11 @@ impl FakeApiServer {
 type Body = BoxBody<Bytes, Infallible>;
 
 fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(v.to_string())).boxed());
+    json_text(status, v.to_string())
+}
+
+fn json_text(status: StatusCode, body: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
     *r.status_mut() = status;
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -625,7 +646,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         (Method::GET, Some(name)) => {
             let key = (route.kind, route.namespace.clone().unwrap_or_default(), name.clone());
             match shared.lock().objects.get(&key) {
-                Some(obj) => json_response(StatusCode::OK, obj),
+                Some(obj) => json_response(StatusCode::OK, &obj.value),
                 None => status(
                     StatusCode::NOT_FOUND,
                     "NotFound",
@@ -710,15 +731,15 @@ fn list_response(shared: &Shared, route: &Route, selector: &Selector, q: &HashMa
             let items = inner
                 .objects
                 .iter()
-                .filter(|((k, ns, _), v)| in_scope(route, *k, ns) && selector.matches(v))
-                .map(|(_, v)| v.clone())
+                .filter(|((k, ns, _), v)| in_scope(route, *k, ns) && selector.matches(&v.value))
+                .map(|(_, v)| Arc::clone(v))
                 .collect();
             inner.next_token += 1;
             (format!("page-{}", inner.next_token), Snapshot { rv: inner.rv, items })
         }
     };
     let Snapshot { rv, mut items } = snapshot;
-    let (items, rest): (Vec<Value>, _) = if limit > 0 && items.len() > limit {
+    let (page, rest): (Vec<Arc<Stored>>, _) = if limit > 0 && items.len() > limit {
         (items.drain(..limit).collect(), items)
     } else {
         (items.into(), std::collections::VecDeque::new())
@@ -728,9 +749,22 @@ fn list_response(shared: &Shared, route: &Route, selector: &Selector, q: &HashMa
         metadata["continue"] = json!(token);
         inner.snapshots.insert(token, Snapshot { rv, items: rest });
     }
-    let body = json!({"kind": format!("{}List", route.kind.name()), "apiVersion": route.kind.api_version(),
-                      "metadata": metadata, "items": items});
-    json_response(StatusCode::OK, &body)
+    drop(inner);
+    let head = json!({"kind": format!("{}List", route.kind.name()), "apiVersion": route.kind.api_version(),
+                      "metadata": metadata});
+    // The head's fields, then the stored items' JSON as it is.
+    let head = head.to_string();
+    let mut body = String::with_capacity(head.len() + 12 + page.iter().map(|o| o.json.len() + 1).sum::<usize>());
+    body.push_str(&head[..head.len() - 1]);
+    body.push_str(",\"items\":[");
+    for (i, o) in page.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&o.json);
+    }
+    body.push_str("]}");
+    json_text(StatusCode::OK, body)
 }
 
 /// One watch event, written as kube-apiserver writes it: `type` before
@@ -799,8 +833,8 @@ fn watch_response(
             // No resourceVersion: synthetic ADDED for everything, then changes.
             None => {
                 for ((k, ns, _), obj) in &inner.objects {
-                    if in_scope(&scope, *k, ns) && selector.matches(obj) {
-                        first.push(event_line("ADDED", obj));
+                    if in_scope(&scope, *k, ns) && selector.matches(&obj.value) {
+                        first.push(event_line("ADDED", &obj.value));
                     }
                 }
             }

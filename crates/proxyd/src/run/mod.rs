@@ -35,6 +35,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics_registry::{CONTENT_TYPE, Metrics};
+
+/// How often what the initial lists brought so far is taken in: each time
+/// costs about what arrived since, so this only bounds what is left for
+/// the first sync (about this much of the lists' arrivals).
+const ABSORB_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 use crate::settings::flags::RunArgs;
 use crate::snapshot_engine::{node_name, selection};
 use node_proxy::family::HealthChecks;
@@ -230,16 +235,26 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     tasks.spawn(stop_on_signal(shutdown.clone()));
 
-    // A restart's table is read back while the lists arrive, not after.
+    // While the lists arrive, a restart's table is read back and what has
+    // arrived is taken in, so that the first sync after them does only
+    // the rest.
     let mut families = proxiers.families;
+    let (lists_done, listing) = std::sync::mpsc::channel::<()>();
     let read_ahead = tokio::task::spawn_blocking(move || {
         for p in &mut families {
             p.read_ahead();
         }
+        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = listing.recv_timeout(ABSORB_EVERY) {
+            for p in &mut families {
+                p.absorb();
+            }
+        }
         families
     });
 
-    if wait_for_initial_lists(&state, &sync_needed, &shutdown).await {
+    let listed = wait_for_initial_lists(&state, &sync_needed, &shutdown).await;
+    drop(lists_done);
+    if listed {
         let families = read_ahead
             .await
             .map_err(|e| anyhow::anyhow!("reading the table in place: {e}"))?;

@@ -321,10 +321,28 @@ mod tests {
     use crate::settings::flags::{BindAddress, Cli, Command, DetectLocalMode, NodePortAddress};
     use crate::settings::parse;
 
-    fn write(text: &str) -> String {
-        let path = std::env::temp_dir().join(format!("proxyd-config-{}-{}.yaml", std::process::id(), text.len()));
+    /// A config file of the test's, removed when dropped.
+    struct TempConfig(String);
+
+    impl std::ops::Deref for TempConfig {
+        type Target = str;
+        fn deref(&self) -> &str {
+            &self.0
+        }
+    }
+
+    impl Drop for TempConfig {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn write(text: &str) -> TempConfig {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("proxyd-config-{}-{n}.yaml", std::process::id()));
         std::fs::write(&path, text).unwrap();
-        path.display().to_string()
+        TempConfig(path.display().to_string())
     }
 
     fn os(args: &[&str]) -> Vec<OsString> {
@@ -353,7 +371,7 @@ mod tests {
         assert!(args.proxy.masquerade_all);
         assert_eq!(args.min_sync_period, Some(Duration::from_secs(5)), "the flag wins");
         assert_eq!(args.list_page_size, 50);
-        let config = format!("--config={path}");
+        let config = format!("--config={}", &*path);
         let args = run(&["proxyd", "run", "--cluster-cidr", "192.168.0.0/16", &config]);
         assert_eq!(
             args.proxy.cluster_cidr,
@@ -451,7 +469,7 @@ mod tests {
         // Each setting of the file reached its flag (a switch set to false
         // is its default, and not given).
         let cmd = Cli::command();
-        let (settings, _) = crate::settings::read(Path::new(&path), &cmd).unwrap();
+        let (settings, _) = crate::settings::read(Path::new(&*path), &cmd).unwrap();
         let (_, sub) = matches.subcommand().unwrap();
         let run_cmd = cmd.find_subcommand("run").unwrap();
         for (key, value) in &settings.entries {
