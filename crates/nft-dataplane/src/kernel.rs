@@ -247,6 +247,12 @@ impl Dataplane for KernelModel {
                 .iter()
                 .map(|(c, rules)| (c.to_string(), rules.len()))
                 .collect(),
+            // As the netlink writer stores them: every rule has its digest.
+            rule_digests: table
+                .chains
+                .iter()
+                .map(|(c, rules)| (c.to_string(), crate::RulesDigest::of(rules)))
+                .collect(),
         }))
     }
 

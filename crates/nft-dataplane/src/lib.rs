@@ -19,6 +19,7 @@ pub mod transaction;
 pub use desired::{DataplaneConfig, LocalDetector, ServiceTarget};
 pub use fragment::Fragment;
 pub use kernel::KernelModel;
+pub use rule::RulesDigest;
 pub use syncer::{NftSyncer, SyncKind, SyncReport};
 pub use target::{Target, Written};
 pub use transaction::{Op, Transaction};
@@ -129,6 +130,10 @@ pub struct TableObjects {
     pub sets: Vec<String>,
     /// Its chains, each with how many rules it holds.
     pub chains: Vec<(String, usize)>,
+    /// The chains each of whose rules carries its [`rule::Rule::digest`] (as the
+    /// netlink writer stores it), with their [`RulesDigest`]: a chain whose
+    /// digest is the one proxyd would write holds those rules.
+    pub rule_digests: Vec<(String, RulesDigest)>,
 }
 
 impl<D: Dataplane + ?Sized> Dataplane for Box<D> {

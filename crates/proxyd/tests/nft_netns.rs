@@ -636,7 +636,9 @@ fn listing(ns: &Netns, family: &str) -> (String, String) {
 /// tables: rule handles, the numbers the kernel gave anonymous sets, the
 /// order of a set's elements (its hash order) and the order of the blocks
 /// (sets are listed as they were made; the order of the rules in each
-/// chain is compared in nft's own listing).
+/// chain is compared in nft's own listing), and the rules' user data (the
+/// digest proxyd's netlink writer stores with each rule, which `nft`
+/// writes no counterpart of: see `a_restart_writes_again_only_the_chains_changed_while_it_was_down`).
 fn normalised(listing: &str) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut elements: Vec<String> = Vec::new();
@@ -645,6 +647,10 @@ fn normalised(listing: &str) -> String {
         out.append(elements);
     };
     for line in listing.lines() {
+        // nft prints a blank line where a rule with user data has it.
+        if line.trim_start().starts_with("userdata = {") || line.is_empty() {
+            continue;
+        }
         if line.starts_with("\telement") {
             elements.push(line.to_owned());
             continue;
@@ -892,6 +898,98 @@ fn the_table_survives_exit_is_restored_after_tampering_and_forgets_services_dele
     assert!(has_chain(&ns, "svc-shop/ingress/tcp/443"), "the others stay");
     assert!(common::terminate(&mut child, "TERM").success());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A dataplane that keeps what it applies and forwards everything.
+struct Kept<D> {
+    inner: D,
+    applied: Vec<Transaction>,
+}
+
+impl<D: Dataplane> Dataplane for Kept<D> {
+    fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
+        self.applied.push(tx.clone());
+        self.inner.apply(tx)
+    }
+
+    fn may_have_changed(&mut self) -> bool {
+        self.inner.may_have_changed()
+    }
+
+    fn generation(&mut self) -> Option<u64> {
+        self.inner.generation()
+    }
+
+    fn table_exists(&mut self, family: IpFamily, table: &str) -> Option<bool> {
+        self.inner.table_exists(family, table)
+    }
+
+    fn objects(
+        &mut self,
+        family: IpFamily,
+        table: &str,
+    ) -> Option<Result<nft_dataplane::TableObjects, DataplaneError>> {
+        self.inner.objects(family, table)
+    }
+
+    fn elements(&mut self, family: IpFamily, table: &str, set: &SetId) -> Option<Result<Vec<Element>, DataplaneError>> {
+        self.inner.elements(family, table, set)
+    }
+}
+
+/// A restart over the table in place writes again only the chains whose
+/// rules are not what it would write: read back over netlink, each rule's
+/// digest (which `nft` neither shows nor writes) tells. A chain `nft`
+/// rewrote while proxyd was down is written again; the rest are left.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn a_restart_writes_again_only_the_chains_changed_while_it_was_down() {
+    require();
+    let ns = Netns::new("digests");
+    let (mut engine, config) = example_cluster();
+    let mut first = NftSyncer::new(config.clone(), ns.watched());
+    sync(&mut first, &mut engine);
+    let loaded = ns.table();
+    let fixed: BTreeSet<String> = nft_dataplane::skeleton::chains(&config)
+        .into_iter()
+        .map(|(c, _)| c.to_string())
+        .collect();
+    let service_chains = loaded
+        .keys()
+        .filter_map(|k| k.strip_prefix("chain "))
+        .filter(|c| !fixed.contains(*c))
+        .count();
+    assert!(service_chains > 5, "{loaded:?}");
+
+    let victim = "svc-shop/cart/tcp/80";
+    ns.exec("nft", &["flush", "chain", "ip", "proxyd", victim]);
+    ns.exec("nft", &["add", "rule", "ip", "proxyd", victim, "drop"]);
+    assert_ne!(ns.table(), loaded);
+
+    let kept = Kept {
+        inner: ns.watched(),
+        applied: Vec::new(),
+    };
+    let mut restarted = NftSyncer::new(config, kept);
+    let r = sync(&mut restarted, &mut engine);
+    assert!(r.full);
+    let written: BTreeSet<String> = restarted
+        .dataplane()
+        .applied
+        .iter()
+        .flat_map(|tx| &tx.ops)
+        .filter_map(|op| match op {
+            Op::AddRule(c, _) => Some(c.to_string()),
+            _ => None,
+        })
+        .filter(|c| !fixed.contains(c))
+        .collect();
+    assert_eq!(
+        written,
+        BTreeSet::from([victim.to_owned()]),
+        "of {service_chains} chains"
+    );
+    assert_eq!(ns.table(), loaded, "the table as the first load left it");
 }
 
 /// Serves TCP on port 8080 of each address given (answering with the

@@ -19,7 +19,7 @@ use netlink_packet_netfilter::nftables::{
 use netlink_packet_netfilter::{NetfilterHeader, NetfilterProtoFamily};
 use slice_model::IpFamily;
 
-use nft_dataplane::{DataplaneError, TableObjects, Transaction};
+use nft_dataplane::{DataplaneError, RulesDigest, TableObjects, Transaction};
 
 use super::batch::{self, Batch, Scope};
 use super::elements;
@@ -136,7 +136,10 @@ impl NftNetlink {
                 objects.sets.extend(named_set_of(&set, name));
             }
         })?;
-        let mut rules: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        // Per chain: its rule count, and its rules' digests folded while
+        // every rule has one.
+        let mut rules: std::collections::HashMap<String, (usize, Option<RulesDigest>)> =
+            std::collections::HashMap::new();
         let get_chains = NfTablesMessage::GetChain(ChainMessage {
             attributes: vec![ChainAttribute::Table(table())],
         });
@@ -144,18 +147,30 @@ impl NftNetlink {
             if let Some(NfTablesMessage::NewChain(chain)) = nftables_message(kind, payload)
                 && let Some(chain) = chain_of(&chain, name)
             {
-                rules.insert(chain, 0);
+                rules.insert(chain, (0, Some(RulesDigest::default())));
             }
         })?;
         let get_rules = NfTablesMessage::GetRule(RuleMessage {
             attributes: vec![RuleAttribute::Table(table())],
         });
         interrupted |= self.dump(get_rules, family, |_, payload| {
-            if let Some(n) = rule_chain(payload, name).and_then(|c| rules.get_mut(&c)) {
+            if let Some((chain, digest)) = rule_chain(payload, name)
+                && let Some((n, folded)) = rules.get_mut(&chain)
+            {
                 *n += 1;
+                *folded = folded.zip(digest).map(|(mut f, d)| {
+                    f.push(d);
+                    f
+                });
             }
         })?;
-        objects.chains = rules.into_iter().collect();
+        for (chain, (n, digest)) in rules {
+            if let Some(d) = digest {
+                objects.rule_digests.push((chain.clone(), d));
+            }
+            objects.chains.push((chain, n));
+        }
+        objects.rule_digests.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         objects.chains.sort_unstable();
         objects.sets.sort_unstable();
         Ok((objects, interrupted))
@@ -403,10 +418,14 @@ fn chain_of(chain: &ChainMessage, table: &str) -> Option<String> {
 
 /// The chain of a rule of `table` (from a `NFT_MSG_NEWRULE` payload,
 /// `nfgenmsg` first): only the table and chain attributes are decoded.
-fn rule_chain(payload: &[u8], table: &str) -> Option<String> {
-    let (mut in_table, mut chain) = (false, None);
+fn rule_chain(payload: &[u8], table: &str) -> Option<(String, Option<u64>)> {
+    let (mut in_table, mut chain, mut digest) = (false, None, None);
     for nla in NlasIterator::new(payload.get(4..)?) {
         let nla: NlaBuffer<&[u8]> = nla.ok()?;
+        if nla.kind() == batch::RULE_USERDATA {
+            digest = rule_digest(nla.value());
+            continue;
+        }
         if !matches!(nla.kind(), NFTA_RULE_TABLE | NFTA_RULE_CHAIN) {
             continue;
         }
@@ -416,7 +435,20 @@ fn rule_chain(payload: &[u8], table: &str) -> Option<String> {
             _ => {}
         }
     }
-    chain.filter(|_| in_table)
+    chain.filter(|_| in_table).map(|c| (c, digest))
+}
+
+/// The digest proxyd's writer stored in a rule's user data (records of
+/// type, length and value), if it holds one.
+fn rule_digest(mut udata: &[u8]) -> Option<u64> {
+    while let [ty, len, rest @ ..] = udata {
+        let value = rest.get(..usize::from(*len))?;
+        if *ty == batch::UDATA_RULE_DIGEST {
+            return Some(u64::from_le_bytes(value.try_into().ok()?));
+        }
+        udata = &rest[usize::from(*len)..];
+    }
+    None
 }
 
 #[cfg(test)]
@@ -646,10 +678,30 @@ mod tests {
         m[16..].to_vec()
     }
 
+    /// A rule's user data as nft might leave it beside proxyd's record: a
+    /// comment record, then the digest.
+    #[test]
+    fn a_rules_digest_is_read_from_its_user_data_among_other_records() {
+        let digest = 0x0123_4567_89ab_cdef_u64;
+        let mut udata = vec![0, 3, b'h', b'i', 0, batch::UDATA_RULE_DIGEST, 8];
+        udata.extend(digest.to_le_bytes());
+        let mut payload = rule_payload("proxyd", "services");
+        let len = 4 + udata.len();
+        payload.extend((len as u16).to_ne_bytes());
+        payload.extend(batch::RULE_USERDATA.to_ne_bytes());
+        payload.extend(&udata);
+        payload.resize(payload.len().next_multiple_of(4), 0);
+        assert_eq!(rule_chain(&payload, "proxyd"), Some(("services".into(), Some(digest))));
+        assert_eq!(rule_digest(&udata[..5]), None, "a comment alone");
+        for cut in 0..udata.len() {
+            assert_eq!(rule_digest(&udata[..cut]), None, "cut at {cut}");
+        }
+    }
+
     #[test]
     fn a_rule_dump_reads_its_table_and_chain_only() {
         let payload = rule_payload("proxyd", "services");
-        assert_eq!(rule_chain(&payload, "proxyd").as_deref(), Some("services"));
+        assert_eq!(rule_chain(&payload, "proxyd"), Some(("services".into(), None)));
         assert_eq!(rule_chain(&payload, "other"), None, "another table's rule");
         for cut in 0..payload.len() {
             let _ = rule_chain(&payload[..cut], "proxyd");

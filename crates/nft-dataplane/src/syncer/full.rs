@@ -1,7 +1,7 @@
 //! Writing the whole table: a first load in short transactions, a rewrite
 //! in place of a table of this shape, or a replacement in one transaction.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use slice_model::ServiceName;
 
@@ -13,7 +13,7 @@ use crate::names::{ChainId, SetId};
 use crate::packed::Packed;
 use crate::skeleton;
 use crate::transaction::{Op, Transaction};
-use crate::{Dataplane, DataplaneError, TableObjects};
+use crate::{Dataplane, DataplaneError, RulesDigest, TableObjects};
 
 use super::changes::reassert_skeleton;
 use super::programmed::Programmed;
@@ -30,6 +30,10 @@ pub(super) struct Stale {
     /// when the dataplane could read them all: only what differs is then
     /// written.
     pub(super) held: Option<Held>,
+    /// The view's chains the table already holds, rule for rule (told by
+    /// the rules' digests): not written again. Empty unless the digests
+    /// are trusted (see [`NftSyncer::stale_if_in_place`]).
+    pub(super) unchanged: HashSet<ChainId>,
 }
 
 /// Elements a table holds, by set.
@@ -98,8 +102,16 @@ impl<D: Dataplane> NftSyncer<D> {
     /// slot chains have their one rule each (nft cannot rewrite them once
     /// their maps hold elements), and everything in it is named as proxyd
     /// names things. What was read `ahead` stands for reading it now while
-    /// the ruleset's generation is the one it was read at.
-    pub(super) fn stale_if_in_place(&mut self, view: &Programmed, ahead: Option<ReadAhead>) -> Option<Stale> {
+    /// the ruleset's generation is the one it was read at. With
+    /// `trust_digests` (a restart's first sync), a chain whose rules'
+    /// digests are those of the view's rules is left as it is; later full
+    /// syncs rewrite every chain, repairing what others changed.
+    pub(super) fn stale_if_in_place(
+        &mut self,
+        view: &Programmed,
+        ahead: Option<ReadAhead>,
+        trust_digests: bool,
+    ) -> Option<Stale> {
         if self.replace_next {
             return None;
         }
@@ -124,15 +136,28 @@ impl<D: Dataplane> NftSyncer<D> {
         if !intact {
             return None;
         }
-        let mut wanted_chains: std::collections::HashSet<ChainId> = fixed.into_iter().map(|(c, _)| c).collect();
-        let mut wanted_sets: std::collections::HashSet<SetId> =
-            SetId::skeleton(self.config.scope).into_iter().collect();
+        let mut wanted_chains: HashSet<ChainId> = fixed.into_iter().map(|(c, _)| c).collect();
+        let mut wanted_sets: HashSet<SetId> = SetId::skeleton(self.config.scope).into_iter().collect();
+        let held_digests: HashMap<&str, RulesDigest> = if trust_digests {
+            objects.rule_digests.iter().map(|(c, d)| (c.as_str(), *d)).collect()
+        } else {
+            HashMap::new()
+        };
+        let mut unchanged = HashSet::new();
         for f in view.fragments.values().map(Packed::unpack) {
-            wanted_chains.extend(f.chains.into_iter().map(|c| c.id));
+            for c in f.chains {
+                if !held_digests.is_empty()
+                    && held_digests.get(c.id.to_string().as_str()) == Some(&RulesDigest::of(&c.rules))
+                {
+                    unchanged.insert(c.id.clone());
+                }
+                wanted_chains.insert(c.id);
+            }
             wanted_sets.extend(f.own_sets);
         }
         let mut stale = Stale {
             sets_in_table: objects.sets.len(),
+            unchanged,
             ..Stale::default()
         };
         for (name, _) in &objects.chains {
@@ -294,18 +319,26 @@ pub(super) fn shared_elements(view: &Programmed) -> HashMap<SetId, Vec<Element>>
 }
 
 /// Declares a service's own sets and chains and appends their rules to
-/// `tx` (flushing each chain first when it may hold rules already);
-/// returns what they cost. Declarations go with the rules, a few services
-/// per transaction, because each costs more the more sets the table holds.
-pub(super) fn push_own_chains(f: &Fragment, tx: &mut Transaction, flush: bool, cost: &mut LockCost) -> usize {
+/// `tx` (flushing each chain first when it may hold rules already), but
+/// for the chains the table holds `unchanged`; returns what they cost.
+/// Declarations go with the rules, a few services per transaction, because
+/// each costs more the more sets the table holds.
+pub(super) fn push_own_chains(
+    f: &Fragment,
+    tx: &mut Transaction,
+    flush: bool,
+    unchanged: &HashSet<ChainId>,
+    cost: &mut LockCost,
+) -> usize {
     let from = tx.ops.len();
     for set in &f.own_sets {
         tx.push(Op::AddSet(set.clone(), Vec::new()));
     }
-    for c in &f.chains {
+    let written: Vec<&ChainDef> = f.chains.iter().filter(|c| !unchanged.contains(&c.id)).collect();
+    for c in &written {
         tx.push(Op::AddChain(c.id.clone()));
     }
-    for c in &f.chains {
+    for c in written {
         if flush {
             tx.push(Op::FlushChain(c.id.clone()));
         }
@@ -354,7 +387,7 @@ pub(super) fn rewrite_in_place(
     let cost = LockCost::with_sets(stale.sets_in_table);
     let mut size = 0;
     for f in by_name(view).into_iter().map(Packed::unpack) {
-        size += push_own_chains(&f, &mut rules, true, &mut cost.clone());
+        size += push_own_chains(&f, &mut rules, true, &stale.unchanged, &mut cost.clone());
         if refill {
             f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
             own_sets.extend(f.own_sets);
@@ -567,7 +600,7 @@ pub(super) fn first_load(
         apply(&elements.take(config))
     };
     for f in by_name(view).into_iter().map(Packed::unpack) {
-        rules_cost += push_own_chains(&f, &mut rules, false, &mut cost);
+        rules_cost += push_own_chains(&f, &mut rules, false, &HashSet::new(), &mut cost);
         f.for_each_element(|set, el| elements.add(set, el, &cost));
         for shared in f.shared {
             if added.insert(shared) {

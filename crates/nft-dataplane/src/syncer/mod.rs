@@ -217,6 +217,12 @@ impl<D: Dataplane> NftSyncer<D> {
         self.view.as_ref()?.owners.get(frontend)
     }
 
+    /// Makes the periodic full sync due now (tests).
+    #[cfg(test)]
+    pub(crate) fn make_full_sync_due(&mut self) {
+        self.last_full = Instant::now().checked_sub(FULL_RESYNC_PERIOD);
+    }
+
     /// Whether the next sync will replace the whole table.
     pub fn needs_full_sync(&self) -> bool {
         self.view.is_none() || self.last_full.is_none_or(|t| t.elapsed() >= FULL_RESYNC_PERIOD)
@@ -245,7 +251,10 @@ impl<D: Dataplane> NftSyncer<D> {
             let how = if self.dataplane.table_exists(self.config.family, self.config.table()) == Some(false) {
                 FullLoad::FirstLoad
             } else {
-                self.stale_if_in_place(&view, ahead)
+                // Only a restart's first sync trusts what the rules'
+                // digests say; the periodic full sync rewrites every chain.
+                let trust_digests = self.last_full.is_none();
+                self.stale_if_in_place(&view, ahead, trust_digests)
                     .map_or(FullLoad::Replace, |stale| FullLoad::InPlace(Box::new(stale)))
             };
             tracing::debug!(

@@ -9,7 +9,7 @@ use slice_model::{IpFamily, Protocol};
 use super::support::forwarded;
 use super::*;
 use crate::lock_cost::LockCost;
-use crate::names::SetId;
+use crate::names::{ChainId, SetId};
 use crate::transaction::{Op, Transaction};
 
 /// A kernel model that keeps each transaction it commits; it reads the
@@ -290,6 +290,31 @@ fn restart_in_place(elements_readable: bool) {
             .any(|c| c.to_string().contains("sticky") || c.to_string().contains("/big/"))
     );
     assert!(!table.sets.keys().any(|s| s.to_string().contains("sticky")));
+    // Of the services' chains, only those whose rules changed while it was
+    // down are written (the rules' digests tell which the table holds).
+    let fixed: std::collections::BTreeSet<ChainId> =
+        crate::skeleton::chains(&config()).into_iter().map(|(c, _)| c).collect();
+    let written: std::collections::BTreeSet<ChainId> = applied
+        .iter()
+        .flat_map(|tx| &tx.ops)
+        .filter_map(|op| match op {
+            Op::AddRule(c, _) | Op::FlushChain(c) => Some(c.clone()),
+            _ => None,
+        })
+        .filter(|c| !fixed.contains(c) && table.chains.contains_key(c))
+        .collect();
+    let held = &kernel.table(IpFamily::V4).expect("the old table").chains;
+    let differ: std::collections::BTreeSet<ChainId> = table
+        .chains
+        .iter()
+        .filter(|(c, rules)| !fixed.contains(c) && held.get(*c) != Some(*rules))
+        .map(|(c, _)| c.clone())
+        .collect();
+    assert!(
+        table.chains.len() > fixed.len() + 5,
+        "services have chains of their own"
+    );
+    assert_eq!(written, differ, "the chains written are those that changed");
 
     // After each transaction, every service that was there before and is
     // still there answers as before or as at the end.
@@ -491,4 +516,75 @@ fn after_a_failed_apply_the_next_full_sync_replaces_the_table() {
     let r = sync(&mut syncer, &mut engine);
     assert!(r.full && r.transactions == 1 && replaces_the_table(&syncer.dataplane().applied[0]));
     assert_eq!(syncer.dataplane().model, fresh(&engine, &config()));
+}
+
+/// A restart's first sync leaves the chains whose rules' digests are those
+/// it would write; a chain changed from outside (another rule, so another
+/// digest) is written again; the periodic full sync trusts no digest and
+/// writes every chain.
+#[test]
+fn a_restart_leaves_the_chains_the_table_holds_and_the_periodic_sync_writes_all() {
+    let mut engine = Engine::new(IpFamily::V4);
+    cluster(&mut engine);
+    super::sync::every_kind(&mut engine);
+    let mut first = NftSyncer::new(config(), Kept::default());
+    sync(&mut first, &mut engine);
+    let mut kernel = first.dataplane().model.clone();
+    let fixed: std::collections::BTreeSet<ChainId> =
+        crate::skeleton::chains(&config()).into_iter().map(|(c, _)| c).collect();
+    let table = kernel.table(IpFamily::V4).expect("the table");
+    let services_chains: Vec<ChainId> = table.chains.keys().filter(|c| !fixed.contains(*c)).cloned().collect();
+    // Someone rewrites one service chain with a rule of its own.
+    let (victim, rules) = table
+        .chains
+        .iter()
+        .find(|(c, rules)| !fixed.contains(*c) && !rules.is_empty())
+        .map(|(c, r)| (c.clone(), r.clone()))
+        .expect("a service chain with rules");
+    let mut tamper = Transaction::new(IpFamily::V4);
+    tamper.ops.push(Op::FlushChain(victim.clone()));
+    tamper.ops.push(Op::AddRule(
+        victim.clone(),
+        crate::rule::Rule::always(vec![crate::rule::Statement::Drop]),
+    ));
+    kernel.apply_transaction(&tamper).expect("the tamper commits");
+
+    let chains_written = |applied: &[Transaction]| -> std::collections::BTreeSet<ChainId> {
+        applied
+            .iter()
+            .flat_map(|tx| &tx.ops)
+            .filter_map(|op| match op {
+                Op::AddRule(c, _) => Some(c.clone()),
+                _ => None,
+            })
+            .filter(|c| !fixed.contains(c))
+            .collect()
+    };
+    let mut syncer = restarted(&kernel, true);
+    sync(&mut syncer, &mut engine);
+    assert_eq!(
+        chains_written(&syncer.dataplane().applied),
+        std::collections::BTreeSet::from([victim.clone()]),
+        "only the chain changed from outside"
+    );
+    let model = &syncer.dataplane().model;
+    assert_eq!(*model, fresh(&engine, &config()));
+    assert_eq!(model.table(IpFamily::V4).expect("the table").chains[&victim], rules);
+
+    syncer.dataplane().applied.clear();
+    syncer.make_full_sync_due();
+    let r = super::periodic(&mut syncer, &engine).expect("the periodic full sync");
+    assert!(r.full);
+    let with_rules: std::collections::BTreeSet<ChainId> = services_chains
+        .into_iter()
+        .filter(|c| !model_rules_empty(&syncer.dataplane().model, c))
+        .collect();
+    assert_eq!(chains_written(&syncer.dataplane().applied), with_rules, "every chain");
+}
+
+fn model_rules_empty(model: &KernelModel, chain: &ChainId) -> bool {
+    model
+        .table(IpFamily::V4)
+        .and_then(|t| t.chains.get(chain))
+        .is_none_or(Vec::is_empty)
 }
