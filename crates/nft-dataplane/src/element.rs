@@ -97,13 +97,17 @@ impl fmt::Display for Key {
     }
 }
 
-/// A map element's value.
+/// A map element's value, or a plain set element's note.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 pub enum Value {
     /// A verdict: continue in that chain.
     Goto(ChainId),
     /// A DNAT target: `addr . port`.
     Endpoint(SocketAddr),
+    /// A plain set element's note, not nft data: a digest of what goes
+    /// with the element (a slot frontend's endpoints, in slot order), kept
+    /// in its user data, where `nft` shows nothing. Rendered as nothing.
+    Digest(u64),
 }
 
 impl fmt::Display for Value {
@@ -111,6 +115,7 @@ impl fmt::Display for Value {
         match self {
             Self::Goto(c) => write!(f, "goto {c}"),
             Self::Endpoint(ep) => write!(f, "{} . {}", ep.ip(), ep.port()),
+            Self::Digest(d) => write!(f, "digest {d:016x}"),
         }
     }
 }
@@ -142,8 +147,8 @@ impl Element {
 impl fmt::Display for Element {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.value {
+            Some(Value::Digest(_)) | None => write!(f, "{}", self.key),
             Some(v) => write!(f, "{} : {v}", self.key),
-            None => write!(f, "{}", self.key),
         }
     }
 }

@@ -133,18 +133,12 @@ impl Entry {
             SetId::ServiceChains
         };
         match self {
-            Self::Slots { endpoints, .. } => {
-                let n = slot_count(endpoints.len());
-                f(
-                    SetId::slot_frontends(node_port, n),
-                    Element::key(Key::Frontend(frontend)),
-                );
-                let map = SetId::slots(node_port, n);
-                for (slot, ep) in (0..n).zip(endpoints) {
-                    f(
-                        map.clone(),
-                        Element::map(Key::Slot(frontend, slot), Value::Endpoint(*ep)),
-                    );
+            Self::Slots { .. } => {
+                if let Some(s) = self.slot_elements() {
+                    f(s.frontends, s.frontend);
+                    for el in s.slots {
+                        f(s.map.clone(), el);
+                    }
                 }
             }
             Self::Chain { chain, .. } => f(
@@ -153,6 +147,41 @@ impl Entry {
             ),
             Self::Member { set, .. } => f(set.set(node_port), Element::key(Key::Frontend(frontend))),
         }
+    }
+}
+
+/// A slot frontend's elements: its own, and its slots'.
+pub struct SlotElements {
+    /// The set of the frontends with this many slots.
+    pub frontends: SetId,
+    /// The frontend's element there. It carries its slots' digest, so that
+    /// a restart knows what the slot map (too large to read back) holds
+    /// for it.
+    pub frontend: Element,
+    /// The slot map of that width.
+    pub map: SetId,
+    /// The frontend's slots there, each with its endpoint.
+    pub slots: Vec<Element>,
+}
+
+impl Entry {
+    /// The elements of a [`Entry::Slots`] (`None` for the others).
+    pub fn slot_elements(&self) -> Option<SlotElements> {
+        let Self::Slots { frontend, endpoints } = self else {
+            return None;
+        };
+        let node_port = frontend.is_node_port();
+        let n = slot_count(endpoints.len());
+        let endpoints = &endpoints[..usize::from(n).min(endpoints.len())];
+        Some(SlotElements {
+            frontends: SetId::slot_frontends(node_port, n),
+            frontend: Element::map(Key::Frontend(*frontend), Value::Digest(crate::digest::of(endpoints))),
+            map: SetId::slots(node_port, n),
+            slots: (0..n)
+                .zip(endpoints)
+                .map(|(slot, ep)| Element::map(Key::Slot(*frontend, slot), Value::Endpoint(*ep)))
+                .collect(),
+        })
     }
 }
 

@@ -71,7 +71,7 @@ fn fits(family: IpFamily, set: &SetId, e: &Element) -> bool {
         _ => false,
     };
     let value_ok = match (set.kind(), &e.value) {
-        (SetKind::Set, None) => true,
+        (SetKind::Set, None | Some(Value::Digest(_))) => true,
         (SetKind::VerdictMap, Some(Value::Goto(_))) => true,
         (SetKind::EndpointMap, Some(Value::Endpoint(ep))) => addr_ok(ep.ip()),
         _ => false,

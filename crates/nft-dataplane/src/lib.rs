@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod desired;
+pub mod digest;
 pub mod element;
 pub mod fragment;
 pub mod kernel;
@@ -17,9 +18,9 @@ pub mod tracer;
 pub mod transaction;
 
 pub use desired::{DataplaneConfig, LocalDetector, ServiceTarget};
+pub use digest::RulesDigest;
 pub use fragment::Fragment;
 pub use kernel::KernelModel;
-pub use rule::RulesDigest;
 pub use syncer::{NftSyncer, SyncKind, SyncReport};
 pub use target::{Target, Written};
 pub use transaction::{Op, Transaction};

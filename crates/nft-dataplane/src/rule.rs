@@ -125,20 +125,6 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// A word standing for this rule as this version of proxyd writes it
-    /// (its writers are versioned with it): the netlink writer stores it
-    /// with the rule, where `nft` shows nothing, so that a restart can tell
-    /// which chains already hold what it would write. Equal rules have
-    /// equal digests; a collision of two different ones is as likely as
-    /// for any 64-bit hash.
-    pub fn digest(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = Fnv1a::default();
-        env!("CARGO_PKG_VERSION").hash(&mut h);
-        self.hash(&mut h);
-        h.finish()
-    }
-
     /// A rule with these conditions and statements.
     pub fn new(matches: Vec<Match>, statements: Vec<Statement>) -> Self {
         Self { matches, statements }
@@ -290,58 +276,5 @@ fn write_statement(out: &mut (impl Write + ?Sized), s: &Statement, w: FamilyWord
         Statement::RememberSource { set, timeout_secs } => {
             write!(out, "update @{set} {{ {a} saddr timeout {timeout_secs}s }}")
         }
-    }
-}
-
-/// A word standing for a chain's rules: their [`Rule::digest`]s folded in
-/// order (see [`crate::TableObjects::rule_digests`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RulesDigest(u64);
-
-impl Default for RulesDigest {
-    fn default() -> Self {
-        Self(Fnv1a::default().0)
-    }
-}
-
-impl RulesDigest {
-    /// The digest of `rules`, in order.
-    pub fn of(rules: &[Rule]) -> Self {
-        let mut d = Self::default();
-        for r in rules {
-            d.push(r.digest());
-        }
-        d
-    }
-
-    /// Adds the next rule's digest.
-    pub fn push(&mut self, rule_digest: u64) {
-        use std::hash::Hasher;
-        let mut h = Fnv1a(self.0);
-        h.write(&rule_digest.to_le_bytes());
-        self.0 = h.finish();
-    }
-}
-
-/// 64-bit FNV-1a: a hash whose value does not depend on the process, the
-/// platform's hasher keys or the standard library's version.
-struct Fnv1a(u64);
-
-impl Default for Fnv1a {
-    fn default() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
-    }
-}
-
-impl std::hash::Hasher for Fnv1a {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 ^= u64::from(*b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
     }
 }

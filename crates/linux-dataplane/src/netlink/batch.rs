@@ -48,10 +48,17 @@ const RULE_TABLE: u16 = 1;
 const RULE_CHAIN: u16 = 2;
 const RULE_EXPRESSIONS: u16 = 4;
 pub(super) const RULE_USERDATA: u16 = 7;
-/// The type of the rule's user data record (type, length, value, as
-/// libnftnl writes them) that holds its digest: one `nft` does not know, so
-/// it shows nothing of it (its own records are 0, a comment, and 1).
-pub(super) const UDATA_RULE_DIGEST: u8 = 0xd1;
+/// The type of the user data record (type, length, value, as libnftnl
+/// writes them) that holds a rule's or an element's digest: one `nft` does
+/// not know, so it shows nothing of it (its own records are 0, a comment,
+/// and 1).
+pub(super) const UDATA_DIGEST: u8 = 0xd1;
+
+/// A digest as a user data record.
+pub(super) fn digest_record(out: &mut Vec<u8>, digest: u64) {
+    out.extend([UDATA_DIGEST, 8]);
+    out.extend(digest.to_le_bytes());
+}
 const SET_TABLE: u16 = 1;
 const SET_NAME: u16 = 2;
 const ELEM_LIST_TABLE: u16 = 1;
@@ -215,10 +222,7 @@ impl Writer {
                         w.table(b, RULE_TABLE);
                         string(b, RULE_CHAIN, &chain.to_string());
                         attr(b, RULE_EXPRESSIONS | NLA_F_NESTED, |b| b.extend(&expressions));
-                        attr(b, RULE_USERDATA, |b| {
-                            b.extend([UDATA_RULE_DIGEST, 8]);
-                            b.extend(rule.digest().to_le_bytes());
-                        });
+                        attr(b, RULE_USERDATA, |b| digest_record(b, rule.digest()));
                     },
                 );
             }

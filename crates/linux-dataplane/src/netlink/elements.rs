@@ -15,7 +15,9 @@ use nft_dataplane::element::{Element, Frontend, Key, Value};
 use nft_dataplane::names::{ChainId, KeyShape, SetId, SetKind};
 use slice_model::{IpFamily, Protocol};
 
-use super::batch::{NFT_GOTO, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, attr, nested, verdict};
+use super::batch::{
+    NFT_GOTO, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, attr, digest_record, nested, verdict,
+};
 use super::ip_protocol;
 use super::nftables::RawElement;
 
@@ -23,6 +25,7 @@ use super::nftables::RawElement;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
+const NFTA_SET_ELEM_USERDATA: u16 = 6;
 const NFTA_VERDICT_CHAIN: u16 = 2;
 
 /// One element (`NFTA_LIST_ELEM`): its key, and for an add its value,
@@ -43,6 +46,7 @@ pub(super) fn element(out: &mut Vec<u8>, e: &Element, with_value: bool) {
             (Some(Value::Goto(chain)), true) => {
                 nested(b, NFTA_SET_ELEM_DATA, |b| verdict(b, NFT_GOTO, Some(chain)));
             }
+            (Some(Value::Digest(d)), true) => attr(b, NFTA_SET_ELEM_USERDATA, |b| digest_record(b, *d)),
             _ => {}
         }
     });
@@ -144,6 +148,7 @@ pub(super) fn dumped(payload: &[u8], table: &str, set: &str, mut each: impl FnMu
                         .and_then(|verdict| nested_value(verdict, NFTA_VERDICT_CHAIN))
                         .and_then(c_string);
                 }
+                NFTA_SET_ELEM_USERDATA => raw.digest = super::nftables::rule_digest(value),
                 _ => {}
             }
         }
@@ -194,7 +199,7 @@ pub fn read_element(set: &SetId, family: IpFamily, raw: &RawElement<'_>) -> Opti
         return None;
     }
     let value = match set.kind() {
-        SetKind::Set => None,
+        SetKind::Set => raw.digest.map(Value::Digest),
         SetKind::VerdictMap => Some(Value::Goto(ChainId::from_name(raw.chain?)?)),
         SetKind::EndpointMap => {
             let mut data = Bytes(raw.data?);
@@ -327,13 +332,14 @@ mod tests {
         key: Vec<u8>,
         data: Option<Vec<u8>>,
         chain: Option<String>,
+        digest: Option<u64>,
     }
 
     impl Dumped {
         fn of(e: &Element) -> Self {
             let mut key = Vec::new();
             write_key(&mut key, &e.key);
-            let (mut data, mut chain) = (None, None);
+            let (mut data, mut chain, mut digest) = (None, None, None);
             match &e.value {
                 Some(Value::Endpoint(ep)) => {
                     let mut d = Vec::new();
@@ -341,9 +347,15 @@ mod tests {
                     data = Some(d);
                 }
                 Some(Value::Goto(c)) => chain = Some(c.to_string()),
+                Some(Value::Digest(d)) => digest = Some(*d),
                 None => {}
             }
-            Self { key, data, chain }
+            Self {
+                key,
+                data,
+                chain,
+                digest,
+            }
         }
 
         fn raw(&self) -> RawElement<'_> {
@@ -351,6 +363,7 @@ mod tests {
                 key: &self.key,
                 data: self.data.as_deref(),
                 chain: self.chain.as_deref(),
+                digest: self.digest,
             }
         }
     }
@@ -393,6 +406,10 @@ mod tests {
                 (SetId::NoEndpoints, Element::key(Key::Frontend(ip))),
                 (SetId::NodePortNoLocalEndpoints, Element::key(Key::Frontend(node_port))),
                 (SetId::SlotFrontends(3), Element::key(Key::Frontend(ip))),
+                (
+                    SetId::NodePortSlotFrontends(2),
+                    Element::map(Key::Frontend(node_port), Value::Digest(0x0123_4567_89ab_cdef)),
+                ),
                 (SetId::ServiceSlots(3), Element::map(Key::Slot(ip, 2), ep.clone())),
                 (
                     SetId::NodePortSlots(5),
@@ -449,7 +466,7 @@ mod tests {
             chain in proptest::option::of("[a-z/-]{0,20}"),
             v6 in proptest::prelude::any::<bool>(),
         ) {
-            let raw = RawElement { key: &key, data: data.as_deref(), chain: chain.as_deref() };
+            let raw = RawElement { key: &key, data: data.as_deref(), chain: chain.as_deref(), digest: None };
             let family = if v6 { IpFamily::V6 } else { IpFamily::V4 };
             for set in [SetId::Canary, SetId::ClusterIps, SetId::Hairpin, SetId::ServiceChains, SetId::ServiceSlots(2),
                         SetId::NodePortSlots(2), SetId::Backends(slice_model::Protocol::Udp, "x".into())] {

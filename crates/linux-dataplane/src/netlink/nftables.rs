@@ -365,6 +365,8 @@ pub struct RawElement<'a> {
     pub data: Option<&'a [u8]>,
     /// The chain its verdict jumps or goes to (a verdict map's value).
     pub chain: Option<&'a str>,
+    /// The digest proxyd's writer noted in its user data, if any.
+    pub digest: Option<u64>,
 }
 
 /// What one attribute of a dumped object says of it.
@@ -438,12 +440,12 @@ fn rule_chain(payload: &[u8], table: &str) -> Option<(String, Option<u64>)> {
     chain.filter(|_| in_table).map(|c| (c, digest))
 }
 
-/// The digest proxyd's writer stored in a rule's user data (records of
-/// type, length and value), if it holds one.
-fn rule_digest(mut udata: &[u8]) -> Option<u64> {
+/// The digest proxyd's writer stored in a rule's or an element's user data
+/// (records of type, length and value), if it holds one.
+pub(super) fn rule_digest(mut udata: &[u8]) -> Option<u64> {
     while let [ty, len, rest @ ..] = udata {
         let value = rest.get(..usize::from(*len))?;
-        if *ty == batch::UDATA_RULE_DIGEST {
+        if *ty == batch::UDATA_DIGEST {
             return Some(u64::from_le_bytes(value.try_into().ok()?));
         }
         udata = &rest[usize::from(*len)..];
@@ -683,7 +685,7 @@ mod tests {
     #[test]
     fn a_rules_digest_is_read_from_its_user_data_among_other_records() {
         let digest = 0x0123_4567_89ab_cdef_u64;
-        let mut udata = vec![0, 3, b'h', b'i', 0, batch::UDATA_RULE_DIGEST, 8];
+        let mut udata = vec![0, 3, b'h', b'i', 0, batch::UDATA_DIGEST, 8];
         udata.extend(digest.to_le_bytes());
         let mut payload = rule_payload("proxyd", "services");
         let len = 4 + udata.len();

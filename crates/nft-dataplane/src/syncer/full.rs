@@ -39,11 +39,12 @@ pub(super) struct Stale {
 /// Elements a table holds, by set.
 pub(super) type Held = HashMap<SetId, HeldSet>;
 
-/// The elements one set holds: keys and values as read back, or keys alone
-/// (a slot map's, derived from its frontend set).
+/// The elements one set holds: keys and values as read back. A slot map's
+/// keys are derived from its frontend set, and its values are known only
+/// for the frontends whose digest says they are the ones wanted (`None`,
+/// unknown, for the others).
 pub(super) struct HeldSet {
     pub(super) elements: HashMap<Key, Option<Value>>,
-    pub(super) values_read: bool,
 }
 
 impl HeldSet {
@@ -51,7 +52,7 @@ impl HeldSet {
     /// `Some(false)` with another or an unknown one.
     fn holds(&self, el: &Element) -> Option<bool> {
         let value = self.elements.get(&el.key)?;
-        Some(self.values_read && *value == el.value)
+        Some(*value == el.value)
     }
 }
 
@@ -104,8 +105,10 @@ impl<D: Dataplane> NftSyncer<D> {
     /// names things. What was read `ahead` stands for reading it now while
     /// the ruleset's generation is the one it was read at. With
     /// `trust_digests` (a restart's first sync), a chain whose rules'
-    /// digests are those of the view's rules is left as it is; later full
-    /// syncs rewrite every chain, repairing what others changed.
+    /// digests are those of the view's rules is left as it is, and so are
+    /// the slots of a frontend whose element carries their digest; later
+    /// full syncs rewrite every chain and slot, repairing what others
+    /// changed.
     pub(super) fn stale_if_in_place(
         &mut self,
         view: &Programmed,
@@ -144,7 +147,11 @@ impl<D: Dataplane> NftSyncer<D> {
             HashMap::new()
         };
         let mut unchanged = HashSet::new();
+        let mut slotted = Vec::new();
         for f in view.fragments.values().map(Packed::unpack) {
+            if trust_digests {
+                slotted.extend(f.entries.iter().filter_map(crate::fragment::Entry::slot_elements));
+            }
             for c in f.chains {
                 if !held_digests.is_empty()
                     && held_digests.get(c.id.to_string().as_str()) == Some(&RulesDigest::of(&c.rules))
@@ -184,6 +191,9 @@ impl<D: Dataplane> NftSyncer<D> {
             }),
             None => self.read_elements(present),
         };
+        if let Some(held) = stale.held.as_mut().filter(|_| trust_digests) {
+            know_slot_values(held, slotted);
+        }
         Some(stale)
     }
 
@@ -191,8 +201,8 @@ impl<D: Dataplane> NftSyncer<D> {
     /// slot map is not read: the kernel dumps a set in time that grows
     /// with the square of its size (each reply walks it from the start),
     /// and the slot maps are the largest sets; their keys follow from the
-    /// frontends of that width (slots `0..N` of each), their values are
-    /// written again.
+    /// frontends of that width (slots `0..N` of each); their values are
+    /// unknown here (see [`know_slot_values`]).
     pub(super) fn read_elements(&mut self, sets: Vec<SetId>) -> Option<Held> {
         let (family, table) = (self.config.family, self.config.table());
         let mut held = Held::with_capacity(sets.len());
@@ -202,13 +212,7 @@ impl<D: Dataplane> NftSyncer<D> {
         for set in others {
             let elements = self.dataplane.elements(family, table, &set)?.ok()?;
             let elements = elements.into_iter().map(|e| (e.key, e.value)).collect();
-            held.insert(
-                set,
-                HeldSet {
-                    elements,
-                    values_read: true,
-                },
-            );
+            held.insert(set, HeldSet { elements });
         }
         for map in slot_maps {
             let (node_port, n) = match map {
@@ -226,15 +230,32 @@ impl<D: Dataplane> NftSyncer<D> {
                 })
                 .flat_map(|f| (0..n).map(move |slot| (Key::Slot(f, slot), None)))
                 .collect();
-            held.insert(
-                map,
-                HeldSet {
-                    elements,
-                    values_read: false,
-                },
-            );
+            held.insert(map, HeldSet { elements });
         }
         Some(held)
+    }
+}
+
+/// Fills in the slot map values the table holds for the frontends whose
+/// element there carries the digest of the slots wanted (the frontend and
+/// its slots are written together, so the digest stands for them).
+fn know_slot_values(held: &mut Held, wanted: Vec<crate::fragment::SlotElements>) {
+    for s in wanted {
+        let digest_held = held
+            .get(&s.frontends)
+            .and_then(|h| h.elements.get(&s.frontend.key))
+            .is_some_and(|v| *v == s.frontend.value);
+        if !digest_held {
+            continue;
+        }
+        let Some(map) = held.get_mut(&s.map) else {
+            continue;
+        };
+        for el in s.slots {
+            if let Some(v) = map.elements.get_mut(&el.key) {
+                *v = el.value;
+            }
+        }
     }
 }
 

@@ -14,10 +14,13 @@
 //!   (nothing there to keep consistent);
 //! - a table of this shape ([`crate::names::SHAPE`]) that the dataplane can
 //!   read back is rewritten in place: declarations and every chain's rules
-//!   a few services at a time, then every set emptied and refilled in one
-//!   transaction of elements alone, then what no service wants any more
-//!   deleted. No transaction holds the whole ruleset, and no service is
-//!   ever without its rules and elements;
+//!   a few services at a time, then the elements that differ from what the
+//!   table holds (every set emptied and refilled in one transaction where
+//!   they cannot be read), then what no service wants any more deleted. No
+//!   transaction holds the whole ruleset, and no service is ever without
+//!   its rules and elements. A restart's first sync trusts the digests the
+//!   netlink writer stores with rules and slot frontends: the chains and
+//!   slots that hold what it would write are left as they are;
 //! - any other table (another shape, after a failed apply, unreadable) is
 //!   replaced in one transaction.
 //!
