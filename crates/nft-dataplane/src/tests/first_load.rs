@@ -214,6 +214,16 @@ fn a_first_load_puts_fewer_sets_in_each_transaction_as_the_table_fills() {
 }
 
 /// A syncer restarted over `kernel`: a new one, remembering nothing.
+/// A kernel whose table holds the test cluster and every kind of service,
+/// as `engine` now does, and the cluster's service IPs.
+fn loaded(engine: &mut Engine) -> (KernelModel, Vec<String>) {
+    let ips = cluster(engine);
+    super::sync::every_kind(engine);
+    let mut first = NftSyncer::new(config(), Kept::default());
+    sync(&mut first, engine);
+    (first.dataplane().model.clone(), ips)
+}
+
 fn restarted(kernel: &KernelModel, readable: bool) -> NftSyncer<Kept> {
     restarted_reading(kernel, readable, readable)
 }
@@ -251,11 +261,7 @@ fn a_restart_rewrites_its_own_table_in_place_and_no_service_is_ever_without_rule
 
 fn restart_in_place(elements_readable: bool) {
     let mut engine = Engine::new(IpFamily::V4);
-    let ips = cluster(&mut engine);
-    super::sync::every_kind(&mut engine);
-    let mut first = NftSyncer::new(config(), Kept::default());
-    sync(&mut first, &mut engine);
-    let kernel = first.dataplane().model.clone();
+    let (kernel, ips) = loaded(&mut engine);
     let probe = |k: &KernelModel, ip: &str| trace(k, forwarded(POD, ip, 80)).summary();
     let before: Vec<String> = ips.iter().map(|ip| probe(&kernel, ip)).collect();
 
@@ -377,11 +383,7 @@ fn restart_in_place(elements_readable: bool) {
 #[test]
 fn a_table_read_ahead_is_used_unless_something_committed_since() {
     let mut engine = Engine::new(IpFamily::V4);
-    cluster(&mut engine);
-    super::sync::every_kind(&mut engine);
-    let mut first = NftSyncer::new(config(), Kept::default());
-    sync(&mut first, &mut engine);
-    let kernel = first.dataplane().model.clone();
+    let (kernel, _) = loaded(&mut engine);
     // While it was down: a service went away, one's endpoints changed.
     engine.remove_service("ns", "sticky");
     engine.slice(slice("ns", "svc-7", Protocol::Tcp, 80, &[Ep::Remote("10.9.7.1")]));
@@ -526,11 +528,7 @@ fn after_a_failed_apply_the_next_full_sync_replaces_the_table() {
 #[test]
 fn a_restart_leaves_the_chains_the_table_holds_and_the_periodic_sync_writes_all() {
     let mut engine = Engine::new(IpFamily::V4);
-    cluster(&mut engine);
-    super::sync::every_kind(&mut engine);
-    let mut first = NftSyncer::new(config(), Kept::default());
-    sync(&mut first, &mut engine);
-    let mut kernel = first.dataplane().model.clone();
+    let (mut kernel, _) = loaded(&mut engine);
     let fixed: std::collections::BTreeSet<ChainId> =
         crate::skeleton::chains(&config()).into_iter().map(|(c, _)| c).collect();
     let table = kernel.table(IpFamily::V4).expect("the table");
