@@ -59,6 +59,19 @@ pub(super) fn digest_record(out: &mut Vec<u8>, digest: u64) {
     out.extend([UDATA_DIGEST, 8]);
     out.extend(digest.to_le_bytes());
 }
+
+/// The digest [`digest_record`] wrote among a rule's or an element's user
+/// data records, if it is there.
+pub(super) fn digest_in(mut udata: &[u8]) -> Option<u64> {
+    while let [ty, len, rest @ ..] = udata {
+        let value = rest.get(..usize::from(*len))?;
+        if *ty == UDATA_DIGEST {
+            return Some(u64::from_le_bytes(value.try_into().ok()?));
+        }
+        udata = &rest[usize::from(*len)..];
+    }
+    None
+}
 const SET_TABLE: u16 = 1;
 const SET_NAME: u16 = 2;
 const ELEM_LIST_TABLE: u16 = 1;

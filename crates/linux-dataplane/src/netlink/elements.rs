@@ -148,7 +148,7 @@ pub(super) fn dumped(payload: &[u8], table: &str, set: &str, mut each: impl FnMu
                         .and_then(|verdict| nested_value(verdict, NFTA_VERDICT_CHAIN))
                         .and_then(c_string);
                 }
-                NFTA_SET_ELEM_USERDATA => raw.digest = super::nftables::rule_digest(value),
+                NFTA_SET_ELEM_USERDATA => raw.digest = super::batch::digest_in(value),
                 _ => {}
             }
         }

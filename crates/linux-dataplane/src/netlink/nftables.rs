@@ -425,7 +425,7 @@ fn rule_chain(payload: &[u8], table: &str) -> Option<(String, Option<u64>)> {
     for nla in NlasIterator::new(payload.get(4..)?) {
         let nla: NlaBuffer<&[u8]> = nla.ok()?;
         if nla.kind() == batch::RULE_USERDATA {
-            digest = rule_digest(nla.value());
+            digest = batch::digest_in(nla.value());
             continue;
         }
         if !matches!(nla.kind(), NFTA_RULE_TABLE | NFTA_RULE_CHAIN) {
@@ -438,19 +438,6 @@ fn rule_chain(payload: &[u8], table: &str) -> Option<(String, Option<u64>)> {
         }
     }
     chain.filter(|_| in_table).map(|c| (c, digest))
-}
-
-/// The digest proxyd's writer stored in a rule's or an element's user data
-/// (records of type, length and value), if it holds one.
-pub(super) fn rule_digest(mut udata: &[u8]) -> Option<u64> {
-    while let [ty, len, rest @ ..] = udata {
-        let value = rest.get(..usize::from(*len))?;
-        if *ty == batch::UDATA_DIGEST {
-            return Some(u64::from_le_bytes(value.try_into().ok()?));
-        }
-        udata = &rest[usize::from(*len)..];
-    }
-    None
 }
 
 #[cfg(test)]
@@ -685,8 +672,8 @@ mod tests {
     #[test]
     fn a_rules_digest_is_read_from_its_user_data_among_other_records() {
         let digest = 0x0123_4567_89ab_cdef_u64;
-        let mut udata = vec![0, 3, b'h', b'i', 0, batch::UDATA_DIGEST, 8];
-        udata.extend(digest.to_le_bytes());
+        let mut udata = vec![0, 3, b'h', b'i', 0];
+        batch::digest_record(&mut udata, digest);
         let mut payload = rule_payload("proxyd", "services");
         let len = 4 + udata.len();
         payload.extend((len as u16).to_ne_bytes());
@@ -694,9 +681,9 @@ mod tests {
         payload.extend(&udata);
         payload.resize(payload.len().next_multiple_of(4), 0);
         assert_eq!(rule_chain(&payload, "proxyd"), Some(("services".into(), Some(digest))));
-        assert_eq!(rule_digest(&udata[..5]), None, "a comment alone");
+        assert_eq!(batch::digest_in(&udata[..5]), None, "a comment alone");
         for cut in 0..udata.len() {
-            assert_eq!(rule_digest(&udata[..cut]), None, "cut at {cut}");
+            assert_eq!(batch::digest_in(&udata[..cut]), None, "cut at {cut}");
         }
     }
 

@@ -220,10 +220,13 @@ impl<D: Dataplane> NftSyncer<D> {
         self.view.as_ref()?.owners.get(frontend)
     }
 
-    /// Makes the periodic full sync due now (tests).
+    /// Makes the next sync a full one, as the periodic one is, without
+    /// waiting the period (tests): the view is forgotten, the record of
+    /// the last full sync kept. (Moving that record back a period cannot be
+    /// done on a machine up for less than one.)
     #[cfg(test)]
     pub(crate) fn make_full_sync_due(&mut self) {
-        self.last_full = Instant::now().checked_sub(FULL_RESYNC_PERIOD);
+        self.view = None;
     }
 
     /// Whether the next sync will replace the whole table.

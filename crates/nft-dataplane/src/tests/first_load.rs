@@ -355,11 +355,7 @@ fn restart_in_place(elements_readable: bool) {
             .iter()
             .flat_map(|tx| &tx.ops)
             .map(|op| match op {
-                Op::AddElements(set, e) | Op::DeleteElements(set, e)
-                    if matches!(set, SetId::ServiceSlots(_) | SetId::NodePortSlots(_)) =>
-                {
-                    e.len()
-                }
+                Op::AddElements(set, e) | Op::DeleteElements(set, e) if is_slot_map(set) => e.len(),
                 _ => 0,
             })
             .sum();
@@ -569,6 +565,20 @@ fn a_restart_leaves_the_chains_the_table_holds_and_the_periodic_sync_writes_all(
     let model = &syncer.dataplane().model;
     assert_eq!(*model, fresh(&engine, &config()));
     assert_eq!(model.table(IpFamily::V4).expect("the table").chains[&victim], rules);
+    let slots_held: usize = model
+        .table(IpFamily::V4)
+        .expect("the table")
+        .sets
+        .iter()
+        .filter(|(s, _)| is_slot_map(s))
+        .map(|(_, held)| held.len())
+        .sum();
+    assert!(slots_held > 10, "the cluster has slot services");
+    assert_eq!(
+        slots_added(&syncer.dataplane().applied),
+        0,
+        "the slots' digests are trusted"
+    );
 
     syncer.dataplane().applied.clear();
     syncer.make_full_sync_due();
@@ -579,6 +589,23 @@ fn a_restart_leaves_the_chains_the_table_holds_and_the_periodic_sync_writes_all(
         .filter(|c| !model_rules_empty(&syncer.dataplane().model, c))
         .collect();
     assert_eq!(chains_written(&syncer.dataplane().applied), with_rules, "every chain");
+    assert_eq!(slots_added(&syncer.dataplane().applied), slots_held, "every slot");
+}
+
+fn is_slot_map(set: &SetId) -> bool {
+    matches!(set, SetId::ServiceSlots(_) | SetId::NodePortSlots(_))
+}
+
+/// The slot-map elements `applied` added.
+fn slots_added(applied: &[Transaction]) -> usize {
+    applied
+        .iter()
+        .flat_map(|tx| &tx.ops)
+        .map(|op| match op {
+            Op::AddElements(set, e) if is_slot_map(set) => e.len(),
+            _ => 0,
+        })
+        .sum()
 }
 
 fn model_rules_empty(model: &KernelModel, chain: &ChainId) -> bool {
