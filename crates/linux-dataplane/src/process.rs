@@ -1,6 +1,6 @@
 //! This process's standing with the kernel: its OOM score adjustment
 //! (kube-proxy's `--oom-score-adj`, so the OOM killer picks the proxy
-//! last).
+//! last), and the memory it holds.
 
 use std::path::Path;
 
@@ -11,6 +11,30 @@ const OOM_SCORE_ADJ: &str = "/proc/self/oom_score_adj";
 /// it already was. Lowering it needs `CAP_SYS_RESOURCE`.
 pub fn set_oom_score_adj(value: i32) -> std::io::Result<bool> {
     set_in(Path::new(OOM_SCORE_ADJ), value)
+}
+
+/// Hands the pages the allocator holds free back to the kernel; returns
+/// whether it returned any.
+///
+/// glibc's malloc returns memory to the kernel only from the top of a heap:
+/// after a burst (the initial lists, a full sync of a large cluster) the
+/// pages freed below live allocations stay resident, and count against the
+/// proxy's memory limit, until they are asked for. Call it after such a
+/// burst, not on every sync: it walks every arena. With another C library
+/// it does nothing and returns `false`.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[expect(unsafe_code, reason = "malloc_trim is a C function: calling one is unsafe in Rust")]
+pub fn release_free_memory() -> bool {
+    // SAFETY: malloc_trim takes no pointer, and changes only the
+    // allocator's own lists, under the allocator's own locks.
+    unsafe { libc::malloc_trim(0) == 1 }
+}
+
+/// Hands the pages the allocator holds free back to the kernel: nothing to
+/// do without glibc's malloc.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub fn release_free_memory() -> bool {
+    false
 }
 
 fn set_in(path: &Path, value: i32) -> std::io::Result<bool> {
@@ -25,6 +49,37 @@ fn set_in(path: &Path, value: i32) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// This process's resident anonymous memory, in bytes.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn resident_anon() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    }
+
+    #[test]
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    fn memory_freed_below_live_allocations_goes_back_to_the_kernel() {
+        // 64 MiB in 4 KiB blocks, every one written; then all but one in
+        // 64 freed, so the free memory lies between live blocks, where
+        // glibc does not return it by itself.
+        let mut blocks: Vec<Box<[u8]>> = (0..16_384).map(|i| vec![i as u8; 4096].into_boxed_slice()).collect();
+        let kept: Vec<Box<[u8]>> = blocks.iter_mut().step_by(64).map(std::mem::take).collect();
+        drop(blocks);
+        let before = resident_anon();
+        assert!(release_free_memory(), "nothing returned");
+        let after = resident_anon();
+        assert!(
+            before.saturating_sub(after) > 32 << 20,
+            "resident {before} -> {after} bytes"
+        );
+        assert!(
+            kept.iter()
+                .enumerate()
+                .all(|(i, b)| b.iter().all(|&x| x == (i * 64) as u8))
+        );
+    }
 
     #[test]
     fn a_value_is_written_only_when_it_differs() {

@@ -28,10 +28,6 @@ impl<V> ByName<V> {
         self.find(name).ok().map(|i| &self.0[i].1)
     }
 
-    pub(crate) fn contains_key(&self, name: &str) -> bool {
-        self.find(name).is_ok()
-    }
-
     /// Inserts or replaces; returns the value replaced.
     pub(crate) fn insert(&mut self, name: Arc<str>, value: V) -> Option<V> {
         match self.find(&name) {
@@ -84,7 +80,7 @@ mod tests {
             [("a".to_owned(), 1), ("b".to_owned(), 20), ("c".to_owned(), 3)]
         );
         assert_eq!(m.get("b"), Some(&20));
-        assert!(m.contains_key("c") && !m.contains_key("d"));
+        assert!(m.get("c").is_some() && m.get("d").is_none());
         assert_eq!(m.remove("a"), Some(1));
         assert_eq!(m.remove("a"), None);
         assert_eq!(m.take().len(), 2);

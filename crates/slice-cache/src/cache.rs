@@ -34,17 +34,29 @@ struct ServiceTracker {
     /// Content in normal form ([`SliceContent::normalize`]), which the
     /// merge relies on.
     applied: ByName<SliceContent>,
-    pending: ByName<Pending>,
-    /// Trigger times of the pending changes.
-    trigger_times: Vec<SystemTime>,
+    /// Changes not checked out yet: boxed, since between syncs nearly every
+    /// service has none, and the cache keeps a tracker per service.
+    pending: Option<Box<PendingChanges>>,
     /// The merge of `applied`, kept so that a checkout's `previous` costs
     /// nothing and each changed service is merged once.
     merged: Arc<ServiceEndpoints>,
 }
 
+/// A service's changes since the last checkout; never empty while kept.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct PendingChanges {
+    slices: ByName<Pending>,
+    /// Trigger times of the pending changes.
+    trigger_times: Vec<SystemTime>,
+}
+
 impl ServiceTracker {
     fn is_empty(&self) -> bool {
-        self.applied.is_empty() && self.pending.is_empty()
+        self.applied.is_empty() && self.pending.is_none()
+    }
+
+    fn pending(&self, slice: &str) -> Option<&Pending> {
+        self.pending.as_ref()?.slices.get(slice)
     }
 }
 
@@ -87,7 +99,7 @@ pub struct EndpointSliceCache {
     family: IpFamily,
     trackers: HashMap<ServiceName, ServiceTracker, FastHash>,
     /// The service each known slice is filed under.
-    owners: HashMap<SliceName, Arc<str>, FastHash>,
+    owners: HashMap<SliceName, ServiceName, FastHash>,
     /// Services that gained pending changes since the last checkout, in no
     /// order; a service may be listed twice, or have nothing pending any
     /// more (the checkout skips those). Adding to a list is a push, where a
@@ -153,19 +165,27 @@ impl EndpointSliceCache {
         let mut content = content.only_family(self.family);
         content.normalize();
         let mut changed = false;
-        match self.owners.get(&name) {
-            Some(old) if *old == service => {}
-            Some(old) => {
-                let old_service = ServiceName::new(name.namespace.clone(), old.clone());
-                changed |= self.set_pending(&old_service, &name.name, Pending::Remove, None);
+        let service = match self.owners.get(&name) {
+            Some(old) if *old.name == *service => old.clone(),
+            old => {
+                if let Some(old) = old.cloned() {
+                    changed |= self.set_pending(&old, &name.name, Pending::Remove, None);
+                }
+                let service = self.known_name(ServiceName::new(name.namespace.clone(), service));
                 self.owners.insert(name.clone(), service.clone());
+                service
             }
-            None => {
-                self.owners.insert(name.clone(), service.clone());
-            }
-        }
-        let service = ServiceName::new(name.namespace.clone(), service);
+        };
         changed | self.set_pending(&service, &name.name, Pending::Update(content), trigger_time)
+    }
+
+    /// The copy of `service` the cache already holds, if it tracks the
+    /// service: each service's name is held once, however many slices and
+    /// maps refer to it.
+    fn known_name(&self, service: ServiceName) -> ServiceName {
+        self.trackers
+            .get_key_value(&service)
+            .map_or(service, |(known, _)| known.clone())
     }
 
     /// Records a deleted slice, found by name whatever service it was filed
@@ -176,7 +196,6 @@ impl EndpointSliceCache {
         let Some(service) = self.owners.remove(name) else {
             return false;
         };
-        let service = ServiceName::new(name.namespace.clone(), service);
         self.set_pending(&service, &name.name, Pending::Remove, None)
     }
 
@@ -190,11 +209,11 @@ impl EndpointSliceCache {
         trigger_time: Option<SystemTime>,
     ) -> bool {
         let tracker = self.trackers.entry(service.clone()).or_default();
-        let was_pending = !tracker.pending.is_empty();
+        let was_pending = tracker.pending.is_some();
         let applied = tracker.applied.get(slice);
-        let has_pending = tracker.pending.contains_key(slice);
-        if has_pending {
-            if tracker.pending.get(slice).and_then(Pending::content) == wanted.content() {
+        let pending = tracker.pending(slice);
+        if let Some(pending) = pending {
+            if pending.content() == wanted.content() {
                 return false;
             }
         } else if applied == wanted.content() {
@@ -203,23 +222,26 @@ impl EndpointSliceCache {
             }
             return false;
         }
+        // Only a slice with a pending change can be going back to what is
+        // applied (without one, the check above already compared them).
+        let back_to_applied = pending.is_some() && applied == wanted.content();
+        let changes = tracker.pending.get_or_insert_default();
         if matches!(wanted, Pending::Remove) {
             // A deletion's annotation is not the time of the change
             // (kube-proxy drops the service's trigger times likewise).
-            tracker.trigger_times.clear();
+            changes.trigger_times.clear();
         }
-        // Only a slice with a pending change can be going back to what is
-        // applied (without one, the check above already compared them).
-        if has_pending && applied == wanted.content() {
-            tracker.pending.remove(slice);
+        if back_to_applied {
+            changes.slices.remove(slice);
         } else {
-            tracker.pending.insert(slice.clone(), wanted);
+            changes.slices.insert(slice.clone(), wanted);
         }
-        let now_pending = !tracker.pending.is_empty();
-        if !now_pending {
-            tracker.trigger_times.clear();
+        if changes.slices.is_empty() {
+            tracker.pending = None;
+        } else {
+            changes.trigger_times.extend(trigger_time);
         }
-        tracker.trigger_times.extend(trigger_time);
+        let now_pending = tracker.pending.is_some();
         let forget = !now_pending && tracker.applied.is_empty();
         match (was_pending, now_pending) {
             (false, true) => {
@@ -245,7 +267,7 @@ impl EndpointSliceCache {
         self.queued.dedup();
         let trackers = &self.trackers;
         self.queued
-            .retain(|s| trackers.get(s).is_some_and(|t| !t.pending.is_empty()));
+            .retain(|s| trackers.get(s).is_some_and(|t| t.pending.is_some()));
     }
 
     /// Whether any change is pending.
@@ -270,9 +292,7 @@ impl EndpointSliceCache {
 
     /// The service a slice is filed under, if the cache knows the slice.
     pub fn service_of(&self, slice: &SliceName) -> Option<ServiceName> {
-        self.owners
-            .get(slice)
-            .map(|s| ServiceName::new(slice.namespace.clone(), s.clone()))
+        self.owners.get(slice).cloned()
     }
 
     /// The applied slices of a service, by slice name.
@@ -305,11 +325,15 @@ impl EndpointSliceCache {
             let Some(tracker) = self.trackers.get_mut(&service) else {
                 continue;
             };
-            if tracker.pending.is_empty() {
+            let Some(changes) = tracker.pending.take() else {
                 // Its changes were undone before this checkout.
                 continue;
-            }
-            for (slice, p) in tracker.pending.take() {
+            };
+            let PendingChanges {
+                mut slices,
+                trigger_times,
+            } = *changes;
+            for (slice, p) in slices.take() {
                 match p {
                     Pending::Update(c) => {
                         tracker.applied.insert(slice, c);
@@ -324,7 +348,6 @@ impl EndpointSliceCache {
                 &self.node_name,
             ));
             let previous = std::mem::replace(&mut tracker.merged, current.clone());
-            let trigger_times = std::mem::take(&mut tracker.trigger_times);
             if tracker.applied.is_empty() {
                 self.trackers.remove(&service);
             }

@@ -91,10 +91,55 @@ macro_rules! kind_of_name {
     };
 }
 
-kind_of_name!(
-    /// The name of a Service (`namespace/name`).
-    ServiceName
-);
+/// The name of a Service (`namespace/name`). Reads as the name it wraps
+/// (`.namespace`, `.name`).
+///
+/// One pointer wide: every map a proxier keeps per service is keyed by it
+/// (the cache, the services and endpoints maps, the dataplane's view), and
+/// clones of one name share one copy. Equality, order and hashing are the
+/// name's.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ServiceName(Arc<NamespacedName>);
+
+impl ServiceName {
+    /// Builds a name from anything string-like.
+    pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
+        Self(Arc::new(NamespacedName::new(namespace, name)))
+    }
+}
+
+impl std::ops::Deref for ServiceName {
+    type Target = NamespacedName;
+
+    fn deref(&self) -> &NamespacedName {
+        &self.0
+    }
+}
+
+impl From<NamespacedName> for ServiceName {
+    fn from(n: NamespacedName) -> Self {
+        Self(Arc::new(n))
+    }
+}
+
+impl fmt::Display for ServiceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Debug for ServiceName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for ServiceName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (*self.0).serialize(serializer)
+    }
+}
 
 kind_of_name!(
     /// The name of an EndpointSlice object (`namespace/name`).
@@ -177,6 +222,19 @@ mod tests {
         assert_eq!(
             (unnamed.to_string(), unnamed.short()),
             ("ns/web/UDP".into(), "ns/web".into())
+        );
+    }
+
+    #[test]
+    fn a_service_name_is_one_pointer_and_compares_as_its_text() {
+        assert_eq!(std::mem::size_of::<ServiceName>(), std::mem::size_of::<usize>());
+        let (a, b) = (ServiceName::new("ns", "web"), ServiceName::new("ns", "web"));
+        assert!(a == b && !Arc::ptr_eq(&a.0, &b.0), "equal copies");
+        assert!(ServiceName::new("a", "z") < ServiceName::new("b", "a"));
+        assert_eq!(ServiceName::from(NamespacedName::new("ns", "web")), a);
+        assert_eq!(
+            (a.to_string(), &*a.namespace, &*a.name),
+            ("ns/web".to_owned(), "ns", "web")
         );
     }
 

@@ -8,10 +8,11 @@ use crate::NodeName;
 
 /// The node hints of a slice endpoint, sorted and without duplicates.
 ///
-/// Most endpoints carry none, so the empty set costs one word and no
-/// allocation; a hinted endpoint shares its set when its slice is cloned.
+/// Most endpoints carry none, so the empty set costs one word (a thin
+/// pointer) and no allocation; a hinted endpoint shares its set when its
+/// slice is cloned.
 #[derive(Clone, Default, PartialEq, Eq, Hash, Debug)]
-pub struct NodeHints(Option<Arc<[NodeName]>>);
+pub struct NodeHints(Option<Arc<Box<[NodeName]>>>);
 
 impl NodeHints {
     /// The set of these node names, in any order; duplicates and empty
@@ -20,12 +21,12 @@ impl NodeHints {
         let mut v: Vec<NodeName> = nodes.into_iter().filter(|n| !n.is_empty()).map(NodeName::new).collect();
         v.sort_unstable_by(|a, b| a.as_str().cmp(b.as_str()));
         v.dedup();
-        Self((!v.is_empty()).then(|| Arc::from(v)))
+        Self((!v.is_empty()).then(|| Arc::new(v.into_boxed_slice())))
     }
 
     /// The node names, sorted.
     pub fn as_slice(&self) -> &[NodeName] {
-        self.0.as_deref().unwrap_or(&[])
+        self.0.as_deref().map_or(&[], |set| set)
     }
 
     /// Whether the set names no node.

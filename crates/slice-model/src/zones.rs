@@ -11,8 +11,11 @@ use std::sync::Arc;
 /// [`Interner`](crate::Interner) hands out one copy per distinct set) hold
 /// it, and it is freed with the last of them, so generated or hand-written
 /// zone names cost memory only while some endpoint carries them.
+///
+/// The set sits behind a thin pointer (one word, where a shared slice
+/// takes two): every endpoint carries a `ZoneHints`, most carry none.
 #[derive(Clone, Default)]
-pub struct ZoneHints(Option<Arc<[Arc<str>]>>);
+pub struct ZoneHints(Option<Arc<Box<[Arc<str>]>>>);
 
 impl ZoneHints {
     /// The set of these zones, in any order, duplicates dropped. (Decoders
@@ -31,12 +34,12 @@ impl ZoneHints {
 
     /// A set from zones that are sorted and without duplicates.
     pub(crate) fn of_sorted(zones: &[Arc<str>]) -> Self {
-        Self((!zones.is_empty()).then(|| zones.into()))
+        Self((!zones.is_empty()).then(|| Arc::new(zones.into())))
     }
 
     /// The zones, sorted.
     pub fn as_slice(&self) -> &[Arc<str>] {
-        self.0.as_deref().unwrap_or(&[])
+        self.0.as_deref().map_or(&[], |set| set)
     }
 
     /// Whether the set names no zone.

@@ -43,6 +43,17 @@ pub fn sync(proxier: &mut dyn FamilyProxier, reason: SyncReason, metrics: &Metri
         tracing::warn!(family = %family, "conntrack cleanup: {e}");
     }
     log(proxier, reason, &out, now);
+    if out.written.full {
+        // A full sync follows the bursts that free the most memory (the
+        // initial lists, a relist, a restart): give it back to the kernel.
+        let started = std::time::Instant::now();
+        let released = linux_dataplane::process::release_free_memory();
+        tracing::debug!(
+            released,
+            took_us = started.elapsed().as_micros() as u64,
+            "returned free memory to the kernel"
+        );
+    }
     Ok(if out.incomplete() {
         Outcome::Incomplete
     } else {
