@@ -294,10 +294,11 @@ where
                     self.delete(&key, handler);
                 }
                 self.stats.lists += 1;
-                // A list arrives in key order, and keys inserted in order
-                // leave every B-tree node half full; rebuilt from sorted
-                // entries, the nodes are full: a large cluster's fold then
-                // holds its records in little more than half the memory.
+                // A list arrives in key order, and a B-tree node that fills
+                // at its end splits into one that keeps 6 of its 11 entries
+                // and one that takes the rest: in-order inserts leave every
+                // node little more than half full. Rebuilt from sorted
+                // entries, the nodes are full.
                 self.known = std::mem::take(&mut self.known).into_iter().collect();
                 if !self.synced {
                     self.synced = true;

@@ -342,6 +342,23 @@ fn trigger_times_are_kept_for_real_changes_only() {
 }
 
 #[test]
+fn a_change_undone_before_the_checkout_leaves_no_trigger_time_behind() {
+    let mut c = mk_cache();
+    let at = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+    c.update(mk_slice("a", "web", &["10.0.0.1"]));
+    let _ = c.checkout();
+    c.update(mk_slice("a", "web", &["10.0.0.2"]).with_trigger_time(at(1)));
+    c.update(mk_slice("a", "web", &["10.0.0.1"]).with_trigger_time(at(2)));
+    assert!(!c.has_pending(), "back to what is applied");
+    c.update(mk_slice("a", "web", &["10.0.0.3"]).with_trigger_time(at(3)));
+    assert_eq!(
+        c.checkout()[0].trigger_times,
+        [at(3)],
+        "the undone change's times do not start this change's latency"
+    );
+}
+
+#[test]
 fn checkout_is_sorted_and_touches_only_changed_services() {
     let mut c = mk_cache();
     for s in ["c", "a", "b"] {

@@ -42,7 +42,10 @@ impl fmt::Debug for NamespacedName {
 
 /// A [`NamespacedName`] that says what it names, so that one kind of name
 /// cannot be passed where the other is meant. Reads as the name it wraps
-/// (`.namespace`, `.name`).
+/// (`.namespace`, `.name`); equality, order, hashing and the serialized
+/// form are the name's. `$repr` is how it holds the name: the name itself,
+/// or `Arc<NamespacedName>`, one pointer wide, for a kind that many maps
+/// are keyed by (clones then share one copy).
 ///
 /// ```compile_fail
 /// use slice_model::{ServiceName, SliceName};
@@ -50,16 +53,16 @@ impl fmt::Debug for NamespacedName {
 /// remove(&ServiceName::new("ns", "web")); // a service is not a slice
 /// ```
 macro_rules! kind_of_name {
-    ($(#[$doc:meta])* $ty:ident) => {
+    ($(#[$doc:meta])* $ty:ident($repr:ty)) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[cfg_attr(feature = "serde", derive(serde::Serialize), serde(transparent))]
-        pub struct $ty(NamespacedName);
+        pub struct $ty($repr);
 
         impl $ty {
             /// Builds a name from anything string-like.
             pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
-                Self(NamespacedName::new(namespace, name))
+                Self::from(NamespacedName::new(namespace, name))
             }
         }
 
@@ -73,82 +76,39 @@ macro_rules! kind_of_name {
 
         impl From<NamespacedName> for $ty {
             fn from(n: NamespacedName) -> Self {
-                Self(n)
+                Self(n.into())
             }
         }
 
         impl fmt::Display for $ty {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0, f)
+                fmt::Display::fmt(&**self, f)
             }
         }
 
         impl fmt::Debug for $ty {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                fmt::Display::fmt(&self.0, f)
+                fmt::Display::fmt(&**self, f)
             }
         }
     };
 }
 
-/// The name of a Service (`namespace/name`). Reads as the name it wraps
-/// (`.namespace`, `.name`).
-///
-/// One pointer wide: every map a proxier keeps per service is keyed by it
-/// (the cache, the services and endpoints maps, the dataplane's view), and
-/// clones of one name share one copy. Equality, order and hashing are the
-/// name's.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ServiceName(Arc<NamespacedName>);
-
-impl ServiceName {
-    /// Builds a name from anything string-like.
-    pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
-        Self(Arc::new(NamespacedName::new(namespace, name)))
-    }
-}
-
-impl std::ops::Deref for ServiceName {
-    type Target = NamespacedName;
-
-    fn deref(&self) -> &NamespacedName {
-        &self.0
-    }
-}
-
-impl From<NamespacedName> for ServiceName {
-    fn from(n: NamespacedName) -> Self {
-        Self(Arc::new(n))
-    }
-}
-
-impl fmt::Display for ServiceName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&*self.0, f)
-    }
-}
-
-impl fmt::Debug for ServiceName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&*self.0, f)
-    }
-}
-
-#[cfg(feature = "serde")]
-impl serde::Serialize for ServiceName {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        (*self.0).serialize(serializer)
-    }
-}
+kind_of_name!(
+    /// The name of a Service (`namespace/name`). One pointer wide: every
+    /// map a proxier keeps per service is keyed by it (the cache, the
+    /// services and endpoints maps, the dataplane's view).
+    ServiceName(Arc<NamespacedName>)
+);
 
 kind_of_name!(
     /// The name of an EndpointSlice object (`namespace/name`).
-    SliceName
+    SliceName(NamespacedName)
 );
 
 kind_of_name!(
     /// The name of a Pod (`namespace/name`): multus mode's key for a pod.
-    PodName
+    PodName(NamespacedName)
 );
 
 /// A service port as the proxy load-balances it: service, port name and

@@ -70,6 +70,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_set_costs_an_endpoint_one_word() {
+        assert_eq!(std::mem::size_of::<NodeHints>(), std::mem::size_of::<usize>());
+    }
+
+    #[test]
     fn hints_are_a_sorted_set_read_per_node() {
         let h = NodeHints::new(["node-b", "node-a", "node-b", ""]);
         let names: Vec<&str> = h.as_slice().iter().map(NodeName::as_str).collect();

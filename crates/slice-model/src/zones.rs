@@ -125,6 +125,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_set_costs_an_endpoint_one_word() {
+        assert_eq!(std::mem::size_of::<ZoneHints>(), std::mem::size_of::<usize>());
+    }
+
+    #[test]
     fn zone_hints_are_sorted_and_unique() {
         let z = ZoneHints::new(["b", "a", "b"]);
         assert_eq!(z.as_slice(), [Arc::from("a"), Arc::from("b")]);

@@ -21,11 +21,18 @@ fn sync_kind(reason: SyncReason) -> SyncKind {
     }
 }
 
-/// One sync of `proxier`, its metrics and its log line: done, or
-/// incomplete when something is left to retry (a pod not programmed yet);
-/// the error fails this family's sync (the next one rewrites its table
-/// whole).
-pub fn sync(proxier: &mut dyn FamilyProxier, reason: SyncReason, metrics: &Metrics) -> Result<Outcome, String> {
+/// What one family's sync did, as the sync loop needs it.
+pub struct Synced {
+    /// Done, or incomplete when something is left to retry (a pod not
+    /// programmed yet).
+    pub outcome: Outcome,
+    /// It wrote the whole table.
+    pub full: bool,
+}
+
+/// One sync of `proxier`, its metrics and its log line; the error fails
+/// this family's sync (the next one rewrites its table whole).
+pub fn sync(proxier: &mut dyn FamilyProxier, reason: SyncReason, metrics: &Metrics) -> Result<Synced, String> {
     let family = proxier.family();
     let result = proxier.sync(sync_kind(reason));
     let (eps, svcs) = proxier.engine().pending();
@@ -43,21 +50,13 @@ pub fn sync(proxier: &mut dyn FamilyProxier, reason: SyncReason, metrics: &Metri
         tracing::warn!(family = %family, "conntrack cleanup: {e}");
     }
     log(proxier, reason, &out, now);
-    if out.written.full {
-        // A full sync follows the bursts that free the most memory (the
-        // initial lists, a relist, a restart): give it back to the kernel.
-        let started = std::time::Instant::now();
-        let released = linux_dataplane::process::release_free_memory();
-        tracing::debug!(
-            released,
-            took_us = started.elapsed().as_micros() as u64,
-            "returned free memory to the kernel"
-        );
-    }
-    Ok(if out.incomplete() {
-        Outcome::Incomplete
-    } else {
-        Outcome::Done
+    Ok(Synced {
+        outcome: if out.incomplete() {
+            Outcome::Incomplete
+        } else {
+            Outcome::Done
+        },
+        full: out.written.full,
     })
 }
 

@@ -149,16 +149,21 @@ impl SyncLoop {
         self.follow_sources(reason);
         let mut outcome = Outcome::Done;
         let mut failures = Vec::new();
+        let mut full = false;
         for p in &mut self.proxiers {
             match super::family::sync(p.as_mut(), reason, &self.metrics) {
                 Ok(done) => {
                     self.health.updated(p.family(), SystemTime::now());
-                    if done == Outcome::Incomplete {
+                    if done.outcome == Outcome::Incomplete {
                         outcome = Outcome::Incomplete;
                     }
+                    full |= done.full;
                 }
                 Err(e) => failures.push(format!("{}: {e}", p.family())),
             }
+        }
+        if full {
+            release_free_memory();
         }
         self.publish_health_checks();
         if failures.is_empty() {
@@ -232,6 +237,20 @@ impl SyncLoop {
             );
         }
     }
+}
+
+/// Gives the allocator's free pages back to the kernel. A full sync follows
+/// the bursts that free the most memory (the initial lists, a relist, a
+/// restart), so the loop calls it after a sync in which any family wrote
+/// its whole table: once, however many families did.
+fn release_free_memory() {
+    let started = std::time::Instant::now();
+    let released = linux_dataplane::process::release_free_memory();
+    tracing::debug!(
+        released,
+        took_us = started.elapsed().as_micros() as u64,
+        "returned free memory to the kernel"
+    );
 }
 
 /// The families, as the log writes them: `ipv4`, `ipv4,ipv6`.
