@@ -25,7 +25,11 @@
 //! Fault controls for tests: [`FakeApiServer::drop_watches`],
 //! [`FakeApiServer::expire_next_watches`], [`FakeApiServer::fail_next_lists`],
 //! [`FakeApiServer::fail_next_continues`], [`FakeApiServer::set_delay`],
-//! [`FakeApiServer::compact`].
+//! [`FakeApiServer::set_hanging`] (accepts connections, answers nothing),
+//! [`FakeApiServer::stop`] (refuses connections), [`FakeApiServer::compact`];
+//! and what kube-apiserver answers a client it does not let in:
+//! [`FakeApiServer::require_token`] (401) and [`FakeApiServer::forbid`]
+//! (403, as RBAC refuses a verb on a resource).
 
 mod selector;
 
@@ -180,6 +184,15 @@ struct Faults {
     delay: Duration,
 }
 
+/// Who may ask what, as kube-apiserver's authentication and RBAC decide.
+#[derive(Default)]
+struct Access {
+    /// The bearer token every request must carry; `None`: anyone.
+    token: Option<String>,
+    /// Kinds no request may list or watch (403).
+    forbidden: Vec<Kind>,
+}
+
 struct Inner {
     rv: u64,
     objects: BTreeMap<(Kind, String, String), Arc<Stored>>,
@@ -188,6 +201,7 @@ struct Inner {
     snapshots: HashMap<String, Snapshot>,
     next_token: u64,
     faults: Faults,
+    access: Access,
     stats: Stats,
     bookmark_interval: Duration,
 }
@@ -210,6 +224,8 @@ struct Shared {
     inner: Mutex<Inner>,
     changes: broadcast::Sender<Arc<Change>>,
     drop_epoch: watch::Sender<u64>,
+    /// While true, every request waits for it to turn false.
+    hanging: watch::Sender<bool>,
     /// Open connections, cut by [`FakeApiServer::stop`].
     connections: Mutex<Vec<tokio::task::AbortHandle>>,
 }
@@ -341,7 +357,12 @@ impl Drop for FakeApiServer {
 impl FakeApiServer {
     /// Starts a server on an ephemeral port of 127.0.0.1.
     pub async fn start() -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::start_on(TcpListener::bind("127.0.0.1:0").await?)
+    }
+
+    /// Starts a server on `listener` (one bound in another network
+    /// namespace, say, so that only that namespace reaches it).
+    pub fn start_on(listener: TcpListener) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         let (changes, _) = broadcast::channel(65_536);
         let shared = Arc::new(Shared {
@@ -353,11 +374,13 @@ impl FakeApiServer {
                 snapshots: HashMap::new(),
                 next_token: 0,
                 faults: Faults::default(),
+                access: Access::default(),
                 stats: Stats::default(),
                 bookmark_interval: Duration::from_millis(500),
             }),
             changes,
             drop_epoch: watch::channel(0).0,
+            hanging: watch::channel(false).0,
             connections: Mutex::new(Vec::new()),
         });
         let accept = accept_loop(listener, shared.clone());
@@ -441,6 +464,33 @@ impl FakeApiServer {
         self.shared.lock().faults.delay = d;
     }
 
+    /// While `hanging`, the server accepts connections and reads requests
+    /// but answers none (an overloaded or wedged API server, or a load
+    /// balancer in front of one that is gone); the requests held are
+    /// answered once it stops hanging. Open watches go on.
+    pub fn set_hanging(&self, hanging: bool) {
+        self.shared.hanging.send_replace(hanging);
+    }
+
+    /// Answers `401 Unauthorized` to every request without
+    /// `Authorization: Bearer TOKEN` (a token the API server does not
+    /// accept: expired, revoked, another cluster's).
+    pub fn require_token(&self, token: &str) {
+        self.shared.lock().access.token = Some(token.to_owned());
+    }
+
+    /// Answers `403 Forbidden` to lists and watches of `kind`, as RBAC
+    /// does when the client's role does not grant them.
+    pub fn forbid(&self, kind: Kind) {
+        self.shared.lock().access.forbidden.push(kind);
+    }
+
+    /// Lets every client in again (undoes [`Self::require_token`] and
+    /// [`Self::forbid`]).
+    pub fn allow_all(&self) {
+        self.shared.lock().access = Access::default();
+    }
+
     /// How often watches that allow bookmarks get one.
     pub fn set_bookmark_interval(&self, d: Duration) {
         self.shared.lock().bookmark_interval = d;
@@ -509,6 +559,40 @@ fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
 fn status_object(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
            "message": message, "reason": reason, "code": code})
+}
+
+/// kube-apiserver's answer to a client it does not let in: 401 without
+/// the token it requires (before anything else, discovery included), 403
+/// for a kind the client may not read.
+fn refused(shared: &Shared, req: &Request<Incoming>) -> Option<Response<Body>> {
+    let inner = shared.lock();
+    if let Some(token) = &inner.access.token {
+        let given = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given != Some(token.as_str()) {
+            return Some(status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized"));
+        }
+    }
+    let route = route(req.uri().path())?;
+    if !inner.access.forbidden.contains(&route.kind) {
+        return None;
+    }
+    let verb = if query(req).get("watch").is_some() {
+        "watch"
+    } else {
+        "list"
+    };
+    let message = format!(
+        "{} is forbidden: User \"system:serviceaccount:kube-system:proxyd\" cannot {verb} resource \"{}\" \
+         in API group \"{}\" at the cluster scope",
+        route.kind.plural(),
+        route.kind.plural(),
+        route.kind.api_version().rsplit_once('/').map_or("", |(g, _)| g),
+    );
+    Some(status(StatusCode::FORBIDDEN, "Forbidden", &message))
 }
 
 struct Route {
@@ -618,9 +702,18 @@ fn decode(s: &str) -> String {
 }
 
 async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    let mut hanging = shared.hanging.subscribe();
+    while *hanging.borrow_and_update() {
+        if hanging.changed().await.is_err() {
+            break;
+        }
+    }
     let delay = shared.lock().faults.delay;
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
+    }
+    if let Some(refused) = refused(&shared, &req) {
+        return refused;
     }
     let path = req.uri().path().to_owned();
     if req.method() == Method::GET
