@@ -70,17 +70,11 @@ pub const RETRY_MAX: Duration = Duration::from_secs(2);
 /// While a watch keeps failing, a reminder at most this often.
 const REMINDER: Duration = Duration::from_secs(60);
 
-/// A watch that was failing counts as up again after this long without an
-/// error: a watch that resumes where it left off shows no event until
-/// something changes, and a refused or broken one fails at once.
-pub const QUIET: Duration = Duration::from_secs(5);
-
 /// When to retry a failing watch, and what to say about it.
 struct Retry {
     delays: backon::ExponentialBackoff,
     failing_since: Option<Instant>,
     last_said: Option<Instant>,
-    last_failure: Option<Instant>,
     failures: u64,
 }
 
@@ -101,15 +95,8 @@ impl Retry {
             delays: delays(),
             failing_since: None,
             last_said: None,
-            last_failure: None,
             failures: 0,
         }
-    }
-
-    /// When a failing watch counts as up if no error comes first.
-    fn quiet_at(&self) -> Option<tokio::time::Instant> {
-        self.failing_since?;
-        self.last_failure.map(|t| tokio::time::Instant::from_std(t + QUIET))
     }
 
     /// A failure: how long to wait. Says so once when failing starts, then
@@ -117,7 +104,6 @@ impl Retry {
     fn failed(&mut self, error: &dyn std::fmt::Display, metrics: &WatchMetrics) -> Duration {
         let now = Instant::now();
         self.failures += 1;
-        self.last_failure = Some(now);
         let since = *self.failing_since.get_or_insert_with(|| {
             let ms = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -154,7 +140,9 @@ impl Retry {
         self.delays.next().unwrap_or(RETRY_MAX)
     }
 
-    /// Progress (a list completed, an object changed): the watch works.
+    /// Progress (a list's objects arrived, an object changed): the watch
+    /// works. Nothing else says so: a request that hangs is no progress,
+    /// however long it stays quiet.
     fn progressed(&mut self, metrics: &WatchMetrics) {
         if let Some(since) = self.failing_since.take() {
             tracing::info!(
@@ -167,7 +155,6 @@ impl Retry {
         }
         self.failures = 0;
         self.last_said = None;
-        self.last_failure = None;
         self.delays = delays();
     }
 }
@@ -297,9 +284,12 @@ where
 }
 
 /// The watch loop of [`run_watch`], over the streams `start` makes: each
-/// new stream begins with a complete list. A stream that fails is retried
-/// with backoff; one that ends (kube-runtime's never should) is counted as
-/// a failure and started again the same way, so the watch never stops.
+/// new stream begins with a complete list. A stream that fails, or ends
+/// (kube-runtime's never should), is counted as a failure and started
+/// again after the backoff, so the watch never stops; and since the new
+/// stream lists first, the watch counts as working again only once
+/// objects actually arrive (a watch resumed in place would show nothing
+/// until something changed, and could not be told from one that hangs).
 async fn drive<K, P, H, S>(
     start: impl Fn() -> S,
     relist_every: Option<Duration>,
@@ -328,13 +318,8 @@ where
     let relist = tokio::time::sleep(every.unwrap_or(Duration::from_secs(3600)));
     futures::pin_mut!(relist);
     loop {
-        let quiet = retry.quiet_at();
         let item = tokio::select! {
             () = &mut shutdown => break,
-            () = tokio::time::sleep_until(quiet.unwrap_or_else(tokio::time::Instant::now)), if quiet.is_some() => {
-                retry.progressed(&metrics);
-                continue;
-            }
             () = &mut relist, if every.is_some() => {
                 tracing::debug!("periodic relist");
                 stream = start();
@@ -376,8 +361,6 @@ where
                 retry.failed(&e, &metrics)
             }
             None => {
-                // A new stream lists again; the fold checks deletes against it.
-                stream = start();
                 metrics.errors.inc();
                 retry.failed(&"the watch stream ended; starting it again", &metrics)
             }
@@ -386,6 +369,8 @@ where
             () = &mut shutdown => break,
             () = tokio::time::sleep(wait) => {}
         }
+        // A new stream lists again; the fold checks deletes against it.
+        stream = start();
     }
     tracing::info!("stopped");
     handler
@@ -475,5 +460,69 @@ mod tests {
         );
         assert!(began.elapsed() >= RETRY_MIN, "not a tight loop: {:?}", began.elapsed());
         assert_eq!((seen.adds, seen.updates, seen.deletes, seen.synced), (1, 0, 0, 1));
+    }
+
+    /// Runs `drive` over streams whose items `script(attempt)` gives, each
+    /// followed by silence (a request that never completes), for `for_`;
+    /// returns the counters and what the handler was told.
+    async fn drive_script(
+        script: impl Fn(usize) -> Vec<Result<Event<Watched<Service>>, watcher::Error>>,
+        for_: Duration,
+    ) -> (Arc<WatchMetrics>, Counting, usize) {
+        let starts = Arc::new(AtomicUsize::new(0));
+        let start = {
+            let starts = starts.clone();
+            move || {
+                let items = script(starts.fetch_add(1, Ordering::SeqCst));
+                futures::stream::iter(items).chain(futures::stream::pending()).boxed()
+            }
+        };
+        let metrics = Arc::new(WatchMetrics::default());
+        let seen = drive(
+            start,
+            None,
+            EventFold::new(),
+            Counting::default(),
+            metrics.clone(),
+            tokio::time::sleep(for_),
+        )
+        .await;
+        (metrics, seen, starts.load(Ordering::SeqCst))
+    }
+
+    fn listed() -> Vec<Result<Event<Watched<Service>>, watcher::Error>> {
+        let object =
+            Watched::<Service>::from_json(r#"{"metadata": {"name": "a", "namespace": "ns", "resourceVersion": "1"}}"#);
+        vec![Ok(Event::Init), Ok(Event::InitApply(object)), Ok(Event::InitDone)]
+    }
+
+    /// A watch that failed and whose next attempt hangs (an API server
+    /// that accepts connections and answers nothing) stays failing however
+    /// long the quiet lasts; only a list that arrives recovers it.
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_that_hangs_is_still_failing_and_only_a_list_recovers_it() {
+        let failed_then_hangs = |attempt| match attempt {
+            0 => vec![Err(watcher::Error::NoResourceVersion)],
+            _ => vec![Ok(Event::Init)],
+        };
+        let (metrics, seen, starts) = drive_script(failed_then_hangs, Duration::from_secs(600)).await;
+        assert_eq!(starts, 2, "one failure, one retry that hangs");
+        assert_eq!(
+            metrics.failing.get(),
+            1,
+            "ten minutes of a hanging retry are no recovery"
+        );
+        assert_ne!(metrics.failing_since_ms.load(Ordering::Acquire), 0);
+        assert_eq!(seen.adds, 0);
+
+        let failed_then_lists = |attempt| match attempt {
+            0 => vec![Err(watcher::Error::NoResourceVersion)],
+            _ => listed(),
+        };
+        let (metrics, seen, starts) = drive_script(failed_then_lists, Duration::from_secs(10)).await;
+        assert_eq!(starts, 2);
+        assert_eq!(metrics.failing.get(), 0, "the list after the failure is the recovery");
+        assert_eq!(metrics.failing_since_ms.load(Ordering::Acquire), 0);
+        assert_eq!((seen.adds, seen.synced), (1, 1));
     }
 }
