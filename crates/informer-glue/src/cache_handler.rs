@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use slice_cache::EndpointSliceCache;
@@ -17,8 +18,15 @@ use crate::{slice_from_k8s, slice_name_of};
 /// each slice once, and wakes the sync loop when a change needs a sync.
 /// Rejected slices are logged (naming the slice and the reason) and
 /// counted once, never dropped silently.
+///
+/// A slice's `last-change-trigger-time` older than the handler is dropped,
+/// as kube-proxy's endpoints change tracker drops those before its own
+/// start: the first list brings every slice with the time of a change made
+/// long before, and the latency from then is not this proxy's.
 pub struct SliceCacheHandler {
     caches: Vec<Arc<Mutex<EndpointSliceCache>>>,
+    /// Trigger times before this are not this handler's changes.
+    started: SystemTime,
     interner: Interner,
     /// Notified after every change that needs a sync, and once synced.
     changed: Arc<Notify>,
@@ -33,6 +41,7 @@ impl SliceCacheHandler {
     pub fn new(caches: Vec<Arc<Mutex<EndpointSliceCache>>>, changed: Arc<Notify>) -> Self {
         Self {
             caches,
+            started: SystemTime::now(),
             interner: Interner::new(),
             changed,
             synced: Arc::new(AtomicBool::new(false)),
@@ -72,7 +81,8 @@ impl SliceCacheHandler {
         // once in a while, so the interner stays the size of the cluster.
         self.interner.prune_if_grown();
         match slice_from_k8s(slice, &mut self.interner) {
-            Ok((model, warnings)) => {
+            Ok((mut model, warnings)) => {
+                model.trigger_time = model.trigger_time.filter(|t| *t > self.started);
                 for w in &warnings {
                     self.rejected.skipped(w.kind.reason(), w);
                 }
@@ -168,6 +178,40 @@ mod tests {
         h.on_add(&slice(json!({"kubernetes.io/service-name": "web"}), "10.0.0.300"));
         assert_eq!(h.rejected.skipped_for("invalid_address"), 1);
         assert_eq!(h.rejected.rejected_for("missing_service_name"), 0);
+    }
+
+    /// The first list's slices carry the times of changes made before the
+    /// proxy started: they are not measured (kube-proxy's
+    /// `trackerStartTime`); a change after the start is.
+    #[test]
+    fn trigger_times_from_before_the_start_are_not_measured() {
+        let cache = Arc::new(Mutex::new(EndpointSliceCache::new("n1", IpFamily::V4)));
+        let mut h = SliceCacheHandler::new(vec![cache.clone()], Arc::default());
+        let stamped = |ip: &str, at: SystemTime| {
+            let mut s = slice(json!({"kubernetes.io/service-name": "web"}), ip);
+            let stamp = k8s_openapi::jiff::Timestamp::try_from(at).unwrap().to_string();
+            s.metadata.annotations = Some(
+                [("endpoints.kubernetes.io/last-change-trigger-time".to_owned(), stamp)]
+                    .into_iter()
+                    .collect(),
+            );
+            s
+        };
+        let before_start = h.started - std::time::Duration::from_secs(300);
+        h.on_add(&stamped("10.0.0.1", before_start));
+        let listed = cache.lock().unwrap().checkout();
+        assert!(listed.iter().all(|c| c.trigger_times.is_empty()), "{listed:?}");
+        let after_start = h.started + std::time::Duration::from_secs(1);
+        h.on_update(&stamped("10.0.0.1", before_start), &stamped("10.0.0.2", after_start));
+        let changed = cache.lock().unwrap().checkout();
+        assert_eq!(changed.len(), 1);
+        let got: Vec<u128> = changed[0]
+            .trigger_times
+            .iter()
+            .map(|t| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as u128)
+            .collect();
+        let want = after_start.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as u128;
+        assert_eq!(got, [want]);
     }
 
     /// Dual-stack: one handler feeds both families' caches; each slice is
