@@ -2,10 +2,13 @@
 //!
 //! - [`ProxierHealth`]: `/healthz` and `/livez` on `--healthz-bind-address`.
 //!   Unhealthy when some family has a change queued longer than the timeout
-//!   (2 × `--sync-period`) without a successful sync since. `/healthz` is
-//!   also 503, with `"nodeEligible": false`, while this node is being
+//!   (2 × `--sync-period`) without a successful sync since. `/healthz`
+//!   (readiness) is also 503 until every family's first sync is written
+//!   (ready means programmed), while a watch has been failing for the
+//!   timeout, and, with `"nodeEligible": false`, while this node is being
 //!   deleted or is tainted `ToBeDeletedByClusterAutoscaler` (KEP-3836), so
-//!   that load balancers stop sending it traffic; `/livez` is not.
+//!   that load balancers stop sending it traffic; `/livez` is none of
+//!   these.
 //! - [`ServiceHealth`]: one listener per LoadBalancer service with
 //!   `externalTrafficPolicy: Local`, on its `healthCheckNodePort`: 200 with
 //!   the count of local ready endpoints when there are some and the proxy is
@@ -118,7 +121,13 @@ impl ProxierHealth {
         });
     }
 
-    /// Whether healthy at `now`, and the last successful sync.
+    /// Whether every family has written its first sync.
+    pub fn programmed(&self) -> bool {
+        self.with(|m| m.values().all(|h| h.last_updated.is_some()))
+    }
+
+    /// Whether healthy at `now` as kube-proxy judges it (no change queued
+    /// for the timeout without a sync since), and the last successful sync.
     pub fn is_healthy(&self, now: SystemTime) -> (bool, Option<SystemTime>) {
         self.with(|m| {
             let last = m.values().filter_map(|h| h.last_updated).max();
@@ -132,15 +141,18 @@ impl ProxierHealth {
 
     /// The `/healthz` or `/livez` reply (kube-proxy's body; a healthy reply
     /// reports the current time as `lastUpdated`, as kube-proxy does for
-    /// compatibility). `/healthz` is also 503 while a watch has been down
-    /// for the timeout (kube-proxy does not look at its watches), and while
-    /// the node is not eligible.
+    /// compatibility). `/healthz` is also 503 until every family's first
+    /// sync is written (kube-proxy answers 200 while it starts: a rollout
+    /// would go on past nodes with no rules), while a watch has been down
+    /// for the timeout (kube-proxy does not look at its watches), and
+    /// while the node is not eligible.
     pub fn reply(&self, now: SystemTime, healthz: bool) -> Reply {
         let (synced, last) = self.is_healthy(now);
         let eligible = self.node_eligible();
         // Only readiness: restarting proxyd would not bring the API back,
-        // nor undo the node's removal.
-        let healthy = synced && !(healthz && (self.watches_down(now) || !eligible));
+        // write rules sooner, nor undo the node's removal.
+        let ready = self.programmed() && !self.watches_down(now) && eligible;
+        let healthy = synced && (!healthz || ready);
         let last = if healthy { Some(now) } else { last };
         let last = last.map(rfc3339).unwrap_or_else(|| "0001-01-01T00:00:00Z".into());
         let now_s = rfc3339(now);
@@ -296,6 +308,18 @@ mod tests {
             "{}",
             r.body
         );
+    }
+
+    #[test]
+    fn healthz_waits_for_every_familys_first_sync_and_livez_does_not() {
+        let h = ProxierHealth::new(&[IpFamily::V4, IpFamily::V6], Duration::from_secs(60));
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let status = |healthz| h.reply(t0, healthz).status;
+        assert_eq!((status(true), status(false)), (503, 200), "starting: not ready, alive");
+        h.updated(IpFamily::V4, t0);
+        assert_eq!(status(true), 503, "IPv6 has written nothing yet");
+        h.updated(IpFamily::V6, t0);
+        assert_eq!((status(true), status(false)), (200, 200));
     }
 
     #[test]

@@ -45,6 +45,12 @@ pub fn selection(proxy: &ProxyArgs) -> Selection {
 
 /// A client from `--kubeconfig`, or inferred.
 pub async fn client(source: &SourceArgs) -> anyhow::Result<kube::Client> {
+    kube::Client::try_from(config(source).await?).context("cannot build a Kubernetes client")
+}
+
+/// The client configuration from `--kubeconfig`, or inferred
+/// (`$KUBECONFIG`, `~/.kube/config`, else in-cluster).
+pub async fn config(source: &SourceArgs) -> anyhow::Result<kube::Config> {
     let config = match &source.kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
@@ -58,7 +64,17 @@ pub async fn client(source: &SourceArgs) -> anyhow::Result<kube::Client> {
             .context("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
     };
     tracing::info!(server = %config.cluster_url, "connecting to the API server");
-    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+    Ok(config)
+}
+
+/// The API server's address when `config` reaches it through the
+/// `kubernetes` Service (the in-cluster configuration: the address the
+/// kubelet puts in `KUBERNETES_SERVICE_HOST`), which a service proxy
+/// cannot count on: it is the one making that address reachable.
+pub fn through_kubernetes_service(config: &kube::Config) -> Option<String> {
+    let host = std::env::var("KUBERNETES_SERVICE_HOST").ok()?;
+    let url_host = config.cluster_url.host()?.trim_matches(['[', ']']);
+    (url_host == host.trim_matches(['[', ']'])).then(|| config.cluster_url.to_string())
 }
 
 /// Reads the objects once from `source`, handing each EndpointSlice to

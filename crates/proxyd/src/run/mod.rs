@@ -204,22 +204,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
     let metrics = Arc::new(Metrics::new(&families, args.proxy.multus));
+    // The health server listens before anything else starts, answering
+    // 503 until the first sync is written: a probe that cannot connect
+    // says nothing an operator can act on.
+    let health = Arc::new(ProxierHealth::new(&families, 2 * args.sync_period).counting_into(metrics.health.clone()));
+    start_admin_servers(&args, &health, &metrics, &tasks, &shutdown).await?;
     // Handlers wake `changes`; a forwarder records the queueing time and
     // wakes the runner.
     let changes = Arc::new(Notify::new());
     let engines: Vec<Engine> = families.iter().map(|f| Engine::new(&node, *f)).collect();
     let (handlers, mut state) = sources::handlers(&args, &node, &engines, &metrics, &changes);
     sources::start(&args, &selection, handlers, &mut state, &metrics, &tasks, &shutdown).await?;
-
-    let health = ProxierHealth::new(&families, 2 * args.sync_period).counting_into(metrics.health.clone());
     if let Some(facts) = &state.facts {
         health.follow_node(facts.clone());
     }
-    let health = Arc::new(health);
     for w in &state.watches {
         health.watch(w.clone());
     }
-    start_admin_servers(&args, &health, &metrics, &tasks, &shutdown).await?;
     let health_checks = start_health_check_listeners(&args, families[0], &health, &tasks, &shutdown);
     let proxiers = sync::proxiers(&args, engines, state.pods.as_ref(), &state.networks)?;
     if let Some(runtime) = proxiers.runtime {
@@ -238,20 +239,30 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // While the lists arrive, a restart's table is read back and what has
     // arrived is taken in, so that the first sync after them does only
     // the rest.
-    let mut families = proxiers.families;
+    let mut proxier_families = proxiers.families;
     let (lists_done, listing) = std::sync::mpsc::channel::<()>();
     let read_ahead = tokio::task::spawn_blocking(move || {
-        for p in &mut families {
+        for p in &mut proxier_families {
             p.read_ahead();
         }
         while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = listing.recv_timeout(ABSORB_EVERY) {
-            for p in &mut families {
+            for p in &mut proxier_families {
                 p.absorb();
             }
         }
-        families
+        proxier_families
     });
 
+    if let Some(server) = state.through_own_service.take() {
+        tasks.spawn(unreachable_through_own_service(
+            server,
+            Netns::from_flag(args.netns.clone()),
+            families.clone(),
+            state.listed.clone(),
+            state.watches.clone(),
+            shutdown.clone(),
+        ));
+    }
     let listed = wait_for_initial_lists(&state, &sync_needed, &shutdown).await;
     drop(lists_done);
     if listed {
@@ -423,6 +434,65 @@ fn forward_changes(
         }
     });
     sync_needed
+}
+
+/// How long the first lists may take before proxyd looks into why, when
+/// no watch has failed yet (a connect that hangs fails only after
+/// kube-client's 30-second connect timeout).
+const UNLISTED_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Says once, as an error naming the fix, that proxyd cannot reach the API
+/// server because it was told to reach it through the `kubernetes`
+/// Service (the in-cluster configuration), which only a service proxy
+/// makes reachable: when a watch has failed, or the lists have not come
+/// within [`UNLISTED_AFTER`], and no proxyd table is on the node (a table
+/// left by an earlier run still routes the Service's address).
+async fn unreachable_through_own_service(
+    server: String,
+    netns: Netns,
+    families: Vec<IpFamily>,
+    listed: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    watches: Vec<Arc<informer_glue::watch_runner::WatchMetrics>>,
+    shutdown: CancellationToken,
+) {
+    use std::sync::atomic::Ordering;
+    let started = std::time::Instant::now();
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+        }
+        if listed.iter().all(|l| l.load(Ordering::Acquire)) {
+            return;
+        }
+        let failed = watches.iter().any(|w| w.errors.get() > 0);
+        if failed || started.elapsed() >= UNLISTED_AFTER {
+            break;
+        }
+    }
+    let tables = tokio::task::spawn_blocking(move || {
+        let mut nft = linux_dataplane::NftNetlink::open(&netns)?;
+        families
+            .iter()
+            .map(|f| nft.table_exists(*f, nft_dataplane::names::TABLE))
+            .collect::<std::io::Result<Vec<bool>>>()
+    })
+    .await;
+    // Without a look at the table (no access, a dry run's host), the hint
+    // is still the likeliest cause.
+    if let Ok(Ok(tables)) = &tables
+        && tables.iter().any(|t| *t)
+    {
+        return;
+    }
+    tracing::error!(
+        server = %server,
+        "cannot reach the API server at {server}: that is the `kubernetes` Service's cluster IP (the in-cluster \
+         configuration), which only a service proxy makes reachable, and proxyd is this node's service proxy. Give \
+         proxyd the API server's real address: a kubeconfig naming it (deploy/proxyd.yaml's ConfigMap key \
+         kubeconfig.conf, or --kubeconfig; the address `kubectl cluster-info` prints, kubeadm's \
+         controlPlaneEndpoint)"
+    );
 }
 
 /// Waits until every kind is listed; never syncs a half-known cluster

@@ -24,7 +24,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::metrics_registry::Metrics;
 use crate::settings::flags::RunArgs;
-use crate::snapshot_engine::client;
+use crate::snapshot_engine::{config, through_kubernetes_service};
 use daemon_sources::manifest_source::{self, ServiceSink};
 use endpoints_map::Engine;
 
@@ -53,6 +53,9 @@ pub struct SourceState {
     /// What the sources say of this node (its Node, the ServiceCIDRs);
     /// `None` in multus mode.
     pub facts: Option<watch::Receiver<NodeFacts>>,
+    /// The API server's address, when the watches reach it through the
+    /// `kubernetes` Service (the in-cluster configuration).
+    pub through_own_service: Option<String>,
 }
 
 impl SourceState {
@@ -118,6 +121,7 @@ pub fn handlers(
         pods: pods.as_ref().map(|p| p.store.clone()),
         networks,
         facts: this_node.as_ref().map(ThisNode::facts),
+        through_own_service: None,
     };
     let handlers = Handlers {
         slices,
@@ -187,7 +191,10 @@ async fn start_watches(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let client = client(&args.source).await?;
+    let config = config(&args.source).await?;
+    state.through_own_service = through_kubernetes_service(&config);
+    let client =
+        kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
     let settings = WatchSettings {
         label_selector: selection.label_selector(),
         field_selector: None,
@@ -282,11 +289,26 @@ async fn start_watches(
     Ok(())
 }
 
+/// How long the start waits for the API server to say whether it serves
+/// ServiceCIDRs: one that does not answer must not hold up the watches.
+const ASK_SERVICE_CIDRS: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Whether the API server serves ServiceCIDRs (`networking.k8s.io/v1`,
-/// Kubernetes 1.33 and later). A server that cannot be asked now is taken
-/// to serve them: the watch then retries like the others.
+/// Kubernetes 1.33 and later). A server that cannot be asked now (or
+/// within [`ASK_SERVICE_CIDRS`]) is taken to serve them: the watch then
+/// retries like the others.
 async fn serves_service_cidrs(client: &kube::Client) -> bool {
-    match client.list_api_group_resources("networking.k8s.io/v1").await {
+    let asked = tokio::time::timeout(
+        ASK_SERVICE_CIDRS,
+        client.list_api_group_resources("networking.k8s.io/v1"),
+    );
+    let Ok(answer) = asked.await else {
+        tracing::debug!(
+            "the API server did not say within {ASK_SERVICE_CIDRS:?} whether it serves ServiceCIDRs: watching them"
+        );
+        return true;
+    };
+    match answer {
         Ok(list) => list.resources.iter().any(|r| r.name == "servicecidrs"),
         Err(kube::Error::Api(e)) if e.code == 404 => false,
         Err(e) => {

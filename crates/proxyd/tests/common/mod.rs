@@ -6,6 +6,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+pub mod daemon;
 pub mod multus;
 
 fn can_run() -> Result<(), String> {
