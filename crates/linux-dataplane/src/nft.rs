@@ -402,7 +402,12 @@ impl Dataplane for WatchedNft {
         table: &str,
     ) -> Option<Result<nft_dataplane::TableObjects, DataplaneError>> {
         let read = self.netlink.as_mut()?.objects(family, table).map_err(|source| {
-            tracing::warn!("cannot read table {table} back ({source}): a full sync replaces it whole");
+            // A new node has no table yet: nothing to say.
+            if source.kind() == std::io::ErrorKind::NotFound {
+                tracing::debug!("no table {table} to read back: the first sync writes it whole");
+            } else {
+                tracing::warn!("cannot read table {table} back ({source}): a full sync replaces it whole");
+            }
             DataplaneError::Netlink {
                 what: format!("reading table {table} back"),
                 source,
