@@ -147,12 +147,18 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
 }
 
 /// kube-proxy's `--oom-score-adj`: the kernel's OOM killer picks proxyd
-/// last. Not allowed (no CAP_SYS_RESOURCE to lower it): a warning.
+/// last. Not allowed (lowering it needs CAP_SYS_RESOURCE, which the
+/// DaemonSets grant): said at info level, as kube-proxy says it (its
+/// verbosity 2): the rules do not depend on it, and a warning on every
+/// start of a container without the capability would be noise.
 fn set_oom_score_adj(value: i32) {
     match linux_dataplane::process::set_oom_score_adj(value) {
         Ok(true) => tracing::info!(oom_score_adj = value, "set"),
         Ok(false) => {}
-        Err(e) => tracing::warn!("--oom-score-adj {value}: cannot write /proc/self/oom_score_adj: {e}"),
+        Err(e) => tracing::info!(
+            "--oom-score-adj {value}: cannot write /proc/self/oom_score_adj ({e}; lowering it needs \
+             CAP_SYS_RESOURCE): the score stays as it was"
+        ),
     }
 }
 
