@@ -55,6 +55,7 @@ pub async fn config(source: &SourceArgs) -> anyhow::Result<kube::Config> {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+            refuse_placeholder(path, &kubeconfig)?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                 .await
                 .with_context(|| format!("kubeconfig {} is not usable", path.display()))?
@@ -65,6 +66,29 @@ pub async fn config(source: &SourceArgs) -> anyhow::Result<kube::Config> {
     };
     tracing::info!(server = %config.cluster_url, "connecting to the API server");
     Ok(config)
+}
+
+/// A kubeconfig whose server is still the shipped manifest's placeholder
+/// (a `.invalid` name, which never resolves) is refused at once, naming
+/// what to set, before its other files are read.
+fn refuse_placeholder(path: &std::path::Path, kubeconfig: &kube::config::Kubeconfig) -> anyhow::Result<()> {
+    let servers = kubeconfig
+        .clusters
+        .iter()
+        .filter_map(|c| c.cluster.as_ref()?.server.as_deref());
+    for server in servers {
+        let authority = server.split_once("://").map_or(server, |(_, rest)| rest);
+        let host = authority.split(['/', ':']).next().unwrap_or_default();
+        if host.ends_with(".invalid") {
+            anyhow::bail!(
+                "kubeconfig {}: the API server's address {server} is a placeholder (a .invalid name never \
+                 resolves): set its server to the API server's real address, the one `kubectl cluster-info` prints \
+                 (deploy/proxyd.yaml: the ConfigMap's kubeconfig.conf)",
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The API server's address when `config` reaches it through the

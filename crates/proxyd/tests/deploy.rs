@@ -39,7 +39,7 @@ fn check(file: &str) -> proxyd::RunArgs {
             ("", "nodes", &["get", "list", "watch"]),
             ("networking.k8s.io", "servicecidrs", &["list", "watch"]),
         ],
-        &["NET_ADMIN"],
+        &["NET_ADMIN", "SYS_RESOURCE"],
     )
 }
 
@@ -140,8 +140,27 @@ fn check_with(file: &str, extra: &[(&str, &str, &[&str])], caps: &[&str]) -> pro
     *args
 }
 
+/// The DaemonSets in kube-proxy's place: an init container (privileged,
+/// the same image and settings) makes the conntrack settings and exits, so
+/// the proxy itself runs with its capabilities alone and says nothing it
+/// could not do.
+fn check_init_container(file: &str) {
+    let docs = deploy(file);
+    let pod = &of_kind(&docs, "DaemonSet")[0]["spec"]["template"]["spec"];
+    let (init, main) = (&pod["initContainers"][0], &pod["containers"][0]);
+    assert_eq!(init["image"], main["image"], "{file}");
+    assert_eq!(init["command"], main["command"], "{file}");
+    let args = strings(&init["args"]);
+    assert_eq!(args[..2], ["run", "--init-only"], "{file}");
+    let config = strings(&main["args"]).into_iter().find(|a| a.starts_with("--config="));
+    assert_eq!(args.get(2), config.as_ref(), "{file}: the proxy's own settings");
+    assert_eq!(init["securityContext"]["privileged"], true, "{file}: sysctls");
+    assert_eq!(init["volumeMounts"], main["volumeMounts"], "{file}");
+}
+
 #[test]
 fn the_daemonset_is_least_privilege_and_its_flags_are_valid() {
+    check_init_container("proxyd.yaml");
     let args = check("proxyd.yaml");
     assert!(args.proxy.service_proxy_name.is_none());
     assert_eq!(args.proxy.cluster_cidr.len(), 1, "from the ConfigMap");
@@ -155,7 +174,7 @@ fn the_multus_daemonset_selects_its_own_services_and_reaches_pods_namespaces() {
         // Nodes: `explain` and `render` read this node's (topology is not
         // used in pods' tables).
         &[("", "pods", &["list", "watch"]), ("", "nodes", &["get"])],
-        &["NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE"],
+        &["NET_ADMIN", "SYS_ADMIN", "SYS_PTRACE", "SYS_RESOURCE"],
     );
     assert!(args.proxy.multus);
     assert_eq!(args.proxy.service_proxy_name.as_deref(), Some("multus-proxy"));
@@ -223,6 +242,7 @@ fn the_image_carries_nft_and_iptables_and_the_binary_where_the_daemonset_runs_it
 #[test]
 fn the_kube_proxy_configmap_variant_takes_kubeadms_files_unchanged() {
     let file = "proxyd-kube-proxy-configmap.yaml";
+    check_init_container(file);
     let docs = deploy(file);
     let role = of_kind(&docs, "ClusterRole")[0];
     assert_eq!(role["rules"].as_array().unwrap().len(), 1);
@@ -260,4 +280,52 @@ fn the_kube_proxy_configmap_variant_takes_kubeadms_files_unchanged() {
     let port = u64::from(args.healthz_bind_address.0.expect("health server on").port());
     assert_eq!(c["livenessProbe"]["httpGet"]["port"], port);
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], port);
+}
+
+/// The DaemonSet reaches the API server by a kubeconfig naming its real
+/// address with the pod's service account token and CA (as kubeadm's
+/// kube-proxy ConfigMap does), never through the `kubernetes` Service
+/// that proxyd itself makes reachable; the address left as shipped is a
+/// placeholder proxyd refuses, naming what to set.
+#[test]
+fn the_daemonset_reaches_the_api_server_by_its_real_address() {
+    let docs = deploy("proxyd.yaml");
+    let cm = of_kind(&docs, "ConfigMap")[0];
+    let config: Value = serde_saphyr::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(config["kubeconfig"], "/etc/proxyd/kubeconfig.conf");
+    let text = cm["data"]["kubeconfig.conf"].as_str().unwrap();
+    let kubeconfig: Value = serde_saphyr::from_str(text).unwrap();
+    let cluster = &kubeconfig["clusters"][0]["cluster"];
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    assert_eq!(cluster["certificate-authority"], format!("{sa}/ca.crt"));
+    assert_eq!(kubeconfig["users"][0]["user"]["tokenFile"], format!("{sa}/token"));
+    let server = cluster["server"].as_str().unwrap();
+    assert!(
+        server.starts_with("https://") && server.contains(".invalid"),
+        "{server}"
+    );
+
+    let dir = std::env::temp_dir().join(format!("proxyd-deploy-kubeconfig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("kubeconfig.conf");
+    std::fs::write(&path, text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_proxyd"))
+        .args(["run", "--hostname-override", "node-1", "--dry-run"])
+        .args([
+            "--healthz-bind-address",
+            "",
+            "--metrics-bind-address",
+            "",
+            "--kubeconfig",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("is a placeholder") && err.contains("kubectl cluster-info") && err.contains("kubeconfig.conf"),
+        "{err}"
+    );
 }

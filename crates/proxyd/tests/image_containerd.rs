@@ -9,191 +9,22 @@
 
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{KillOnDrop, Netns, free_port, require, run, terminate};
+use common::image::{Containerd, DEFAULT_CAPABILITIES, get, repo, require_containerd, table};
+use common::{KillOnDrop, Netns, free_port};
 
 const WAIT: Duration = Duration::from_secs(60);
-const NAMESPACE: &str = "proxyd-image-test";
-/// What containerd's default container spec grants.
-const DEFAULT_CAPABILITIES: [&str; 14] = [
-    "CAP_CHOWN",
-    "CAP_DAC_OVERRIDE",
-    "CAP_FSETID",
-    "CAP_FOWNER",
-    "CAP_MKNOD",
-    "CAP_NET_RAW",
-    "CAP_SETGID",
-    "CAP_SETUID",
-    "CAP_SETFCAP",
-    "CAP_SETPCAP",
-    "CAP_NET_BIND_SERVICE",
-    "CAP_SYS_CHROOT",
-    "CAP_KILL",
-    "CAP_AUDIT_WRITE",
-];
-
-fn require_containerd() {
-    require();
-    for tool in ["containerd", "ctr", "runc", "strip", "ldd", "python3"] {
-        let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
-        assert!(
-            found.is_ok_and(|o| o.status.success()),
-            "root test asked for but cannot run here: {tool} is not installed \
-             (apt-get install -y containerd runc binutils python3)"
-        );
-    }
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The image every DaemonSet in `deploy/` runs, all the same one.
-fn daemonset_image() -> String {
-    let mut names: Vec<String> = ["proxyd.yaml", "proxyd-kube-proxy-configmap.yaml", "proxyd-multus.yaml"]
-        .iter()
-        .flat_map(|f| {
-            let text = std::fs::read_to_string(repo().join("deploy").join(f)).unwrap();
-            text.lines()
-                .filter_map(|l| l.trim().strip_prefix("image:").map(|i| i.trim().to_owned()))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    names.dedup();
-    assert_eq!(names.len(), 1, "the DaemonSets name one image: {names:?}");
-    names.remove(0)
-}
-
-/// A containerd with its root, state and socket in a temporary directory;
-/// stopped, and what it mounted released, on drop.
-struct Containerd {
-    dir: PathBuf,
-    process: Option<KillOnDrop>,
-}
-
-impl Containerd {
-    fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("proxyd-image-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let d = dir.display();
-        std::fs::write(
-            dir.join("config.toml"),
-            format!(
-                "version = 2\nroot = \"{d}/root\"\nstate = \"{d}/state\"\n\
-                 disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
-                 [grpc]\n  address = \"{d}/containerd.sock\"\n\
-                 [ttrpc]\n  address = \"{d}/containerd-ttrpc.sock\"\n"
-            ),
-        )
-        .unwrap();
-        let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(dir.join("config.toml"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let c = Self {
-            dir,
-            process: Some(KillOnDrop(child)),
-        };
-        let started = Instant::now();
-        while !c.ctr_quiet(&["version"]) {
-            assert!(started.elapsed() < WAIT, "containerd did not answer:\n{}", c.log());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        c
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
-    }
-
-    fn args<'a>(&'a self, socket: &'a str, args: &[&'a str]) -> Vec<&'a str> {
-        let mut all = vec!["--address", socket, "-n", NAMESPACE];
-        all.extend_from_slice(args);
-        all
-    }
-
-    fn socket(&self) -> String {
-        self.dir.join("containerd.sock").display().to_string()
-    }
-
-    fn ctr(&self, args: &[&str]) -> String {
-        let socket = self.socket();
-        run("ctr", &self.args(&socket, args))
-    }
-
-    fn ctr_quiet(&self, args: &[&str]) -> bool {
-        let socket = self.socket();
-        Command::new("ctr")
-            .args(self.args(&socket, args))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        let _ = self.ctr_quiet(&["tasks", "kill", "-s", "SIGKILL", "proxyd"]);
-        std::thread::sleep(Duration::from_millis(300));
-        let _ = self.ctr_quiet(&["tasks", "delete", "proxyd"]);
-        let _ = self.ctr_quiet(&["containers", "delete", "proxyd"]);
-        if let Some(mut p) = self.process.take() {
-            terminate(&mut p, "TERM");
-        }
-        common::unmount_under(&self.dir);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// An HTTP GET from inside `ns`: (status, body), or `None` while nothing
-/// answers.
-fn get(ns: &Netns, url: &str) -> Option<(u16, String)> {
-    let script = "import sys, urllib.request, urllib.error\n\
-                  try:\n    r = urllib.request.urlopen(sys.argv[1], timeout=2); print(r.status); print(r.read().decode())\n\
-                  except urllib.error.HTTPError as e:\n    print(e.code); print(e.read().decode())\n";
-    let out = Command::new("ip")
-        .args(["netns", "exec", &ns.0, "python3", "-c", script, url])
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (status, body) = text.split_once('\n')?;
-    Some((status.trim().parse().ok()?, body.to_owned()))
-}
 
 #[test]
 #[ignore = "needs root, containerd and runc: packs the image, imports it and runs it as a container"]
 fn the_image_runs_as_the_daemonset_runs_it() {
     require_containerd();
     let ctd = Containerd::start();
-    let archive = ctd.dir.join("proxyd.tar");
-    let packed = run(
-        "bash",
-        &[
-            &repo().join("deploy/image.sh").display().to_string(),
-            &archive.display().to_string(),
-            env!("CARGO_BIN_EXE_proxyd"),
-        ],
-    );
-    let image = daemonset_image();
-    assert!(
-        packed.starts_with(&format!("{image} ")),
-        "image.sh tags what the DaemonSets run ({image}): {packed}"
-    );
-    ctd.ctr(&["images", "import", &archive.display().to_string()]);
+    let image = ctd.import_image();
 
     let node = Netns::named(format!("pimg-{}", std::process::id() % 100_000));
     let healthz = free_port();
@@ -286,32 +117,4 @@ fn the_image_runs_as_the_daemonset_runs_it() {
         "the example's services programmed:\n{inside}"
     );
     assert_eq!(inside, table(&outside), "the container's table and proxyd's own");
-}
-
-/// `nft -j list table ip proxyd` in `ns`, with what differs between two
-/// equal tables taken out: handles, and the order of a hash set's
-/// elements (each set's random seed orders them).
-fn table(ns: &Netns) -> String {
-    let json = ns.exec("nft", &["-j", "list", "table", "ip", "proxyd"]);
-    let script = "import json, sys\n\
-                  doc = json.load(sys.stdin)\n\
-                  def clean(v):\n\
-                  \x20   if isinstance(v, dict):\n\
-                  \x20       v = {k: clean(x) for k, x in v.items() if k != 'handle'}\n\
-                  \x20       if 'elem' in v: v['elem'] = sorted(v['elem'], key=json.dumps)\n\
-                  \x20       return v\n\
-                  \x20   if isinstance(v, list): return [clean(x) for x in v]\n\
-                  \x20   return v\n\
-                  print(json.dumps(clean(doc), indent=1, sort_keys=True))\n";
-    let mut child = Command::new("python3")
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(json.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "normalising the table failed");
-    String::from_utf8(out.stdout).unwrap()
 }
