@@ -226,6 +226,8 @@ struct Shared {
     drop_epoch: watch::Sender<u64>,
     /// While true, every request waits for it to turn false.
     hanging: watch::Sender<bool>,
+    /// Serves HTTPS with this, else plain HTTP.
+    tls: Option<tokio_rustls::TlsAcceptor>,
     /// Open connections, cut by [`FakeApiServer::stop`].
     connections: Mutex<Vec<tokio::task::AbortHandle>>,
 }
@@ -325,13 +327,22 @@ fn accept_loop(listener: TcpListener, s: Arc<Shared>) -> tokio::task::JoinHandle
             let _ = stream.set_nodelay(true);
             let conn = s.clone();
             let task = tokio::spawn(async move {
+                let tls = conn.tls.clone();
                 let service = hyper::service::service_fn(move |req| {
                     let s = conn.clone();
                     async move { Ok::<_, Infallible>(handle(s, req).await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let http = hyper::server::conn::http1::Builder::new();
+                match tls {
+                    Some(tls) => {
+                        if let Ok(stream) = tls.accept(stream).await {
+                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
+                    None => {
+                        let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                    }
+                }
             });
             let mut open = s.connections.lock().unwrap_or_else(|e| e.into_inner());
             open.retain(|h| !h.is_finished());
@@ -363,6 +374,31 @@ impl FakeApiServer {
     /// Starts a server on `listener` (one bound in another network
     /// namespace, say, so that only that namespace reaches it).
     pub fn start_on(listener: TcpListener) -> std::io::Result<Self> {
+        Self::serve(listener, None)
+    }
+
+    /// Starts an HTTPS server on `listener`, presenting the certificate
+    /// chain `cert_pem` (the server's certificate first) with its private
+    /// key `key_pem`, as kube-apiserver does.
+    pub fn start_tls_on(listener: TcpListener, cert_pem: &[u8], key_pem: &[u8]) -> std::io::Result<Self> {
+        use tokio_rustls::rustls;
+        use tokio_rustls::rustls::pki_types::pem::PemObject;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let invalid = |e: &dyn std::fmt::Display| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string());
+        let certs = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(&e))?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| invalid(&e))?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| invalid(&e))?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| invalid(&e))?;
+        Self::serve(listener, Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))))
+    }
+
+    fn serve(listener: TcpListener, tls: Option<tokio_rustls::TlsAcceptor>) -> std::io::Result<Self> {
         let addr = listener.local_addr()?;
         let (changes, _) = broadcast::channel(65_536);
         let shared = Arc::new(Shared {
@@ -381,15 +417,17 @@ impl FakeApiServer {
             changes,
             drop_epoch: watch::channel(0).0,
             hanging: watch::channel(false).0,
+            tls,
             connections: Mutex::new(Vec::new()),
         });
         let accept = accept_loop(listener, shared.clone());
         Ok(Self { addr, shared, accept })
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://ADDRESS:PORT`, or `https://` when serving TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.shared.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// A kubeconfig (YAML) pointing at this server, for starting `proxyd`
