@@ -618,7 +618,7 @@ fn refused(shared: &Shared, req: &Request<Incoming>) -> Option<Response<Body>> {
     if !inner.access.forbidden.contains(&route.kind) {
         return None;
     }
-    let verb = if query(req).get("watch").is_some() {
+    let verb = if query(req).contains_key("watch") {
         "watch"
     } else {
         "list"
