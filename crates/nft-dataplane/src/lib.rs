@@ -56,6 +56,17 @@ pub enum DataplaneError {
         #[source]
         source: std::io::Error,
     },
+    /// A message of the transaction cannot be encoded within netlink's
+    /// limits (an attribute's 16-bit length): nothing was sent. Names the
+    /// message, and so the chain or set (and the service and port whose
+    /// they are).
+    #[error("cannot encode the transaction ({what}): {why}")]
+    Unencodable {
+        /// The message (`add a rule to chain svc-…`).
+        what: String,
+        /// The limit it passes.
+        why: String,
+    },
     /// A dry run could not write its script.
     #[error("cannot write {path}: {source}")]
     Write {

@@ -1684,3 +1684,115 @@ fn netlink_writes_each_kind_of_rule_as_nft_does() {
         assert!(!b.exec("nft", &["list", "tables"]).contains("proxyd"));
     }
 }
+
+/// One server for every address of the namespace's local routes: it
+/// answers each connection with the address it was reached at.
+const ANY_ADDRESS: &str = r#"
+import socket, sys, threading
+mode = sys.argv[1]
+if mode == "serve":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 8080)); s.listen(1024)
+    print("ready", flush=True)
+    while True:
+        c, _ = s.accept(); c.sendall(c.getsockname()[0].encode()); c.close()
+else:
+    vip, clients, each = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    for i in range(clients):
+        me = "10.2.%d.%d" % (i // 250, i % 250 + 1)
+        for _ in range(each):
+            try:
+                c = socket.socket(); c.settimeout(2); c.bind((me, 0)); c.connect((vip, 80))
+                print(me, c.recv(64).decode()); c.close()
+            except OSError as e:
+                print(me, "error:", e.__class__.__name__)
+"#;
+
+/// The endpoint addresses of a large service: 10.1.0.1 onwards.
+fn endpoint(i: usize) -> String {
+    format!("10.1.{}.{}", i / 250, i % 250 + 1)
+}
+
+/// A service with ClientIP affinity and 1,500 or 10,000 endpoints (a large
+/// StatefulSet with sticky sessions), written over netlink beside an
+/// ordinary service: both are programmed; several clients each stick to one
+/// endpoint, and new clients spread over all of them (a chi-square test
+/// over eight groups of endpoints); one endpoint removed is a partial sync.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn a_sticky_service_of_any_size_is_programmed_beside_the_others() {
+    require();
+    for n in [1_500usize, 10_000] {
+        let ns = Netns::new(&format!("sticky{n}"));
+        // Endpoints, clients and services are all this namespace's own.
+        for range in ["10.1.0.0/16", "10.2.0.0/16", "10.96.0.0/16"] {
+            ns.ip(&["route", "add", "local", range, "dev", "lo"]);
+        }
+        // An address masquerading can pick (lo's own is loopback).
+        ns.ip(&["addr", "add", "10.3.0.1/32", "dev", "lo"]);
+        let _server = ns.spawn_ready("python3", &["-c", ANY_ADDRESS, "serve"]);
+        let mut engine = Engine::new("node-1", IpFamily::V4);
+        let mut sticky = service("sticky", "10.96.0.40");
+        sticky.session_affinity = Some(Duration::from_secs(300));
+        engine.update_service(&sticky);
+        let mut eps: Vec<String> = (0..n).map(endpoint).collect();
+        let refs: Vec<&str> = eps.iter().map(String::as_str).collect();
+        engine.update_slice(slice("ns", "sticky", "sticky-1", 8080, &refs));
+        engine.update_service(&service("web", "10.96.0.10"));
+        engine.update_slice(slice("ns", "web", "web-1", 8080, &["10.1.200.1"]));
+        let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), ns.watched());
+        let started = std::time::Instant::now();
+        let first = sync(&mut syncer, &mut engine);
+        let first_took = started.elapsed();
+        assert!(first.full);
+
+        let web = || ns.exec("python3", &["-c", ANY_ADDRESS, "connect", "10.96.0.10", "1", "1"]);
+        assert_eq!(
+            web().trim(),
+            "10.2.0.1 10.1.200.1",
+            "the other service is programmed too"
+        );
+        let out = ns.exec("python3", &["-c", ANY_ADDRESS, "connect", "10.96.0.40", "400", "3"]);
+        let mut per_client: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for l in out.lines() {
+            let (client, answer) = l.split_once(' ').unwrap();
+            per_client.entry(client).or_default().push(answer);
+        }
+        assert_eq!(per_client.len(), 400, "{out}");
+        let index: BTreeMap<&str, usize> = eps.iter().enumerate().map(|(i, e)| (e.as_str(), i)).collect();
+        let mut groups: BTreeMap<String, u32> = BTreeMap::new();
+        for (client, answers) in &per_client {
+            assert!(
+                answers.iter().all(|a| *a == answers[0]),
+                "{n}: client {client} sticks to one endpoint: {answers:?}"
+            );
+            let i = index
+                .get(answers[0])
+                .unwrap_or_else(|| panic!("{n}: {client} reached {answers:?}"));
+            *groups.entry(format!("group-{}", i % 8)).or_default() += 1;
+        }
+        let names: Vec<String> = (0..8).map(|g| format!("group-{g}")).collect();
+        let (stat, critical) = chi_square(&groups, &names, 400);
+        eprintln!(
+            "{n} sticky endpoints: first clients by group {groups:?}, chi-square {stat:.2} (critical {critical:.2})"
+        );
+        assert!(
+            stat < critical,
+            "{n}: new clients spread over every endpoint: {groups:?}"
+        );
+
+        // One endpoint goes: a partial sync.
+        eps.remove(n / 2);
+        let refs: Vec<&str> = eps.iter().map(String::as_str).collect();
+        engine.update_slice(slice("ns", "sticky", "sticky-1", 8080, &refs));
+        let started = std::time::Instant::now();
+        let change = sync(&mut syncer, &mut engine);
+        let change_took = started.elapsed();
+        assert!(!change.full, "{change:?}");
+        eprintln!(
+            "{n} sticky endpoints over netlink: first sync {first_took:?} ({} bytes), one endpoint removed {change_took:?} ({} bytes)",
+            first.script_bytes, change.script_bytes
+        );
+        assert_eq!(web().trim(), "10.2.0.1 10.1.200.1");
+    }
+}

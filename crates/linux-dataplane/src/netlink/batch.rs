@@ -81,8 +81,11 @@ const ELEM_LIST_SET_ID: u16 = 4;
 /// `NF_ACCEPT`, a base chain's policy.
 const NF_ACCEPT: u32 = 1;
 /// An attribute's length is 16 bits: a message's element list stays well
-/// under it.
+/// under it (every list, named or anonymous, is split at this size; one
+/// element is far smaller).
 const LIST_BYTES: usize = 48 * 1024;
+/// The most an attribute (its 4-byte header included) can hold.
+const ATTR_MAX: usize = u16::MAX as usize;
 
 /// Which operations a batch may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,37 +111,54 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// The sequence number of the batch's end marker.
+    /// The sequence number of the batch's end marker (numbers wrap, as
+    /// netlink's do).
     pub fn last_seq(&self) -> u32 {
-        self.first_seq.wrapping_add(self.what.len() as u32 + 1)
+        // Truncation is wrapping here: sequence numbers are modulo 2^32.
+        self.first_seq.wrapping_add((self.what.len() as u64 + 1) as u32)
     }
 
     /// What the message with sequence number `seq` does.
     pub fn describe(&self, seq: u32) -> Option<&str> {
         let i = seq.wrapping_sub(self.first_seq).checked_sub(1)?;
-        self.what.get(i as usize).map(String::as_str)
+        self.what.get(usize::try_from(i).ok()?).map(String::as_str)
     }
 }
 
-/// The batch for `tx`, numbered from `first_seq`; `None` when `scope`
-/// leaves some of its operations to `nft`.
-pub fn batch(tx: &Transaction, first_seq: u32, scope: Scope) -> Option<Batch> {
+/// A message that netlink cannot carry: an attribute of it would be longer
+/// than an attribute's 16-bit length can say. Nothing is sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot be encoded ({what}): {why}")]
+pub struct TooLong {
+    /// What the message does (`add a rule to chain svc-…`).
+    pub what: String,
+    /// Which limit it passes.
+    pub why: String,
+}
+
+/// The batch for `tx`, numbered from `first_seq`; `Ok(None)` when `scope`
+/// leaves some of its operations to `nft`; an error naming the message
+/// when one cannot be encoded.
+pub fn batch(tx: &Transaction, first_seq: u32, scope: Scope) -> Result<Option<Batch>, TooLong> {
     let element_op = |op: &Op| matches!(op, Op::AddElements(..) | Op::DeleteElements(..) | Op::FlushSet(_));
     if scope == Scope::Elements && !tx.ops.iter().all(element_op) {
-        return None;
+        return Ok(None);
     }
     let mut w = Writer::new(tx, first_seq);
     marker(&mut w.out, ControlMessage::BatchBegin, first_seq);
     for op in &tx.ops {
         w.op(op);
     }
+    if let Some(e) = w.too_long.take() {
+        return Err(e);
+    }
     let end = w.seq.wrapping_add(1);
     marker(&mut w.out, ControlMessage::BatchEnd, end);
-    Some(Batch {
+    Ok(Some(Batch {
         bytes: w.out,
         first_seq,
         what: w.what,
-    })
+    }))
 }
 
 /// A batch begin or end message (`res_id` names the nftables subsystem).
@@ -157,6 +177,11 @@ pub(super) struct Writer {
     /// The last id given to a set declared in this batch (anonymous sets
     /// are named by id: the kernel names them as it adds them).
     set_id: u32,
+    /// The first message that could not be encoded.
+    too_long: Option<TooLong>,
+    /// The chain of the rule being written, to name its anonymous sets'
+    /// messages.
+    rule_chain: String,
 }
 
 impl Writer {
@@ -168,7 +193,15 @@ impl Writer {
             seq: first_seq,
             what: Vec::new(),
             set_id: 0,
+            too_long: None,
+            rule_chain: String::new(),
         }
+    }
+
+    /// Refuses the batch: `what` cannot be encoded, for `why`.
+    pub(super) fn refuse(&mut self, what: &str, why: String) {
+        let what = abbreviated(&format!("{what} in a rule of chain {}", self.rule_chain));
+        self.too_long.get_or_insert(TooLong { what, why });
     }
 
     /// A fresh set id.
@@ -183,6 +216,8 @@ impl Writer {
     }
 
     /// Appends one message of type `kind` whose attributes `body` writes.
+    /// A message whose attributes do not fit their lengths (see [`attr`])
+    /// is recorded as the batch's error.
     pub(super) fn message(&mut self, kind: u16, flags: u16, what: String, body: impl FnOnce(&Self, &mut Vec<u8>)) {
         self.seq = self.seq.wrapping_add(1);
         let start = self.out.len();
@@ -193,9 +228,19 @@ impl Writer {
         out.extend(self.seq.to_ne_bytes());
         out.extend(0u32.to_ne_bytes());
         out.extend([u8::from(nfproto(self.family)), 0, 0, 0]);
+        let attrs = out.len();
         body(self, &mut out);
-        let len = (out.len() - start) as u32;
-        out[start..start + 4].copy_from_slice(&len.to_ne_bytes());
+        let len = u32::try_from(out.len() - start).ok();
+        match (len, oversized(&out[attrs..])) {
+            (Some(len), None) => out[start..start + 4].copy_from_slice(&len.to_ne_bytes()),
+            (_, why) => {
+                let why = why.unwrap_or_else(|| "longer than a netlink message's 32-bit length".into());
+                self.too_long.get_or_insert(TooLong {
+                    what: abbreviated(&what),
+                    why,
+                });
+            }
+        }
         out.resize(out.len().next_multiple_of(4), 0);
         self.out = out;
         self.what.push(what);
@@ -226,6 +271,7 @@ impl Writer {
             }),
             Op::AddRule(chain, rule) => {
                 // Anonymous sets first: the rule names them by id.
+                self.rule_chain = chain.to_string();
                 let expressions = rules::expressions(self, rule);
                 self.message(
                     NEWRULE,
@@ -299,21 +345,97 @@ impl Writer {
     }
 
     /// Adds the elements `list` holds (`NFTA_LIST_ELEM`s) to the anonymous
-    /// set declared in this batch with id `id`.
-    pub(super) fn anonymous_elements(&mut self, id: u32, list: &[u8]) {
-        self.message(
-            NEWSETELEM,
-            NLM_F_CREATE,
-            "add the elements of an anonymous set".into(),
-            |w, b| {
-                w.table(b, ELEM_LIST_TABLE);
-                string(b, ELEM_LIST_SET, declare::ANONYMOUS_SET);
-                u32_be(b, ELEM_LIST_SET_ID, id);
-                attr(b, ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| b.extend(list));
-            },
-        );
+    /// set declared in this batch with id `id` (for the rule `what`), a
+    /// message per [`LIST_BYTES`] of them: the kernel takes elements of an
+    /// anonymous set in several messages until a rule binds it.
+    pub(super) fn anonymous_elements(&mut self, id: u32, list: &[u8], what: &str) {
+        let chunks = split_attributes(list, LIST_BYTES);
+        let count = chunks.len();
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let part = if count > 1 {
+                format!(" (part {} of {count})", i + 1)
+            } else {
+                String::new()
+            };
+            self.message(
+                NEWSETELEM,
+                NLM_F_CREATE,
+                format!(
+                    "add the elements of an anonymous set of {what} for a rule of chain {}{part}",
+                    self.rule_chain
+                ),
+                |w, b| {
+                    w.table(b, ELEM_LIST_TABLE);
+                    string(b, ELEM_LIST_SET, declare::ANONYMOUS_SET);
+                    u32_be(b, ELEM_LIST_SET_ID, id);
+                    attr(b, ELEM_LIST_ELEMENTS | NLA_F_NESTED, |b| b.extend(chunk));
+                },
+            );
+        }
     }
 }
+
+/// `what` for an error: a name too long to encode is too long to log.
+fn abbreviated(what: &str) -> String {
+    const SHOWN: usize = 200;
+    match what.char_indices().nth(SHOWN) {
+        Some((cut, _)) => format!("{}… ({} bytes in all)", &what[..cut], what.len()),
+        None => what.to_owned(),
+    }
+}
+
+/// `attrs` (a run of attributes) cut, between attributes, into runs of at
+/// most `bytes` each (an attribute larger than that alone in its run). A
+/// length that does not match what follows ends the walk: every attribute
+/// given here was written by [`attr`], so that does not happen; if it did,
+/// the rest goes in one run and [`oversized`] refuses its message.
+fn split_attributes(attrs: &[u8], bytes: usize) -> Vec<&[u8]> {
+    let mut runs = Vec::new();
+    let (mut start, mut at) = (0, 0);
+    while at < attrs.len() {
+        let len = attrs
+            .get(at..at + 2)
+            .map_or(0, |l| usize::from(u16::from_ne_bytes([l[0], l[1]])));
+        if len < 4 {
+            break;
+        }
+        let next = (at + len.next_multiple_of(4)).min(attrs.len());
+        if next - start > bytes && at > start {
+            runs.push(&attrs[start..at]);
+            start = at;
+        }
+        at = next;
+    }
+    if start < attrs.len() || runs.is_empty() {
+        runs.push(&attrs[start..]);
+    }
+    runs
+}
+
+/// Why the attributes of a message are not what their lengths say, if
+/// they are not: [`attr`] writes a length of 0 (which no attribute has)
+/// for a value too long for its 16 bits, and an outer attribute is longer
+/// than any it holds, so the outermost such one is among the message's
+/// top-level attributes, where this looks.
+fn oversized(attrs: &[u8]) -> Option<String> {
+    let mut at = 0;
+    while at < attrs.len() {
+        let Some(header) = attrs.get(at..at + 4) else {
+            return Some(format!("a truncated attribute at byte {at}"));
+        };
+        let len = usize::from(u16::from_ne_bytes([header[0], header[1]]));
+        if len < 4 {
+            let kind = u16::from_ne_bytes([header[2], header[3]]) & !NLA_F_NESTED;
+            return Some(format!(
+                "attribute {kind} would take more than the {ATTR_MAX} bytes a netlink attribute's length can say"
+            ));
+        }
+        at += len.next_multiple_of(4);
+    }
+    None
+}
+
+impl Writer {}
 
 /// `NFTA_LIST_ELEM`: an item of a list (an element, an expression).
 pub(super) const NFTA_LIST_ELEM: u16 = 1;
@@ -336,13 +458,16 @@ pub(super) fn verdict(out: &mut Vec<u8>, code: i32, chain: Option<&ChainId>) {
     });
 }
 
-/// Appends one attribute whose value `value` writes, padded.
+/// Appends one attribute whose value `value` writes, padded. One whose
+/// length does not fit in its 16 bits gets the length 0, which no
+/// attribute has: [`Writer::message`] refuses the message holding it
+/// instead of sending a length cut to its low bits.
 pub(super) fn attr(out: &mut Vec<u8>, kind: u16, value: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     out.extend([0u8; 2]);
     out.extend(kind.to_ne_bytes());
     value(out);
-    let len = (out.len() - start) as u16;
+    let len = u16::try_from(out.len() - start).unwrap_or(0);
     out[start..start + 2].copy_from_slice(&len.to_ne_bytes());
     out.resize(out.len().next_multiple_of(4), 0);
 }
@@ -439,7 +564,9 @@ mod tests {
             SetId::Backends(Protocol::Tcp, "ns/a/tcp/80".into()),
             many,
         ));
-        let b = batch(&tx, 100, Scope::Elements).expect("elements only");
+        let b = batch(&tx, 100, Scope::Elements)
+            .expect("encodes")
+            .expect("elements only");
         let m = messages(&b);
         assert_eq!(m.first().map(|x| (&x.0, x.1)), Some((&Kind::Begin, 100)));
         assert_eq!(m.last().map(|x| (&x.0, x.1)), Some((&Kind::End, b.last_seq())));
@@ -456,16 +583,180 @@ mod tests {
         assert_eq!(b.describe(100), None);
         let mut flush = Transaction::new(IpFamily::V4);
         flush.push(Op::FlushSet(SetId::ClusterIps));
-        let f = batch(&flush, 1, Scope::Elements).expect("a flush is an element operation");
+        let f = batch(&flush, 1, Scope::Elements)
+            .expect("encodes")
+            .expect("a flush is an element operation");
         let m = messages(&f);
         assert_eq!(m.len(), 3);
         assert_eq!((&m[1].0, m[1].2.as_str(), m[1].3), (&Kind::Delete, "cluster-ips", 0));
         let mut with_rule = tx.clone();
         with_rule.push(Op::FlushChain(ChainId::Services));
         assert!(
-            batch(&with_rule, 1, Scope::Elements).is_none(),
+            batch(&with_rule, 1, Scope::Elements).expect("encodes").is_none(),
             "with the nft writer, anything but elements goes to nft"
         );
-        assert!(batch(&with_rule, 1, Scope::Everything).is_some());
+        assert!(batch(&with_rule, 1, Scope::Everything).expect("encodes").is_some());
+    }
+
+    /// Checks every length of `bytes` (a batch) the way the kernel reads
+    /// them: messages tile the batch; each nftables message's attributes
+    /// (after its 4-byte nfgenmsg) tile its payload, and so do the
+    /// attributes inside every nested one. Returns the messages' payloads.
+    pub(super) fn decode_lengths(bytes: &[u8]) -> Result<Vec<&[u8]>, String> {
+        fn attributes(mut data: &[u8], depth: usize) -> Result<(), String> {
+            while !data.is_empty() {
+                let header = data.get(..4).ok_or("a truncated attribute header")?;
+                let len = usize::from(u16::from_ne_bytes([header[0], header[1]]));
+                let kind = u16::from_ne_bytes([header[2], header[3]]);
+                let value = data
+                    .get(4..len)
+                    .ok_or_else(|| format!("attribute length {len} at depth {depth}"))?;
+                if kind & NLA_F_NESTED != 0 {
+                    attributes(value, depth + 1)?;
+                }
+                data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
+            }
+            Ok(())
+        }
+        let mut messages = Vec::new();
+        let mut data = bytes;
+        while !data.is_empty() {
+            let header = data.get(..16).ok_or("a truncated message header")?;
+            let len = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
+            let message = data.get(16..len).ok_or_else(|| format!("message length {len}"))?;
+            let kind = u16::from_ne_bytes([header[4], header[5]]);
+            if kind >> 8 == NFNL_SUBSYS_NFTABLES {
+                attributes(message.get(4..).ok_or("no nfgenmsg")?, 0)?;
+            }
+            messages.push(message);
+            data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
+        }
+        Ok(messages)
+    }
+
+    fn chain(i: usize) -> ChainId {
+        // As long as a service's endpoint chain gets: a 63-character
+        // namespace and name, a 15-character port name, an IPv6 address.
+        ChainId::Endpoint(format!(
+            "{}/{}/tcp/{}__[fd00:1234:5678:9abc:def0:1234:5678:{i:x}]:65535",
+            "n".repeat(63),
+            "s".repeat(63),
+            "p".repeat(15)
+        ))
+    }
+
+    /// A sticky service's random choice over 10,000 endpoint chains (one
+    /// vmap element each, with its chain's name) and a rule over 5,000
+    /// source ranges: their anonymous sets' elements go in as many
+    /// messages as they need, every length what follows it, each element
+    /// once.
+    #[test]
+    fn the_largest_anonymous_sets_are_split_and_every_length_is_right() {
+        use nft_dataplane::rule::{Match, Rule, Statement};
+        let chains: Vec<ChainId> = (0..10_000).map(chain).collect();
+        let ranges: Vec<ipnet::IpNet> = (0..5_000u32)
+            .map(|i| ipnet::IpNet::new(std::net::Ipv4Addr::from(0x0a00_0000 + (i << 9)).into(), 24).unwrap())
+            .collect();
+        let mut tx = Transaction::new(IpFamily::V4);
+        tx.push(Op::AddChain(chain(0)));
+        tx.push(Op::AddRule(
+            chain(0),
+            Rule::new(vec![Match::SourceIn(ranges)], vec![Statement::RandomGoto(chains)]),
+        ));
+        let b = batch(&tx, 1, Scope::Everything).expect("encodes").expect("all of it");
+        let messages = decode_lengths(&b.bytes).expect("every length is right");
+        assert_eq!(messages.len(), b.what.len() + 2);
+        let parts = |what: &str| b.what.iter().filter(|w| w.contains(what)).count();
+        assert!(parts("a random choice of chains") > 10, "{:?}", b.what);
+        assert!(parts("source addresses") > 1, "{:?}", b.what);
+        let elements: usize = b
+            .what
+            .iter()
+            .zip(&messages[1..])
+            .filter(|(w, _)| w.contains("a random choice of chains"))
+            .map(|(_, m)| {
+                let parsed = NetfilterMessage::parse_with_param(&m[..], (NFNL_SUBSYS_NFTABLES << 8) | NEWSETELEM);
+                let count: usize = match parsed.map(|p| p.inner) {
+                    Ok(NetfilterMessageInner::NfTables(NfTablesMessage::NewSetElement(m))) => m
+                        .attributes
+                        .iter()
+                        .map(|a| match a {
+                            SetElementList::Elements(e) => e.len(),
+                            _ => 0,
+                        })
+                        .sum(),
+                    other => panic!("not an element message: {other:?}"),
+                };
+                count
+            })
+            .sum();
+        assert_eq!(elements, 10_000, "each endpoint's element once");
+        assert!(
+            b.what.last().is_some_and(|w| w.starts_with("add a rule to chain ep-")),
+            "the rule after its sets: {:?}",
+            b.what.last()
+        );
+    }
+
+    /// What no message can carry (here a chain name longer than an
+    /// attribute holds) is refused before anything is sent, naming the
+    /// message, never written with a length cut to 16 bits.
+    #[test]
+    fn what_cannot_be_encoded_is_refused_naming_the_message() {
+        let long = ChainId::Svc(format!("ns/web/tcp/{}", "x".repeat(70_000)));
+        let mut tx = Transaction::new(IpFamily::V4);
+        tx.push(Op::AddChain(ChainId::Services));
+        tx.push(Op::AddChain(long));
+        let e = batch(&tx, 1, Scope::Everything).expect_err("too long");
+        assert!(e.what.starts_with("add chain svc-ns/web/tcp/xxx"), "{e}");
+        assert!(e.why.contains("65535 bytes"), "{e}");
+        assert!(e.to_string().len() < 400, "the error names the message, not all of it");
+    }
+
+    mod properties {
+        use super::*;
+        use nft_dataplane::rule::{Match, Rule, Statement};
+        use proptest::prelude::*;
+
+        /// Any transaction of these kinds, with lists of any length up to
+        /// `max`, encodes into a batch whose every length is right.
+        fn op(max: usize) -> impl Strategy<Value = Op> {
+            let element = (any::<u32>(), 0u16..=u16::MAX)
+                .prop_map(|(i, p)| Element::map(Key::Index(i), Value::Endpoint(SocketAddr::from(([10, 0, 0, 1], p)))));
+            let set = (0u16..4).prop_map(|n| SetId::Backends(Protocol::Tcp, format!("ns/{}/tcp/{n}", "a".repeat(63))));
+            prop_oneof![
+                (set.clone(), prop::collection::vec(element.clone(), 0..max)).prop_map(|(s, e)| Op::AddElements(s, e)),
+                (set.clone(), prop::collection::vec(element, 0..max)).prop_map(|(s, e)| Op::DeleteElements(s, e)),
+                set.prop_map(Op::FlushSet),
+                (0..max).prop_map(|n| Op::AddRule(
+                    chain(n),
+                    Rule::new(vec![], vec![Statement::RandomGoto((0..n.max(1)).map(chain).collect())])
+                )),
+                (0..max).prop_map(|n| {
+                    let nets = (0..n as u32)
+                        .map(|i| ipnet::IpNet::new(std::net::Ipv4Addr::from(i << 9).into(), 24).unwrap())
+                        .collect();
+                    Op::AddRule(
+                        chain(0),
+                        Rule::new(vec![Match::SourceNotIn(nets)], vec![Statement::Drop]),
+                    )
+                }),
+                (0..max).prop_map(|n| Op::AddChain(chain(n))),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+            #[test]
+            fn every_length_written_is_what_follows_it(ops in prop::collection::vec(op(3_000), 1..6)) {
+                let mut tx = Transaction::new(IpFamily::V4);
+                for o in ops {
+                    tx.push(o);
+                }
+                let b = batch(&tx, 7, Scope::Everything).expect("encodes").expect("all of it");
+                let messages = decode_lengths(&b.bytes).map_err(TestCaseError::fail)?;
+                prop_assert_eq!(messages.len(), b.what.len() + 2);
+            }
+        }
     }
 }

@@ -157,7 +157,22 @@ fn parse_datagram(
     each: &mut impl FnMut(u32, Reply<'_>) -> Next,
 ) -> io::Result<Next> {
     while !data.is_empty() {
-        let msg = NetlinkBuffer::new_checked(data).map_err(|e| malformed(&e.to_string()))?;
+        let msg = match NetlinkBuffer::new_checked(data) {
+            Ok(msg) => msg,
+            Err(e) => {
+                // The kernel's error reply echoes the request it refuses:
+                // one larger than the receive buffer arrives cut short. Its
+                // errno and sequence number come first, and are enough.
+                let Some((seq, errno)) = cut_error(data) else {
+                    return Err(malformed(&e.to_string()));
+                };
+                return Ok(if wanted(seq) {
+                    each(seq, Reply::Error(errno))
+                } else {
+                    Next::More
+                });
+            }
+        };
         let len = msg.length() as usize;
         data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
         let seq = msg.sequence_number();
@@ -185,6 +200,20 @@ fn parse_datagram(
         }
     }
     Ok(Next::More)
+}
+
+/// The sequence number and errno of an error reply cut short (its length
+/// says more than the datagram holds), if `data` starts with one.
+fn cut_error(data: &[u8]) -> Option<(u32, i32)> {
+    let word = |at: usize| data.get(at..at + 4).and_then(|b| <[u8; 4]>::try_from(b).ok());
+    let kind = u16::from_ne_bytes(data.get(4..6)?.try_into().ok()?);
+    let declared = u32::from_ne_bytes(word(0)?);
+    if kind != NLMSG_ERROR || usize::try_from(declared).ok()? <= data.len() {
+        return None;
+    }
+    let seq = u32::from_ne_bytes(word(8)?);
+    let errno = i32::from_ne_bytes(word(16)?).checked_neg()?;
+    Some((seq, errno))
 }
 
 /// One message of a reply.

@@ -203,7 +203,15 @@ impl NftNetlink {
         if tx.is_empty() {
             return None;
         }
-        let batch = batch::batch(tx, self.0.seq.wrapping_add(1), scope)?;
+        let batch = match batch::batch(tx, self.0.seq.wrapping_add(1), scope) {
+            Ok(batch) => batch?,
+            Err(e) => {
+                return Some(Err(DataplaneError::Unencodable {
+                    what: e.what,
+                    why: e.why,
+                }));
+            }
+        };
         self.0.seq = batch.last_seq();
         Some(self.send_batch(&batch))
     }
@@ -509,6 +517,17 @@ mod tests {
         errno.extend(bare(0, 0, 7, &[]));
         let denied = bare(NLMSG_ERROR, 0, 7, &errno);
         assert_eq!(generation_in(&denied, 7).ok(), Some(Some(1001)), "EPERM");
+        // The error of a request larger than the receive buffer: the echo
+        // of the request is cut where the buffer ends.
+        let mut echo = (-22i32).to_ne_bytes().to_vec();
+        echo.extend(bare(6, 0, 7, &vec![0; 100_000]));
+        let cut = &bare(NLMSG_ERROR, 0, 7, &echo)[..65_536];
+        assert_eq!(generation_in(cut, 7).ok(), Some(Some(1022)), "EINVAL, though cut");
+        assert!(generation_in(&cut[..40], 7).is_ok_and(|g| g == Some(1022)));
+        assert!(
+            generation_in(&newgen(7, 1)[..10], 7).is_err(),
+            "a cut message that is not an error"
+        );
     }
 
     /// A dump's reply: sets of two tables, one anonymous, then the end.

@@ -270,7 +270,12 @@ impl Exprs {
             _ => {
                 let list = interval_elements(nets, len as usize);
                 let id = declare::prefix_set(w, source, list.count);
-                w.anonymous_elements(id, &list.bytes);
+                let what = if source {
+                    "source addresses"
+                } else {
+                    "destination addresses"
+                };
+                w.anonymous_elements(id, &list.bytes, what);
                 self.payload(0, NETWORK_HEADER, offset, len);
                 self.lookup(declare::ANONYMOUS_SET, Some(id), None, matches!(op, Cmp::Neq));
             }
@@ -293,7 +298,7 @@ impl Exprs {
                     raw_element(&mut list, &[ip_protocol(p)], None, None, false);
                 }
                 let id = declare::protocol_set(w, protocols.len() as u32);
-                w.anonymous_elements(id, &list);
+                w.anonymous_elements(id, &list, "protocols");
                 self.meta(0, META_L4PROTO);
                 self.lookup(declare::ANONYMOUS_SET, Some(id), None, false);
             }
@@ -394,9 +399,13 @@ impl Exprs {
                 for (i, c) in (0u32..).zip(chains) {
                     raw_element(&mut list, &i.to_ne_bytes(), Some(c), None, false);
                 }
-                let id = declare::random_verdict_map(w, chains.len() as u32);
-                w.anonymous_elements(id, &list);
-                self.numgen(0, chains.len() as u32);
+                let Ok(count) = u32::try_from(chains.len()) else {
+                    w.refuse("a random choice", format!("{} chains, more than 2^32", chains.len()));
+                    return;
+                };
+                let id = declare::random_verdict_map(w, count);
+                w.anonymous_elements(id, &list, "a random choice of chains");
+                self.numgen(0, count);
                 self.lookup(declare::ANONYMOUS_MAP, Some(id), Some(REG_VERDICT), false);
             }
             Statement::RememberSource { set, timeout_secs } => {
