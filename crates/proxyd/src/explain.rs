@@ -291,7 +291,11 @@ fn write_port(out: &mut String, x: &PortExplanation<'_>, slices: &[SliceView], c
     }
     let used = |external: bool| {
         let v: Vec<String> = x.used(external).map(|e| e.socket_addr().to_string()).collect();
-        if v.is_empty() { "nothing".into() } else { v.join(", ") }
+        if v.is_empty() {
+            "nothing".into()
+        } else {
+            crate::listing::Shown::First(8).joined(v.into_iter(), "endpoints", ", ")
+        }
     };
     let _ = write!(out, "  result: to the cluster IP -> {}", used(false));
     if port.externally_accessible() {
@@ -453,7 +457,7 @@ fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig,
     for c in &frag.chains {
         let _ = writeln!(out, "    chain {}:", c.id);
         for r in &c.rules {
-            let _ = writeln!(out, "      {}", r.text(words));
+            let _ = writeln!(out, "      {}", crate::listing::cut(&r.text(words), 400));
         }
     }
     for shared in &frag.shared {

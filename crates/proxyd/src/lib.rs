@@ -31,6 +31,7 @@
 mod cleanup;
 mod effective;
 mod explain;
+mod listing;
 mod logging;
 mod metrics_registry;
 mod render;

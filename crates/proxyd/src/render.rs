@@ -2,12 +2,12 @@
 //! and a table of services and the endpoints they use.
 
 use std::collections::BTreeSet;
-use std::fmt::Write;
 use std::process::ExitCode;
 
 use endpoints_map::topology::TopologyMode;
 use slice_model::ServicePortInfo;
 
+use crate::listing::Shown;
 use crate::settings::flags::RenderArgs;
 use crate::snapshot_engine::one_shot;
 use endpoints_map::Engine;
@@ -31,7 +31,12 @@ pub fn main(args: RenderArgs) -> ExitCode {
                 &networks,
             )?);
         }
-        let (text, syncer) = render_keeping_view(&l.engine, &l.config, !args.nft_only)?;
+        let table = (!args.nft_only).then_some(if args.all_endpoints {
+            Shown::All
+        } else {
+            Shown::First(8)
+        });
+        let (text, syncer) = render_keeping_view(&l.engine, &l.config, table)?;
         // The process ends next: freeing the view piece by piece would only
         // cost time.
         std::mem::forget(syncer);
@@ -45,19 +50,19 @@ pub fn main(args: RenderArgs) -> ExitCode {
 fn render_keeping_view(
     engine: &Engine,
     config: &DataplaneConfig,
-    table: bool,
+    table: Option<Shown>,
 ) -> anyhow::Result<(String, NftSyncer<Recording>)> {
     let mut syncer = NftSyncer::new(config.clone(), Recording::default());
     syncer.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
     let mut out = syncer.dataplane().applied.pop().map(|t| t.text()).unwrap_or_default();
-    if table {
+    if let Some(shown) = table {
         out.push('\n');
-        out.push_str(&services_table(engine, config));
+        out.push_str(&services_table(engine, config, shown));
     }
     Ok((out, syncer))
 }
 
-fn group_text(group: Option<&EndpointGroup>) -> String {
+fn group_text(group: Option<&EndpointGroup>, shown: Shown) -> String {
     let Some(g) = group else {
         return "-".into();
     };
@@ -65,41 +70,44 @@ fn group_text(group: Option<&EndpointGroup>) -> String {
         GroupVerdict::Reject => "REJECT (no endpoints)".into(),
         GroupVerdict::Drop => "DROP (none usable here)".into(),
         GroupVerdict::Forward => {
-            let eps: Vec<String> = g
+            let eps = g
                 .backends
                 .iter()
-                .map(|b| format!("{}{}", b.addr, if b.local { "*" } else { "" }))
-                .collect();
+                .map(|b| format!("{}{}", b.addr, if b.local { "*" } else { "" }));
             // Every endpoint of a group gets the same share of new
             // connections.
-            match eps.len() {
-                1 => eps.join(" "),
-                n => format!("{} (1/{n} each)", eps.join(" ")),
+            match g.backends.len() {
+                1 => shown.list(eps, "endpoints"),
+                n => format!("{} (1/{n} each)", shown.list(eps, "endpoints")),
             }
         }
     }
 }
 
-fn frontends_text(t: &ServiceTarget) -> String {
+fn frontends_text(t: &ServiceTarget, shown: Shown) -> String {
     let mut parts = vec![std::net::SocketAddr::new(t.cluster_ip, t.port).to_string()];
     if t.external.is_some() {
-        parts.extend(
-            t.external_ips
+        if !t.external_ips.is_empty() {
+            let ips = t
+                .external_ips
                 .iter()
-                .map(|ip| format!("ext {}", std::net::SocketAddr::new(*ip, t.port))),
-        );
-        parts.extend(
-            t.load_balancer_ips
+                .map(|ip| std::net::SocketAddr::new(*ip, t.port).to_string());
+            parts.push(format!("ext {}", shown.list(ips, "external IPs")));
+        }
+        if !t.load_balancer_ips.is_empty() {
+            let ips = t
+                .load_balancer_ips
                 .iter()
-                .map(|ip| format!("lb {}", std::net::SocketAddr::new(*ip, t.port))),
-        );
+                .map(|ip| std::net::SocketAddr::new(*ip, t.port).to_string());
+            parts.push(format!("lb {}", shown.list(ips, "load balancer IPs")));
+        }
         parts.extend(t.node_port.map(|p| format!("node :{p}")));
     }
     parts.join(" ")
 }
 
 /// What shapes a port's traffic, read from its plan (`t`).
-fn notes(port: &ServicePortInfo, t: &ServiceTarget, config: &DataplaneConfig) -> String {
+fn notes(port: &ServicePortInfo, t: &ServiceTarget, config: &DataplaneConfig, shown: Shown) -> String {
     let mut notes = Vec::new();
     if port.internal_policy_local {
         notes.push("internal Local".to_owned());
@@ -119,19 +127,16 @@ fn notes(port: &ServicePortInfo, t: &ServiceTarget, config: &DataplaneConfig) ->
         notes.push(format!("affinity {}s", t.as_secs()));
     }
     if !port.load_balancer_source_ranges.is_empty() {
-        let r: Vec<String> = port
-            .load_balancer_source_ranges
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        notes.push(format!("from {}", r.join(",")));
+        let ranges = port.load_balancer_source_ranges.iter().map(ToString::to_string);
+        notes.push(format!("from {}", shown.list(ranges, "source ranges")));
     }
     notes.join(", ")
 }
 
 /// One line per service port: frontends, the endpoints internal and
-/// external traffic go to (`*`: on this node), and what shapes them.
-pub fn services_table(engine: &Engine, config: &DataplaneConfig) -> String {
+/// external traffic go to (`*`: on this node), and what shapes them; long
+/// lists as `shown` says.
+pub fn services_table(engine: &Engine, config: &DataplaneConfig, shown: Shown) -> String {
     let header = ["SERVICE PORT", "PROTO", "FRONTENDS", "INTERNAL", "EXTERNAL", "NOTES"];
     let mut rows: Vec<[String; 6]> = Vec::new();
     for port in engine.services.iter() {
@@ -140,10 +145,10 @@ pub fn services_table(engine: &Engine, config: &DataplaneConfig) -> String {
         rows.push([
             port.name.short(),
             proto(port.name.protocol).to_uppercase(),
-            frontends_text(&t),
-            group_text(Some(&t.internal)),
-            group_text(t.external.as_ref()),
-            notes(port, &t, config),
+            frontends_text(&t, shown),
+            group_text(Some(&t.internal), shown),
+            group_text(t.external.as_ref(), shown),
+            notes(port, &t, config, shown),
         ]);
     }
     let mut widths = header.map(str::len);
@@ -156,10 +161,11 @@ pub fn services_table(engine: &Engine, config: &DataplaneConfig) -> String {
     let mut line = |cells: &[&str]| {
         let mut l = String::new();
         for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                l.push_str(c);
-            } else {
-                let _ = write!(l, "{c:<w$}  ");
+            l.push_str(c);
+            if i + 1 < cells.len() {
+                // Padded by hand: a format width is at most 65,535, and a
+                // cell with every endpoint of a large service is wider.
+                l.extend(std::iter::repeat_n(' ', w - c.len() + 2));
             }
         }
         out.push_str(l.trim_end());

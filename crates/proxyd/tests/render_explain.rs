@@ -305,3 +305,82 @@ fn multus_render_programs_the_attached_pod_only_and_explain_says_why() {
     );
     assert!(out.contains("apps/starting: not used: not running"), "{out}");
 }
+
+/// The largest objects the API server accepts, as manifests: a
+/// LoadBalancer with thousands of source ranges and external IPs, and a
+/// sticky service of 10,000 endpoints (ten slices of 1,000, the most a
+/// slice holds) with the longest names, beside an ordinary one.
+fn largest_objects(dir: &std::path::Path) {
+    let ns = "n".repeat(63);
+    let name = "s".repeat(63);
+    let ranges: Vec<String> = (0..3_000u32)
+        .map(|i| format!("\"{}.{}.0.0/24\"", 11 + i / 250, i % 250))
+        .collect();
+    let ext: Vec<String> = (0..1_000u32)
+        .map(|i| format!("\"192.0.{}.{}\"", i / 250, i % 250 + 1))
+        .collect();
+    let service = format!(
+        "{{\"apiVersion\": \"v1\", \"kind\": \"Service\", \"metadata\": {{\"namespace\": \"{ns}\", \"name\": \"{name}\"}},
+          \"spec\": {{\"type\": \"LoadBalancer\", \"clusterIP\": \"10.96.0.40\", \"sessionAffinity\": \"ClientIP\",
+                    \"externalIPs\": [{}], \"loadBalancerSourceRanges\": [{}],
+                    \"ports\": [{{\"name\": \"{}\", \"protocol\": \"TCP\", \"port\": 80, \"nodePort\": 30080}}]}}}}\n",
+        ext.join(","),
+        ranges.join(","),
+        "p".repeat(15)
+    );
+    std::fs::write(dir.join("service.json"), service).unwrap();
+    for s in 0..10u32 {
+        let eps: Vec<String> = (0..1_000u32)
+            .map(|i| {
+                format!(
+                    "{{\"addresses\": [\"10.1.{}.{}\"]}}",
+                    (s * 1000 + i) / 250,
+                    (s * 1000 + i) % 250 + 1
+                )
+            })
+            .collect();
+        let slice = format!(
+            "{{\"apiVersion\": \"discovery.k8s.io/v1\", \"kind\": \"EndpointSlice\",
+              \"metadata\": {{\"namespace\": \"{ns}\", \"name\": \"{name}-{s}\", \"labels\": {{\"kubernetes.io/service-name\": \"{name}\"}}}},
+              \"addressType\": \"IPv4\", \"endpoints\": [{}],
+              \"ports\": [{{\"name\": \"{}\", \"protocol\": \"TCP\", \"port\": 8080}}]}}\n",
+            eps.join(","),
+            "p".repeat(15)
+        );
+        std::fs::write(dir.join(format!("slice-{s}.json")), slice).unwrap();
+    }
+}
+
+/// `render` of the largest objects: no panic, every line of the services
+/// table bounded (a long list shows its first eight and its count), and
+/// every endpoint with `--all-endpoints`.
+#[test]
+fn render_of_the_largest_objects_abbreviates_and_can_show_all() {
+    let dir = std::env::temp_dir().join(format!("proxyd-render-largest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    largest_objects(&dir);
+    let source = ["--manifests", dir.to_str().unwrap(), "--hostname-override", "node-1"];
+    let (ok, out, err) = run_on(&["render"], &source);
+    assert!(ok, "{err}");
+    let table = &out[out.rfind("SERVICE PORT").unwrap()..];
+    let row = table.lines().nth(1).unwrap();
+    assert!(row.contains("10,000 endpoints (first 8: 10.1.0.1:8080"), "{row}");
+    assert!(row.contains("1,000 external IPs (first 8:"), "{row}");
+    assert!(row.contains("3,000 source ranges (first 8:"), "{row}");
+    assert!(table.lines().all(|l| l.len() < 2_000), "no megabyte lines");
+    assert!(out.contains("10.1.39.250"), "the ruleset holds every endpoint");
+
+    let (ok, all, err) = run_on(&["render", "--all-endpoints"], &source);
+    assert!(ok, "{err}");
+    let table = &all[all.rfind("SERVICE PORT").unwrap()..];
+    assert!(table.contains("10.1.39.250:8080") && table.contains("(1/10000 each)"));
+
+    // explain: every endpoint's own line, but no line of megabytes.
+    let service = format!("{}/{}", "n".repeat(63), "s".repeat(63));
+    let (ok, why, err) = run_on(&["explain", &service], &source);
+    assert!(ok, "{err}");
+    assert!(why.contains("result: to the cluster IP -> 10,000 endpoints (first 8: 10.1.0.1:8080"));
+    let longest = why.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 1_000, "longest line {longest}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -353,6 +353,12 @@ pub struct RenderArgs {
     /// Print only the nft ruleset, not the services table.
     #[arg(long)]
     pub nft_only: bool,
+
+    /// In the services table, list every endpoint, external address and
+    /// source range (by default a long list shows its first
+    /// eight and how many there are).
+    #[arg(long)]
+    pub all_endpoints: bool,
 }
 
 /// `proxyd explain`.
