@@ -56,7 +56,7 @@ pub mod sysctl;
 #[cfg(any(test, feature = "test-util"))]
 pub use flow_cleanup::RecordingConntrack;
 pub use flow_cleanup::{Conntrack, ConntrackError, NoConntrack};
-pub use netlink::{NetlinkConntrack, NftNetlink, RawElement};
+pub use netlink::{NetlinkConntrack, NftChange, NftMonitor, NftNetlink, RawElement};
 pub use netns::{Netns, NetnsError, NetnsId};
 pub use nft::{DryRun, NftAccessError, NftCommand, NftWriter, RemovedTables, WatchedNft, check_netlink, check_nft};
 pub use routes::{Route, RouteChange, RouteError};

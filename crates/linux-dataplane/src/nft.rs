@@ -89,6 +89,9 @@ impl NftCommand {
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()?;
+            // Its commit is proxyd's own: the change monitor must not take it
+            // for someone else's.
+            crate::netlink::monitor::own_committer(child.id());
             let fed = match child.stdin.take() {
                 Some(stdin) => {
                     let mut stdin = std::io::BufWriter::with_capacity(1 << 16, stdin);

@@ -53,6 +53,10 @@ pub trait FamilyProxier: Send {
     fn health_checks(&self) -> Option<&HealthChecks> {
         None
     }
+
+    /// Another process changed the ruleset: the next sync rewrites the
+    /// whole table, trusting nothing in it (node mode).
+    fn repair(&mut self) {}
 }
 
 /// What one successful sync of one family did, in either mode: node mode

@@ -194,6 +194,10 @@ impl FamilyProxier for Proxier {
     fn health_checks(&self) -> Option<&HealthChecks> {
         Some(Proxier::health_checks(self))
     }
+
+    fn repair(&mut self) {
+        self.table.syncer_mut().rewrite_next();
+    }
 }
 
 #[cfg(test)]

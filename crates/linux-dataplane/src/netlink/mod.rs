@@ -8,6 +8,7 @@ mod batch;
 mod ctnetlink;
 mod declare;
 mod elements;
+pub(crate) mod monitor;
 mod nftables;
 mod rules;
 
@@ -27,6 +28,7 @@ use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType};
 pub use batch::Scope;
 pub use ctnetlink::NetlinkConntrack;
 pub(crate) use elements::read_element;
+pub use monitor::{NftChange, NftMonitor};
 pub use nftables::{NftNetlink, RawElement};
 /// `NETLINK_ROUTE`: protocol 0, which rustix spells as no protocol.
 pub(crate) const ROUTE: Option<rustix::net::Protocol> = None;
@@ -89,8 +91,18 @@ impl Socket {
     }
 
     fn here(protocol: Option<rustix::net::Protocol>) -> io::Result<Self> {
+        Self::here_in_groups(protocol, 0)
+    }
+
+    /// A socket of `protocol` in `netns` that also receives the multicast
+    /// groups of the bit mask `groups`.
+    pub(crate) fn open_groups(netns: &Netns, protocol: Option<rustix::net::Protocol>, groups: u32) -> io::Result<Self> {
+        netns.run(|| Self::here_in_groups(protocol, groups))?
+    }
+
+    fn here_in_groups(protocol: Option<rustix::net::Protocol>, groups: u32) -> io::Result<Self> {
         let fd = rustix::net::socket(AddressFamily::NETLINK, SocketType::RAW, protocol)?;
-        rustix::net::bind(&fd, &SocketAddrNetlink::new(0, 0))?;
+        rustix::net::bind(&fd, &SocketAddrNetlink::new(0, groups))?;
         // A kernel answers at once; never let a sync wait on a lost reply.
         rustix::net::sockopt::set_socket_timeout(
             &fd,

@@ -229,6 +229,15 @@ impl<D: Dataplane> NftSyncer<D> {
         self.view = None;
     }
 
+    /// Makes the next sync a full one that trusts nothing the table holds
+    /// (no rule digest): someone else changed the ruleset. The table is
+    /// loaded anew if it is gone, else rewritten in place, every chain and
+    /// every set element that differs.
+    pub fn rewrite_next(&mut self) {
+        self.view = None;
+        self.last_full.get_or_insert_with(Instant::now);
+    }
+
     /// Whether the next sync will replace the whole table.
     pub fn needs_full_sync(&self) -> bool {
         self.view.is_none() || self.last_full.is_none_or(|t| t.elapsed() >= FULL_RESYNC_PERIOD)

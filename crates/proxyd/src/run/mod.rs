@@ -19,6 +19,7 @@
 //! then sync until cancelled.
 
 mod family;
+mod foreign;
 mod sources;
 mod sync;
 
@@ -237,6 +238,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         ));
     }
     let sync_needed = forward_changes(changes, &health, &metrics, &tasks, &shutdown);
+    let repair = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if !args.is_dry_run() && !args.proxy.multus {
+        foreign::follow(
+            Netns::from_flag(args.netns.clone()),
+            families.clone(),
+            repair.clone(),
+            sync_needed.clone(),
+            shutdown.clone(),
+        );
+    }
     if let Some(dir) = &args.dry_run_dir {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
     }
@@ -282,6 +293,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             health_checks,
             proxy: args.proxy.clone(),
             facts: state.facts.take(),
+            repair,
         };
         let timing = SyncTiming {
             pacing: Pacing::from_min_sync_period(args.min_sync_period),

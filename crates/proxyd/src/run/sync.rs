@@ -140,6 +140,9 @@ pub struct SyncLoop {
     /// What the sources say of this node (its Node, the ServiceCIDRs);
     /// `None` in multus mode.
     pub facts: Option<watch::Receiver<NodeFacts>>,
+    /// Set when another process changed the ruleset: the next sync
+    /// rewrites every family's table whole.
+    pub repair: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SyncLoop {
@@ -147,6 +150,11 @@ impl SyncLoop {
     /// is logged once, by the runner, with its retry.
     pub fn sync(&mut self, reason: SyncReason) -> Result<Outcome, String> {
         self.follow_sources(reason);
+        if self.repair.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            for p in &mut self.proxiers {
+                p.repair();
+            }
+        }
         let mut outcome = Outcome::Done;
         let mut failures = Vec::new();
         let mut full = false;
