@@ -56,6 +56,8 @@ pub mod sysctl;
 #[cfg(any(test, feature = "test-util"))]
 pub use flow_cleanup::RecordingConntrack;
 pub use flow_cleanup::{Conntrack, ConntrackError, NoConntrack};
+#[cfg(feature = "test-util")]
+pub use netlink::wire;
 pub use netlink::{NetlinkConntrack, NftChange, NftMonitor, NftNetlink, RawElement};
 pub use netns::{Netns, NetnsError, NetnsId};
 pub use nft::{DryRun, NftAccessError, NftCommand, NftWriter, RemovedTables, WatchedNft, check_netlink, check_nft};

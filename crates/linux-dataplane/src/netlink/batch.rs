@@ -488,6 +488,43 @@ pub(super) fn u32_be(out: &mut Vec<u8>, kind: u16, value: u32) {
     attr(out, kind, |b| b.extend(value.to_be_bytes()));
 }
 
+#[cfg(any(test, feature = "test-util"))]
+/// Checks every length of `bytes` (a batch) the way the kernel reads
+/// them: messages tile the batch; each nftables message's attributes
+/// (after its 4-byte nfgenmsg) tile its payload, and so do the
+/// attributes inside every nested one. Returns the messages' payloads.
+pub(crate) fn decode_lengths(bytes: &[u8]) -> Result<Vec<&[u8]>, String> {
+    fn attributes(mut data: &[u8], depth: usize) -> Result<(), String> {
+        while !data.is_empty() {
+            let header = data.get(..4).ok_or("a truncated attribute header")?;
+            let len = usize::from(u16::from_ne_bytes([header[0], header[1]]));
+            let kind = u16::from_ne_bytes([header[2], header[3]]);
+            let value = data
+                .get(4..len)
+                .ok_or_else(|| format!("attribute length {len} at depth {depth}"))?;
+            if kind & NLA_F_NESTED != 0 {
+                attributes(value, depth + 1)?;
+            }
+            data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
+        }
+        Ok(())
+    }
+    let mut messages = Vec::new();
+    let mut data = bytes;
+    while !data.is_empty() {
+        let header = data.get(..16).ok_or("a truncated message header")?;
+        let len = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let message = data.get(16..len).ok_or_else(|| format!("message length {len}"))?;
+        let kind = u16::from_ne_bytes([header[4], header[5]]);
+        if kind >> 8 == NFNL_SUBSYS_NFTABLES {
+            attributes(message.get(4..).ok_or("no nfgenmsg")?, 0)?;
+        }
+        messages.push(message);
+        data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
+    }
+    Ok(messages)
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::SocketAddr;
@@ -596,42 +633,6 @@ mod tests {
             "with the nft writer, anything but elements goes to nft"
         );
         assert!(batch(&with_rule, 1, Scope::Everything).expect("encodes").is_some());
-    }
-
-    /// Checks every length of `bytes` (a batch) the way the kernel reads
-    /// them: messages tile the batch; each nftables message's attributes
-    /// (after its 4-byte nfgenmsg) tile its payload, and so do the
-    /// attributes inside every nested one. Returns the messages' payloads.
-    pub(super) fn decode_lengths(bytes: &[u8]) -> Result<Vec<&[u8]>, String> {
-        fn attributes(mut data: &[u8], depth: usize) -> Result<(), String> {
-            while !data.is_empty() {
-                let header = data.get(..4).ok_or("a truncated attribute header")?;
-                let len = usize::from(u16::from_ne_bytes([header[0], header[1]]));
-                let kind = u16::from_ne_bytes([header[2], header[3]]);
-                let value = data
-                    .get(4..len)
-                    .ok_or_else(|| format!("attribute length {len} at depth {depth}"))?;
-                if kind & NLA_F_NESTED != 0 {
-                    attributes(value, depth + 1)?;
-                }
-                data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
-            }
-            Ok(())
-        }
-        let mut messages = Vec::new();
-        let mut data = bytes;
-        while !data.is_empty() {
-            let header = data.get(..16).ok_or("a truncated message header")?;
-            let len = u32::from_ne_bytes([header[0], header[1], header[2], header[3]]) as usize;
-            let message = data.get(16..len).ok_or_else(|| format!("message length {len}"))?;
-            let kind = u16::from_ne_bytes([header[4], header[5]]);
-            if kind >> 8 == NFNL_SUBSYS_NFTABLES {
-                attributes(message.get(4..).ok_or("no nfgenmsg")?, 0)?;
-            }
-            messages.push(message);
-            data = data.get(len.next_multiple_of(4)..).unwrap_or_default();
-        }
-        Ok(messages)
     }
 
     fn chain(i: usize) -> ChainId {

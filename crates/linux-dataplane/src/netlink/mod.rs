@@ -26,6 +26,26 @@ use rustix::net::netlink::{self as nl, SocketAddrNetlink};
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketType};
 
 pub use batch::Scope;
+
+/// The batch encoder and a strict reader of what it writes, for fuzzing
+/// (feature `test-util`): every length a batch holds must be what follows
+/// it, for any transaction.
+#[cfg(feature = "test-util")]
+pub mod wire {
+    pub use super::batch::TooLong;
+
+    /// `tx` as the netlink batch proxyd sends (`Ok(None)`: it holds
+    /// nothing), or the message that cannot be encoded.
+    pub fn encode(tx: &nft_dataplane::Transaction) -> Result<Option<Vec<u8>>, TooLong> {
+        super::batch::batch(tx, 1, super::batch::Scope::Everything).map(|b| b.map(|b| b.bytes))
+    }
+
+    /// Reads every length of `bytes` (a batch) as the kernel does: the
+    /// number of messages, or where a length is not what follows it.
+    pub fn check_lengths(bytes: &[u8]) -> Result<usize, String> {
+        super::batch::decode_lengths(bytes).map(|m| m.len())
+    }
+}
 pub use ctnetlink::NetlinkConntrack;
 pub(crate) use elements::read_element;
 pub use monitor::{NftChange, NftMonitor};
