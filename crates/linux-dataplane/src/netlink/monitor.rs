@@ -2,9 +2,12 @@
 //! announces every committed transaction on nftables' multicast group, and
 //! ends each with a `NFT_MSG_NEWGEN` naming the process that committed it.
 //! A commit by one of proxyd's threads (over netlink) or by an `nft` it
-//! started is its own; any other (`nft flush ruleset` in a distribution's nftables
-//! service, a firewall reload, an operator) is someone else's, and proxyd's
-//! table may need repair.
+//! started is its own; any other that touched proxyd's table (`nft flush
+//! ruleset` in a distribution's nftables service, a firewall reload, an
+//! operator) is someone else's, and the table needs repair. Commits that
+//! touched only other tables (another program's own rules) are none of
+//! proxyd's business: each announcement of an object names its table, and
+//! the transaction's `NEWGEN` follows them.
 //!
 //! Idle, this costs nothing: a socket that waits. While it listens, the
 //! kernel also announces proxyd's own changes, object by object; what the
@@ -63,24 +66,44 @@ pub enum NftChange {
     Unknown,
 }
 
-/// Follows the nftables changes of one network namespace.
+/// Follows the nftables changes of one network namespace to one table.
 #[derive(Debug)]
-pub struct NftMonitor(Socket);
+pub struct NftMonitor {
+    socket: Socket,
+    /// What a transaction has touched so far (its `NEWGEN` ends it).
+    seen: Touched,
+}
+
+/// Whether the announcements of the transaction under way named a table.
+#[derive(Debug)]
+struct Touched {
+    /// The table (of the `ip` or `ip6` family) that matters.
+    table: String,
+    ours: bool,
+}
 
 impl NftMonitor {
-    /// Listens to the nftables announcements of `netns`.
-    pub fn open(netns: &Netns) -> io::Result<Self> {
-        Socket::open_groups(netns, Some(nl::NETFILTER), 1 << (NFNLGRP_NFTABLES - 1)).map(Self)
+    /// Listens to the nftables announcements of `netns` that concern the
+    /// table `table` of either IP family.
+    pub fn open(netns: &Netns, table: &str) -> io::Result<Self> {
+        let socket = Socket::open_groups(netns, Some(nl::NETFILTER), 1 << (NFNLGRP_NFTABLES - 1))?;
+        Ok(Self {
+            socket,
+            seen: Touched {
+                table: table.to_owned(),
+                ours: false,
+            },
+        })
     }
 
     /// As [`Self::next`], waiting at most `wait` (a zero wait is taken as
     /// a millisecond).
     pub fn next_within(&mut self, wait: std::time::Duration) -> io::Result<Option<NftChange>> {
         let wait = wait.max(std::time::Duration::from_millis(1));
-        rustix::net::sockopt::set_socket_timeout(&self.0.fd, rustix::net::sockopt::Timeout::Recv, Some(wait))?;
+        rustix::net::sockopt::set_socket_timeout(&self.socket.fd, rustix::net::sockopt::Timeout::Recv, Some(wait))?;
         let next = self.next();
         rustix::net::sockopt::set_socket_timeout(
-            &self.0.fd,
+            &self.socket.fd,
             rustix::net::sockopt::Timeout::Recv,
             Some(std::time::Duration::from_secs(2)),
         )?;
@@ -91,7 +114,7 @@ impl NftMonitor {
     /// was not proxyd's: `Ok(None)` when none came meanwhile.
     pub fn next(&mut self) -> io::Result<Option<NftChange>> {
         loop {
-            let datagram = match self.0.recv_datagram() {
+            let datagram = match self.socket.recv_datagram() {
                 Ok(d) => d,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => {
                     return Ok(None);
@@ -100,36 +123,75 @@ impl NftMonitor {
                 Err(e) if e.raw_os_error() == Some(105) => return Ok(Some(NftChange::Unknown)),
                 Err(e) => return Err(e),
             };
-            if let Some(change) = foreign_commit(datagram) {
+            if let Some(change) = self.seen.foreign_commit(datagram) {
                 return Ok(Some(change));
             }
         }
     }
 }
 
-/// The first commit in `datagram` that another process made, if any.
-fn foreign_commit(mut data: &[u8]) -> Option<NftChange> {
-    while let Ok(msg) = netlink_packet_core::NetlinkBuffer::new_checked(data) {
-        let len = usize::try_from(msg.length()).ok()?;
-        if msg.message_type() == NEWGEN
-            && let Some(NfTablesMessage::NewGen(gen_)) = nftables_message(NEWGEN, msg.payload())
-        {
-            let (mut pid, mut process) = (None, String::new());
-            for a in gen_.attributes {
-                match a {
-                    GenAttribute::ProcPid(p) => pid = Some(p),
-                    GenAttribute::ProcName(n) => process = n,
-                    _ => {}
-                }
-            }
-            // A commit without a process (the kernel's own) is no one's.
-            if let Some(pid) = pid.filter(|p| !is_own(*p)) {
-                return Some(NftChange::Foreign { pid, process });
-            }
+/// `NFPROTO_IPV4` and `NFPROTO_IPV6`: the families of proxyd's tables.
+const IP_FAMILIES: [u8; 2] = [2, 10];
+/// The attribute that names an object's table: the first of every
+/// table, chain, rule, set, element, object and flowtable message.
+const TABLE_ATTRIBUTE: u16 = 1;
+
+/// The table an nftables announcement (`payload`: nfgenmsg, then
+/// attributes) is about, if it names one of an IP family.
+fn table_of(payload: &[u8]) -> Option<&[u8]> {
+    let (header, mut attrs) = payload.split_at_checked(4)?;
+    if !IP_FAMILIES.contains(&header[0]) {
+        return None;
+    }
+    while let [l0, l1, k0, k1, ..] = attrs {
+        let len = usize::from(u16::from_ne_bytes([*l0, *l1]));
+        let value = attrs.get(4..len)?;
+        if u16::from_ne_bytes([*k0, *k1]) & 0x3fff == TABLE_ATTRIBUTE {
+            return Some(value.strip_suffix(&[0]).unwrap_or(value));
         }
-        data = data.get(len.next_multiple_of(4)..)?;
+        attrs = attrs.get(len.next_multiple_of(4)..)?;
     }
     None
+}
+
+impl Touched {
+    /// The first commit in `data` that another process made to the
+    /// table, if any; what the transaction under way has touched carries
+    /// over to the next datagram.
+    fn foreign_commit(&mut self, mut data: &[u8]) -> Option<NftChange> {
+        while let Ok(msg) = netlink_packet_core::NetlinkBuffer::new_checked(data) {
+            let len = usize::try_from(msg.length()).ok()?;
+            let kind = msg.message_type();
+            if kind == NEWGEN {
+                let ours = std::mem::take(&mut self.ours);
+                if let Some(change) = commit(msg.payload()).filter(|_| ours) {
+                    return Some(change);
+                }
+            } else if kind >> 8 == NEWGEN >> 8 && table_of(msg.payload()) == Some(self.table.as_bytes()) {
+                self.ours = true;
+            }
+            data = data.get(len.next_multiple_of(4)..)?;
+        }
+        None
+    }
+}
+
+/// The commit a `NEWGEN` announces, if another process made it.
+fn commit(payload: &[u8]) -> Option<NftChange> {
+    let Some(NfTablesMessage::NewGen(gen_)) = nftables_message(NEWGEN, payload) else {
+        return None;
+    };
+    let (mut pid, mut process) = (None, String::new());
+    for a in gen_.attributes {
+        match a {
+            GenAttribute::ProcPid(p) => pid = Some(p),
+            GenAttribute::ProcName(n) => process = n,
+            _ => {}
+        }
+    }
+    // A commit without a process (the kernel's own) is no one's.
+    let pid = pid.filter(|p| !is_own(*p))?;
+    Some(NftChange::Foreign { pid, process })
 }
 
 #[cfg(test)]
@@ -139,6 +201,26 @@ mod tests {
 
     use super::super::append;
     use super::*;
+
+    /// The announcement of a deleted table `table` of `family`, then the
+    /// `NEWGEN` of process `pid`.
+    fn commit_to(table: &str, family: NetfilterProtoFamily, pid: u32, name: &str) -> Vec<u8> {
+        use netlink_packet_netfilter::nftables::{TableAttribute, TableMessage};
+        let mut out = Vec::new();
+        let deleted = NfTablesMessage::DeleteTable(TableMessage {
+            attributes: vec![TableAttribute::Name(table.into())],
+        });
+        append(&mut out, NetfilterHeader::new(family, 0, 0), deleted, 0, 0);
+        out.extend(newgen(pid, name));
+        out
+    }
+
+    fn monitor() -> Touched {
+        Touched {
+            table: "proxyd".into(),
+            ours: false,
+        }
+    }
 
     fn newgen(pid: u32, name: &str) -> Vec<u8> {
         let mut out = Vec::new();
@@ -160,24 +242,34 @@ mod tests {
     }
 
     #[test]
-    fn commits_by_proxyd_or_its_nft_are_its_own_and_others_are_not() {
-        assert_eq!(foreign_commit(&newgen(std::process::id(), "proxyd")), None);
+    fn commits_to_the_table_by_others_are_foreign_and_the_rest_are_not() {
+        use NetfilterProtoFamily::{IPv4, IPv6, Inet};
+        let mut m = monitor();
+        let ours = commit_to("proxyd", IPv4, std::process::id(), "proxyd");
+        assert_eq!(m.foreign_commit(&ours), None);
         own_committer(4_000_001);
-        assert_eq!(foreign_commit(&newgen(4_000_001, "nft")), None);
-        let theirs = newgen(4_000_002, "nft");
+        let by_our_nft = commit_to("proxyd", IPv6, 4_000_001, "nft");
+        assert_eq!(m.foreign_commit(&by_our_nft), None, "an nft of ours");
+        let elsewhere = commit_to("firewalld", IPv4, 4_000_002, "nft");
+        assert_eq!(m.foreign_commit(&elsewhere), None, "not our table");
+        let inet = commit_to("proxyd", Inet, 4_000_002, "nft");
+        assert_eq!(m.foreign_commit(&inet), None, "not our family");
+        let theirs = commit_to("proxyd", IPv6, 4_000_002, "nft");
+        let foreign = Some(NftChange::Foreign {
+            pid: 4_000_002,
+            process: "nft".into(),
+        });
+        assert_eq!(m.foreign_commit(&theirs), foreign);
+        // Across datagrams: the announcement in one, its NEWGEN in the next.
+        let split = theirs.len() - newgen(4_000_002, "nft").len();
+        assert_eq!(m.foreign_commit(&theirs[..split]), None);
+        assert_eq!(m.foreign_commit(&theirs[split..]), foreign);
+        let touched_nothing = newgen(4_000_002, "nft");
         assert_eq!(
-            foreign_commit(&theirs),
-            Some(NftChange::Foreign {
-                pid: 4_000_002,
-                process: "nft".into()
-            })
+            m.foreign_commit(&touched_nothing),
+            None,
+            "a commit that touched nothing"
         );
-        let mut both = newgen(std::process::id(), "proxyd");
-        both.extend(theirs);
-        assert!(matches!(
-            foreign_commit(&both),
-            Some(NftChange::Foreign { pid: 4_000_002, .. })
-        ));
-        assert_eq!(foreign_commit(&both[..10]), None, "a cut message is no commit");
+        assert_eq!(m.foreign_commit(&theirs[..10]), None, "a cut message is no commit");
     }
 }

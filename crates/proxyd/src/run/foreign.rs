@@ -1,7 +1,7 @@
-//! Repairs proxyd's tables as soon as another process changes the ruleset
+//! Repairs proxyd's tables as soon as another process changes them
 //! (`nft flush ruleset` when a distribution's nftables service restarts, a
 //! firewall reload, an operator), instead of at the next periodic sync:
-//! the kernel announces every commit ([`linux_dataplane::NftMonitor`]), and
+//! the kernel announces every commit and what it touched ([`linux_dataplane::NftMonitor`]), and
 //! one by another process makes the next sync rewrite every family's table
 //! whole, trusting nothing in it.
 //!
@@ -68,7 +68,7 @@ pub fn follow(
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
-    let mut monitor = match NftMonitor::open(&netns) {
+    let mut monitor = match NftMonitor::open(&netns, nft_dataplane::names::TABLE) {
         Ok(m) => m,
         Err(e) => {
             tracing::warn!(
