@@ -39,6 +39,8 @@ pub struct WatchMetrics {
     pub failing_since_ms: AtomicU64,
     /// 1 while the watch is failing, else 0 (`proxyd_watch_failing`).
     pub failing: Gauge,
+    /// The last error while the watch is failing (`None` while it works).
+    pub last_error: std::sync::Mutex<Option<String>>,
     /// Objects skipped because they could not be decoded, once per
     /// object and resourceVersion (`proxyd_rejected_objects_total` with
     /// reason `undecodable`).
@@ -46,6 +48,11 @@ pub struct WatchMetrics {
 }
 
 impl WatchMetrics {
+    /// The last error, while the watch is failing.
+    pub fn last_error(&self) -> Option<String> {
+        slice_model::internal::lock(&self.last_error).clone()
+    }
+
     /// How long the watch has been failing at `now`, if it is.
     pub fn down_for(&self, now: SystemTime) -> Option<Duration> {
         match self.failing_since_ms.load(Ordering::Acquire) {
@@ -104,6 +111,7 @@ impl Retry {
     fn failed(&mut self, error: &dyn std::fmt::Display, metrics: &WatchMetrics) -> Duration {
         let now = Instant::now();
         self.failures += 1;
+        *slice_model::internal::lock(&metrics.last_error) = Some(error.to_string());
         let since = *self.failing_since.get_or_insert_with(|| {
             let ms = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -152,6 +160,7 @@ impl Retry {
             );
             metrics.failing_since_ms.store(0, Ordering::Release);
             metrics.failing.set(0);
+            *slice_model::internal::lock(&metrics.last_error) = None;
         }
         self.failures = 0;
         self.last_said = None;

@@ -20,6 +20,7 @@ mod tests;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use informer_glue::feed::{Part, Scope};
 use informer_glue::fold::EventFold;
@@ -68,7 +69,83 @@ pub struct Config {
     pub zone: Option<String>,
     /// Objects per list page (0: the watcher's default).
     pub page_size: u32,
+    /// How long [`Reader::ready`] waits for the first lists before it
+    /// gives up on a watch that is failing (a refused token, a role that
+    /// may not list, an API server out of reach); `None`:
+    /// [`DEFAULT_READY_TIMEOUT`]. A watch that is slow but not failing is
+    /// waited for.
+    pub ready_timeout: Option<Duration>,
 }
+
+/// [`Config::ready_timeout`]'s default.
+pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How current a reader's view is ([`Reader::status`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The first lists are not in yet, and no watch has failed.
+    Starting,
+    /// Every watch works: the view is the API server's as of its last
+    /// event.
+    Current,
+    /// A watch has been failing since `since`: changes made since may be
+    /// missing from the view (before the first lists: the view is
+    /// incomplete).
+    Stale {
+        /// When the first of the failing watches started failing.
+        since: SystemTime,
+        /// Each failing watch.
+        failing: Vec<WatchFailure>,
+    },
+    /// The watches were stopped (the future [`watch`] returned was
+    /// dropped): the view is frozen, and every subscription and change
+    /// stream has closed.
+    Stopped,
+}
+
+/// A watch that is failing, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WatchFailure {
+    /// What it watches: `Service` or `EndpointSlice`.
+    pub kind: &'static str,
+    /// Since when.
+    pub since: SystemTime,
+    /// Its last error, as the client reported it (`401 Unauthorized`, a
+    /// refused connection, ...).
+    pub error: String,
+}
+
+/// Why [`Reader::ready`] gave up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotReady {
+    /// The watches were stopped before the first lists were in.
+    Stopped,
+    /// The first lists were not in after the ready timeout, and a watch is
+    /// failing.
+    Failing {
+        /// How long `ready` waited.
+        waited: Duration,
+        /// Each failing watch.
+        failing: Vec<WatchFailure>,
+    },
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Stopped => f.write_str("the watches stopped before the first lists were in"),
+            Self::Failing { waited, failing } => {
+                write!(f, "the first lists are not in after {waited:?}:")?;
+                for w in failing {
+                    write!(f, " {} watch failing: {};", w.kind, w.error)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for NotReady {}
 
 /// A handle on the live endpoints; cheap to clone, for as many tasks as
 /// need it.
@@ -76,20 +153,85 @@ pub struct Config {
 pub struct Reader {
     store: Arc<Mutex<Store>>,
     ready: latest::Receiver<bool>,
+    watches: Arc<Watches>,
+    ready_timeout: Duration,
+}
+
+/// The counters of the reader's two watches.
+struct Watches {
+    services: Arc<WatchMetrics>,
+    slices: Arc<WatchMetrics>,
+}
+
+impl Watches {
+    fn failing(&self, now: SystemTime) -> Vec<WatchFailure> {
+        [("Service", &self.services), ("EndpointSlice", &self.slices)]
+            .into_iter()
+            .filter_map(|(kind, w)| {
+                let down = w.down_for(now)?;
+                Some(WatchFailure {
+                    kind,
+                    since: now.checked_sub(down).unwrap_or(now),
+                    error: w.last_error().unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
 }
 
 impl Reader {
     /// Waits until the first complete lists of Services and EndpointSlices
-    /// are in (at once if they are). Returns early only if the watches
-    /// were dropped before.
-    pub async fn ready(&self) {
+    /// are in (at once if they are). Gives up with [`NotReady::Failing`]
+    /// once [`Config::ready_timeout`] has passed while a watch is failing
+    /// (a refused token, a role that may not list, an API server out of
+    /// reach: the watches go on retrying), and with [`NotReady::Stopped`]
+    /// when the watches were stopped.
+    pub async fn ready(&self) -> Result<(), NotReady> {
+        let started = tokio::time::Instant::now();
+        let mut deadline = started + self.ready_timeout;
         let mut ready = self.ready.clone();
-        let _ = ready.wait_for(|r| *r).await;
+        loop {
+            tokio::select! {
+                listed = ready.wait_for(|r| *r) => {
+                    return match listed {
+                        Ok(_) if !lock(&self.store).stopped() => Ok(()),
+                        _ => Err(NotReady::Stopped),
+                    };
+                }
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+            let failing = self.watches.failing(SystemTime::now());
+            if !failing.is_empty() {
+                return Err(NotReady::Failing {
+                    waited: started.elapsed(),
+                    failing,
+                });
+            }
+            // Slow, not failing: look again in a second.
+            deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+        }
     }
 
-    /// Whether the first lists are in.
+    /// Whether the first lists are in and the watches run.
     pub fn is_ready(&self) -> bool {
-        *self.ready.borrow()
+        *self.ready.borrow() && !lock(&self.store).stopped()
+    }
+
+    /// How current the view is now: starting, current, stale since when
+    /// and why, or stopped.
+    pub fn status(&self) -> Status {
+        if lock(&self.store).stopped() {
+            return Status::Stopped;
+        }
+        let failing = self.watches.failing(SystemTime::now());
+        if let Some(since) = failing.iter().map(|f| f.since).min() {
+            return Status::Stale { since, failing };
+        }
+        if *self.ready.borrow() {
+            Status::Current
+        } else {
+            Status::Starting
+        }
     }
 
     /// A service's endpoints now; `None` when there is no such Service (a
@@ -120,19 +262,43 @@ impl Reader {
 }
 
 /// Starts watching Services and EndpointSlices through `client`: the
-/// reader, and the future that runs the watches (spawn it; dropping it
-/// stops them). Watches retry with backoff for as long as they run.
+/// reader, and the future that runs the watches (spawn it). Watches retry
+/// with backoff for as long as they run. Dropping the future (or never
+/// polling it) stops them, and the readers say so: every subscription and
+/// change stream closes, [`Reader::ready`] returns [`NotReady::Stopped`],
+/// and [`Reader::status`] is [`Status::Stopped`].
 pub fn watch(client: kube::Client, config: Config) -> (Reader, impl Future<Output = ()> + Send + 'static) {
     let (store, ready) = Store::new(config.node.clone(), config.zone.clone());
     let store = Arc::new(Mutex::new(store));
+    let watches = Arc::new(Watches {
+        services: Arc::default(),
+        slices: Arc::default(),
+    });
     let reader = Reader {
         store: store.clone(),
         ready,
+        watches: watches.clone(),
+        ready_timeout: config.ready_timeout.unwrap_or(DEFAULT_READY_TIMEOUT),
     };
-    (reader, run(client, config, store))
+    // Dropped with the future, polled or not.
+    let stop = StopOnDrop(store.clone());
+    let run = run(client, config, store, watches);
+    (reader, async move {
+        let _stop = stop;
+        run.await;
+    })
 }
 
-async fn run(client: kube::Client, config: Config, store: Arc<Mutex<Store>>) {
+/// Stops the store when the watches' future goes.
+struct StopOnDrop(Arc<Mutex<Store>>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        lock(&self.0).stop();
+    }
+}
+
+async fn run(client: kube::Client, config: Config, store: Arc<Mutex<Store>>, watches: Arc<Watches>) {
     let kube_proxy = informer_glue::selection::Selection::default();
     let (mut services, mut slices) = (config.label_selector.clone(), config.label_selector.clone());
     if config.selection == Selection::KubeProxy {
@@ -157,12 +323,12 @@ async fn run(client: kube::Client, config: Config, store: Arc<Mutex<Store>>) {
     let services = Part {
         fold: service_fold.keeping(SlimServices),
         handler: Services(store.clone()),
-        metrics: Arc::new(WatchMetrics::default()),
+        metrics: watches.services.clone(),
     };
     let slices = Part {
         fold: EventFold::new().keeping(SlimSlices),
         handler: Slices(store),
-        metrics: Arc::new(WatchMetrics::default()),
+        metrics: watches.slices.clone(),
     };
     let (services, slices) =
         informer_glue::feed::services_and_slices(client, scope, services, slices, std::future::pending::<()>);

@@ -26,14 +26,27 @@ pub(crate) struct Store {
     /// The service each slice was last filed under (a slice can move).
     owner: HashMap<SliceName, ServiceName>,
     views: HashMap<ServiceName, Arc<ServiceEndpoints>>,
+    /// One sender per name someone subscribed to. Entries nobody receives
+    /// from any more are swept when the map has doubled since the last
+    /// sweep, so that names asked about once do not stay forever.
     subscribers: HashMap<ServiceName, watch::Sender<Latest>>,
-    changes: broadcast::Sender<ServiceName>,
+    /// The subscribers' entries after the last sweep.
+    swept_to: usize,
+    /// `None` once the watches stopped: every receiver is then closed.
+    changes: Option<broadcast::Sender<ServiceName>>,
     interner: Interner,
     node: String,
     zone: Option<Arc<str>>,
-    /// Services, then slices: listed once.
-    listed: [bool; 2],
-    ready: watch::Sender<bool>,
+    listed: Listed,
+    /// `None` once the watches stopped.
+    ready: Option<watch::Sender<bool>>,
+}
+
+/// Which kinds have been listed once.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Listed {
+    pub(crate) services: bool,
+    pub(crate) slices: bool,
 }
 
 pub(crate) use slice_model::internal::lock;
@@ -47,12 +60,13 @@ impl Store {
             owner: HashMap::new(),
             views: HashMap::new(),
             subscribers: HashMap::new(),
-            changes: broadcast::channel(1024).0,
+            swept_to: 0,
+            changes: Some(broadcast::channel(1024).0),
             interner: Interner::new(),
             node: node.unwrap_or_default(),
             zone: zone.map(Arc::from),
-            listed: [false; 2],
-            ready,
+            listed: Listed::default(),
+            ready: Some(ready),
         };
         (store, ready_rx)
     }
@@ -69,14 +83,45 @@ impl Store {
 
     pub(crate) fn subscribe(&mut self, name: &ServiceName) -> watch::Receiver<Latest> {
         let latest = self.get(name);
+        if self.stopped() {
+            // Closed at once: nothing will ever change it.
+            return watch::channel(latest).1;
+        }
+        if self.subscribers.len() >= 2 * self.swept_to.max(64) {
+            self.subscribers.retain(|_, tx| tx.receiver_count() > 0);
+            self.swept_to = self.subscribers.len();
+        }
         self.subscribers
             .entry(name.clone())
             .or_insert_with(|| watch::channel(latest).0)
             .subscribe()
     }
 
+    /// How many names have a subscription entry (bounded by twice the
+    /// names with live receivers, and at least 128).
+    #[cfg(test)]
+    pub(crate) fn subscription_entries(&self) -> usize {
+        self.subscribers.len()
+    }
+
     pub(crate) fn changes(&self) -> broadcast::Receiver<ServiceName> {
-        self.changes.subscribe()
+        match &self.changes {
+            Some(tx) => tx.subscribe(),
+            None => broadcast::channel(1).1,
+        }
+    }
+
+    /// Whether the watches stopped (their future was dropped).
+    pub(crate) fn stopped(&self) -> bool {
+        self.ready.is_none()
+    }
+
+    /// The watches stopped: every receiver closes (subscriptions, the
+    /// change stream, `ready`), and the view stays as it was.
+    pub(crate) fn stop(&mut self) {
+        self.subscribers.clear();
+        self.changes = None;
+        self.ready = None;
     }
 
     /// Builds `name`'s view again; tells its subscribers and the change
@@ -107,13 +152,15 @@ impl Store {
                 self.subscribers.remove(name);
             }
         }
-        let _ = self.changes.send(name.clone());
+        if let Some(changes) = &self.changes {
+            let _ = changes.send(name.clone());
+        }
     }
 
-    fn listed(&mut self, which: usize) {
-        self.listed[which] = true;
-        if self.listed.iter().all(|l| *l) {
-            self.ready.send_replace(true);
+    fn listed(&mut self, which: fn(&mut Listed) -> &mut bool) {
+        *which(&mut self.listed) = true;
+        if let (true, true, Some(ready)) = (self.listed.services, self.listed.slices, &self.ready) {
+            ready.send_replace(true);
         }
     }
 
@@ -200,7 +247,7 @@ impl EventHandler<Service> for Services {
     }
 
     fn on_synced(&mut self) {
-        lock(&self.0).listed(0);
+        lock(&self.0).listed(|l| &mut l.services);
     }
 }
 
@@ -221,6 +268,6 @@ impl EventHandler<EndpointSlice> for Slices {
     }
 
     fn on_synced(&mut self) {
-        lock(&self.0).listed(1);
+        lock(&self.0).listed(|l| &mut l.slices);
     }
 }

@@ -253,3 +253,43 @@ proptest! {
         }
     }
 }
+
+/// Asking about names that have no Service, and letting go, keeps memory
+/// bounded: the entries of names nobody receives from any more are swept
+/// as the map doubles, so a million names leave at most twice the live
+/// subscriptions (and at least the 128 a sweep waits for).
+#[test]
+fn names_asked_about_and_let_go_are_not_kept() {
+    let (store, _ready) = Store::new(None, None);
+    let mut store = store;
+    let kept: Vec<_> = (0..10)
+        .map(|i| store.subscribe(&ServiceName::new("kept", format!("s{i}"))))
+        .collect();
+    let mut most = 0;
+    for i in 0..1_000_000u32 {
+        drop(store.subscribe(&ServiceName::new("asked", format!("name-{i}"))));
+        most = most.max(store.subscription_entries());
+    }
+    assert!(most <= 128, "at most {most} entries at once");
+    assert_eq!(kept.len(), 10);
+    // The kept ones still hear of their service.
+    use informer_glue::fold::EventHandler;
+    let mut handler = Services(Arc::new(Mutex::new(store)));
+    let k8s = Service {
+        metadata: ObjectMeta {
+            name: Some("s3".into()),
+            namespace: Some("kept".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("10.96.0.3".into()),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    handler.on_add(&k8s);
+    assert!(
+        kept[3].has_changed().unwrap(),
+        "a live subscription survives the sweeps"
+    );
+}

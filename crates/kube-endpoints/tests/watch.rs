@@ -81,7 +81,7 @@ async fn both_families_every_fact_and_routing() {
     let (reader, run) = watch(server.client(), config);
     assert!(!reader.is_ready(), "nothing listed before the watches run");
     let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.ready()).await.unwrap();
+    tokio::time::timeout(WAIT, reader.ready()).await.unwrap().unwrap();
     assert!(reader.is_ready());
     let name = ServiceName::new("shop", "web");
     let view = reader.get(&name).unwrap();
@@ -141,7 +141,7 @@ async fn subscriptions_follow_their_service_through_faults() {
         .unwrap();
     let (reader, run) = watch(server.client(), Config::default());
     let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.ready()).await.unwrap();
+    tokio::time::timeout(WAIT, reader.ready()).await.unwrap().unwrap();
     let (web_name, db_name) = (ServiceName::new("shop", "web"), ServiceName::new("shop", "db"));
     let mut web_rx = reader.subscribe(&web_name);
     let mut changes = reader.changes();
@@ -225,7 +225,7 @@ async fn selection_and_namespace() {
             };
             let (reader, run) = watch(client, config);
             let task = tokio::spawn(run);
-            tokio::time::timeout(WAIT, reader.ready()).await.unwrap();
+            tokio::time::timeout(WAIT, reader.ready()).await.unwrap().unwrap();
             task.abort();
             reader.services().iter().map(ToString::to_string).collect::<Vec<_>>()
         }
@@ -233,4 +233,116 @@ async fn selection_and_namespace() {
     assert_eq!(names(Selection::All, None).await, ["other/api", "shop/db", "shop/web"]);
     assert_eq!(names(Selection::KubeProxy, None).await, ["other/api", "shop/web"]);
     assert_eq!(names(Selection::All, Some("shop")).await, ["shop/db", "shop/web"]);
+}
+
+/// Dropping the watches' future, polled or never polled, is not silent:
+/// every subscription and the change stream close, `discover`'s stream
+/// ends, `ready` returns `Stopped`, and the status says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_watches_close_every_receiver_and_say_so() {
+    use kube_endpoints::{NotReady, Status};
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(web()).unwrap();
+    let name = ServiceName::new("shop", "web");
+
+    // Never polled.
+    let (reader, run) = watch(server.client(), Config::default());
+    let mut updates = reader.subscribe(&name);
+    let mut changes = reader.changes();
+    drop(run);
+    let closed = tokio::time::timeout(WAIT, updates.changed()).await.unwrap();
+    assert!(closed.is_err(), "the subscription closed");
+    assert!(matches!(
+        tokio::time::timeout(WAIT, changes.recv()).await.unwrap(),
+        Err(tokio::sync::broadcast::error::RecvError::Closed)
+    ));
+    assert_eq!(
+        tokio::time::timeout(WAIT, reader.ready()).await.unwrap(),
+        Err(NotReady::Stopped)
+    );
+    assert_eq!(reader.status(), Status::Stopped);
+    assert!(
+        reader.subscribe(&name).changed().await.is_err(),
+        "a later subscription is closed too"
+    );
+
+    // Running, then aborted: the view stays, every receiver closes.
+    let (reader, run) = watch(server.client(), Config::default());
+    let task = tokio::spawn(run);
+    tokio::time::timeout(WAIT, reader.ready()).await.unwrap().unwrap();
+    assert_eq!(reader.status(), Status::Current);
+    let mut updates = reader.subscribe(&name);
+    let mut discovered = reader.discover(&name, "http", Protocol::Tcp, |_| ());
+    task.abort();
+    let _ = task.await;
+    assert!(tokio::time::timeout(WAIT, updates.changed()).await.unwrap().is_err());
+    use futures::StreamExt;
+    let ended = tokio::time::timeout(WAIT, async { while discovered.next().await.is_some() {} }).await;
+    assert!(ended.is_ok(), "discover's stream ended");
+    assert!(reader.get(&name).is_some(), "the last view is still there to read");
+    assert!(!reader.is_ready());
+    assert_eq!(reader.ready().await, Err(NotReady::Stopped));
+}
+
+/// A token the API server refuses (401), a role that may not list (403),
+/// an API server out of reach: `ready` gives up after the ready timeout
+/// with each failing watch and its error, and the status says since when;
+/// a slow but working server is waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_says_why_the_lists_do_not_come() {
+    use kube_endpoints::{NotReady, Status};
+    let short = Config {
+        ready_timeout: Some(Duration::from_secs(2)),
+        ..Config::default()
+    };
+    let failing = |r: Result<(), NotReady>| match r {
+        Err(NotReady::Failing { failing, .. }) => failing,
+        other => panic!("{other:?}"),
+    };
+
+    let server = FakeApiServer::start().await.unwrap();
+    server.require_token("the-right-token");
+    let (reader, run) = watch(server.client(), short.clone());
+    let _task = tokio::spawn(run);
+    let why = failing(tokio::time::timeout(WAIT, reader.ready()).await.unwrap());
+    assert_eq!(why.len(), 2, "{why:?}");
+    assert!(why.iter().all(|w| w.error.contains("401")), "{why:?}");
+    assert!(matches!(reader.status(), Status::Stale { failing, .. } if failing.len() == 2));
+
+    let server = FakeApiServer::start().await.unwrap();
+    server.forbid(Kind::EndpointSlice);
+    let (reader, run) = watch(server.client(), short.clone());
+    let _task = tokio::spawn(run);
+    let why = failing(tokio::time::timeout(WAIT, reader.ready()).await.unwrap());
+    assert_eq!(why.len(), 1, "{why:?}");
+    assert_eq!(why[0].kind, "EndpointSlice");
+    assert!(
+        why[0].error.contains("403") || why[0].error.contains("forbidden"),
+        "{why:?}"
+    );
+    // Granted again: the watch recovers, the reader becomes current.
+    server.allow_all();
+    tokio::time::timeout(WAIT, async {
+        while reader.status() != Status::Current {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("current once the role allows the list");
+    assert_eq!(reader.ready().await, Ok(()));
+
+    let mut server = FakeApiServer::start().await.unwrap();
+    server.stop();
+    let (reader, run) = watch(server.client(), short.clone());
+    let _task = tokio::spawn(run);
+    let why = failing(tokio::time::timeout(WAIT, reader.ready()).await.unwrap());
+    assert!(!why.is_empty() && why.iter().all(|w| !w.error.is_empty()), "{why:?}");
+
+    // Slow (each answer 3 s late, past the 2-s timeout), not failing.
+    let server = FakeApiServer::start().await.unwrap();
+    server.set_delay(Duration::from_secs(3));
+    let (reader, run) = watch(server.client(), short);
+    let _task = tokio::spawn(run);
+    assert_eq!(reader.status(), Status::Starting);
+    assert_eq!(tokio::time::timeout(WAIT, reader.ready()).await.unwrap(), Ok(()));
 }
