@@ -2,10 +2,14 @@
 //! `kube_endpoints` subscriber: the fake API server holds SERVICES
 //! services with a slice each; one endpoint of one service changes 100
 //! times, and each time the subscriber's wait is timed (from the write to
-//! the receiver's wake-up). Prints the median and the maximum.
+//! the receiver's wake-up). Prints the median and the maximum. Then, with
+//! `--missing-names N`, subscribes to N distinct names that have no
+//! Service and drops each receiver, and prints how much the resident size
+//! grew (a proxy that subscribes to every host it is asked for).
 //!
 //!     cargo build --release -p proxyd-benches --bin subscribe-latency
 //!     ./target/release/subscribe-latency --services 10000
+//!     ./target/release/subscribe-latency --services 1000 --changes 10 --missing-names 1000000
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -24,6 +28,22 @@ struct Args {
     /// Changes timed.
     #[arg(long, default_value_t = 100)]
     changes: u32,
+    /// Names without a Service to subscribe to and let go, measuring the
+    /// resident size's growth.
+    #[arg(long, default_value_t = 0)]
+    missing_names: u32,
+}
+
+/// This process's resident size, in KiB.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 fn service(i: u32) -> Value {
@@ -52,7 +72,8 @@ async fn run(args: &Args) -> Result<(), String> {
     let listed = Instant::now();
     tokio::time::timeout(Duration::from_secs(300), reader.ready())
         .await
-        .map_err(|_| "no first list in 300 s")?;
+        .map_err(|_| "no first list in 300 s")?
+        .map_err(|e| e.to_string())?;
     println!("{} services listed in {:.2?}", args.services, listed.elapsed());
     let name = ServiceName::new("ns", "svc-0");
     let mut rx = reader.subscribe(&name);
@@ -77,6 +98,18 @@ async fn run(args: &Args) -> Result<(), String> {
         times[times.len() / 2],
         times[times.len() - 1]
     );
+    if args.missing_names > 0 {
+        let before = rss_kib();
+        for i in 0..args.missing_names {
+            drop(reader.subscribe(&ServiceName::new("asked", format!("host-{i}.example"))));
+        }
+        let after = rss_kib();
+        println!(
+            "{} names without a Service subscribed to and let go: resident size {before} -> {after} KiB ({:+} KiB)",
+            args.missing_names,
+            after as i64 - before as i64
+        );
+    }
     Ok(())
 }
 
