@@ -9,9 +9,12 @@
 //! proxyd's business: each announcement of an object names its table, and
 //! the transaction's `NEWGEN` follows them.
 //!
-//! Idle, this costs nothing: a socket that waits. While it listens, the
-//! kernel also announces proxyd's own changes, object by object; what the
-//! socket cannot hold is dropped (and said as [`NftChange::Unknown`]).
+//! Idle, this costs nothing: a socket that waits. But while anyone
+//! listens, the kernel builds an announcement of every object every
+//! transaction touches, proxyd's own included, which made its
+//! transactions several times slower: so it stops listening while it
+//! writes ([`Listening`]), and what the socket cannot hold is dropped
+//! (and said as [`NftChange::Unknown`]).
 
 use std::collections::VecDeque;
 use std::io;
@@ -25,6 +28,8 @@ use crate::netns::Netns;
 
 /// `NFNLGRP_NFTABLES`: the group nftables announces its changes on.
 const NFNLGRP_NFTABLES: u32 = 7;
+/// The group as a bind mask.
+const GROUPS: u32 = 1 << (NFNLGRP_NFTABLES - 1);
 /// `NFT_MSG_NEWGEN`'s type: nftables' subsystem, message 15.
 const NEWGEN: u16 = (10 << 8) | 15;
 /// How many `nft` processes proxyd started are remembered as its own.
@@ -86,13 +91,21 @@ impl NftMonitor {
     /// Listens to the nftables announcements of `netns` that concern the
     /// table `table` of either IP family.
     pub fn open(netns: &Netns, table: &str) -> io::Result<Self> {
-        let socket = Socket::open_groups(netns, Some(nl::NETFILTER), 1 << (NFNLGRP_NFTABLES - 1))?;
+        let socket = Socket::open_groups(netns, Some(nl::NETFILTER), GROUPS)?;
         Ok(Self {
             socket,
             seen: Touched {
                 table: table.to_owned(),
                 ours: false,
             },
+        })
+    }
+
+    /// A handle that stops and starts this monitor's listening from
+    /// another thread (the one that writes).
+    pub fn listening(&self) -> io::Result<Listening> {
+        Ok(Listening {
+            fd: self.socket.fd.try_clone()?,
         })
     }
 
@@ -152,6 +165,34 @@ fn table_of(payload: &[u8]) -> Option<&[u8]> {
         attrs = attrs.get(len.next_multiple_of(4)..)?;
     }
     None
+}
+
+/// Stops and starts a monitor's listening: around proxyd's own writes,
+/// so that the kernel does not announce them (see the module's docs).
+/// A change another program makes meanwhile is not announced: the writer
+/// checks afterwards that its tables are there.
+#[derive(Debug)]
+pub struct Listening {
+    fd: std::os::fd::OwnedFd,
+}
+
+impl Listening {
+    fn bind(&self, groups: u32) -> io::Result<()> {
+        let bound = rustix::net::getsockname(&self.fd)?;
+        let portid = nl::SocketAddrNetlink::try_from(bound).map_err(io::Error::from)?.pid();
+        rustix::net::bind(&self.fd, &nl::SocketAddrNetlink::new(portid, groups))?;
+        Ok(())
+    }
+
+    /// Stops listening.
+    pub fn pause(&self) -> io::Result<()> {
+        self.bind(0)
+    }
+
+    /// Listens again.
+    pub fn resume(&self) -> io::Result<()> {
+        self.bind(GROUPS)
+    }
 }
 
 impl Touched {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use linux_dataplane::{Netns, NftChange, NftMonitor, NftNetlink};
+use linux_dataplane::{Listening, Netns, NftChange, NftMonitor, NftNetlink};
 use slice_model::IpFamily;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -59,24 +59,59 @@ impl Pacing {
     }
 }
 
+/// The sync thread's side of following: it stops the listening while it
+/// writes (the kernel would announce every object proxyd writes, which
+/// made its transactions several times slower), and afterwards checks
+/// that its tables are there (a change meanwhile was not announced).
+pub struct WhileWriting {
+    listening: Listening,
+    netns: Netns,
+    families: Vec<IpFamily>,
+}
+
+impl WhileWriting {
+    /// Runs `write` with the listening stopped; with whether every table
+    /// is there afterwards.
+    pub fn quietly<T>(&self, write: impl FnOnce() -> T) -> (T, bool) {
+        if let Err(e) = self.listening.pause() {
+            tracing::debug!("cannot stop following nftables changes while writing: {e}");
+        }
+        let written = write();
+        if let Err(e) = self.listening.resume() {
+            tracing::warn!("cannot follow nftables changes again ({e}): the periodic sync still repairs");
+        }
+        (written, tables_present(&self.netns, &self.families))
+    }
+}
+
 /// Follows the ruleset of `netns` on a thread of its own until `shutdown`;
-/// a foreign change sets `repair` and wakes the sync runner.
+/// a foreign change sets `repair` and wakes the sync runner. Returns the
+/// sync thread's side, `None` when nftables cannot be followed.
 pub fn follow(
     netns: Netns,
     families: Vec<IpFamily>,
     repair: Arc<AtomicBool>,
     wake: Arc<Notify>,
     shutdown: CancellationToken,
-) {
-    let mut monitor = match NftMonitor::open(&netns, nft_dataplane::names::TABLE) {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::warn!(
-                "cannot follow nftables changes ({e}): a table changed by another program is repaired at the \
-                 next periodic sync"
-            );
-            return;
-        }
+) -> Option<WhileWriting> {
+    let cannot = |e: std::io::Error| {
+        tracing::warn!(
+            "cannot follow nftables changes ({e}): a table changed by another program is repaired at the next \
+             periodic sync"
+        );
+    };
+    let (mut monitor, listening) =
+        match NftMonitor::open(&netns, nft_dataplane::names::TABLE).and_then(|m| m.listening().map(|l| (m, l))) {
+            Ok(both) => both,
+            Err(e) => {
+                cannot(e);
+                return None;
+            }
+        };
+    let writing = WhileWriting {
+        listening,
+        netns: netns.clone(),
+        families: families.clone(),
     };
     let spawned = std::thread::Builder::new()
         .name("proxyd-foreign".into())
@@ -108,8 +143,12 @@ pub fn follow(
                 wake.notify_one();
             }
         });
-    if let Err(e) = spawned {
-        tracing::warn!("cannot follow nftables changes ({e})");
+    match spawned {
+        Ok(_) => Some(writing),
+        Err(e) => {
+            cannot(e);
+            None
+        }
     }
 }
 

@@ -239,15 +239,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let sync_needed = forward_changes(changes, &health, &metrics, &tasks, &shutdown);
     let repair = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    if !args.is_dry_run() && !args.proxy.multus {
-        foreign::follow(
-            Netns::from_flag(args.netns.clone()),
-            families.clone(),
-            repair.clone(),
-            sync_needed.clone(),
-            shutdown.clone(),
-        );
-    }
+    let following = (!args.is_dry_run() && !args.proxy.multus)
+        .then(|| {
+            foreign::follow(
+                Netns::from_flag(args.netns.clone()),
+                families.clone(),
+                repair.clone(),
+                sync_needed.clone(),
+                shutdown.clone(),
+            )
+        })
+        .flatten();
     if let Some(dir) = &args.dry_run_dir {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
     }
@@ -294,6 +296,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             proxy: args.proxy.clone(),
             facts: state.facts.take(),
             repair,
+            following,
         };
         let timing = SyncTiming {
             pacing: Pacing::from_min_sync_period(args.min_sync_period),

@@ -143,6 +143,9 @@ pub struct SyncLoop {
     /// Set when another process changed the ruleset: the next sync
     /// rewrites every family's table whole.
     pub repair: Arc<std::sync::atomic::AtomicBool>,
+    /// Following other programs' changes, stopped while this loop writes
+    /// (node mode, when nftables can be followed).
+    pub following: Option<super::foreign::WhileWriting>,
 }
 
 impl SyncLoop {
@@ -155,6 +158,21 @@ impl SyncLoop {
                 p.repair();
             }
         }
+        let Some(following) = self.following.take() else {
+            return self.sync_families(reason);
+        };
+        let (result, tables_there) = following.quietly(|| self.sync_families(reason));
+        self.following = Some(following);
+        if !tables_there && result.is_ok() {
+            // Removed by someone else while nothing listened.
+            tracing::warn!("a table of proxyd's went while it was writing: rewriting it");
+            self.repair.store(true, std::sync::atomic::Ordering::Release);
+            return Ok(Outcome::Incomplete);
+        }
+        result
+    }
+
+    fn sync_families(&mut self, reason: SyncReason) -> Result<Outcome, String> {
         let mut outcome = Outcome::Done;
         let mut failures = Vec::new();
         let mut full = false;
