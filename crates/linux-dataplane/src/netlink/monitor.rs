@@ -109,12 +109,12 @@ impl NftMonitor {
         })
     }
 
-    /// As [`Self::next`], waiting at most `wait` (a zero wait is taken as
+    /// As [`Self::next_change`], waiting at most `wait` (a zero wait is taken as
     /// a millisecond).
     pub fn next_within(&mut self, wait: std::time::Duration) -> io::Result<Option<NftChange>> {
         let wait = wait.max(std::time::Duration::from_millis(1));
         rustix::net::sockopt::set_socket_timeout(&self.socket.fd, rustix::net::sockopt::Timeout::Recv, Some(wait))?;
-        let next = self.next();
+        let next = self.next_change();
         rustix::net::sockopt::set_socket_timeout(
             &self.socket.fd,
             rustix::net::sockopt::Timeout::Recv,
@@ -125,7 +125,7 @@ impl NftMonitor {
 
     /// Waits (up to the socket's 2-second timeout) for the next change that
     /// was not proxyd's: `Ok(None)` when none came meanwhile.
-    pub fn next(&mut self) -> io::Result<Option<NftChange>> {
+    pub fn next_change(&mut self) -> io::Result<Option<NftChange>> {
         loop {
             let datagram = match self.socket.recv_datagram() {
                 Ok(d) => d,

@@ -118,7 +118,7 @@ pub fn follow(
         .spawn(move || {
             let mut pacing = Pacing::default();
             while !shutdown.is_cancelled() {
-                let change = match monitor.next() {
+                let change = match monitor.next_change() {
                     Ok(Some(c)) => c,
                     Ok(None) => continue,
                     Err(e) => {
