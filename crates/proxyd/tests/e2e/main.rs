@@ -331,7 +331,7 @@ async fn restart_keeps_traffic_and_forgets_what_was_deleted_meanwhile() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
-async fn a_deleted_table_is_restored_within_a_sync_period() {
+async fn a_deleted_table_is_restored() {
     require();
     let mut c = Cluster::new("tamper").await;
     web(&c);
@@ -339,7 +339,9 @@ async fn a_deleted_table_is_restored_within_a_sync_period() {
     c.start_proxyd();
     c.eventually("web", || c.tcp("10.96.0.10", 80, 1) == [PODS[0]]);
     c.node.exec("nft", &["delete", "table", "ip", "proxyd"]);
-    assert_ne!(c.tcp("10.96.0.10", 80, 1), [PODS[0]], "the table is gone");
+    // proxyd follows the kernel's announcements and rewrites the table in
+    // well under the time a connection attempt from here takes to start
+    // (nft_netns.rs measures the gap), so the gap is not asserted here.
     c.eventually("the table back", || c.tcp("10.96.0.10", 80, 1) == [PODS[0]]);
 }
 
