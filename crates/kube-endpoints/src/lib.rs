@@ -26,14 +26,21 @@ use informer_glue::feed::{Part, Scope};
 use informer_glue::fold::EventFold;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::watch_runner::{WatchMetrics, WatchSettings};
-use kube::core::Selector;
 use tokio::sync::{broadcast, watch as latest};
 
 pub use endpoints_map::topology::{EndpointUse, TopologyMode};
+/// The label selector type of [`Config::label_selector`] (kube's).
+pub use kube::core::Selector;
 pub use slice_cache::PortEndpoints;
+/// Every type the reader's views name, so that an application needs no
+/// other crate to use them: an endpoint's conditions and hints through
+/// the [`Endpoint`] trait (`is_ready`, `socket_addr`, ...), a service
+/// name's namespace and name through [`NamespacedName`], a port's name,
+/// the errors of parsing a protocol or a family, an address range.
 pub use slice_model::{
-    BaseEndpointInfo, EndpointFacts, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, ServiceType, TargetRef,
-    TrafficPolicy,
+    BaseEndpointInfo, Conditions, Endpoint, EndpointFacts, IpFamily, IpNet, NamespacedName, NodeHint, Protocol,
+    RawTargetRef, ServiceInfo, ServiceName, ServicePort, ServicePortInfo, ServicePortName, ServiceType, TargetRef,
+    TrafficPolicy, UnknownIpFamily, UnknownProtocol, ZoneHints,
 };
 pub use store::Latest;
 pub use view::{Routing, ServiceEndpoints, Traffic};

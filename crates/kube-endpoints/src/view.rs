@@ -89,19 +89,23 @@ impl ServiceEndpoints {
         self.endpoints.port(name, protocol)
     }
 
-    /// Every endpoint of every port.
+    /// Every endpoint of every port: one item per port and endpoint (an
+    /// endpoint behind two ports comes twice, with each port).
     pub fn endpoints(&self) -> impl Iterator<Item = &BaseEndpointInfo> {
         self.ports().iter().flat_map(|p| &p.endpoints)
     }
 
     /// The endpoints that are ready: what takes new connections when
-    /// topology and policies do not narrow the choice.
+    /// topology and policies do not narrow the choice. One item per port
+    /// and endpoint, as [`Self::endpoints`]: two pods behind two ports are
+    /// four items.
     pub fn ready(&self) -> impl Iterator<Item = &BaseEndpointInfo> {
         self.endpoints().filter(|e| e.ready)
     }
 
     /// The endpoints that are serving (ready, or terminating and still
-    /// able to serve).
+    /// able to serve). One item per port and endpoint, as
+    /// [`Self::endpoints`].
     pub fn serving(&self) -> impl Iterator<Item = &BaseEndpointInfo> {
         self.endpoints().filter(|e| e.serving)
     }

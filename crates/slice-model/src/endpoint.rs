@@ -6,10 +6,13 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::{NodeHint, ZoneHints};
 
-/// What a proxier needs to know of one endpoint of one service port.
+/// What a proxy (or a load balancer, or a DNS server) needs to know of one
+/// endpoint of one service port: its address, whether it runs on this
+/// node, its conditions and its topology hints.
 ///
-/// This is the seed's `Endpoint` interface. Proxiers that keep more per
-/// endpoint (chain names, say) implement it on their own type.
+/// [`BaseEndpointInfo`] implements it; a user that keeps more per endpoint
+/// (its own connection pool, say) can implement it on its own type and
+/// use the same routing decisions.
 pub trait Endpoint {
     /// The endpoint's address and port.
     fn socket_addr(&self) -> SocketAddr;
@@ -17,9 +20,10 @@ pub trait Endpoint {
     /// Whether the endpoint runs on this proxy's node.
     fn is_local(&self) -> bool;
 
-    /// The slice's `ready` condition: eligible for new connections. An
-    /// endpoint can be ready and terminating at once; it then counts as
-    /// ready (rule 8 of the crate's rules), as kube-proxy counts it.
+    /// The EndpointSlice's `ready` condition: eligible for new connections.
+    /// An endpoint can be ready and terminating at once (a pod whose
+    /// termination does not make it unready); it then counts as ready, as
+    /// kube-proxy counts it.
     fn is_ready(&self) -> bool;
 
     /// Ready, whether terminating or not: usable as a fallback when a
@@ -53,9 +57,10 @@ pub trait Endpoint {
         self.socket_addr().port()
     }
 
-    /// The seed's `Equal`: the same endpoint string and the same locality.
-    /// Stale-connection detection uses this: an endpoint whose locality
-    /// flips counts as a different endpoint, one whose readiness flips not.
+    /// Whether `other` is the same endpoint: the same address and port,
+    /// and the same locality (on this node or not). Deciding which
+    /// connections went stale uses this: an endpoint whose locality flips
+    /// counts as a different endpoint, one whose readiness flips does not.
     fn same_endpoint(&self, other: &dyn Endpoint) -> bool {
         self.socket_addr() == other.socket_addr() && self.is_local() == other.is_local()
     }

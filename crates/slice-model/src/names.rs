@@ -95,9 +95,11 @@ macro_rules! kind_of_name {
 }
 
 kind_of_name!(
-    /// The name of a Service (`namespace/name`). One pointer wide: every
-    /// map a proxier keeps per service is keyed by it (the cache, the
-    /// services and endpoints maps, the dataplane's view).
+    /// The name of a Service (`namespace/name`): `ServiceName::new("shop",
+    /// "web")`; its namespace and name are the fields of the
+    /// [`NamespacedName`] it dereferences to (`name.namespace`,
+    /// `name.name`). One pointer wide and cheap to clone, as it keys every
+    /// per-service map.
     ServiceName(Arc<NamespacedName>)
 );
 

@@ -75,7 +75,8 @@ impl IpFamily {
         }
     }
 
-    /// `ipv4` or `ipv6`, the spelling of the command-line flags.
+    /// `ipv4` or `ipv6`: the name in lower case, as logs and metrics
+    /// labels write it.
     pub fn as_str(self) -> &'static str {
         match self {
             IpFamily::V4 => "ipv4",
