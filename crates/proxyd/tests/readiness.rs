@@ -9,13 +9,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::KillOnDrop;
-use common::daemon::{expect_line, http_status, spawn_logged};
+use common::daemon::{Proxyd, expect_line, http_status};
 use fake_apiserver::FakeApiServer;
 use serde_json::json;
 
@@ -23,55 +19,24 @@ use serde_json::json;
 /// `/healthz` to 503.
 const SYNC_PERIOD: Duration = Duration::from_secs(2);
 
-struct Proxyd {
-    _child: KillOnDrop,
-    lines: mpsc::Receiver<String>,
-    log: Vec<String>,
-    port: u16,
-    started: Instant,
-    dir: PathBuf,
-}
-
-impl Drop for Proxyd {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Starts `proxyd run --dry-run` against `server`'s kubeconfig.
+/// Starts `proxyd run --dry-run` against `server`, which holds one
+/// Service.
 fn start(server: &FakeApiServer, tag: &str) -> Proxyd {
     server
         .apply(json!({"kind": "Service", "metadata": {"name": "a", "namespace": "ns"},
                       "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "p", "protocol": "TCP", "port": 80}]}}))
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("proxyd-ready-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
-    let port = common::free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
-    cmd.args(["run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args(["--hostname-override", "node-1", "--min-sync-period", "0"])
-        .arg("--sync-period")
-        .arg(format!("{}s", SYNC_PERIOD.as_secs()))
-        .args(["--dry-run", "--metrics-bind-address", "", "--healthz-bind-address"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--dry-run-dir")
-        .arg(dir.join("nft"));
-    let started = Instant::now();
-    let (child, lines) = spawn_logged(cmd);
-    Proxyd {
-        _child: child,
-        lines,
-        log: Vec::new(),
-        port,
-        started,
-        dir,
-    }
+    Proxyd::dry_run(server, &format!("ready-{tag}"), SYNC_PERIOD)
 }
 
-impl Proxyd {
+/// What these tests ask of it.
+trait Readiness {
+    async fn healthz_for(&self, span: Duration) -> Vec<u16>;
+    async fn listening(&self) -> Duration;
+    async fn ready_after_first_sync(&mut self);
+}
+
+impl Readiness for Proxyd {
     /// `/healthz`'s answers over `span`, every 100 ms (0: no answer).
     async fn healthz_for(&self, span: Duration) -> Vec<u16> {
         let until = Instant::now() + span;

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::daemon::{expect_line, http_body, http_status, spawn_logged};
+use common::daemon::{Proxyd, expect_line, http_body, http_status, spawn_logged};
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -166,29 +166,9 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
         .apply(json!({"kind": "Service", "metadata": {"name": "a", "namespace": "ns"},
                       "spec": {"clusterIP": "10.96.0.10", "ports": [{"name": "p", "protocol": "TCP", "port": 80}]}}))
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("proxyd-health-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
-    let port = common::free_port();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
-    cmd.args(["run", "--kubeconfig"])
-        .arg(&kubeconfig)
-        .args([
-            "--hostname-override",
-            "node-1",
-            "--min-sync-period",
-            "0",
-            "--sync-period",
-            "2s",
-        ])
-        .args(["--dry-run", "--metrics-bind-address", "", "--healthz-bind-address"])
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--dry-run-dir")
-        .arg(dir.join("nft"));
-    let (_child, lines) = spawn_logged(cmd);
-    let mut log = Vec::new();
-    expect_line(&lines, &mut log, &["synced", "first=true"]).await;
+    let proxyd = Proxyd::dry_run(&server, "health-test", Duration::from_secs(2));
+    let (lines, port, mut log) = (&proxyd.lines, proxyd.port, Vec::new());
+    expect_line(lines, &mut log, &["synced", "first=true"]).await;
     assert_eq!(http_status(port, "/healthz"), 200);
 
     while let Ok(l) = lines.try_recv() {
@@ -248,7 +228,7 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
         .apply(json!({"kind": "Service", "metadata": {"name": "b", "namespace": "ns"},
                       "spec": {"clusterIP": "10.96.0.11", "ports": [{"name": "p", "protocol": "TCP", "port": 80}]}}))
         .unwrap();
-    expect_line(&lines, &mut log, &["synced", "changed_services=1"]).await;
+    expect_line(lines, &mut log, &["synced", "changed_services=1"]).await;
     let synced_after = back.elapsed();
     let mut ready_after = None;
     while back.elapsed() < Duration::from_secs(15) {
@@ -281,7 +261,6 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
         "{ready_after:?}\n{}",
         log.join("\n")
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A draining node (KEP-3836): the cluster autoscaler taints this node

@@ -75,3 +75,57 @@ pub fn http_body(port: u16, path: &str) -> String {
         .unwrap_or_default()
         .to_owned()
 }
+
+/// `proxyd run --dry-run` (the real binary) against a fake API server,
+/// with `/healthz` on a free port of 127.0.0.1; killed, and its scratch
+/// directory removed, on drop.
+pub struct Proxyd {
+    _child: KillOnDrop,
+    /// Its log, line by line.
+    pub lines: mpsc::Receiver<String>,
+    /// The lines read so far.
+    pub log: Vec<String>,
+    /// Where `/healthz` and `/livez` answer.
+    pub port: u16,
+    /// When it was started.
+    pub started: Instant,
+    dir: std::path::PathBuf,
+}
+
+impl Proxyd {
+    /// Starts it against `server`'s kubeconfig with `--sync-period
+    /// sync_period`; `tag` names its scratch directory.
+    pub fn dry_run(server: &fake_apiserver::FakeApiServer, tag: &str, sync_period: Duration) -> Self {
+        let dir = std::env::temp_dir().join(format!("proxyd-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+        let port = super::free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
+        cmd.args(["run", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(["--hostname-override", "node-1", "--min-sync-period", "0"])
+            .arg("--sync-period")
+            .arg(format!("{}s", sync_period.as_secs()))
+            .args(["--dry-run", "--metrics-bind-address", "", "--healthz-bind-address"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--dry-run-dir")
+            .arg(dir.join("nft"));
+        let started = Instant::now();
+        let (child, lines) = spawn_logged(cmd);
+        Self {
+            _child: child,
+            lines,
+            log: Vec::new(),
+            port,
+            started,
+            dir,
+        }
+    }
+}
+
+impl Drop for Proxyd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
