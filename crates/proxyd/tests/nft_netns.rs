@@ -1286,7 +1286,10 @@ fn run_without_permission_for_nft_says_so_and_stops() {
 /// `ip WRAP…` when `wrap` is given (`netns exec NS`: proxyd inside the
 /// namespace), until its table is in `ns`; stops it (SIGTERM, exit 0) and
 /// returns its log.
-fn run_until_first_sync(ns: &Netns, wrap: &[&str], flags: &[&str]) -> String {
+/// Runs `proxyd run` on the example's services until its first sync (and
+/// until its log holds each of `said`: what a thread of its own says may
+/// come after the first sync), then stops it; returns its log.
+fn run_until_first_sync(ns: &Netns, wrap: &[&str], flags: &[&str], said: &[&str]) -> String {
     let dir = std::env::temp_dir().join(format!("proxyd-first-sync-{}-{}", ns.0, std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
@@ -1311,6 +1314,10 @@ fn run_until_first_sync(ns: &Netns, wrap: &[&str], flags: &[&str]) -> String {
             .unwrap(),
     );
     eventually("the first sync", || has_table(ns));
+    eventually("what it says", || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        said.iter().all(|s| text.contains(s))
+    });
     assert!(common::terminate(&mut child, "TERM").success());
     let text = std::fs::read_to_string(&log).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
@@ -1339,6 +1346,7 @@ fn conntrack_settings_are_made_at_startup() {
         &ns,
         &["netns", "exec", &ns.0],
         &["--conntrack-udp-timeout", "45s", "--conntrack-tcp-be-liberal"],
+        &[],
     );
     assert_eq!(read("nf_conntrack_tcp_timeout_established"), 86_400, "24h");
     assert_eq!(read("nf_conntrack_tcp_timeout_close_wait"), 3600, "1h");
@@ -1462,7 +1470,7 @@ fn kube_proxys_rules_are_found_and_removed() {
     ns.exec("ip6tables-nft", &["-t", "nat", "-N", "KUBE-SERVICES"]);
 
     // At startup: one warning, naming what it found.
-    let text = run_until_first_sync(&ns, &[], &["--netns", &ns.0]);
+    let text = run_until_first_sync(&ns, &[], &["--netns", &ns.0], &["kube-proxy's rules are on this node"]);
     let warnings: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("kube-proxy's rules are on this node"))
