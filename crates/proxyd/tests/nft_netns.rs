@@ -1706,7 +1706,8 @@ if mode == "serve":
         c, _ = s.accept(); c.sendall(c.getsockname()[0].encode()); c.close()
 else:
     vip, clients, each = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    for i in range(clients):
+    first = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    for i in range(first, first + clients):
         me = "10.2.%d.%d" % (i // 250, i % 250 + 1)
         for _ in range(each):
             try:
@@ -1760,34 +1761,38 @@ fn a_sticky_service_of_any_size_is_programmed_beside_the_others() {
             "10.2.0.1 10.1.200.1",
             "the other service is programmed too"
         );
-        let out = ns.exec("python3", &["-c", ANY_ADDRESS, "connect", "10.96.0.40", "400", "3"]);
-        let mut per_client: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for l in out.lines() {
-            let (client, answer) = l.split_once(' ').unwrap();
-            per_client.entry(client).or_default().push(answer);
-        }
-        assert_eq!(per_client.len(), 400, "{out}");
         let index: BTreeMap<&str, usize> = eps.iter().enumerate().map(|(i, e)| (e.as_str(), i)).collect();
-        let mut groups: BTreeMap<String, u32> = BTreeMap::new();
-        for (client, answers) in &per_client {
-            assert!(
-                answers.iter().all(|a| *a == answers[0]),
-                "{n}: client {client} sticks to one endpoint: {answers:?}"
+        let groups: Vec<String> = (0..8).map(|g| format!("group-{g}")).collect();
+        // Each sample is 400 new clients (addresses no earlier sample used),
+        // three connections each: every client sticks to one endpoint, and
+        // their first picks spread over the endpoints' eight groups.
+        let mut samples = 0;
+        assert_uniform(&format!("{n} sticky endpoints"), &groups, 400, || {
+            let first = (samples * 400).to_string();
+            samples += 1;
+            let out = ns.exec(
+                "python3",
+                &["-c", ANY_ADDRESS, "connect", "10.96.0.40", "400", "3", &first],
             );
-            let i = index
-                .get(answers[0])
-                .unwrap_or_else(|| panic!("{n}: {client} reached {answers:?}"));
-            *groups.entry(format!("group-{}", i % 8)).or_default() += 1;
-        }
-        let names: Vec<String> = (0..8).map(|g| format!("group-{g}")).collect();
-        let (stat, critical) = chi_square(&groups, &names, 400);
-        eprintln!(
-            "{n} sticky endpoints: first clients by group {groups:?}, chi-square {stat:.2} (critical {critical:.2})"
-        );
-        assert!(
-            stat < critical,
-            "{n}: new clients spread over every endpoint: {groups:?}"
-        );
+            let mut per_client: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for l in out.lines() {
+                let (client, answer) = l.split_once(' ').unwrap();
+                per_client.entry(client).or_default().push(answer);
+            }
+            assert_eq!(per_client.len(), 400, "{out}");
+            let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+            for (client, answers) in &per_client {
+                assert!(
+                    answers.iter().all(|a| *a == answers[0]),
+                    "{n}: client {client} sticks to one endpoint: {answers:?}"
+                );
+                let i = index
+                    .get(answers[0])
+                    .unwrap_or_else(|| panic!("{n}: {client} reached {answers:?}"));
+                *counts.entry(format!("group-{}", i % 8)).or_default() += 1;
+            }
+            counts
+        });
 
         // One endpoint goes: a partial sync.
         eps.remove(n / 2);
