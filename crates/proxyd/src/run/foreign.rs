@@ -65,14 +65,17 @@ impl Pacing {
 /// that its tables are there (a change meanwhile was not announced).
 pub struct WhileWriting {
     listening: Listening,
-    netns: Netns,
+    /// Asks, after each write, whether the tables are there: opened once,
+    /// not per sync.
+    nft: NftNetlink,
     families: Vec<IpFamily>,
 }
 
 impl WhileWriting {
     /// Runs `write` with the listening stopped; with whether every table
-    /// is there afterwards.
-    pub fn quietly<T>(&self, write: impl FnOnce() -> T) -> (T, bool) {
+    /// is there afterwards (`true` when that cannot be asked: nothing to
+    /// act on).
+    pub fn quietly<T>(&mut self, write: impl FnOnce() -> T) -> (T, bool) {
         if let Err(e) = self.listening.pause() {
             tracing::debug!("cannot stop following nftables changes while writing: {e}");
         }
@@ -80,7 +83,8 @@ impl WhileWriting {
         if let Err(e) = self.listening.resume() {
             tracing::warn!("cannot follow nftables changes again ({e}): the periodic sync still repairs");
         }
-        (written, tables_present(&self.netns, &self.families))
+        let present = tables(&mut self.nft, &self.families).map_or(true, |t| t.iter().all(|there| *there));
+        (written, present)
     }
 }
 
@@ -100,17 +104,18 @@ pub fn follow(
              periodic sync"
         );
     };
-    let (mut monitor, listening) =
-        match NftMonitor::open(&netns, nft_dataplane::names::TABLE).and_then(|m| m.listening().map(|l| (m, l))) {
-            Ok(both) => both,
-            Err(e) => {
-                cannot(e);
-                return None;
-            }
-        };
+    let opened = NftMonitor::open(&netns, nft_dataplane::names::TABLE)
+        .and_then(|m| Ok((m.listening()?, NftNetlink::open(&netns)?, m)));
+    let (listening, nft, mut monitor) = match opened {
+        Ok(all) => all,
+        Err(e) => {
+            cannot(e);
+            return None;
+        }
+    };
     let writing = WhileWriting {
         listening,
-        netns: netns.clone(),
+        nft,
         families: families.clone(),
     };
     let spawned = std::thread::Builder::new()
@@ -130,7 +135,13 @@ pub fn follow(
                     NftChange::Foreign { pid, process } => format!("{process} (pid {pid})"),
                     // Lost announcements, most likely proxyd's own during a
                     // large sync: repair only if a table is gone.
-                    NftChange::Unknown if tables_present(&netns, &families) => continue,
+                    NftChange::Unknown
+                        if NftNetlink::open(&netns)
+                            .and_then(|mut nft| tables(&mut nft, &families))
+                            .map_or(true, |t| t.iter().all(|there| *there)) =>
+                    {
+                        continue;
+                    }
                     NftChange::Unknown => "a process whose announcement was lost".to_owned(),
                 };
                 let at = pacing.repair_at(Instant::now());
@@ -152,15 +163,13 @@ pub fn follow(
     }
 }
 
-/// Whether every family's table is there (`true` when that cannot be
-/// asked: nothing to act on).
-fn tables_present(netns: &Netns, families: &[IpFamily]) -> bool {
-    let Ok(mut nft) = NftNetlink::open(netns) else {
-        return true;
-    };
+/// Whether each of `families` has proxyd's table, in the namespace `nft`
+/// asks.
+pub fn tables(nft: &mut NftNetlink, families: &[IpFamily]) -> std::io::Result<Vec<bool>> {
     families
         .iter()
-        .all(|f| nft.table_exists(*f, nft_dataplane::names::TABLE).unwrap_or(true))
+        .map(|f| nft.table_exists(*f, nft_dataplane::names::TABLE))
+        .collect()
 }
 
 #[cfg(test)]

@@ -492,11 +492,7 @@ async fn unreachable_through_own_service(
         }
     }
     let tables = tokio::task::spawn_blocking(move || {
-        let mut nft = linux_dataplane::NftNetlink::open(&netns)?;
-        families
-            .iter()
-            .map(|f| nft.table_exists(*f, nft_dataplane::names::TABLE))
-            .collect::<std::io::Result<Vec<bool>>>()
+        linux_dataplane::NftNetlink::open(&netns).and_then(|mut nft| foreign::tables(&mut nft, &families))
     })
     .await;
     // Without a look at the table (no access, a dry run's host), the hint

@@ -158,7 +158,7 @@ impl SyncLoop {
                 p.repair();
             }
         }
-        let Some(following) = self.following.take() else {
+        let Some(mut following) = self.following.take() else {
             return self.sync_families(reason);
         };
         let (result, tables_there) = following.quietly(|| self.sync_families(reason));
