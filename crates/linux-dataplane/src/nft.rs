@@ -118,7 +118,13 @@ impl NftCommand {
     pub fn check_access(&self) -> Result<(), DataplaneError> {
         let mut probe = Transaction::for_table(IpFamily::V4, nft_dataplane::names::TABLE);
         probe.push(nft_dataplane::Op::AddTable(IpFamily::V4));
-        let text = probe.text();
+        self.check(&probe)
+    }
+
+    /// Whether the kernel accepts `tx`, as `nft --check` asks it (nothing
+    /// is committed).
+    pub fn check(&self, tx: &Transaction) -> Result<(), DataplaneError> {
+        let text = tx.text();
         self.run_with(&["--check", "-f", "-"], |stdin| {
             stdin.write_all(text.as_bytes()).map(|()| text.len())
         })
@@ -378,6 +384,16 @@ impl Dataplane for WatchedNft {
             _ => None,
         };
         applied
+    }
+
+    /// Over netlink (a batch without its end marker, which the kernel
+    /// checks and aborts); with `nft --check` where netlink cannot be
+    /// opened.
+    fn check(&mut self, tx: &Transaction) -> Option<Result<(), DataplaneError>> {
+        Some(match self.netlink.as_mut() {
+            Some(netlink) => netlink.check(tx),
+            None => self.nft.check(tx),
+        })
     }
 
     fn may_have_changed(&mut self) -> bool {

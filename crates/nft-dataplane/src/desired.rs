@@ -41,6 +41,12 @@ pub struct DataplaneConfig {
     /// The service CIDRs (`--service-cidr`): traffic to an address in them
     /// that is no service's cluster IP is dropped.
     pub service_cidrs: Vec<IpNet>,
+    /// For tests of how a refused service is handled: every port of this
+    /// service gets a chain whose rule jumps to a chain that does not
+    /// exist, which the kernel (and the kernel model) refuses. Never set
+    /// outside tests (`proxyd run` sets it only from the environment
+    /// variable `PROXYD_TEST_REFUSE_SERVICE`).
+    pub refuse_for_tests: Option<ServiceName>,
 }
 
 impl DataplaneConfig {
@@ -55,6 +61,7 @@ impl DataplaneConfig {
             masquerade_all: false,
             nodeport_addresses: Vec::new(),
             service_cidrs: Vec::new(),
+            refuse_for_tests: None,
         }
     }
 }

@@ -281,10 +281,25 @@ pub fn build(
     let mut out = Fragment::default();
     for t in targets {
         build_port(t, config, &mut claim, &mut out, previous);
+        if config.refuse_for_tests.as_ref() == Some(&t.name.service) {
+            out.chains.push(refused_for_tests(t));
+        }
     }
     out.shared.sort_unstable();
     out.shared.dedup();
     out
+}
+
+/// A chain the kernel refuses for `t`'s port: its rule jumps to a chain
+/// that is never declared (see [`DataplaneConfig::refuse_for_tests`]).
+fn refused_for_tests(t: &ServiceTarget) -> ChainDef {
+    let base = chain_base(t);
+    ChainDef {
+        id: ChainId::Svc(format!("{base}/refused-for-tests")),
+        rules: vec![Rule::always(vec![Statement::Jump(ChainId::Endpoint(format!(
+            "{base}/never-declared"
+        )))])],
+    }
 }
 
 fn frontends(t: &ServiceTarget) -> Vec<(FrontendKind, Frontend)> {

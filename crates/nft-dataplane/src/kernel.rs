@@ -226,6 +226,19 @@ impl Dataplane for KernelModel {
         Ok(0)
     }
 
+    /// Applies `tx` to a copy of the model's table of its family (a
+    /// scratch table's transaction starts from nothing, as the kernel's
+    /// would).
+    fn check(&mut self, tx: &Transaction) -> Option<Result<(), DataplaneError>> {
+        let mut scratch = KernelModel::default();
+        if tx.table != crate::names::CHECK_TABLE
+            && let Some(table) = self.tables.get(&tx.family)
+        {
+            scratch.tables.insert(tx.family, table.clone());
+        }
+        Some(scratch.apply_transaction(tx))
+    }
+
     fn may_have_changed(&mut self) -> bool {
         self.own_generation != Some(self.generation)
     }

@@ -84,6 +84,15 @@ pub trait Dataplane {
     /// nft text it wrote (0 for a dataplane that does not render it).
     fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError>;
 
+    /// Whether the kernel would accept `tx`, asked without committing it
+    /// (nothing changes); `None` when the dataplane cannot ask. The syncer
+    /// checks a refused transaction's services in a scratch table
+    /// ([`names::CHECK_TABLE`]) to find the ones the kernel refuses.
+    fn check(&mut self, tx: &Transaction) -> Option<Result<(), DataplaneError>> {
+        let _ = tx;
+        None
+    }
+
     /// Whether anything may have changed the ruleset since this
     /// dataplane's last successful [`apply`](Self::apply). A periodic sync
     /// with nothing to write sends nothing when this says no; a dataplane
@@ -151,6 +160,10 @@ pub struct TableObjects {
 impl<D: Dataplane + ?Sized> Dataplane for Box<D> {
     fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
         (**self).apply(tx)
+    }
+
+    fn check(&mut self, tx: &Transaction) -> Option<Result<(), DataplaneError>> {
+        (**self).check(tx)
     }
 
     fn may_have_changed(&mut self) -> bool {

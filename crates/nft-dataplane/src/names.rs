@@ -25,6 +25,11 @@ pub const TABLE: &str = "proxyd";
 /// The table in each pod's namespace in multus mode.
 pub const POD_TABLE: &str = "proxyd-multus";
 
+/// The table a transaction is checked in (never committed): a scratch
+/// copy of a table's services, so that a check neither depends on nor
+/// disturbs the table in use.
+pub const CHECK_TABLE: &str = "proxyd-check";
+
 /// The version of the table's fixed shape (its skeleton of sets and
 /// chains), in the canary's name. Bumped whenever the skeleton's rules
 /// change: a full sync rewrites a table in place only when it has this

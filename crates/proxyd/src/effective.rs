@@ -41,6 +41,26 @@ pub fn effective(proxy: &ProxyArgs, facts: &NodeFacts) -> DataplaneConfig {
         masquerade_all: proxy.masquerade_all,
         nodeport_addresses,
         service_cidrs,
+        refuse_for_tests: refuse_for_tests(),
+    }
+}
+
+/// The service named by `PROXYD_TEST_REFUSE_SERVICE` (`NAMESPACE/NAME`),
+/// whose rules the writer makes the kernel refuse: how the tests show that
+/// one refused service leaves the others programmed, on the real kernel.
+fn refuse_for_tests() -> Option<slice_model::ServiceName> {
+    let value = std::env::var("PROXYD_TEST_REFUSE_SERVICE").ok()?;
+    match value.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {
+            tracing::warn!(
+                "PROXYD_TEST_REFUSE_SERVICE: the kernel will refuse the rules of service {value} (a test hook)"
+            );
+            Some(slice_model::ServiceName::new(ns, name))
+        }
+        _ => {
+            tracing::warn!("PROXYD_TEST_REFUSE_SERVICE={value:?} is not NAMESPACE/NAME: ignored");
+            None
+        }
     }
 }
 

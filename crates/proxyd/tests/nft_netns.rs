@@ -463,6 +463,64 @@ fn traffic_is_balanced_rejected_moved_and_sticky() {
     );
 }
 
+/// The kernel refuses one service's rules (the writer's test hook makes
+/// them jump to a chain that does not exist): the service is found by
+/// checks that commit nothing, left out, and every other service is
+/// programmed and answers, in the first sync and in a sync of changes.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn one_service_the_kernel_refuses_leaves_the_others_programmed() {
+    require();
+    let ns = Netns::new("refused");
+    for addr in ["10.1.0.1/32", "10.1.0.2/32", "10.9.0.1/32"] {
+        ns.ip(&["addr", "add", addr, "dev", "lo"]);
+    }
+    ns.ip(&["route", "add", "local", "10.96.0.0/16", "dev", "lo"]);
+    let mut engine = Engine::new("node-1", IpFamily::V4);
+    engine.update_service(&service("web", "10.96.0.10"));
+    engine.update_slice(slice("ns", "web", "web-1", 8080, &["10.1.0.1"]));
+    engine.update_service(&service("refused", "10.96.0.20"));
+    engine.update_slice(slice("ns", "refused", "refused-1", 8080, &["10.1.0.2"]));
+    let config = DataplaneConfig {
+        service_cidrs: vec!["10.96.0.0/16".parse().unwrap()],
+        refuse_for_tests: Some(ServiceName::new("ns", "refused")),
+        ..DataplaneConfig::new(IpFamily::V4)
+    };
+    let mut syncer = NftSyncer::new(config, ns.watched());
+    let r = sync(&mut syncer, &mut engine);
+    assert_eq!(r.refused_transactions, 1, "{r:?}");
+    let refused: Vec<_> = syncer.refused().iter().collect();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, &ServiceName::new("ns", "refused"));
+    let reason = &refused[0].1.reason;
+    assert!(
+        reason.contains("svc-ns/refused/tcp/80/refused-for-tests") && reason.contains("No such file or directory"),
+        "the kernel's reason, naming the port's chain: {reason}"
+    );
+    assert_eq!(connect(&ns, "10.96.0.10", 5), ["10.1.0.1"; 5], "web is programmed");
+    assert_eq!(
+        connect(&ns, "10.96.0.20", 1),
+        ["error: TimeoutError"],
+        "the refused service is not: its cluster IP is an unused address of the service CIDR"
+    );
+    let tables = ns.exec("nft", &["list", "tables"]);
+    assert!(!tables.contains("proxyd-check"), "checks commit nothing: {tables}");
+
+    // A sync of changes: web moves, the refused service's change is
+    // checked and refused again without a refused transaction.
+    engine.update_slice(slice("ns", "web", "web-1", 8080, &["10.1.0.2"]));
+    engine.update_slice(slice("ns", "refused", "refused-1", 8080, &["10.1.0.1"]));
+    let r = sync(&mut syncer, &mut engine);
+    assert!(!r.full && r.refused_transactions == 0, "{r:?}");
+    assert_eq!(syncer.refused()[&ServiceName::new("ns", "refused")].refused_again, 1);
+    assert_eq!(
+        connect(&ns, "10.96.0.10", 5),
+        ["10.1.0.2"; 5],
+        "web's change is written"
+    );
+    assert_eq!(connect(&ns, "10.96.0.20", 1), ["error: TimeoutError"]);
+}
+
 /// Sends one UDP datagram from 10.9.0.1:5353 to `vip:53`.
 fn send_udp(ns: &Netns, vip: &str) {
     let code = format!(

@@ -144,6 +144,26 @@ pub fn batch(tx: &Transaction, first_seq: u32, scope: Scope) -> Result<Option<Ba
     if scope == Scope::Elements && !tx.ops.iter().all(element_op) {
         return Ok(None);
     }
+    encode(tx, first_seq, End::Commit).map(Some)
+}
+
+/// The batch that has the kernel check every message of `tx` and then
+/// abort: it has no end marker (as `nft --check` sends it). The kernel
+/// reports each message it refuses, and commits nothing.
+pub fn check_batch(tx: &Transaction, first_seq: u32) -> Result<Batch, TooLong> {
+    encode(tx, first_seq, End::Abort)
+}
+
+/// How a batch ends.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// With the end marker: the kernel commits it.
+    Commit,
+    /// Without: the kernel checks it and aborts.
+    Abort,
+}
+
+fn encode(tx: &Transaction, first_seq: u32, end: End) -> Result<Batch, TooLong> {
     let mut w = Writer::new(tx, first_seq);
     marker(&mut w.out, ControlMessage::BatchBegin, first_seq);
     for op in &tx.ops {
@@ -152,13 +172,14 @@ pub fn batch(tx: &Transaction, first_seq: u32, scope: Scope) -> Result<Option<Ba
     if let Some(e) = w.too_long.take() {
         return Err(e);
     }
-    let end = w.seq.wrapping_add(1);
-    marker(&mut w.out, ControlMessage::BatchEnd, end);
-    Ok(Some(Batch {
+    if end == End::Commit {
+        marker(&mut w.out, ControlMessage::BatchEnd, w.seq.wrapping_add(1));
+    }
+    Ok(Batch {
         bytes: w.out,
         first_seq,
         what: w.what,
-    }))
+    })
 }
 
 /// A batch begin or end message (`res_id` names the nftables subsystem).

@@ -216,6 +216,17 @@ impl NftNetlink {
         Some(self.send_batch(&batch))
     }
 
+    /// Has the kernel check every message of `tx` without committing any
+    /// ([`batch::check_batch`]): `Ok` when it refuses none.
+    pub fn check(&mut self, tx: &Transaction) -> Result<(), DataplaneError> {
+        let batch = batch::check_batch(tx, self.0.seq.wrapping_add(1)).map_err(|e| DataplaneError::Unencodable {
+            what: e.what,
+            why: e.why,
+        })?;
+        self.0.seq = batch.last_seq();
+        self.send_batch(&batch).map(drop)
+    }
+
     fn send_batch(&mut self, batch: &Batch) -> Result<usize, DataplaneError> {
         let failed = |what: &str, source| DataplaneError::Netlink {
             what: what.to_owned(),

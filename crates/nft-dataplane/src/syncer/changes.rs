@@ -30,6 +30,7 @@ impl<D: Dataplane> NftSyncer<D> {
     ) -> (Transaction, usize, Vec<(ServiceName, NoLocalEndpoints)>) {
         let config = &self.config;
         let filter = &self.filter;
+        let refused = &self.refused;
         let mut tx = Transaction::for_table(config.family, config.table());
         let Some(view) = self.view.as_mut() else {
             return (tx, 0, Vec::new());
@@ -52,7 +53,7 @@ impl<D: Dataplane> NftSyncer<D> {
                 tracing::error!("frontend hand-over did not settle after {cap} rounds; the next full sync repairs it");
                 break;
             }
-            let targets = if filter.as_ref().is_none_or(|f| f(&name)) {
+            let targets = if filter.as_ref().is_none_or(|f| f(&name)) && !refused.contains_key(&name) {
                 plan_service(&name, services, endpoints, config)
             } else {
                 Vec::new()

@@ -28,7 +28,8 @@
 //! `full` writes the whole table (a first load, in place, or replacing
 //! it) and `changes` the changed services' transaction.
 
-use std::collections::{BTreeSet, HashMap};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use endpoints_map::{EndpointsMap, ServicesMap};
@@ -44,10 +45,17 @@ use crate::{Dataplane, DataplaneError};
 mod changes;
 mod full;
 mod programmed;
+mod refused;
 
 pub use full::FIRST_LOAD_CHUNK;
 use full::{Stale, first_load, full_transaction, rewrite_in_place};
 use programmed::Programmed;
+use refused::Narrowed;
+pub use refused::{FIRST_RECHECK, LAST_RECHECK, Refusal};
+
+/// How many times one sync narrows a refused transaction down and writes
+/// again without the refused services before it gives up.
+const NARROWING_ROUNDS: usize = 3;
 
 /// How often the whole table is rewritten even when nothing failed
 /// (kube-proxy's nftables mode uses the same hour): it repairs element-level
@@ -85,6 +93,11 @@ pub struct SyncReport {
     pub transactions: usize,
     /// The longest of them.
     pub longest_apply: Duration,
+    /// Transactions the kernel refused during this sync. Each was
+    /// narrowed down to the services whose rules it refused, which are
+    /// left out (see [`NftSyncer::refused`]), and the table written again
+    /// without them.
+    pub refused_transactions: usize,
     /// Services' ports dropped for want of local endpoints, as the rules
     /// just written decide it: every service planned in a sync of changes
     /// (zero included), and in a full sync only those with any (the rest
@@ -145,6 +158,8 @@ pub struct NftSyncer<D> {
     replace_next: bool,
     /// The table as read before the first sync (see [`Self::read_ahead`]).
     read_ahead: Option<full::ReadAhead>,
+    /// Services whose rules the kernel refuses: not written.
+    refused: BTreeMap<ServiceName, Refusal>,
 }
 
 impl<D: Dataplane> NftSyncer<D> {
@@ -159,6 +174,7 @@ impl<D: Dataplane> NftSyncer<D> {
             first_load_chunk: FIRST_LOAD_CHUNK,
             replace_next: false,
             read_ahead: None,
+            refused: BTreeMap::new(),
         }
     }
 
@@ -175,8 +191,10 @@ impl<D: Dataplane> NftSyncer<D> {
         self.view = None;
     }
 
+    /// Whether this table writes `name`'s rules: the filter selects it
+    /// and the kernel does not refuse them.
     fn serves(&self, name: &ServiceName) -> bool {
-        self.filter.as_ref().is_none_or(|f| f(name))
+        self.filter.as_ref().is_none_or(|f| f(name)) && !self.refused.contains_key(name)
     }
 
     /// Changes the configuration (the Node was relabelled, the cluster's
@@ -192,6 +210,7 @@ impl<D: Dataplane> NftSyncer<D> {
         }
         self.config = config;
         self.view = None;
+        self.recheck_refused_soon();
         true
     }
 
@@ -246,7 +265,67 @@ impl<D: Dataplane> NftSyncer<D> {
     /// Brings the table in line with the maps. `changed` are the services
     /// whose ports or endpoints changed since the last successful sync
     /// (ignored by a full sync, which writes everything).
+    ///
+    /// When the kernel refuses the transaction, the services it wrote are
+    /// narrowed down to those whose rules it refuses; they are left out
+    /// ([`Self::refused`]) and everything else is written in this sync.
+    /// An error means the kernel refuses what no single service is to
+    /// blame for (the fixed chains, the table): nothing is written then.
     pub fn sync(
+        &mut self,
+        services: &ServicesMap,
+        endpoints: &EndpointsMap,
+        changed: &BTreeSet<ServiceName>,
+        kind: SyncKind,
+    ) -> Result<SyncReport, DataplaneError> {
+        let accepted = self.recheck_refused(services, endpoints, changed);
+        let changed = if accepted.is_empty() {
+            Cow::Borrowed(changed)
+        } else {
+            let mut all = changed.clone();
+            all.extend(accepted);
+            Cow::Owned(all)
+        };
+        let mut refused_transactions = 0;
+        loop {
+            let full = self.needs_full_sync();
+            let error = match self.sync_once(services, endpoints, &changed, kind) {
+                Ok(report) => {
+                    return Ok(SyncReport {
+                        refused_transactions,
+                        ..report
+                    });
+                }
+                Err(e) => e,
+            };
+            refused_transactions += 1;
+            if refused_transactions > NARROWING_ROUNDS {
+                return Err(error);
+            }
+            let suspects: Vec<ServiceName> = if full {
+                let mut all: Vec<ServiceName> = services.iter().map(|p| p.name.service.clone()).collect();
+                all.dedup();
+                all
+            } else {
+                changed.iter().cloned().collect()
+            };
+            let suspects = suspects.into_iter().filter(|n| self.serves(n)).collect();
+            match self.narrow(services, endpoints, suspects) {
+                Narrowed::Refused(found) => {
+                    self.refuse(found);
+                    // The kernel applied none of the refused transaction
+                    // (a first load, those before it): the table is read
+                    // back and rewritten in place without the refused
+                    // services, not replaced whole.
+                    self.replace_next = false;
+                }
+                Narrowed::Unattributed => return Err(error),
+            }
+        }
+    }
+
+    /// One attempt at [`Self::sync`].
+    fn sync_once(
         &mut self,
         services: &ServicesMap,
         endpoints: &EndpointsMap,

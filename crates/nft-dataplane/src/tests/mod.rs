@@ -10,6 +10,7 @@
 mod first_load;
 mod flows;
 mod pod;
+mod refused;
 mod support;
 mod sync;
 

@@ -510,7 +510,7 @@ fn each_table_uses_only_its_family_of_networks() {
 
 /// One step of the random walk.
 #[derive(Clone, Debug)]
-enum Step {
+pub(super) enum Step {
     /// Service `i` becomes kind `k` (0..7).
     Service(usize, u8),
     /// Service `i` is deleted.
@@ -524,7 +524,7 @@ enum Step {
     Periodic,
 }
 
-fn step() -> impl Strategy<Value = Step> {
+pub(super) fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         3 => (0..6usize, 0..7u8).prop_map(|(i, k)| Step::Service(i, k)),
         1 => (0..6usize).prop_map(Step::DeleteService),
@@ -539,7 +539,7 @@ fn protocol_of(i: usize) -> Protocol {
     if i % 2 == 1 { Protocol::Udp } else { Protocol::Tcp }
 }
 
-fn service_of_kind(i: usize, kind: u8) -> ServiceInfo {
+pub(super) fn service_of_kind(i: usize, kind: u8) -> ServiceInfo {
     let s = service(
         "ns",
         &format!("s{i}"),
@@ -581,7 +581,7 @@ fn service_of_kind(i: usize, kind: u8) -> ServiceInfo {
     }
 }
 
-fn slice_of(i: usize, mask: u16, extra: u8) -> slice_model::EndpointSlice {
+pub(super) fn slice_of(i: usize, mask: u16, extra: u8) -> slice_model::EndpointSlice {
     let ready = mask & 0x8000 == 0;
     let all_local = mask & 0x4000 != 0;
     let picked = (0..8u16).filter(|b| mask & (1 << b) != 0).map(u32::from);
@@ -603,7 +603,7 @@ fn slice_of(i: usize, mask: u16, extra: u8) -> slice_model::EndpointSlice {
 
 /// Packets to every frontend the walk can create, from a pod, the node and
 /// outside.
-fn probes() -> Vec<crate::tracer::Packet> {
+pub(super) fn probes() -> Vec<crate::tracer::Packet> {
     let mut all = Vec::new();
     for i in 0..6usize {
         let proto = protocol_of(i);
