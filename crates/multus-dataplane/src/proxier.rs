@@ -129,6 +129,8 @@ pub struct MultusProxier {
     /// Served pods not programmed up to date, and why: said when a pod
     /// enters or leaves it, not at every retry.
     pending: BTreeMap<PodName, PodProblem>,
+    /// Every pod table's configuration.
+    pod_config: DataplaneConfig,
 }
 
 impl MultusProxier {
@@ -140,6 +142,7 @@ impl MultusProxier {
         resolver: Box<dyn PodNetnsResolver>,
         backend: Box<dyn PodBackend>,
     ) -> Self {
+        let family = engine.family();
         Self {
             engine,
             pods,
@@ -148,7 +151,14 @@ impl MultusProxier {
             backend,
             state: BTreeMap::new(),
             pending: BTreeMap::new(),
+            pod_config: DataplaneConfig::pod(family),
         }
+    }
+
+    /// Has the writer make the kernel refuse `service`'s rules in every
+    /// pod's table ([`DataplaneConfig::refuse_for_tests`]).
+    pub fn set_refuse_for_tests(&mut self, service: Option<slice_model::ServiceName>) {
+        self.pod_config.refuse_for_tests = service;
     }
 
     /// The pods programmed now and the services each gets.
@@ -222,6 +232,8 @@ impl MultusProxier {
                         chunk
                             .iter_mut()
                             .map(|(key, st)| {
+                                // What the syncer says of a refused service names the pod.
+                                let _pod = tracing::info_span!("pod", pod = %key).entered();
                                 let r = st.target.sync(services, endpoints, kind);
                                 ((*key).clone(), r)
                             })
@@ -290,7 +302,7 @@ impl MultusProxier {
                 PodState {
                     netns,
                     netns_id: id,
-                    target: Target::new(NftSyncer::new(DataplaneConfig::pod(self.engine.family()), dataplane)),
+                    target: Target::new(NftSyncer::new(self.pod_config.clone(), dataplane)),
                     plan: PodPlan::default(),
                     routes_in_place: false,
                 },

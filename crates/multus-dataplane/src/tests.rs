@@ -79,6 +79,16 @@ impl Dataplane for PodKernel {
             .apply_transaction(tx)
             .map(|()| 0)
     }
+
+    fn check(&mut self, tx: &Transaction) -> Option<Result<(), DataplaneError>> {
+        self.world
+            .lock()
+            .unwrap()
+            .kernels
+            .entry(self.netns.clone())
+            .or_default()
+            .check(tx)
+    }
 }
 
 struct Fake(Shared);
@@ -786,4 +796,39 @@ fn ipv6_pods_and_services() {
         .map(ToString::to_string)
         .collect();
     assert_eq!(routes, ["fd00:96::10 dev net1 src fd00:10::5"]);
+}
+
+/// The kernel refuses one service's rules in the pods' tables: the pods
+/// of its network get every other service, the others are untouched, no
+/// pod fails, and the refusal is counted per pod table.
+#[test]
+fn a_service_the_kernel_refuses_is_left_out_of_each_pods_table_alone() {
+    let mut s = two_networks();
+    s.service("web-red", "10.96.0.21", "red");
+    s.endpoints("web-red", &["192.168.20.12"]);
+    s.proxier
+        .set_refuse_for_tests(Some(ServiceName::new("default", "dns-red")));
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert!(
+        out.pods().failures.is_empty() && out.pods().pending.is_empty(),
+        "{out:?}"
+    );
+    assert_eq!(out.pods().programmed, 5);
+    assert_eq!(out.written.refused_services, 2, "one per red pod's table");
+    assert_eq!(out.written.refused_transactions, 2);
+    assert_eq!(
+        s.trace("red-1", "192.168.20.101", "10.96.0.20"),
+        "10.96.0.20:53",
+        "not programmed"
+    );
+    assert_eq!(s.trace("red-1", "192.168.20.101", "10.96.0.21"), "192.168.20.12:5353");
+    assert_eq!(
+        s.trace("blue-1", "192.168.10.101", "10.96.0.10"),
+        "192.168.10.11:5353, 192.168.10.12:5353"
+    );
+    // Known refusals are not written again.
+    s.endpoints("web-red", &["192.168.20.13"]);
+    let out = s.proxier.sync(SyncKind::Changes);
+    assert_eq!(out.written.refused_transactions, 0);
+    assert_eq!(s.trace("red-2", "192.168.20.102", "10.96.0.21"), "192.168.20.13:5353");
 }

@@ -110,6 +110,8 @@ impl FamilySync {
         w.apply += r.apply;
         w.transactions += r.transactions;
         w.longest_apply = w.longest_apply.max(r.longest_apply);
+        w.refused_transactions += r.refused_transactions;
+        w.refused_services += r.refused_services;
     }
 
     /// Multus mode's part (empty in node mode).

@@ -148,6 +148,7 @@ pub struct SyncMetrics {
     service_changes: Family<FamilyLabels, Counter>,
     no_local_endpoints: Family<PolicyLabels, Gauge>,
     sync_failures: Family<FamilyLabels, Counter>,
+    services_refused: Family<FamilyLabels, Gauge>,
     conntrack_deleted: Family<FamilyLabels, Counter>,
     conntrack_duration: Histograms,
     families: Vec<IpFamily>,
@@ -236,6 +237,13 @@ impl SyncMetrics {
                 "Cumulative proxy nftables sync failures",
                 Family::default(),
             ),
+            services_refused: registered(
+                r,
+                "proxyd_services_refused",
+                "Services whose rules the kernel refuses: left out of the table (every other service is \
+                 programmed) and checked again with backoff; in multus mode, counted once per pod table",
+                Family::default(),
+            ),
             conntrack_deleted: registered(
                 r,
                 "kubeproxy_conntrack_reconciler_deleted_entries",
@@ -276,6 +284,7 @@ impl SyncMetrics {
             });
         }
         let _ = self.sync_failures.get_or_create(&l);
+        let _ = self.services_refused.get_or_create(&l);
         let _ = self.conntrack_deleted.get_or_create(&l);
         let _ = self.conntrack_duration.get_or_create(&l);
     }
@@ -314,6 +323,13 @@ impl SyncMetrics {
         self.endpoint_changes.get_or_create(&l).inc_by(o.endpoint_changes);
         self.service_changes.get_or_create(&l).inc_by(o.service_changes);
         self.conntrack_deleted.get_or_create(&l).inc_by(o.conntrack_deleted);
+        // Each refused transaction is a failed nft sync to kube-proxy's
+        // counter, though the sync then wrote everything else.
+        let refused = u64::try_from(o.written.refused_transactions).unwrap_or(u64::MAX);
+        self.sync_failures.get_or_create(&l).inc_by(refused);
+        self.services_refused
+            .get_or_create(&l)
+            .set(i64::try_from(o.written.refused_services).unwrap_or(i64::MAX));
         for (traffic_policy, v) in [("internal", o.no_local_internal), ("external", o.no_local_external)] {
             self.no_local_endpoints
                 .get_or_create(&PolicyLabels {
@@ -378,6 +394,7 @@ mod tests {
                     "kubeproxy_sync_proxy_rules_no_local_endpoints_total{{ip_family=\"{fam}\",traffic_policy=\"internal\"}} 0"
                 ),
                 format!("kubeproxy_conntrack_reconciler_deleted_entries_total{{ip_family=\"{fam}\"}} 0"),
+                format!("proxyd_services_refused{{ip_family=\"{fam}\"}} 0"),
             ] {
                 has(&text, &line);
             }
@@ -400,6 +417,8 @@ mod tests {
                 duration: Duration::from_millis(3),
                 written: nft_dataplane::SyncReport {
                     full: true,
+                    refused_transactions: 2,
+                    refused_services: 1,
                     ..Default::default()
                 },
                 endpoint_changes: 2,
@@ -424,7 +443,8 @@ mod tests {
             "kubeproxy_network_programming_duration_seconds_count{ip_family=\"IPv4\"} 1",
             "kubeproxy_sync_proxy_rules_endpoint_changes_total{ip_family=\"IPv4\"} 2",
             "kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family=\"IPv4\",traffic_policy=\"external\"} 1",
-            "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 1",
+            "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 3",
+            "proxyd_services_refused{ip_family=\"IPv4\"} 1",
             "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=\"IPv4\"} 4",
             "kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv4\"} 1000.0",
             "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family=\"IPv4\"} 1000.0",

@@ -48,7 +48,7 @@ pub fn effective(proxy: &ProxyArgs, facts: &NodeFacts) -> DataplaneConfig {
 /// The service named by `PROXYD_TEST_REFUSE_SERVICE` (`NAMESPACE/NAME`),
 /// whose rules the writer makes the kernel refuse: how the tests show that
 /// one refused service leaves the others programmed, on the real kernel.
-fn refuse_for_tests() -> Option<slice_model::ServiceName> {
+pub(crate) fn refuse_for_tests() -> Option<slice_model::ServiceName> {
     let value = std::env::var("PROXYD_TEST_REFUSE_SERVICE").ok()?;
     match value.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() => {

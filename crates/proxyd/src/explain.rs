@@ -30,7 +30,7 @@ use nft_dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_servic
 use nft_dataplane::element::proto;
 use nft_dataplane::fragment;
 use nft_dataplane::names::FamilyWords;
-use nft_dataplane::{NftSyncer, Recording, SyncKind};
+use nft_dataplane::{KernelModel, NftSyncer, Recording, SyncKind};
 
 /// `proxyd explain` from the command line.
 pub fn main(args: ExplainArgs) -> ExitCode {
@@ -129,6 +129,14 @@ pub fn explain(
     // that a frontend two services claim goes to the one that holds it.
     let mut table = NftSyncer::new(config.clone(), Recording::default());
     table.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
+    if let Some(reason) = kernel_refusal(&name, engine, config) {
+        let _ = writeln!(
+            out,
+            "  NOT PROGRAMMED: the kernel refuses this service's rules ({reason}); \
+             proxyd leaves it out, programs every other service, and checks it again with backoff \
+             (metric proxyd_services_refused)"
+        );
+    }
     let mut matched = false;
     for port in ports {
         let wanted = port_filter
@@ -154,6 +162,35 @@ pub fn explain(
         );
     }
     Ok(out)
+}
+
+/// What the kernel says of `name`'s rules when it refuses them (and not
+/// the fixed chains alone): asked of this host's kernel, in a check that
+/// commits nothing, where this process may change nftables; else of the
+/// kernel model.
+fn kernel_refusal(name: &ServiceName, engine: &Engine, config: &DataplaneConfig) -> Option<String> {
+    fn refusal<D: nft_dataplane::Dataplane>(
+        mut syncer: NftSyncer<D>,
+        name: &ServiceName,
+        engine: &Engine,
+    ) -> Option<String> {
+        let (services, endpoints) = (&engine.services, &engine.endpoints);
+        syncer.check_services(services, endpoints, &[])?.ok()?;
+        syncer
+            .check_services(services, endpoints, std::slice::from_ref(name))?
+            .err()
+            .map(|e| e.to_string())
+    }
+    let here = linux_dataplane::Netns::Current;
+    if linux_dataplane::check_netlink(&here).is_ok() {
+        refusal(
+            NftSyncer::new(config.clone(), linux_dataplane::WatchedNft::new(here)),
+            name,
+            engine,
+        )
+    } else {
+        refusal(NftSyncer::new(config.clone(), KernelModel::default()), name, engine)
+    }
 }
 
 /// What a decision about one endpoint says, in words: the reason is the

@@ -521,6 +521,54 @@ fn one_service_the_kernel_refuses_leaves_the_others_programmed() {
     assert_eq!(connect(&ns, "10.96.0.20", 1), ["error: TimeoutError"]);
 }
 
+/// The daemon over the example cluster with one service's rules refused
+/// by the real kernel: it warns naming the service, programs every other
+/// one, stays healthy, counts the refused transaction once (kube-proxy's
+/// failure counter) and the refused service in `proxyd_services_refused`,
+/// and later syncs refuse nothing again.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn the_daemon_with_a_refused_service_stays_healthy_and_counts_it() {
+    require();
+    let ns = Netns::new("refused-run");
+    let (health, metrics) = (common::free_port(), common::free_port());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
+    cmd.args(["run", "--hostname-override", "node-1", "--netns", &ns.0])
+        .args(["--sync-period", "1s", "--min-sync-period", "0"])
+        .args(["--healthz-bind-address", &format!("127.0.0.1:{health}")])
+        .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])
+        .arg("--manifests")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster"))
+        .env("PROXYD_TEST_REFUSE_SERVICE", "shop/cart");
+    let (_child, lines) = common::daemon::spawn_logged(cmd);
+    let mut log = Vec::new();
+    let warning = common::runtime().block_on(common::daemon::expect_line(
+        &lines,
+        &mut log,
+        &["WARN", "shop/cart", "the kernel refuses this service's rules"],
+    ));
+    assert!(
+        warning.contains("svc-shop/cart/tcp/80"),
+        "names the port's chain: {warning}"
+    );
+    eventually("/healthz to answer 200", || {
+        common::daemon::http_status(health, "/healthz") == 200
+    });
+    assert!(has_chain(&ns, "svc-shop/ingress/tcp/443"), "the others are programmed");
+    assert!(!has_chain(&ns, "svc-shop/cart/tcp/80"), "the refused one is not");
+    let scrape = || common::daemon::http_body(metrics, "/metrics");
+    let has = |text: &str, line: &str| text.lines().any(|l| l == line);
+    let text = scrape();
+    assert!(has(&text, "proxyd_services_refused{ip_family=\"IPv4\"} 1"), "{text}");
+    let failures = "kubeproxy_sync_proxy_rules_nftables_sync_failures_total{ip_family=\"IPv4\"} 1";
+    assert!(has(&text, failures), "{text}");
+    // Three periodic syncs and a few checks later, nothing more refused.
+    std::thread::sleep(Duration::from_secs(4));
+    let text = scrape();
+    assert!(has(&text, failures), "{text}");
+    assert_eq!(common::daemon::http_status(health, "/healthz"), 200);
+}
+
 /// Sends one UDP datagram from 10.9.0.1:5353 to `vip:53`.
 fn send_udp(ns: &Netns, vip: &str) {
     let code = format!(

@@ -384,3 +384,39 @@ fn render_of_the_largest_objects_abbreviates_and_can_show_all() {
     assert!(longest < 1_000, "longest line {longest}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A service whose rules the kernel refuses (the writer's test hook): the
+/// kernel is asked (as root; the kernel model otherwise), and `explain`
+/// says the service is not programmed and why; another service is not
+/// affected.
+#[test]
+fn explain_says_a_service_the_kernel_refuses_is_not_programmed_and_why() {
+    let cluster = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/cluster");
+    let explain = |service: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args([
+                "explain",
+                service,
+                "--manifests",
+                cluster,
+                "--hostname-override",
+                "node-1",
+            ])
+            .env("PROXYD_TEST_REFUSE_SERVICE", "shop/frontend")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let out = explain("shop/frontend");
+    let line = out
+        .lines()
+        .find(|l| l.contains("NOT PROGRAMMED"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("the kernel refuses this service's rules") && line.contains("shop/frontend/tcp/80"),
+        "names the port: {line}"
+    );
+    let out = explain("shop/catalog");
+    assert!(!out.contains("NOT PROGRAMMED"), "{out}");
+}

@@ -98,6 +98,9 @@ pub struct SyncReport {
     /// left out (see [`NftSyncer::refused`]), and the table written again
     /// without them.
     pub refused_transactions: usize,
+    /// Services whose rules the kernel refuses, after this sync: not in
+    /// the table.
+    pub refused_services: usize,
     /// Services' ports dropped for want of local endpoints, as the rules
     /// just written decide it: every service planned in a sync of changes
     /// (zero included), and in a full sync only those with any (the rest
@@ -293,6 +296,7 @@ impl<D: Dataplane> NftSyncer<D> {
                 Ok(report) => {
                     return Ok(SyncReport {
                         refused_transactions,
+                        refused_services: self.refused.len(),
                         ..report
                     });
                 }

@@ -63,13 +63,15 @@ pub fn proxiers(
                 nft_writer: args.nft_writer,
             })
         };
-        families.push(Box::new(MultusProxier::new(
+        let mut proxier = MultusProxier::new(
             engine,
             pods.clone(),
             networks.clone(),
             Box::new(resolver.clone()),
             backend,
-        )) as Box<dyn FamilyProxier>);
+        );
+        proxier.set_refuse_for_tests(crate::effective::refuse_for_tests());
+        families.push(Box::new(proxier) as Box<dyn FamilyProxier>);
     }
     Ok(Proxiers { families, runtime })
 }
