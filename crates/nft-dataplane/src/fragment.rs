@@ -550,13 +550,17 @@ fn load_balance(
     // Affinity: a client seen recently goes back to its endpoint; a new
     // one picks at random, and the endpoint's chain remembers it.
     let mut picks = Vec::with_capacity(eps.len());
+    let mut known = KnownClients::new(base, eps.len());
     for ep in eps {
         let part = format!("{base}/{}", endpoint_part(ep));
         let (set, chain) = (SetId::Affinity(part.clone()), ChainId::Endpoint(part));
-        rules.push(Rule::new(
-            vec![Match::InSet(Selector::Saddr, set.clone())],
-            vec![Statement::Goto(chain.clone())],
-        ));
+        known.push(
+            ep,
+            Rule::new(
+                vec![Match::InSet(Selector::Saddr, set.clone())],
+                vec![Statement::Goto(chain.clone())],
+            ),
+        );
         picks.push(chain.clone());
         if !out.chains.iter().any(|c| c.id == chain) {
             out.chains.push(ChainDef {
@@ -572,7 +576,70 @@ fn load_balance(
             out.own_sets.push(set);
         }
     }
+    known.write(rules, out);
     rules.push(Rule::always(vec![Statement::RandomGoto(picks)]));
+}
+
+/// The most rules that send known clients of an affinity port to their
+/// endpoints in one chain: a larger port spreads them over chains of
+/// about this many, so that a change of one endpoint rewrites one of them
+/// (the kernel finds each rule's set by walking every set of the table, so
+/// rewriting all of a large port's rules costs seconds).
+pub const KNOWN_CLIENTS_PER_CHAIN: usize = 64;
+
+/// The rules that send an affinity port's known clients to their
+/// endpoints: in the port's chain, or spread over chains of their own by a
+/// hash of the endpoint (stable while the endpoint stays, whatever the
+/// others do).
+struct KnownClients {
+    base: String,
+    chains: usize,
+    rules: Vec<Vec<Rule>>,
+}
+
+impl KnownClients {
+    fn new(base: &str, endpoints: usize) -> Self {
+        // A power of two: the spread changes only when the port's size
+        // doubles or halves.
+        let chains = endpoints.div_ceil(KNOWN_CLIENTS_PER_CHAIN).next_power_of_two();
+        Self {
+            base: base.to_owned(),
+            chains,
+            rules: vec![Vec::new(); chains],
+        }
+    }
+
+    fn push(&mut self, ep: SocketAddr, rule: Rule) {
+        let at = if self.chains == 1 {
+            0
+        } else {
+            // FNV-1a over the address and port: the same on every run.
+            let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+            let bytes = match ep.ip() {
+                IpAddr::V4(a) => a.octets().to_vec(),
+                IpAddr::V6(a) => a.octets().to_vec(),
+            };
+            for b in bytes.iter().chain(&ep.port().to_be_bytes()) {
+                h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+            }
+            usize::try_from(h).unwrap_or(usize::MAX) & (self.chains - 1)
+        };
+        self.rules[at].push(rule);
+    }
+
+    /// Puts the rules in `rules` (the port's chain), or there a jump to
+    /// each chain of them.
+    fn write(self, rules: &mut Vec<Rule>, out: &mut Fragment) {
+        if self.chains == 1 {
+            rules.extend(self.rules.into_iter().flatten());
+            return;
+        }
+        for (i, part) in self.rules.into_iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+            let id = ChainId::Svc(format!("{}/known-clients-{i}", self.base));
+            rules.push(Rule::always(vec![Statement::Jump(id.clone())]));
+            out.chains.push(ChainDef { id, rules: part });
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The transaction of a sync of changes: the changed services' fragments
 //! against what the ledger says the kernel holds.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use endpoints_map::{EndpointsMap, ServicesMap};
 use slice_model::ServiceName;
@@ -11,6 +11,7 @@ use crate::desired::{DataplaneConfig, NoLocalEndpoints, plan_service};
 use crate::element::{Element, Key, Value};
 use crate::fragment::{self, Fragment};
 use crate::names::{ChainId, SetId};
+use crate::rule::Rule;
 use crate::skeleton;
 use crate::transaction::{Op, Transaction};
 
@@ -82,18 +83,28 @@ impl<D: Dataplane> NftSyncer<D> {
         if kind == SyncKind::Periodic {
             reassert_skeleton(config, &mut tx);
         }
+        // A large affinity port has thousands of chains and sets: they are
+        // compared through maps, not list against list.
+        type Chains<'a> = HashMap<&'a ChainId, &'a Vec<Rule>>;
+        let olds: Vec<(Chains<'_>, HashSet<&SetId>)> = pairs
+            .iter()
+            .map(|(old, _)| {
+                let chains = old.chains.iter().map(|c| (&c.id, &c.rules)).collect();
+                (chains, old.own_sets.iter().collect())
+            })
+            .collect();
         // 1. New sets and chains exist before anything refers to them.
-        for (old, new) in &pairs {
-            for s in new.own_sets.iter().filter(|s| !old.own_sets.contains(s)) {
+        for ((_, new), (old_chains, old_sets)) in pairs.iter().zip(&olds) {
+            for s in new.own_sets.iter().filter(|s| !old_sets.contains(s)) {
                 tx.push(Op::AddSet(s.clone(), Vec::new()));
             }
-            for c in new.chains.iter().filter(|c| !old.chains.iter().any(|o| o.id == c.id)) {
+            for c in new.chains.iter().filter(|c| !old_chains.contains_key(&c.id)) {
                 tx.push(Op::AddChain(c.id.clone()));
             }
         }
         // 2. Chains that are new or changed are rewritten.
-        for (old, new) in &pairs {
-            for c in new.chains.iter().filter(|c| !old.chains.contains(c)) {
+        for ((_, new), (old_chains, _)) in pairs.iter().zip(&olds) {
+            for c in new.chains.iter().filter(|c| old_chains.get(&c.id) != Some(&&c.rules)) {
                 tx.push(Op::FlushChain(c.id.clone()));
                 for r in &c.rules {
                     tx.push(Op::AddRule(c.id.clone(), r.clone()));
@@ -143,22 +154,23 @@ impl<D: Dataplane> NftSyncer<D> {
         // 4. What is gone: flush every removed chain before deleting any
         // (they may jump to each other), then the sets only they used.
         let gone = |old: &Fragment, new: &Fragment| -> Vec<ChainId> {
+            let kept: HashSet<&ChainId> = new.chains.iter().map(|c| &c.id).collect();
             old.chains
                 .iter()
-                .filter(|c| !new.chains.iter().any(|n| n.id == c.id))
+                .filter(|c| !kept.contains(&c.id))
                 .map(|c| c.id.clone())
                 .collect()
         };
-        for (old, new) in &pairs {
-            for c in gone(old, new) {
-                tx.push(Op::FlushChain(c));
-            }
+        let gone: Vec<Vec<ChainId>> = pairs.iter().map(|(old, new)| gone(old, new)).collect();
+        for c in gone.iter().flatten() {
+            tx.push(Op::FlushChain(c.clone()));
         }
-        for (old, new) in &pairs {
-            for c in gone(old, new) {
+        for ((old, new), gone) in pairs.iter().zip(gone) {
+            for c in gone {
                 tx.push(Op::DeleteChain(c));
             }
-            for s in old.own_sets.iter().filter(|s| !new.own_sets.contains(s)) {
+            let kept: HashSet<&SetId> = new.own_sets.iter().collect();
+            for s in old.own_sets.iter().filter(|s| !kept.contains(s)) {
                 tx.push(Op::DeleteSet(s.clone()));
             }
         }

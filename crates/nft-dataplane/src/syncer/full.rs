@@ -614,14 +614,29 @@ pub(super) fn first_load(
     // A shared element (a cluster IP in the guard set, a hairpin pair)
     // comes with the first service that wants it.
     let mut added: std::collections::HashSet<Shared> = std::collections::HashSet::new();
-    let mut commit = |rules: &mut Transaction, elements: &mut ElementBatch| {
+    // The rules so far, and the elements so far when given.
+    let mut commit = |rules: &mut Transaction, elements: Option<&mut ElementBatch>| {
         if !rules.is_empty() {
             apply(&std::mem::replace(rules, new()))?;
         }
-        apply(&elements.take(config))
+        elements.map_or(Ok(()), |e| apply(&e.take(config)))
     };
     for f in by_name(view).into_iter().map(Packed::unpack) {
-        rules_cost += push_own_chains(&f, &mut rules, false, &HashSet::new(), &mut cost);
+        // A service larger than a transaction (an affinity port of
+        // thousands of endpoints) is cut between its operations: its sets
+        // and chains are declared before any rule refers to them, and
+        // nothing reaches its chains before its elements, which come after
+        // them.
+        let mut own = new();
+        push_own_chains(&f, &mut own, false, &HashSet::new(), &mut LockCost::with_sets(0));
+        for op in own.ops {
+            rules_cost += cost.charge(&op);
+            rules.push(op);
+            if rules_cost >= chunk {
+                commit(&mut rules, None)?;
+                rules_cost = 0;
+            }
+        }
         f.for_each_element(|set, el| elements.add(set, el, &cost));
         for shared in f.shared {
             if added.insert(shared) {
@@ -629,10 +644,10 @@ pub(super) fn first_load(
             }
         }
         if rules_cost + elements.size >= chunk {
-            commit(&mut rules, &mut elements)?;
+            commit(&mut rules, Some(&mut elements))?;
             rules_cost = 0;
         }
     }
     elements.add(SetId::Canary, canary(), &cost);
-    commit(&mut rules, &mut elements)
+    commit(&mut rules, Some(&mut elements))
 }

@@ -213,6 +213,48 @@ fn a_first_load_puts_fewer_sets_in_each_transaction_as_the_table_fills() {
     assert_eq!(syncer.dataplane().model, atomic.dataplane().0);
 }
 
+/// One affinity port of thousands of endpoints (a chain, a set and a rule
+/// per endpoint) is cut over several transactions of a first load, none
+/// costing more than the chunk and one operation; the service is not
+/// reached before all of it is there, and the table is what one
+/// transaction gives.
+#[test]
+fn a_service_larger_than_a_transaction_is_cut_between_its_operations() {
+    let mut engine = Engine::new(IpFamily::V4);
+    let addrs: Vec<String> = (0..2_000u32)
+        .map(|k| format!("10.2.{}.{}", k / 250, k % 250 + 1))
+        .collect();
+    let eps: Vec<Ep<'_>> = addrs.iter().map(|a| Ep::Remote(a)).collect();
+    engine
+        .service(&affinity(service("ns", "sticky", "172.30.0.9", 80, Protocol::Tcp), 60))
+        .slice(slice("ns", "sticky", Protocol::Tcp, 80, &eps));
+    let chunk = 5_000;
+    let mut syncer = NftSyncer::new(config(), Kept::default());
+    syncer.set_first_load_chunk(chunk);
+    sync(&mut syncer, &mut engine);
+    let applied = std::mem::take(&mut syncer.dataplane().applied);
+    assert!(applied.len() > 5, "{} transactions", applied.len());
+    let mut cost = LockCost::with_sets(0);
+    let mut k = KernelModel::default();
+    let probe = |k: &KernelModel| trace(k, forwarded(POD, "172.30.0.9", 80)).summary();
+    let mut untouched = None;
+    for tx in &applied {
+        let costs: Vec<usize> = tx.ops.iter().map(|op| cost.charge(op)).collect();
+        let (total, largest) = (costs.iter().sum::<usize>(), costs.iter().max().copied().unwrap_or(0));
+        assert!(total <= chunk + largest, "{total} against a chunk of {chunk}");
+        k.apply_transaction(tx).unwrap();
+        let now = probe(&k);
+        let before = untouched.get_or_insert_with(|| now.clone());
+        if !std::ptr::eq(tx, applied.last().unwrap()) {
+            assert_eq!(&now, before, "not reached before it is complete");
+        }
+    }
+    assert_ne!(probe(&k), untouched.unwrap(), "reached at the end");
+    let mut atomic = NftSyncer::new(config(), OneTransaction::default());
+    sync(&mut atomic, &mut engine);
+    assert_eq!(syncer.dataplane().model, atomic.dataplane().0);
+}
+
 /// A syncer restarted over `kernel`: a new one, remembering nothing.
 /// A kernel whose table holds the test cluster and every kind of service,
 /// as `engine` now does, and the cluster's service IPs.
