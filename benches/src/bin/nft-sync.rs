@@ -7,7 +7,10 @@
 //! (default 2): the full sync (render, apply, transaction size), then
 //! partial syncs of one service whose endpoints changed and of one service
 //! added, each a few times. With `NFT_SYNC_DUMP=FILE` it also writes the
-//! full sync's nft text to FILE (to time `nft -f FILE` on its own).
+//! full sync's nft text to FILE (to time `nft -f FILE` on its own). With
+//! `NFT_SYNC_NETLINK=1` it writes over netlink, as `proxyd run` does, not
+//! through `nft`; with `NFT_SYNC_REFUSE=I` the kernel refuses service
+//! `svc-I`'s rules (the writer's test hook), to time how a sync finds it.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
@@ -38,14 +41,18 @@ fn print(what: &str, r: &SyncReport) {
     // A closed stdout (e.g. piped into `head`) ends the output, not the run.
     let _ = writeln!(
         std::io::stdout(),
-        "{what}: {} sync, {} services written, {} elements, {} bytes, render {:.2?}, apply {:.2?}, total {:.2?}",
+        "{what}: {} sync, {} services written, {} elements, {} bytes, render {:.2?}, apply {:.2?}, total {:.2?}, \
+         {} transactions refused, {} services refused, checks {:.2?}",
         if r.full { "full" } else { "partial" },
         r.services_written,
         r.elements,
         r.script_bytes,
         r.render,
         r.apply,
-        r.render + r.apply
+        r.render + r.apply,
+        r.refused_transactions,
+        r.refused_services,
+        r.checking
     );
 }
 
@@ -68,10 +75,19 @@ fn main() -> ExitCode {
             let text: String = rec.dataplane().applied.iter().map(|t| t.text()).collect();
             std::fs::write(&path, text).map_err(|e| e.to_string())?;
         }
-        let dp = NftCommand {
-            netns: linux_dataplane::Netns::Named(ns.clone()),
+        let netns = linux_dataplane::Netns::Named(ns.clone());
+        let dp: Box<dyn nft_dataplane::Dataplane> = if std::env::var_os("NFT_SYNC_NETLINK").is_some() {
+            Box::new(linux_dataplane::WatchedNft::new(netns))
+        } else {
+            Box::new(NftCommand { netns })
         };
-        let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), dp);
+        let config = DataplaneConfig {
+            refuse_for_tests: std::env::var("NFT_SYNC_REFUSE")
+                .ok()
+                .map(|i| slice_model::ServiceName::new("ns", format!("svc-{i}").as_str())),
+            ..DataplaneConfig::new(IpFamily::V4)
+        };
+        let mut syncer = NftSyncer::new(config, dp);
         let mut sync = |engine: &mut Engine| {
             let changed = engine.update().changed;
             syncer

@@ -112,6 +112,7 @@ impl FamilySync {
         w.longest_apply = w.longest_apply.max(r.longest_apply);
         w.refused_transactions += r.refused_transactions;
         w.refused_services += r.refused_services;
+        w.checking += r.checking;
     }
 
     /// Multus mode's part (empty in node mode).

@@ -101,6 +101,9 @@ pub struct SyncReport {
     /// Services whose rules the kernel refuses, after this sync: not in
     /// the table.
     pub refused_services: usize,
+    /// Time spent checking services in the scratch table: finding the
+    /// ones a refused transaction refused, and checking refused ones again.
+    pub checking: Duration,
     /// Services' ports dropped for want of local endpoints, as the rules
     /// just written decide it: every service planned in a sync of changes
     /// (zero included), and in a full sync only those with any (the rest
@@ -281,7 +284,9 @@ impl<D: Dataplane> NftSyncer<D> {
         changed: &BTreeSet<ServiceName>,
         kind: SyncKind,
     ) -> Result<SyncReport, DataplaneError> {
+        let started = Instant::now();
         let accepted = self.recheck_refused(services, endpoints, changed);
+        let mut checking = started.elapsed();
         let changed = if accepted.is_empty() {
             Cow::Borrowed(changed)
         } else {
@@ -297,6 +302,7 @@ impl<D: Dataplane> NftSyncer<D> {
                     return Ok(SyncReport {
                         refused_transactions,
                         refused_services: self.refused.len(),
+                        checking,
                         ..report
                     });
                 }
@@ -314,7 +320,10 @@ impl<D: Dataplane> NftSyncer<D> {
                 changed.iter().cloned().collect()
             };
             let suspects = suspects.into_iter().filter(|n| self.serves(n)).collect();
-            match self.narrow(services, endpoints, suspects) {
+            let narrowing = Instant::now();
+            let narrowed = self.narrow(services, endpoints, suspects);
+            checking += narrowing.elapsed();
+            match narrowed {
                 Narrowed::Refused(found) => {
                     self.refuse(found);
                     // The kernel applied none of the refused transaction

@@ -30,6 +30,9 @@ pub const FIRST_RECHECK: Duration = Duration::from_secs(1);
 /// not change.
 pub const LAST_RECHECK: Duration = Duration::from_secs(60);
 
+/// The most services one check holds.
+pub const CHECK_GROUP: usize = 1_000;
+
 /// A service whose rules the kernel refused: it is not in the table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -87,9 +90,10 @@ impl<D: Dataplane> NftSyncer<D> {
         self.dataplane.check(&tx)
     }
 
-    /// Of `suspects`, the services the kernel refuses: the group is
-    /// checked whole, and a refused group by halves, down to single
-    /// services.
+    /// Of `suspects`, the services the kernel refuses: checked in groups
+    /// of at most [`CHECK_GROUP`] (a check holds the nftables lock as long
+    /// as a transaction of its size would), and a refused group by halves,
+    /// down to single services.
     pub(super) fn narrow(
         &mut self,
         services: &ServicesMap,
@@ -101,7 +105,7 @@ impl<D: Dataplane> NftSyncer<D> {
         }
         let started = Instant::now();
         let mut found = Vec::new();
-        let mut groups = vec![suspects];
+        let mut groups: Vec<Vec<ServiceName>> = suspects.chunks(CHECK_GROUP).rev().map(<[_]>::to_vec).collect();
         let mut checks = 1usize;
         while let Some(mut group) = groups.pop() {
             checks += 1;

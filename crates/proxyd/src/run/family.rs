@@ -84,6 +84,7 @@ fn log(proxier: &dyn FamilyProxier, reason: SyncReason, out: &FamilySync, now: S
         longest_tx_us = w.longest_apply.as_micros() as u64,
         refused_transactions = w.refused_transactions,
         refused_services = w.refused_services,
+        checking_us = w.checking.as_micros() as u64,
         took_us = out.duration.as_micros() as u64,
         programming_max_us = longest_programming(&out.trigger_times, now),
         pods = %pods_text(out),
