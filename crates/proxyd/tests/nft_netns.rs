@@ -569,6 +569,169 @@ fn the_daemon_with_a_refused_service_stays_healthy_and_counts_it() {
     assert_eq!(common::daemon::http_status(health, "/healthz"), 200);
 }
 
+/// Answers each TCP connection to any local address on the ports given
+/// with the address and port it was reached at; or connects to `VIP PORT`
+/// `N` times from `SRC`, printing each answer or the error.
+const REACHED: &str = r#"
+import socket, sys, threading, time
+if sys.argv[1] == "serve":
+    def serve(port):
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", port)); s.listen(256)
+        while True:
+            c, _ = s.accept(); a = c.getsockname(); c.sendall(f"{a[0]}:{a[1]}".encode()); c.close()
+    for p in sys.argv[2:]:
+        threading.Thread(target=serve, args=(int(p),), daemon=True).start()
+    print("ready", flush=True)
+    while True:
+        time.sleep(60)
+vip, port, n, src = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+for _ in range(n):
+    try:
+        c = socket.create_connection((vip, port), timeout=1, source_address=(src, 0))
+        print(c.recv(64).decode()); c.close()
+    except OSError as e:
+        print("error:", e.__class__.__name__)
+"#;
+
+/// The largest objects of each kind beside the example cluster, written
+/// over netlink as `proxyd run` writes them: no sync fails, no service is
+/// refused, every example service is programmed, and real connections to
+/// each extreme meet the fate the tracer gives the same packet over the
+/// kernel model (an endpoint it lists, or no answer where it drops).
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn the_largest_objects_are_programmed_beside_ordinary_ones_and_answer_as_traced() {
+    use nft_dataplane::KernelModel;
+    use nft_dataplane::tracer::{Host, Origin, Packet};
+    require();
+    let ns = Netns::new("extremes");
+    for addr in ["10.9.0.1/32", "100.64.3.7/32"] {
+        ns.ip(&["addr", "add", addr, "dev", "lo"]);
+    }
+    // Every frontend and endpoint of the extremes is an address of this
+    // namespace, so that one server answers for all of them.
+    for net in [
+        "10.96.0.0/16",
+        "10.201.0.0/16",
+        "10.202.0.0/16",
+        "10.203.0.0/16",
+        "10.128.0.0/15",
+        "10.131.0.0/16",
+    ] {
+        ns.ip(&["route", "add", "local", net, "dev", "lo"]);
+    }
+    let _server = ns.spawn_ready("python3", &["-c", REACHED, "serve", "8080", "9100"]);
+    let extremes = common::extremes::largest(IpFamily::V4);
+    let build = || {
+        let (engine, config) = example_cluster();
+        for x in &extremes {
+            engine.update_service(&x.service);
+            for slice in &x.slices {
+                engine.update_slice(slice.clone());
+            }
+        }
+        (engine, config)
+    };
+    let (mut engine, config) = build();
+    let mut syncer = NftSyncer::new(config.clone(), ns.watched());
+    let r = sync(&mut syncer, &mut engine);
+    assert_eq!((r.refused_transactions, r.refused_services), (0, 0), "{r:?}");
+    for chain in [
+        "svc-shop/cart/tcp/80",
+        "svc-shop/ingress/tcp/443",
+        "fw-extreme/lb/tcp/80",
+    ] {
+        assert!(has_chain(&ns, chain), "{chain} is programmed");
+    }
+    let (mut twin, _) = build();
+    let mut model = NftSyncer::new(config, KernelModel::default());
+    sync(&mut model, &mut twin);
+    let host = Host {
+        local_addrs: vec!["10.9.0.1".parse().unwrap(), "100.64.3.7".parse().unwrap()],
+        ..Host::default()
+    };
+    let probes = [
+        (
+            "the load balancer, from a source range",
+            "10.201.0.10",
+            80,
+            "100.64.3.7",
+            20,
+            false,
+        ),
+        (
+            "the load balancer, from outside the ranges",
+            "10.201.0.10",
+            80,
+            "10.9.0.1",
+            2,
+            true,
+        ),
+        ("an external IP of 1,000", "10.202.1.244", 80, "10.9.0.1", 20, false),
+        (
+            "the service of 100,000 endpoints",
+            "10.96.200.2",
+            80,
+            "10.9.0.1",
+            300,
+            false,
+        ),
+        (
+            "the 100th port of the longest names",
+            "10.96.200.4",
+            100,
+            "10.9.0.1",
+            20,
+            false,
+        ),
+    ];
+    for (what, vip, port, src, n, dropped) in probes {
+        let packet = Packet {
+            src: src.parse().unwrap(),
+            dst: vip.parse().unwrap(),
+            protocol: Protocol::Tcp,
+            port,
+            origin: Origin::Local,
+        };
+        let traced = model.dataplane().trace(&host, packet);
+        let endpoints: BTreeSet<String> = traced.endpoints().keys().map(ToString::to_string).collect();
+        let out = ns.exec(
+            "python3",
+            &["-c", REACHED, "connect", vip, &port.to_string(), &n.to_string(), src],
+        );
+        let answers: Vec<&str> = out.lines().collect();
+        assert_eq!(answers.len(), n as usize, "{what}: {out}");
+        assert_eq!(
+            traced.summary() == "DROP",
+            dropped,
+            "{what}: traced {}",
+            traced.summary()
+        );
+        if dropped {
+            assert!(
+                answers.iter().all(|a| *a == "error: TimeoutError"),
+                "{what}: dropped as traced: {answers:?}"
+            );
+            continue;
+        }
+        assert!(!endpoints.is_empty(), "{what}: traced {}", traced.summary());
+        for a in &answers {
+            assert!(
+                endpoints.contains(*a),
+                "{what}: {a} is not among the traced endpoints {}",
+                traced.summary()
+            );
+        }
+        let distinct: BTreeSet<&&str> = answers.iter().collect();
+        assert!(
+            distinct.len() >= (n as usize).min(endpoints.len()) * 9 / 10,
+            "{what}: {} distinct endpoints of {n} connections",
+            distinct.len()
+        );
+    }
+}
+
 /// Sends one UDP datagram from 10.9.0.1:5353 to `vip:53`.
 fn send_udp(ns: &Netns, vip: &str) {
     let code = format!(
@@ -884,6 +1047,22 @@ fn netlink_writes_what_nft_writes(family: IpFamily) {
         e.remove_service(&ServiceName::new("ns", "many"));
     }
     step("deleted", &mut nft, &mut netlink, &mut by_nft, &mut by_netlink);
+    let extremes = common::extremes::largest(family);
+    for e in [&mut by_nft, &mut by_netlink] {
+        for x in &extremes {
+            e.update_service(&x.service);
+            for slice in &x.slices {
+                e.update_slice(slice.clone());
+            }
+        }
+    }
+    step(
+        "the largest of each kind",
+        &mut nft,
+        &mut netlink,
+        &mut by_nft,
+        &mut by_netlink,
+    );
 }
 
 #[test]

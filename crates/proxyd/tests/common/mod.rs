@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 pub mod daemon;
+pub mod extremes;
 pub mod image;
 pub mod multus;
 
