@@ -743,8 +743,13 @@ mod tests {
         /// Any transaction of these kinds, with lists of any length up to
         /// `max`, encodes into a batch whose every length is right.
         fn op(max: usize) -> impl Strategy<Value = Op> {
-            let element = (any::<u32>(), 0u16..=u16::MAX)
+            let v4 = (any::<u32>(), 0u16..=u16::MAX)
                 .prop_map(|(i, p)| Element::map(Key::Index(i), Value::Endpoint(SocketAddr::from(([10, 0, 0, 1], p)))));
+            let v6 = (any::<u32>(), any::<u128>(), 0u16..=u16::MAX).prop_map(|(i, a, p)| {
+                let ep = SocketAddr::from((std::net::Ipv6Addr::from(a), p));
+                Element::map(Key::Index(i), Value::Endpoint(ep))
+            });
+            let element = prop_oneof![v4, v6];
             let set = (0u16..4).prop_map(|n| SetId::Backends(Protocol::Tcp, format!("ns/{}/tcp/{n}", "a".repeat(63))));
             prop_oneof![
                 (set.clone(), prop::collection::vec(element.clone(), 0..max)).prop_map(|(s, e)| Op::AddElements(s, e)),
@@ -771,14 +776,28 @@ mod tests {
             #![proptest_config(ProptestConfig::with_cases(48))]
             #[test]
             fn every_length_written_is_what_follows_it(ops in prop::collection::vec(op(3_000), 1..6)) {
-                let mut tx = Transaction::new(IpFamily::V4);
-                for o in ops {
-                    tx.push(o);
-                }
-                let b = batch(&tx, 7, Scope::Everything).expect("encodes").expect("all of it");
-                let messages = decode_lengths(&b.bytes).map_err(TestCaseError::fail)?;
-                prop_assert_eq!(messages.len(), b.what.len() + 2);
+                lengths_right(ops)?;
             }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4))]
+            /// The same with lists of up to 100,000 (a service's endpoints).
+            #[test]
+            fn every_length_of_the_longest_lists_is_what_follows_it(ops in prop::collection::vec(op(100_000), 1..3)) {
+                lengths_right(ops)?;
+            }
+        }
+
+        fn lengths_right(ops: Vec<Op>) -> Result<(), TestCaseError> {
+            let mut tx = Transaction::new(IpFamily::V4);
+            for o in ops {
+                tx.push(o);
+            }
+            let b = batch(&tx, 7, Scope::Everything).expect("encodes").expect("all of it");
+            let messages = decode_lengths(&b.bytes).map_err(TestCaseError::fail)?;
+            prop_assert_eq!(messages.len(), b.what.len() + 2);
+            Ok(())
         }
     }
 }
