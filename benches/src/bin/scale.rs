@@ -281,6 +281,9 @@ impl Daemon {
         let started = Instant::now();
         let mut child = Command::new(proxyd)
             .args(["run", "--hostname-override", "node-1", "--netns", ns])
+            // The recorded figures are IPv4 single-stack's (an IPv6 host
+            // runs both families without a flag).
+            .args(["--ip-family", "ipv4"])
             .args(["--healthz-bind-address", ""])
             .args(["--metrics-bind-address", &format!("127.0.0.1:{METRICS_PORT}")])
             .args(["--sync-period", &format!("{}s", args.sync_period_secs)])

@@ -121,15 +121,22 @@ fn run(args: &Args) -> Result<(), String> {
     std::fs::create_dir_all(dir.join("netns")).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("kubeconfig"), server.kubeconfig()).map_err(|e| e.to_string())?;
     let mut cmd = Command::new(&proxyd);
-    cmd.args(["run", "--hostname-override", "node-1", "--kubeconfig"])
-        .arg(dir.join("kubeconfig"))
-        .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
-        .arg("--dry-run-dir")
-        .arg(dir.join("nft"))
-        .args(["--multus", "--pod-netns-dir"])
-        .arg(dir.join("netns"))
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null());
+    cmd.args([
+        "run",
+        "--hostname-override",
+        "node-1",
+        "--ip-family",
+        "ipv4",
+        "--kubeconfig",
+    ])
+    .arg(dir.join("kubeconfig"))
+    .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+    .arg("--dry-run-dir")
+    .arg(dir.join("nft"))
+    .args(["--multus", "--pod-netns-dir"])
+    .arg(dir.join("netns"))
+    .stderr(Stdio::piped())
+    .stdout(Stdio::null());
     let started = Instant::now();
     let mut child = cmd.spawn().map_err(|e| format!("{}: {e}", proxyd.display()))?;
     let stderr = child.stderr.take().ok_or("no stderr")?;

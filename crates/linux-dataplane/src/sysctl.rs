@@ -213,3 +213,40 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// Whether IPv6 is enabled in `netns`, as kube-proxy asks it: the kernel
+/// has IPv6 (`/proc/net/if_inet6` exists) and it is not disabled
+/// (`net.ipv6.conf.all.disable_ipv6` is 0). Read inside the namespace: both
+/// are per namespace.
+pub fn ipv6_enabled(netns: &crate::Netns) -> Result<bool, crate::NetnsError> {
+    netns.run(|| ipv6_enabled_under(Path::new("/proc/thread-self/net"), Path::new("/proc/sys")))
+}
+
+/// [`ipv6_enabled`] for the `net` and `sys` trees at these paths.
+fn ipv6_enabled_under(net: &Path, sys: &Path) -> bool {
+    let disabled = read_u64(&sys.join("net/ipv6/conf/all/disable_ipv6")).unwrap_or(1);
+    net.join("if_inet6").exists() && disabled == 0
+}
+
+#[cfg(test)]
+mod ipv6 {
+    use super::*;
+
+    #[test]
+    fn ipv6_is_enabled_only_with_addresses_listed_and_not_disabled() {
+        let dir = std::env::temp_dir().join(format!("proxyd-ipv6-{}", std::process::id()));
+        let (net, sys) = (dir.join("net"), dir.join("sys"));
+        let conf = sys.join("net/ipv6/conf/all");
+        std::fs::create_dir_all(&conf).unwrap();
+        std::fs::create_dir_all(&net).unwrap();
+        std::fs::write(conf.join("disable_ipv6"), "0\n").unwrap();
+        assert!(!ipv6_enabled_under(&net, &sys), "no if_inet6: the kernel has no IPv6");
+        std::fs::write(net.join("if_inet6"), "").unwrap();
+        assert!(ipv6_enabled_under(&net, &sys));
+        std::fs::write(conf.join("disable_ipv6"), "1\n").unwrap();
+        assert!(!ipv6_enabled_under(&net, &sys), "disabled");
+        std::fs::remove_file(conf.join("disable_ipv6")).unwrap();
+        assert!(!ipv6_enabled_under(&net, &sys), "unreadable: not enabled");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

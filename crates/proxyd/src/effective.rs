@@ -33,7 +33,7 @@ pub fn effective(proxy: &ProxyArgs, facts: &NodeFacts) -> DataplaneConfig {
         proxy.service_cidr.clone()
     };
     DataplaneConfig {
-        family: proxy.ip_family,
+        family: proxy.family(),
         scope: nft_dataplane::desired::Scope::Node,
         node_zone: proxy.node_zone.clone().or_else(|| facts.zone.clone()),
         cluster_cidrs: proxy.cluster_cidr.clone(),

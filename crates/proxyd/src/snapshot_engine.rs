@@ -110,7 +110,7 @@ pub async fn fetch(
     proxy: &ProxyArgs,
     keep: &dyn Fn(&EndpointSlice) -> bool,
 ) -> anyhow::Result<(Snapshot, Engine)> {
-    let engine = Engine::new(node, proxy.ip_family);
+    let engine = Engine::new(node, proxy.family());
     let mut feed = feed(&engine, proxy);
     let mut each_slice = |slice| feed.slice(slice);
     let snapshot = match &source.manifests {
@@ -131,7 +131,7 @@ pub async fn fetch(
 /// An engine holding `snapshot`'s objects (applied), as proxy `node` would
 /// see them.
 pub fn engine(snapshot: &Snapshot, node: &str, proxy: &ProxyArgs) -> Engine {
-    let engine = Engine::new(node, proxy.ip_family);
+    let engine = Engine::new(node, proxy.family());
     snapshot.feed_into(feed(&engine, proxy));
     applied(engine)
 }

@@ -44,6 +44,8 @@ fn flags(manifests: &Path) -> Vec<String> {
         &manifests.display().to_string(),
         "--hostname-override",
         "node-1",
+        "--ip-family",
+        "ipv4",
         "--cluster-cidr",
         "10.244.0.0/16",
         "--detect-local-mode",

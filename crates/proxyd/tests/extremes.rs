@@ -47,7 +47,7 @@ fn engine(family: IpFamily) -> (Engine, nft_dataplane::DataplaneConfig) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
     let m = daemon_sources::manifests::load(&path).unwrap();
     let proxy = ProxyArgs {
-        ip_family: family,
+        ip_family: Some(family),
         cluster_cidr: vec![match family {
             IpFamily::V4 => "10.244.0.0/16".parse().unwrap(),
             IpFamily::V6 => "fd00:10:244::/56".parse().unwrap(),

@@ -56,6 +56,8 @@ async fn run_watches_syncs_and_stops_on_sigterm() {
         .args([
             "--hostname-override",
             "node-1",
+            "--ip-family",
+            "ipv4",
             "--min-sync-period",
             "0",
             "--list-page-size",
@@ -373,6 +375,7 @@ async fn kube_proxys_configmap_and_arguments_work_unchanged() {
     cmd.arg("run")
         .arg(format!("--config={}", dir.join("config.conf").display()))
         .arg("--hostname-override=node-1")
+        .arg("--ip-family=ipv4")
         // Test-only: write the rules to files, serve nothing on the node's ports.
         .args(["--dry-run-dir", dir.join("nft").to_str().unwrap()])
         .args(["--healthz-bind-address", "", "--metrics-bind-address", ""]);

@@ -65,6 +65,7 @@ fn manifests_are_watched_and_each_sync_is_written() {
     let mut child = KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_proxyd"))
             .args(["run", "--hostname-override", "node-1", "--min-sync-period", "0"])
+            .args(["--ip-family", "ipv4"])
             // --dry-run-dir alone means a dry run.
             .args(["--healthz-bind-address", &format!("127.0.0.1:{healthz}")])
             .args(["--metrics-bind-address", &format!("127.0.0.1:{metrics}")])

@@ -18,6 +18,7 @@
 //! health-check listeners, build the proxiers, wait for the first lists,
 //! then sync until cancelled.
 
+mod families;
 mod family;
 mod foreign;
 mod sources;
@@ -29,6 +30,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use endpoints_map::Engine;
+use informer_glue::node::NodeFacts;
 use linux_dataplane::Netns;
 use slice_model::IpFamily;
 use tokio::sync::{Notify, oneshot, watch};
@@ -75,6 +77,36 @@ pub fn main(args: RunArgs) -> ExitCode {
     }
 }
 
+/// kube-proxy's checks of the configuration against the cluster's shape,
+/// once the Node's addresses tell the primary family (or after a minute
+/// without them, as kube-proxy gives up waiting: IPv4 then, said once).
+async fn check_against_the_node(settings: families::Settings, mut facts: watch::Receiver<NodeFacts>) {
+    let known = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        loop {
+            if !facts.borrow_and_update().primary_ips.is_empty() {
+                return;
+            }
+            if facts.changed().await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let node = facts.borrow().clone();
+    let primary = families::primary(settings.bind_address, &node.primary_ips).unwrap_or_else(|| {
+        if known.is_err() {
+            tracing::info!(
+                "cannot tell this node's primary IP family (the Node has no address yet): taking IPv4; \
+                 --bind-address sets it"
+            );
+        }
+        IpFamily::V4
+    });
+    for problem in families::bad_ip_config(&settings.shape(primary, &node.pod_cidrs)) {
+        tracing::warn!("{problem}: the settings of the other family alone are left out");
+    }
+}
+
 /// Checks the flags together; one message per problem.
 pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
@@ -87,24 +119,9 @@ pub fn validate(args: &RunArgs) -> Result<(), Vec<String>> {
     if args.sync_period.is_zero() {
         problems.push("--sync-period must be more than 0".into());
     }
-    let families = args.families();
-    let cidr_flags = [
-        ("--cluster-cidr", &args.proxy.cluster_cidr),
-        ("--service-cidr", &args.proxy.service_cidr),
-    ];
-    for (flag, cidrs) in cidr_flags {
-        for cidr in cidrs {
-            let f = match cidr {
-                ipnet::IpNet::V4(_) => IpFamily::V4,
-                ipnet::IpNet::V6(_) => IpFamily::V6,
-            };
-            if !families.contains(&f) {
-                problems.push(format!(
-                    "{flag} {cidr} is {f}, but proxyd serves only {}",
-                    families_text(&families)
-                ));
-            }
-        }
+    // Families the host decides are checked once it is asked, at the start.
+    if let Some(families) = args.families() {
+        problems.extend(families::problems(args, &families));
     }
     problems.extend(args.pods.problems(args.proxy.multus));
     problems.extend(args.proxy.detect_local_problems());
@@ -204,9 +221,20 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         std::thread::spawn(move || linux_dataplane::kube_proxy::warn_if_present(&netns));
     }
     let node = node_name(&args.proxy)?;
-    let families = args.families();
+    let chosen = families::choose(&args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
+    let problems = families::problems(&args, &chosen.families);
+    if !problems.is_empty() {
+        anyhow::bail!("{}; nothing was started", problems.join("; "));
+    }
+    let families = chosen.families;
     let selection = selection(&args.proxy);
-    tracing::info!(node = %node, families = %families_text(&families), selector = %selection.label_selector(), "starting");
+    tracing::info!(
+        node = %node,
+        families = %families_text(&families),
+        why = %chosen.why,
+        selector = %selection.label_selector(),
+        "starting"
+    );
 
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
@@ -224,6 +252,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     sources::start(&args, &selection, handlers, &mut state, &metrics, &tasks, &shutdown).await?;
     if let Some(facts) = &state.facts {
         health.follow_node(facts.clone());
+        tasks.spawn(check_against_the_node(
+            families::Settings::of(&args, &families),
+            facts.clone(),
+        ));
     }
     for w in &state.watches {
         health.watch(w.clone());
@@ -585,6 +617,8 @@ mod tests {
             "1m",
             "--sync-period",
             "30s",
+            "--ip-family",
+            "ipv4",
             "--cluster-cidr",
             "fd00::/48",
             "--manifests",
@@ -593,10 +627,15 @@ mod tests {
         .unwrap_err();
         assert_eq!(problems.len(), 3, "{problems:?}");
         assert!(problems[0].contains("--min-sync-period (60s) is longer than --sync-period (30s)"));
-        assert!(problems[1].contains("--cluster-cidr fd00::/48 is ipv6, but proxyd serves only ipv4"));
+        assert!(
+            problems[1].contains("--cluster-cidr holds only ipv6 networks, but proxyd serves ipv4"),
+            "{problems:?}"
+        );
         assert!(problems[2].contains("--manifests /nonexistent: no such file"));
         let dual = run_args(&["--ip-families", "ipv4,ipv6,ipv4", "--cluster-cidr", "fd00::/48"]);
-        assert_eq!(dual.families(), [IpFamily::V4, IpFamily::V6]);
+        assert_eq!(dual.families(), Some(vec![IpFamily::V4, IpFamily::V6]));
+        // Without a family flag the host decides, at the start.
+        assert_eq!(run_args(&["--cluster-cidr", "fd00::/48"]).families(), None);
         assert!(validate(&dual).is_ok());
     }
 

@@ -174,9 +174,12 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub multus: bool,
 
-    /// The IP family to serve: ipv4 or ipv6.
-    #[arg(long, default_value = "ipv4")]
-    pub ip_family: IpFamily,
+    /// The IP family to serve: ipv4 or ipv6. Without it (or
+    /// --ip-families), `run` serves both where the node has IPv6 enabled,
+    /// as kube-proxy does, and IPv4 alone where not; the other commands
+    /// serve IPv4.
+    #[arg(long)]
+    pub ip_family: Option<IpFamily>,
 
     /// The pod network(s), comma-separated: cluster-IP traffic from outside
     /// them is masqueraded, and pods reaching an external address of an
@@ -275,6 +278,12 @@ pub fn parse_interface(s: &str) -> Result<String, String> {
 }
 
 impl ProxyArgs {
+    /// The family `--ip-family` names, else IPv4 (what the commands that
+    /// do not look at the host serve).
+    pub fn family(&self) -> IpFamily {
+        self.ip_family.unwrap_or(IpFamily::V4)
+    }
+
     /// Whether node ports answer on this node's primary addresses.
     pub fn nodeport_primary(&self) -> bool {
         self.nodeport_addresses.contains(&NodePortAddress::Primary)
@@ -429,9 +438,16 @@ pub struct RunArgs {
     pub pods: PodNetnsArgs,
 
     /// The families to serve, e.g. `ipv4,ipv6` for dual-stack: one engine
-    /// and one table per family, sharing the watches (default: --ip-family).
+    /// and one table per family, sharing the watches (default: --ip-family,
+    /// else both where the node has IPv6 enabled, else IPv4).
     #[arg(long, value_delimiter = ',', value_name = "FAMILIES")]
     pub ip_families: Vec<IpFamily>,
+
+    /// kube-proxy's node IP override: an address other than 0.0.0.0 or ::
+    /// makes its family the primary one (which orders the families and
+    /// words the start-up checks); otherwise the Node's first address does.
+    #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
+    pub bind_address: std::net::IpAddr,
 
     /// Where to serve /healthz and /livez (ADDRESS:PORT); empty disables.
     #[arg(long, default_value = "0.0.0.0:10256", value_parser = parse_bind_address, value_name = "ADDRESS:PORT")]
@@ -528,10 +544,12 @@ impl RunArgs {
         self.dry_run || self.dry_run_dir.is_some()
     }
 
-    /// The families served, in order (the first is the primary one).
-    pub fn families(&self) -> Vec<IpFamily> {
+    /// The families the flags name, in order (the first is the primary
+    /// one); `None` when they name none, and the host decides
+    /// ([`crate::run::families`]).
+    pub fn families(&self) -> Option<Vec<IpFamily>> {
         let mut f = if self.ip_families.is_empty() {
-            vec![self.proxy.ip_family]
+            vec![self.proxy.ip_family?]
         } else {
             self.ip_families.clone()
         };
@@ -541,7 +559,7 @@ impl RunArgs {
             seen.push(*x);
             new
         });
-        f
+        Some(f)
     }
 }
 

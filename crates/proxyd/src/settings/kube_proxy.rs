@@ -103,6 +103,20 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
         ));
     }
     check("hostname-override", Ok(set(&c.hostname_override).map(one)), &mut out);
+    // 0.0.0.0 and :: (kubeadm writes the first) mean what the default
+    // does: the Node's addresses decide.
+    check(
+        "bind-address",
+        set(&c.bind_address)
+            .map(|a| match a.parse::<std::net::IpAddr>() {
+                Ok(ip) if ip.is_unspecified() => Ok(None),
+                Ok(_) => Ok(Some(one(a))),
+                Err(_) => Err(format!("bindAddress {a:?}: not an IP address")),
+            })
+            .transpose()
+            .map(Option::flatten),
+        &mut out,
+    );
     for (field, value, flag) in [
         ("healthzBindAddress", &c.healthz_bind_address, "healthz-bind-address"),
         ("metricsBindAddress", &c.metrics_bind_address, "metrics-bind-address"),
@@ -426,6 +440,20 @@ mod tests {
             &[],
         );
         assert_eq!(run.proxy.detect_local_mode, DetectLocalMode::NodeCidr);
+    }
+
+    #[test]
+    fn bind_address_sets_the_primary_family_and_zero_means_the_default() {
+        let head = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\n";
+        let run = run_with(&format!("{head}bindAddress: fd00::5\n"), &[]);
+        assert_eq!(run.bind_address, "fd00::5".parse::<std::net::IpAddr>().unwrap());
+        let run = run_with(&format!("{head}bindAddress: \"::\"\n"), &[]);
+        assert_eq!(run.bind_address, defaults().bind_address);
+        assert!(
+            decode(&format!("{head}bindAddress: node-1\n"))
+                .unwrap_err()
+                .contains("bindAddress \"node-1\"")
+        );
     }
 
     #[test]

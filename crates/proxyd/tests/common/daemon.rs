@@ -104,7 +104,14 @@ impl Proxyd {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_proxyd"));
         cmd.args(["run", "--kubeconfig"])
             .arg(&kubeconfig)
-            .args(["--hostname-override", "node-1", "--min-sync-period", "0"])
+            .args([
+                "--hostname-override",
+                "node-1",
+                "--ip-family",
+                "ipv4",
+                "--min-sync-period",
+                "0",
+            ])
             .arg("--sync-period")
             .arg(format!("{}s", sync_period.as_secs()))
             .args(["--dry-run", "--metrics-bind-address", "", "--healthz-bind-address"])

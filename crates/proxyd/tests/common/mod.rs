@@ -185,13 +185,22 @@ pub fn runtime() -> tokio::runtime::Runtime {
 pub fn dry_run_on_the_example(dir: &std::path::Path, metrics_port: u16) -> std::process::Command {
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/cluster");
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_proxyd"));
-    cmd.args(["run", "--hostname-override", "node-1", "--healthz-bind-address", ""])
-        .arg("--metrics-bind-address")
-        .arg(format!("127.0.0.1:{metrics_port}"))
-        .arg("--manifests")
-        .arg(example)
-        .arg("--dry-run-dir")
-        .arg(dir);
+    // One family, whatever the host has: the files are `sync-NNNNNN.nft`.
+    cmd.args([
+        "run",
+        "--hostname-override",
+        "node-1",
+        "--ip-family",
+        "ipv4",
+        "--healthz-bind-address",
+        "",
+    ])
+    .arg("--metrics-bind-address")
+    .arg(format!("127.0.0.1:{metrics_port}"))
+    .arg("--manifests")
+    .arg(example)
+    .arg("--dry-run-dir")
+    .arg(dir);
     cmd
 }
 
