@@ -306,6 +306,21 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
             "kube-proxy configuration: feature gates {names:?} are left out (proxyd has none)"
         ));
     }
+    // Settings with nothing to do here: said, not silently dropped.
+    if c.enable_profiling == Some(true) {
+        notes
+            .push("kube-proxy configuration: enableProfiling is left out (proxyd serves no profiling endpoint)".into());
+    }
+    for (field, value) in [
+        ("showHiddenMetricsForVersion", &c.show_hidden_metrics_for_version),
+        ("portRange", &c.port_range),
+    ] {
+        if let Some(v) = set(value) {
+            notes.push(format!(
+                "kube-proxy configuration: {field} {v:?} is left out (proxyd has no hidden metrics and no port range)"
+            ));
+        }
+    }
     if problems.is_empty() {
         Ok((out, notes))
     } else {
