@@ -70,7 +70,7 @@ async fn run(args: &Args) -> Result<(), String> {
     let (reader, watches) = watch(server.client(), Config::default());
     tokio::spawn(watches);
     let listed = Instant::now();
-    tokio::time::timeout(Duration::from_secs(300), reader.ready())
+    tokio::time::timeout(Duration::from_secs(300), reader.wait_until_ready())
         .await
         .map_err(|_| "no first list in 300 s")?
         .map_err(|e| e.to_string())?;

@@ -45,7 +45,7 @@ async fn main() -> Result<(), BoxError> {
 
     let (reader, watches) = watch(client, Config::default());
     tokio::spawn(watches);
-    reader.ready().await?;
+    reader.wait_until_ready().await?;
     let endpoints = reader.discover(&service, &port, Protocol::Tcp, H2);
     let mut balancer = Balance::new(PendingRequestsDiscover::new(endpoints, CompleteOnResponse::default()));
 

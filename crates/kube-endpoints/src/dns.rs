@@ -1,11 +1,11 @@
 //! The records the Kubernetes DNS-based service discovery specification
 //! (schema 1.1.0) defines for a service, from its [`ServiceEndpoints`]:
 //!
-//! * a service with cluster IPs: `A`/`AAAA` `<svc>.<ns>.svc.<zone>.` for
-//!   each cluster IP, `SRV` `_<port>._<proto>.<svc>.<ns>.svc.<zone>.` for
+//! * a service with cluster IPs: `A`/`AAAA` `<svc>.<ns>.svc.<domain>.` for
+//!   each cluster IP, `SRV` `_<port>._<proto>.<svc>.<ns>.svc.<domain>.` for
 //!   each named port, and a `PTR` for each cluster IP;
-//! * a headless service: `A`/`AAAA` `<svc>.<ns>.svc.<zone>.` for each
-//!   ready endpoint, `<hostname>.<svc>.<ns>.svc.<zone>.` for each ready
+//! * a headless service: `A`/`AAAA` `<svc>.<ns>.svc.<domain>.` for each
+//!   ready endpoint, `<hostname>.<svc>.<ns>.svc.<domain>.` for each ready
 //!   endpoint by its hostname, an `SRV` per ready endpoint and named port
 //!   (the endpoint's port) and a `PTR` per ready endpoint;
 //! * an ExternalName service: a `CNAME` to its external name.
@@ -54,10 +54,17 @@ pub enum RecordData {
     Ptr(String),
 }
 
-/// The service's name in `zone` (e.g. `cluster.local`).
-pub fn service_name(view: &ServiceEndpoints, zone: &str) -> String {
+/// The service's name in the cluster domain `cluster_domain` (e.g.
+/// `cluster.local`).
+pub fn service_name(view: &ServiceEndpoints, cluster_domain: &str) -> String {
     let name = view.name();
-    format!("{}.{}.svc.{}.", name.name, name.namespace, zone.trim_end_matches('.')).to_lowercase()
+    format!(
+        "{}.{}.svc.{}.",
+        name.name,
+        name.namespace,
+        cluster_domain.trim_end_matches('.')
+    )
+    .to_lowercase()
 }
 
 /// An address's reverse-lookup name (`in-addr.arpa.` or `ip6.arpa.`).
@@ -97,9 +104,9 @@ fn srv(own: &str, name: &str, protocol: Protocol, port: u16, target: String) -> 
 }
 
 /// Every record the specification defines for the service.
-pub fn records(view: &ServiceEndpoints, zone: &str) -> Vec<Record> {
+pub fn records(view: &ServiceEndpoints, cluster_domain: &str) -> Vec<Record> {
     let svc = view.service();
-    let own = service_name(view, zone);
+    let own = service_name(view, cluster_domain);
     let mut out = Vec::new();
     let record = |name: &str, data| Record {
         name: name.to_owned(),

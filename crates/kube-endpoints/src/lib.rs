@@ -76,7 +76,7 @@ pub struct Config {
     pub zone: Option<String>,
     /// Objects per list page (0: the watcher's default).
     pub page_size: u32,
-    /// How long [`Reader::ready`] waits for the first lists before it
+    /// How long [`Reader::wait_until_ready`] waits for the first lists before it
     /// gives up on a watch that is failing (a refused token, a role that
     /// may not list, an API server out of reach); `None`:
     /// [`DEFAULT_READY_TIMEOUT`]. A watch that is slow but not failing is
@@ -122,7 +122,7 @@ pub struct WatchFailure {
     pub error: String,
 }
 
-/// Why [`Reader::ready`] gave up.
+/// Why [`Reader::wait_until_ready`] gave up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotReady {
     /// The watches were stopped before the first lists were in.
@@ -193,7 +193,7 @@ impl Reader {
     /// (a refused token, a role that may not list, an API server out of
     /// reach: the watches go on retrying), and with [`NotReady::Stopped`]
     /// when the watches were stopped.
-    pub async fn ready(&self) -> Result<(), NotReady> {
+    pub async fn wait_until_ready(&self) -> Result<(), NotReady> {
         let started = tokio::time::Instant::now();
         let mut deadline = started + self.ready_timeout;
         let mut ready = self.ready.clone();
@@ -272,7 +272,7 @@ impl Reader {
 /// reader, and the future that runs the watches (spawn it). Watches retry
 /// with backoff for as long as they run. Dropping the future (or never
 /// polling it) stops them, and the readers say so: every subscription and
-/// change stream closes, [`Reader::ready`] returns [`NotReady::Stopped`],
+/// change stream closes, [`Reader::wait_until_ready`] returns [`NotReady::Stopped`],
 /// and [`Reader::status`] is [`Status::Stopped`].
 pub fn watch(client: kube::Client, config: Config) -> (Reader, impl Future<Output = ()> + Send + 'static) {
     let (store, ready) = Store::new(config.node.clone(), config.zone.clone());

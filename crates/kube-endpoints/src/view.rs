@@ -89,23 +89,26 @@ impl ServiceEndpoints {
         self.endpoints.port(name, protocol)
     }
 
-    /// Every endpoint of every port: one item per port and endpoint (an
-    /// endpoint behind two ports comes twice, with each port).
+    /// Every endpoint, once per address (a pod behind two ports is one
+    /// item), in address order: its first port's entry, whose address
+    /// carries that port's number. [`Self::ports`] has every port's.
     pub fn endpoints(&self) -> impl Iterator<Item = &BaseEndpointInfo> {
-        self.ports().iter().flat_map(|p| &p.endpoints)
+        let mut first: BTreeMap<IpAddr, &BaseEndpointInfo> = BTreeMap::new();
+        for e in self.ports().iter().flat_map(|p| &p.endpoints) {
+            first.entry(e.addr.ip()).or_insert(e);
+        }
+        first.into_values()
     }
 
-    /// The endpoints that are ready: what takes new connections when
-    /// topology and policies do not narrow the choice. One item per port
-    /// and endpoint, as [`Self::endpoints`]: two pods behind two ports are
-    /// four items.
+    /// The endpoints that are ready, once per address: what takes new
+    /// connections when topology and policies do not narrow the choice.
+    /// Two ready pods behind two ports are two items.
     pub fn ready(&self) -> impl Iterator<Item = &BaseEndpointInfo> {
         self.endpoints().filter(|e| e.ready)
     }
 
     /// The endpoints that are serving (ready, or terminating and still
-    /// able to serve). One item per port and endpoint, as
-    /// [`Self::endpoints`].
+    /// able to serve), once per address.
     pub fn serving(&self) -> impl Iterator<Item = &BaseEndpointInfo> {
         self.endpoints().filter(|e| e.serving)
     }

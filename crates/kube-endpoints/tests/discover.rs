@@ -84,7 +84,10 @@ async fn a_balancer_follows_the_service() {
         .unwrap();
     let (reader, run) = watch(server.client(), Config::default());
     let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.ready()).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
     let web = ServiceName::new("shop", "web");
     let discovery = reader.discover(&web, "http", Protocol::Tcp, H2);
     let mut balancer: Balancer = Balance::new(PendingRequestsDiscover::new(discovery, CompleteOnResponse::default()));

@@ -81,7 +81,10 @@ async fn both_families_every_fact_and_routing() {
     let (reader, run) = watch(server.client(), config);
     assert!(!reader.is_ready(), "nothing listed before the watches run");
     let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.ready()).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(reader.is_ready());
     let name = ServiceName::new("shop", "web");
     let view = reader.get(&name).unwrap();
@@ -141,7 +144,10 @@ async fn subscriptions_follow_their_service_through_faults() {
         .unwrap();
     let (reader, run) = watch(server.client(), Config::default());
     let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.ready()).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
     let (web_name, db_name) = (ServiceName::new("shop", "web"), ServiceName::new("shop", "db"));
     let mut web_rx = reader.subscribe(&web_name);
     let mut changes = reader.changes();
@@ -225,7 +231,10 @@ async fn selection_and_namespace() {
             };
             let (reader, run) = watch(client, config);
             let task = tokio::spawn(run);
-            tokio::time::timeout(WAIT, reader.ready()).await.unwrap().unwrap();
+            tokio::time::timeout(WAIT, reader.wait_until_ready())
+                .await
+                .unwrap()
+                .unwrap();
             task.abort();
             reader.services().iter().map(ToString::to_string).collect::<Vec<_>>()
         }
@@ -257,7 +266,7 @@ async fn dropped_watches_close_every_receiver_and_say_so() {
         Err(tokio::sync::broadcast::error::RecvError::Closed)
     ));
     assert_eq!(
-        tokio::time::timeout(WAIT, reader.ready()).await.unwrap(),
+        tokio::time::timeout(WAIT, reader.wait_until_ready()).await.unwrap(),
         Err(NotReady::Stopped)
     );
     assert_eq!(reader.status(), Status::Stopped);
@@ -269,7 +278,10 @@ async fn dropped_watches_close_every_receiver_and_say_so() {
     // Running, then aborted: the view stays, every receiver closes.
     let (reader, run) = watch(server.client(), Config::default());
     let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.ready()).await.unwrap().unwrap();
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(reader.status(), Status::Current);
     let mut updates = reader.subscribe(&name);
     let mut discovered = reader.discover(&name, "http", Protocol::Tcp, |_| ());
@@ -281,7 +293,7 @@ async fn dropped_watches_close_every_receiver_and_say_so() {
     assert!(ended.is_ok(), "discover's stream ended");
     assert!(reader.get(&name).is_some(), "the last view is still there to read");
     assert!(!reader.is_ready());
-    assert_eq!(reader.ready().await, Err(NotReady::Stopped));
+    assert_eq!(reader.wait_until_ready().await, Err(NotReady::Stopped));
 }
 
 /// A token the API server refuses (401), a role that may not list (403),
@@ -304,7 +316,7 @@ async fn ready_says_why_the_lists_do_not_come() {
     server.require_token("the-right-token");
     let (reader, run) = watch(server.client(), short.clone());
     let _task = tokio::spawn(run);
-    let why = failing(tokio::time::timeout(WAIT, reader.ready()).await.unwrap());
+    let why = failing(tokio::time::timeout(WAIT, reader.wait_until_ready()).await.unwrap());
     assert_eq!(why.len(), 2, "{why:?}");
     assert!(why.iter().all(|w| w.error.contains("401")), "{why:?}");
     assert!(matches!(reader.status(), Status::Stale { failing, .. } if failing.len() == 2));
@@ -313,7 +325,7 @@ async fn ready_says_why_the_lists_do_not_come() {
     server.forbid(Kind::EndpointSlice);
     let (reader, run) = watch(server.client(), short.clone());
     let _task = tokio::spawn(run);
-    let why = failing(tokio::time::timeout(WAIT, reader.ready()).await.unwrap());
+    let why = failing(tokio::time::timeout(WAIT, reader.wait_until_ready()).await.unwrap());
     assert_eq!(why.len(), 1, "{why:?}");
     assert_eq!(why[0].kind, "EndpointSlice");
     assert!(
@@ -329,13 +341,13 @@ async fn ready_says_why_the_lists_do_not_come() {
     })
     .await
     .expect("current once the role allows the list");
-    assert_eq!(reader.ready().await, Ok(()));
+    assert_eq!(reader.wait_until_ready().await, Ok(()));
 
     let mut server = FakeApiServer::start().await.unwrap();
     server.stop();
     let (reader, run) = watch(server.client(), short.clone());
     let _task = tokio::spawn(run);
-    let why = failing(tokio::time::timeout(WAIT, reader.ready()).await.unwrap());
+    let why = failing(tokio::time::timeout(WAIT, reader.wait_until_ready()).await.unwrap());
     assert!(!why.is_empty() && why.iter().all(|w| !w.error.is_empty()), "{why:?}");
 
     // Slow (each answer 3 s late, past the 2-s timeout), not failing.
@@ -344,5 +356,44 @@ async fn ready_says_why_the_lists_do_not_come() {
     let (reader, run) = watch(server.client(), short);
     let _task = tokio::spawn(run);
     assert_eq!(reader.status(), Status::Starting);
-    assert_eq!(tokio::time::timeout(WAIT, reader.ready()).await.unwrap(), Ok(()));
+    assert_eq!(
+        tokio::time::timeout(WAIT, reader.wait_until_ready()).await.unwrap(),
+        Ok(())
+    );
+}
+
+/// Two ready pods behind two ports are two endpoints (once per address),
+/// and each port still has both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_are_counted_once_per_address_whatever_the_ports() {
+    let server = FakeApiServer::start().await.unwrap();
+    server
+        .apply(service(
+            "shop",
+            "two-ports",
+            json!({"clusterIP": "10.96.0.11", "ports": [{"name": "http", "port": 80}, {"name": "metrics", "port": 9090}]}),
+        ))
+        .unwrap();
+    let mut s = slice(
+        "shop",
+        "two-ports-1",
+        "two-ports",
+        "IPv4",
+        &[("10.0.0.1", true, "node-1"), ("10.0.0.2", true, "node-2")],
+    );
+    s["ports"] = json!([{"name": "http", "protocol": "TCP", "port": 8080}, {"name": "metrics", "protocol": "TCP", "port": 9090}]);
+    server.apply(s).unwrap();
+    let (reader, run) = watch(server.client(), Config::default());
+    let task = tokio::spawn(run);
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let view = reader.get(&ServiceName::new("shop", "two-ports")).unwrap();
+    assert_eq!(view.ports().len(), 2);
+    assert!(view.ports().iter().all(|p| p.endpoints.len() == 2));
+    assert_eq!(view.endpoints().count(), 2, "once per address");
+    assert_eq!(view.ready().count(), 2, "two ready pods");
+    assert_eq!(view.serving().count(), 2);
+    task.abort();
 }

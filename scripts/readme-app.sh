@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds an application from kube-endpoints' README alone, as a crates.io
+# user would: `cargo new`, the README's [dependencies] block, and its first
+# example as the program (its hidden `# ` lines shown), against the crate in
+# this checkout. Fails if the README leaves out something an application
+# needs to compile.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+readme="$root/crates/kube-endpoints/README.md"
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+cargo new --quiet --vcs none --name readme-app "$dir/app"
+# The first ```toml block, the crate pointed at this checkout.
+awk '/^```toml/{f=1;next} /^```/{if(f)exit} f && !/^\[dependencies\]/' "$readme" |
+  sed "s|^kube-endpoints = .*|kube-endpoints = { path = \"$root/crates/kube-endpoints\" }|" >>"$dir/app/Cargo.toml"
+grep -q '^kube-endpoints = { path' "$dir/app/Cargo.toml" || { echo "FAIL: no kube-endpoints dependency in the README"; exit 1; }
+# The first ```rust block, its hidden lines shown.
+awk '/^```rust/{f=1;next} /^```/{if(f)exit} f' "$readme" | sed -e 's/^# //' -e 's/^#$//' >"$dir/app/src/example.rs"
+cat >"$dir/app/src/main.rs" <<'MAIN'
+mod example;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    example::example().await
+}
+MAIN
+# The workspace's lock pins the versions it is tested with; its target
+# directory spares rebuilding what the features share.
+cp "$root/Cargo.lock" "$dir/app/Cargo.lock"
+CARGO_TARGET_DIR="$root/target/readme-app" cargo build --quiet --manifest-path "$dir/app/Cargo.toml"
+echo "ok: an application from kube-endpoints' README compiles"
