@@ -15,7 +15,7 @@
 //! use kube_endpoints::{Protocol, ServiceName};
 //! use tower::discover::Change;
 //! // Each endpoint becomes a service of yours: here, its address.
-//! let endpoints = reader.discover(&ServiceName::new("shop", "web"), "http", Protocol::Tcp, |addr| addr);
+//! let endpoints = reader.discover(&ServiceName::new("shop", "web"), "http", Protocol::Tcp, |e| e.addr);
 //! // `endpoints` is a Discover: hand it to tower's balancers, or read it.
 //! # let _ = endpoints;
 //! # }
@@ -27,25 +27,42 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 
 use futures::Stream;
-use slice_model::{Protocol, ServiceName};
+use slice_model::{BaseEndpointInfo, EndpointFacts, Protocol, ServiceName};
 use tower::discover::Change;
 
 use crate::{Reader, Traffic};
 
 /// The changes of one service port's endpoints, as a stream that
-/// `tower::discover::Discover` is implemented for.
-pub type Discovery<S> = Pin<Box<dyn Stream<Item = Result<Change<SocketAddr, S>, Infallible>> + Send>>;
+/// `tower::discover::Discover` is implemented for. `Send` and `Sync`: a
+/// balancer holding it may be shared.
+pub type Discovery<S> = Pin<Box<dyn Stream<Item = Result<Change<SocketAddr, S>, Infallible>> + Send + Sync>>;
+
+/// An endpoint as [`Reader::discover`] hands it to the function that makes
+/// your service of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Discovered {
+    /// Its address and the port on it: the key of its changes.
+    pub addr: SocketAddr,
+    /// Its conditions (ready, serving, terminating), topology hints, and
+    /// whether it is on the reader's node.
+    pub endpoint: BaseEndpointInfo,
+    /// What its slice says of it: hostname (a name for TLS), node, zone
+    /// and target reference (its Pod); `None` when the slice says none of
+    /// it.
+    pub facts: Option<EndpointFacts>,
+}
 
 impl Reader {
     /// The endpoints of port `port`/`protocol` of `service` that take new
     /// connections, as `Change::Insert` (made into a service by `make`)
-    /// and `Change::Remove`, keyed by address and port. It starts with the
+    /// and `Change::Remove`, keyed by address and port. `make` gets each
+    /// endpoint with its facts ([`Discovered`]). It starts with the
     /// endpoints there are now and ends when the reader's watches are
     /// dropped.
     pub fn discover<S, F>(&self, service: &ServiceName, port: &str, protocol: Protocol, make: F) -> Discovery<S>
     where
-        S: Send + 'static,
-        F: FnMut(SocketAddr) -> S + Send + 'static,
+        S: Send + Sync + 'static,
+        F: FnMut(&Discovered) -> S + Send + Sync + 'static,
     {
         let state = State {
             updates: self.subscribe(service),
@@ -81,20 +98,26 @@ struct State<S, F> {
     started: bool,
 }
 
-impl<S, F: FnMut(SocketAddr) -> S> State<S, F> {
+impl<S, F: FnMut(&Discovered) -> S> State<S, F> {
     /// Queues the changes from what was handed out to what is used now.
     fn refresh(&mut self) {
         let latest = self.updates.borrow_and_update().clone();
-        let want: BTreeSet<SocketAddr> = latest
-            .as_deref()
+        let view = latest.as_deref();
+        let used: Vec<&BaseEndpointInfo> = view
             .and_then(|v| v.routing(&self.port, self.protocol, Traffic::Internal))
-            .map(|r| r.used.iter().map(|e| e.addr).collect())
+            .map(|r| r.used)
             .unwrap_or_default();
+        let want: BTreeSet<SocketAddr> = used.iter().map(|e| e.addr).collect();
         for gone in self.current.difference(&want) {
             self.pending.push_back(Change::Remove(*gone));
         }
-        for new in want.difference(&self.current) {
-            self.pending.push_back(Change::Insert(*new, (self.make)(*new)));
+        for e in used.iter().filter(|e| !self.current.contains(&e.addr)) {
+            let discovered = Discovered {
+                addr: e.addr,
+                endpoint: (*e).clone(),
+                facts: view.and_then(|v| v.facts(e.addr.ip())).cloned(),
+            };
+            self.pending.push_back(Change::Insert(e.addr, (self.make)(&discovered)));
         }
         self.current = want;
     }

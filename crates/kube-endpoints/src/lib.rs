@@ -28,6 +28,8 @@ use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::watch_runner::{WatchMetrics, WatchSettings};
 use tokio::sync::{broadcast, watch as latest};
 
+#[cfg(feature = "tower")]
+pub use discover::{Discovered, Discovery};
 pub use endpoints_map::topology::{EndpointUse, TopologyMode};
 /// The label selector type of [`Config::label_selector`] (kube's).
 pub use kube::core::Selector;

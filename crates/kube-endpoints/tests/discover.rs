@@ -22,8 +22,11 @@ const WAIT: Duration = Duration::from_secs(20);
 
 #[path = "support/h2.rs"]
 mod h2;
+#[path = "../examples/balance/h2.rs"]
+mod h2_client;
 
-use h2::{H2, serve};
+use h2::serve;
+use h2_client::H2;
 
 /// The slice of `web`: endpoints `(ip, state)` on `port`.
 fn slice(port: u16, endpoints: &[(&str, &str)]) -> serde_json::Value {
@@ -89,7 +92,7 @@ async fn a_balancer_follows_the_service() {
         .unwrap()
         .unwrap();
     let web = ServiceName::new("shop", "web");
-    let discovery = reader.discover(&web, "http", Protocol::Tcp, H2);
+    let discovery = reader.discover(&web, "http", Protocol::Tcp, |e: &kube_endpoints::Discovered| H2(e.addr));
     let mut balancer: Balancer = Balance::new(PendingRequestsDiscover::new(discovery, CompleteOnResponse::default()));
 
     // Both endpoints share the requests (p2c over equal loads picks at

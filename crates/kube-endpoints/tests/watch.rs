@@ -397,3 +397,36 @@ async fn endpoints_are_counted_once_per_address_whatever_the_ports() {
     assert_eq!(view.serving().count(), 2);
     task.abort();
 }
+
+/// `discover` hands the function that makes a service of each endpoint
+/// its facts (the hostname for TLS, the pod, the zone), and what it
+/// returns can be shared between threads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_hands_out_each_endpoints_facts() {
+    use futures::StreamExt;
+    use tower::discover::Change;
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(web()).unwrap();
+    server
+        .apply(slice("shop", "web-v4", "web", "IPv4", &[("10.0.0.1", true, "node-1")]))
+        .unwrap();
+    let (reader, run) = watch(server.client(), Config::default());
+    let task = tokio::spawn(run);
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut discovery = reader.discover(&ServiceName::new("shop", "web"), "http", Protocol::Tcp, |e| e.clone());
+    fn shared<T: Send + Sync>(_: &T) {}
+    shared(&discovery);
+    let Some(Ok(Change::Insert(addr, e))) = tokio::time::timeout(WAIT, discovery.next()).await.unwrap() else {
+        panic!("the endpoint is inserted first");
+    };
+    assert_eq!(addr.to_string(), "10.0.0.1:8080");
+    assert!(e.endpoint.ready);
+    let facts = e.facts.unwrap();
+    assert_eq!(facts.hostname.as_deref(), Some("web-0"));
+    assert_eq!(&*facts.target_ref.unwrap().name, "web-0");
+    assert_eq!(facts.zone.as_deref(), Some("zone-a"));
+    task.abort();
+}
