@@ -64,10 +64,44 @@ impl Reader {
         S: Send + Sync + 'static,
         F: FnMut(&Discovered) -> S + Send + Sync + 'static,
     {
+        self.discover_from(service, port, protocol, None, make)
+    }
+
+    /// [`Self::discover`] as kube-proxy in zone `zone` decides it
+    /// ([`ServiceEndpoints::routing_in_zone`](crate::ServiceEndpoints::routing_in_zone)):
+    /// one reader serves clients in several zones.
+    pub fn discover_in_zone<S, F>(
+        &self,
+        service: &ServiceName,
+        port: &str,
+        protocol: Protocol,
+        zone: &str,
+        make: F,
+    ) -> Discovery<S>
+    where
+        S: Send + Sync + 'static,
+        F: FnMut(&Discovered) -> S + Send + Sync + 'static,
+    {
+        self.discover_from(service, port, protocol, Some(zone.to_owned()), make)
+    }
+
+    fn discover_from<S, F>(
+        &self,
+        service: &ServiceName,
+        port: &str,
+        protocol: Protocol,
+        zone: Option<String>,
+        make: F,
+    ) -> Discovery<S>
+    where
+        S: Send + Sync + 'static,
+        F: FnMut(&Discovered) -> S + Send + Sync + 'static,
+    {
         let state = State {
             updates: self.subscribe(service),
             port: port.to_owned(),
             protocol,
+            zone,
             make,
             current: BTreeSet::new(),
             pending: VecDeque::new(),
@@ -92,6 +126,8 @@ struct State<S, F> {
     updates: tokio::sync::watch::Receiver<crate::Latest>,
     port: String,
     protocol: Protocol,
+    /// The zone routing is judged in (`None`: the reader's).
+    zone: Option<String>,
     make: F,
     current: BTreeSet<SocketAddr>,
     pending: VecDeque<Change<SocketAddr, S>>,
@@ -104,7 +140,10 @@ impl<S, F: FnMut(&Discovered) -> S> State<S, F> {
         let latest = self.updates.borrow_and_update().clone();
         let view = latest.as_deref();
         let used: Vec<&BaseEndpointInfo> = view
-            .and_then(|v| v.routing(&self.port, self.protocol, Traffic::Internal))
+            .and_then(|v| match &self.zone {
+                Some(zone) => v.routing_in_zone(&self.port, self.protocol, Traffic::Internal, zone),
+                None => v.routing(&self.port, self.protocol, Traffic::Internal),
+            })
             .map(|r| r.used)
             .unwrap_or_default();
         let want: BTreeSet<SocketAddr> = used.iter().map(|e| e.addr).collect();

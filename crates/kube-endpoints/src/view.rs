@@ -118,6 +118,25 @@ impl ServiceEndpoints {
     /// the others: kube-proxy's own decision code (`categorize`), with the
     /// service's traffic policies. `None` when the port has no endpoints.
     pub fn routing(&self, name: &str, protocol: Protocol, traffic: Traffic) -> Option<Routing<'_>> {
+        self.routing_from_zone(name, protocol, traffic, self.zone.as_deref())
+    }
+
+    /// [`Self::routing`] as kube-proxy in zone `zone` would decide it (a
+    /// gateway or DNS server answering for several zones asks per zone,
+    /// with one reader): zone hints are read for `zone`; which endpoints are
+    /// local, and node hints, stay judged for the reader's node
+    /// ([`Config::node`](crate::Config::node)).
+    pub fn routing_in_zone(&self, name: &str, protocol: Protocol, traffic: Traffic, zone: &str) -> Option<Routing<'_>> {
+        self.routing_from_zone(name, protocol, traffic, Some(zone))
+    }
+
+    fn routing_from_zone(
+        &self,
+        name: &str,
+        protocol: Protocol,
+        traffic: Traffic,
+        zone: Option<&str>,
+    ) -> Option<Routing<'_>> {
         let port = self.port(name, protocol)?;
         let family = self.service.cluster_ips.first().map_or(IpFamily::V4, IpFamily::of);
         let policies = self
@@ -136,7 +155,6 @@ impl ServiceEndpoints {
             externally_accessible: policies.externally_accessible || traffic == Traffic::External,
             ..policies
         };
-        let zone = self.zone.as_deref();
         let c = categorize(&port.endpoints, policies, zone);
         let used = if local { c.local.clone() } else { c.cluster.clone() }.unwrap_or_default();
         let decisions = port.endpoints.iter().map(|e| (e, c.use_of(e, local, zone))).collect();

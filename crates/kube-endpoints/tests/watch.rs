@@ -430,3 +430,59 @@ async fn discover_hands_out_each_endpoints_facts() {
     assert_eq!(facts.zone.as_deref(), Some("zone-a"));
     task.abort();
 }
+
+/// One reader answers for several zones: zone hints are read for the zone
+/// asked about, in routing and in discover.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routing_and_discover_per_zone_with_one_reader() {
+    use futures::StreamExt;
+    use tower::discover::Change;
+    let server = FakeApiServer::start().await.unwrap();
+    server
+        .apply(service(
+            "shop",
+            "zoned",
+            json!({"clusterIP": "10.96.0.12", "ports": [{"name": "http", "port": 80}]}),
+        ))
+        .unwrap();
+    let mut s = slice(
+        "shop",
+        "zoned-1",
+        "zoned",
+        "IPv4",
+        &[("10.0.0.1", true, "node-1"), ("10.0.0.2", true, "node-2")],
+    );
+    s["endpoints"][0]["hints"] = json!({"forZones": [{"name": "zone-a"}]});
+    s["endpoints"][1]["hints"] = json!({"forZones": [{"name": "zone-b"}]});
+    server.apply(s).unwrap();
+    let config = Config {
+        zone: Some("zone-a".into()),
+        ..Config::default()
+    };
+    let (reader, run) = watch(server.client(), config);
+    let task = tokio::spawn(run);
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let name = ServiceName::new("shop", "zoned");
+    let view = reader.get(&name).unwrap();
+    let used = |r: Option<kube_endpoints::Routing<'_>>| -> Vec<String> {
+        r.unwrap().used.iter().map(|e| e.addr.ip().to_string()).collect()
+    };
+    assert_eq!(
+        used(view.routing("http", Protocol::Tcp, Traffic::Internal)),
+        ["10.0.0.1"],
+        "the reader's zone"
+    );
+    assert_eq!(
+        used(view.routing_in_zone("http", Protocol::Tcp, Traffic::Internal, "zone-b")),
+        ["10.0.0.2"]
+    );
+    let mut b = reader.discover_in_zone(&name, "http", Protocol::Tcp, "zone-b", |e| e.addr);
+    let Some(Ok(Change::Insert(addr, _))) = tokio::time::timeout(WAIT, b.next()).await.unwrap() else {
+        panic!("an insert");
+    };
+    assert_eq!(addr.ip().to_string(), "10.0.0.2");
+    task.abort();
+}
