@@ -16,12 +16,25 @@
 //! `fd00--1`), the system-assigned identifier the specification allows.
 //! `SRV` priority and weight, which the specification leaves open, are 0
 //! and 100. Names are absolute (a trailing dot) and lower-case.
+//!
+//! [`Resolver`] answers a query by its name and type from a reader, every
+//! form above and `dns-version.<domain>.` (the schema version's `TXT`):
+//! what a DNS server built on this crate serves.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
 
-use slice_model::{Protocol, ServiceType};
+use slice_model::{Protocol, ServiceName, ServiceType};
 
-use crate::ServiceEndpoints;
+use crate::{Reader, ServiceEndpoints};
+
+/// The schema version this crate's records follow.
+pub const SCHEMA_VERSION: &str = "1.1.0";
+
+/// The TTL [`Resolver`] answers with unless told otherwise: 5 s, the
+/// default of CoreDNS's `kubernetes` plugin (the specification leaves the
+/// value to the server).
+pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
 
 /// One resource record: owner name and data.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -52,6 +65,159 @@ pub enum RecordData {
     Cname(String),
     /// `PTR`: the name of an address.
     Ptr(String),
+    /// `TXT`: the schema version (`dns-version.<domain>.`).
+    Txt(String),
+}
+
+/// A query's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryType {
+    /// IPv4 addresses.
+    A,
+    /// IPv6 addresses.
+    Aaaa,
+    /// Named ports.
+    Srv,
+    /// Names of addresses.
+    Ptr,
+    /// Aliases.
+    Cname,
+    /// Text: the schema version.
+    Txt,
+    /// Every record of the name.
+    Any,
+}
+
+impl QueryType {
+    /// Whether `data` answers a query of this type. An alias answers every
+    /// type, as a DNS server answers a name that is an alias.
+    fn wants(self, data: &RecordData) -> bool {
+        matches!(
+            (self, data),
+            (Self::Any, _)
+                | (_, RecordData::Cname(_))
+                | (Self::A, RecordData::Address(IpAddr::V4(_)))
+                | (Self::Aaaa, RecordData::Address(IpAddr::V6(_)))
+                | (Self::Srv, RecordData::Srv { .. })
+                | (Self::Ptr, RecordData::Ptr(_))
+                | (Self::Txt, RecordData::Txt(_))
+        )
+    }
+}
+
+/// What a query finds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The records of the name and type, each to be cached for `ttl`.
+    Records {
+        /// How long they may be cached.
+        ttl: Duration,
+        /// The records (at least one).
+        records: Vec<Record>,
+    },
+    /// The name exists, with no record of this type (`NOERROR`, no
+    /// answer).
+    NoData,
+    /// No such name in the cluster domain or the reverse zones
+    /// (`NXDOMAIN`).
+    NxDomain,
+    /// Not a name of the cluster domain or of the reverse zones: for
+    /// another server.
+    NotOurs,
+}
+
+/// Answers queries by name and type from a reader's services.
+#[derive(Clone)]
+pub struct Resolver {
+    reader: Reader,
+    domain: String,
+    ttl: Duration,
+}
+
+impl Resolver {
+    /// Answers for `cluster_domain` (e.g. `cluster.local`) and the reverse
+    /// zones, from `reader`.
+    pub fn new(reader: Reader, cluster_domain: &str) -> Self {
+        Self {
+            reader,
+            domain: cluster_domain.trim_end_matches('.').to_lowercase(),
+            ttl: DEFAULT_TTL,
+        }
+    }
+
+    /// Answers with this TTL instead of [`DEFAULT_TTL`].
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The records of `name` (absolute or not, any case) of type `query`.
+    pub fn resolve(&self, name: &str, query: QueryType) -> Answer {
+        let name = format!("{}.", name.trim_end_matches('.').to_lowercase());
+        let owned = match self.owned(&name) {
+            Some(records) => records,
+            None => return Answer::NotOurs,
+        };
+        let of_name: Vec<Record> = owned.into_iter().filter(|r| r.name == name).collect();
+        if of_name.is_empty() {
+            return Answer::NxDomain;
+        }
+        let records: Vec<Record> = of_name.into_iter().filter(|r| query.wants(&r.data)).collect();
+        if records.is_empty() {
+            Answer::NoData
+        } else {
+            Answer::Records { ttl: self.ttl, records }
+        }
+    }
+
+    /// The records that may hold `name` (absolute, lower-case): the
+    /// service it names, the services at the address a reverse name
+    /// names, or the schema version; `None` for a name outside the zones.
+    fn owned(&self, name: &str) -> Option<Vec<Record>> {
+        if let Some(ip) = parse_reverse(name) {
+            let services = self.reader.services_at(ip);
+            let views = services.iter().filter_map(|s| self.reader.get(s));
+            return Some(views.flat_map(|v| records(&v, &self.domain)).collect());
+        }
+        if name.ends_with(".in-addr.arpa.") || name.ends_with(".ip6.arpa.") {
+            return Some(Vec::new());
+        }
+        let suffix = format!(".{}.", self.domain);
+        let relative = name.strip_suffix(&suffix)?;
+        if relative == "dns-version" {
+            return Some(vec![Record {
+                name: name.to_owned(),
+                data: RecordData::Txt(SCHEMA_VERSION.into()),
+            }]);
+        }
+        // `[hostname.|_port._proto.]service.namespace.svc`
+        let labels: Vec<&str> = relative.split('.').collect();
+        let [.., service, namespace, "svc"] = labels.as_slice() else {
+            return Some(Vec::new());
+        };
+        let view = self.reader.get(&ServiceName::new(*namespace, *service));
+        Some(view.map(|v| records(&v, &self.domain)).unwrap_or_default())
+    }
+}
+
+/// The address a reverse name (`d.c.b.a.in-addr.arpa.`, or the 32 nibbles
+/// of `ip6.arpa.`) names; `None` for any other name.
+fn parse_reverse(name: &str) -> Option<IpAddr> {
+    if let Some(rest) = name.strip_suffix(".in-addr.arpa.") {
+        let octets: Vec<u8> = rest.split('.').map(str::parse).collect::<Result<_, _>>().ok()?;
+        let [d, c, b, a] = octets.as_slice() else { return None };
+        return Some(IpAddr::V4(Ipv4Addr::new(*a, *b, *c, *d)));
+    }
+    let rest = name.strip_suffix(".ip6.arpa.")?;
+    let nibbles: Vec<u8> = rest
+        .split('.')
+        .map(|n| u8::from_str_radix(n, 16).ok().filter(|_| n.len() == 1))
+        .collect::<Option<_>>()?;
+    if nibbles.len() != 32 {
+        return None;
+    }
+    let value = nibbles.iter().rev().fold(0u128, |acc, n| (acc << 4) | u128::from(*n));
+    Some(IpAddr::V6(Ipv6Addr::from(value)))
 }
 
 /// The service's name in the cluster domain `cluster_domain` (e.g.
@@ -224,8 +390,25 @@ mod tests {
                 RecordData::Srv { port, target, .. } => format!("{} SRV {port} {target}", r.name),
                 RecordData::Cname(t) => format!("{} CNAME {t}", r.name),
                 RecordData::Ptr(t) => format!("{} PTR {t}", r.name),
+                RecordData::Txt(t) => format!("{} TXT {t}", r.name),
             })
             .collect()
+    }
+
+    #[test]
+    fn reverse_names_read_back_as_their_addresses() {
+        for ip in ["10.3.0.1", "fd00::1", "2001:db8:85a3::8a2e:370:7334"] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(parse_reverse(&reverse_name(ip)), Some(ip));
+        }
+        for other in [
+            "1.0.0.in-addr.arpa.",
+            "x.1.0.0.10.in-addr.arpa.",
+            "1.2.ip6.arpa.",
+            "web.shop.svc.cluster.local.",
+        ] {
+            assert_eq!(parse_reverse(other), None, "{other}");
+        }
     }
 
     /// The specification's examples, one table row each: the question, and

@@ -254,6 +254,12 @@ impl Reader {
         lock(&self.store).names()
     }
 
+    /// The services one of whose cluster IPs or endpoints is `ip`, sorted
+    /// (kept as an index: no service is visited to answer).
+    pub fn services_at(&self, ip: std::net::IpAddr) -> Vec<ServiceName> {
+        lock(&self.store).services_at(ip)
+    }
+
     /// A receiver of `service`'s endpoints that changes only when they, or
     /// the Service, change; it holds `None` while there is no such
     /// Service.

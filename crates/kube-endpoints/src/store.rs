@@ -2,7 +2,8 @@
 //! view of each service, and its subscribers. The watches' handlers are
 //! the writer; [`crate::Reader`]s read.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use informer_glue::fold::EventHandler;
@@ -26,6 +27,9 @@ pub(crate) struct Store {
     /// The service each slice was last filed under (a slice can move).
     owner: HashMap<SliceName, ServiceName>,
     views: HashMap<ServiceName, Arc<ServiceEndpoints>>,
+    /// The services whose view holds each address (a cluster IP or an
+    /// endpoint's): reverse lookups without visiting every service.
+    by_address: HashMap<IpAddr, BTreeSet<ServiceName>>,
     /// One sender per name someone subscribed to. Entries nobody receives
     /// from any more are swept when the map has doubled since the last
     /// sweep, so that names asked about once do not stay forever.
@@ -59,6 +63,7 @@ impl Store {
             slices: HashMap::new(),
             owner: HashMap::new(),
             views: HashMap::new(),
+            by_address: HashMap::new(),
             subscribers: HashMap::new(),
             swept_to: 0,
             changes: Some(broadcast::channel(1024).0),
@@ -73,6 +78,14 @@ impl Store {
 
     pub(crate) fn get(&self, name: &ServiceName) -> Latest {
         self.views.get(name).cloned()
+    }
+
+    /// The services whose cluster IPs or endpoints hold `ip`.
+    pub(crate) fn services_at(&self, ip: IpAddr) -> Vec<ServiceName> {
+        self.by_address
+            .get(&ip)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     pub(crate) fn names(&self) -> Vec<ServiceName> {
@@ -141,6 +154,25 @@ impl Store {
         });
         if self.views.get(name) == view.as_ref() {
             return;
+        }
+        let addresses = |v: Option<&Arc<ServiceEndpoints>>| -> BTreeSet<IpAddr> {
+            v.map(|v| {
+                let endpoints = v.ports().iter().flat_map(|p| &p.endpoints).map(|e| e.addr.ip());
+                v.service().cluster_ips.iter().copied().chain(endpoints).collect()
+            })
+            .unwrap_or_default()
+        };
+        let (before, after) = (addresses(self.views.get(name)), addresses(view.as_ref()));
+        for ip in before.difference(&after) {
+            if let Some(names) = self.by_address.get_mut(ip) {
+                names.remove(name);
+                if names.is_empty() {
+                    self.by_address.remove(ip);
+                }
+            }
+        }
+        for ip in after.difference(&before) {
+            self.by_address.entry(*ip).or_default().insert(name.clone());
         }
         match &view {
             Some(v) => self.views.insert(name.clone(), v.clone()),

@@ -486,3 +486,110 @@ async fn routing_and_discover_per_zone_with_one_reader() {
     assert_eq!(addr.ip().to_string(), "10.0.0.2");
     task.abort();
 }
+
+/// The resolver answers every form of name the DNS specification defines
+/// by the query's name and type: a service's addresses and named ports, a
+/// headless service's endpoints by hostname, reverse names through the
+/// reader's address index, aliases, the schema version; and says which
+/// names do not exist, which have no record of the type asked, and which
+/// are another server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resolver_answers_by_query_name_and_type() {
+    use kube_endpoints::dns::{Answer, QueryType, Resolver};
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(web()).unwrap();
+    server
+        .apply(slice("shop", "web-v4", "web", "IPv4", &[("10.0.0.1", true, "node-1")]))
+        .unwrap();
+    server
+        .apply(service(
+            "shop",
+            "db",
+            json!({"clusterIP": "None", "ports": [{"name": "http", "port": 80}]}),
+        ))
+        .unwrap();
+    server
+        .apply(slice(
+            "shop",
+            "db-1",
+            "db",
+            "IPv4",
+            &[("10.0.1.1", true, "node-1"), ("10.0.1.2", false, "node-2")],
+        ))
+        .unwrap();
+    server
+        .apply(service(
+            "shop",
+            "ext",
+            json!({"type": "ExternalName", "externalName": "example.org"}),
+        ))
+        .unwrap();
+    let (reader, run) = watch(server.client(), Config::default());
+    let task = tokio::spawn(run);
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let dns = Resolver::new(reader.clone(), "cluster.local");
+    let answers = |name: &str, q: QueryType| -> Vec<String> {
+        match dns.resolve(name, q) {
+            Answer::Records { ttl, records } => {
+                assert_eq!(ttl, kube_endpoints::dns::DEFAULT_TTL);
+                records.iter().map(|r| format!("{:?}", r.data)).collect()
+            }
+            other => vec![format!("{other:?}")],
+        }
+    };
+    assert_eq!(
+        answers("web.shop.svc.cluster.local", QueryType::A),
+        ["Address(10.96.0.10)"]
+    );
+    assert_eq!(
+        answers("WEB.shop.svc.cluster.local.", QueryType::Aaaa),
+        ["Address(fd00::10)"]
+    );
+    assert_eq!(
+        answers("_http._tcp.web.shop.svc.cluster.local.", QueryType::Srv),
+        ["Srv { priority: 0, weight: 100, port: 80, target: \"web.shop.svc.cluster.local.\" }"]
+    );
+    assert_eq!(
+        answers("10.0.96.10.in-addr.arpa.", QueryType::Ptr),
+        ["Ptr(\"web.shop.svc.cluster.local.\")"]
+    );
+    // Headless: the ready endpoint, by name and by hostname, and its PTR.
+    assert_eq!(
+        answers("db.shop.svc.cluster.local.", QueryType::A),
+        ["Address(10.0.1.1)"]
+    );
+    assert_eq!(
+        answers("db-0.db.shop.svc.cluster.local.", QueryType::A),
+        ["Address(10.0.1.1)"]
+    );
+    assert_eq!(
+        answers("1.1.0.10.in-addr.arpa.", QueryType::Ptr),
+        ["Ptr(\"db-0.db.shop.svc.cluster.local.\")"]
+    );
+    assert_eq!(
+        answers("db-1.db.shop.svc.cluster.local.", QueryType::A),
+        ["NxDomain"],
+        "not ready"
+    );
+    // An alias answers every type.
+    assert_eq!(
+        answers("ext.shop.svc.cluster.local.", QueryType::A),
+        ["Cname(\"example.org.\")"]
+    );
+    assert_eq!(
+        answers("dns-version.cluster.local.", QueryType::Txt),
+        ["Txt(\"1.1.0\")"]
+    );
+    assert_eq!(answers("web.shop.svc.cluster.local.", QueryType::Txt), ["NoData"]);
+    assert_eq!(answers("nope.shop.svc.cluster.local.", QueryType::A), ["NxDomain"]);
+    assert_eq!(answers("9.9.9.9.in-addr.arpa.", QueryType::Ptr), ["NxDomain"]);
+    assert_eq!(answers("example.org.", QueryType::A), ["NotOurs"]);
+    assert_eq!(
+        reader.services_at("10.0.1.1".parse().unwrap()),
+        [ServiceName::new("shop", "db")]
+    );
+    task.abort();
+}
