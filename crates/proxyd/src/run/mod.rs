@@ -18,7 +18,7 @@
 //! health-check listeners, build the proxiers, wait for the first lists,
 //! then sync until cancelled.
 
-pub(crate) mod families;
+mod families;
 mod family;
 mod foreign;
 mod sources;

@@ -546,7 +546,7 @@ impl RunArgs {
 
     /// The families the flags name, in order (the first is the primary
     /// one); `None` when they name none, and the host decides
-    /// ([`crate::run::families`]).
+    /// (`run`'s families module).
     pub fn families(&self) -> Option<Vec<IpFamily>> {
         let mut f = if self.ip_families.is_empty() {
             vec![self.proxy.ip_family?]
