@@ -2060,6 +2060,33 @@ else:
                 print(me, "error:", e.__class__.__name__)
 "#;
 
+/// From `client answer` lines of `clients` clients: checks each client
+/// stuck to one endpoint, and counts the clients per group of endpoints
+/// (an endpoint's position, from `position`, modulo 8).
+fn sticky_groups(
+    what: &str,
+    out: &str,
+    clients: usize,
+    position: impl Fn(&str) -> Option<usize>,
+) -> BTreeMap<String, u32> {
+    let mut per_client: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for l in out.lines() {
+        let (client, answer) = l.split_once(' ').unwrap();
+        per_client.entry(client).or_default().push(answer);
+    }
+    assert_eq!(per_client.len(), clients, "{what}: {out}");
+    let mut counts: BTreeMap<String, u32> = BTreeMap::new();
+    for (client, answers) in &per_client {
+        assert!(
+            answers.iter().all(|a| *a == answers[0]),
+            "{what}: client {client} sticks to one endpoint: {answers:?}"
+        );
+        let i = position(answers[0]).unwrap_or_else(|| panic!("{what}: {client} reached {answers:?}"));
+        *counts.entry(format!("group-{}", i % 8)).or_default() += 1;
+    }
+    counts
+}
+
 /// UDP over IPv6: `serve` answers each datagram to any local address on
 /// port 5353 from the address it was sent to, with that address; `connect
 /// NODE PORT CLIENTS EACH FIRST` sends from new sockets (a new flow each)
@@ -2142,24 +2169,7 @@ fn a_sticky_udp_node_port_of_ten_thousand_ipv6_endpoints_balances_and_sticks() {
             "python3",
             &["-c", UDP6, "connect", "fd00:9::1", "30053", "400", "3", &first],
         );
-        let mut per_client: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-        for l in out.lines() {
-            let (client, answer) = l.split_once(' ').unwrap();
-            per_client.entry(client).or_default().push(answer);
-        }
-        assert_eq!(per_client.len(), 400, "{out}");
-        let mut counts: BTreeMap<String, u32> = BTreeMap::new();
-        for (client, answers) in &per_client {
-            assert!(
-                answers.iter().all(|a| *a == answers[0]),
-                "client {client} sticks to one endpoint: {answers:?}"
-            );
-            let i = index
-                .get(answers[0])
-                .unwrap_or_else(|| panic!("{client} reached {answers:?}"));
-            *counts.entry(format!("group-{}", i % 8)).or_default() += 1;
-        }
-        counts
+        sticky_groups("IPv6 UDP", &out, 400, |a| index.get(a).copied())
     });
     eps.remove(n / 2);
     engine.update_slice(udp_slice(&eps));
@@ -2224,24 +2234,7 @@ fn a_sticky_service_of_any_size_is_programmed_beside_the_others() {
                 "python3",
                 &["-c", ANY_ADDRESS, "connect", "10.96.0.40", "400", "3", &first],
             );
-            let mut per_client: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-            for l in out.lines() {
-                let (client, answer) = l.split_once(' ').unwrap();
-                per_client.entry(client).or_default().push(answer);
-            }
-            assert_eq!(per_client.len(), 400, "{out}");
-            let mut counts: BTreeMap<String, u32> = BTreeMap::new();
-            for (client, answers) in &per_client {
-                assert!(
-                    answers.iter().all(|a| *a == answers[0]),
-                    "{n}: client {client} sticks to one endpoint: {answers:?}"
-                );
-                let i = index
-                    .get(answers[0])
-                    .unwrap_or_else(|| panic!("{n}: {client} reached {answers:?}"));
-                *counts.entry(format!("group-{}", i % 8)).or_default() += 1;
-            }
-            counts
+            sticky_groups(&n.to_string(), &out, 400, |a| index.get(a).copied())
         });
 
         // One endpoint goes: a partial sync.

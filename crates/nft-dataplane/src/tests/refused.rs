@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use slice_model::{IpFamily, ServiceName};
 
 use super::support::{forwarded, with_protocol};
-use super::sync::{Step, every_kind, probes, service_of_kind, slice_of, step};
+use super::sync::{apply_step, every_kind, probes, step};
 use super::*;
 use crate::syncer::FIRST_RECHECK;
 use crate::transaction::Transaction;
@@ -273,13 +273,7 @@ proptest! {
         sync(&mut syncer, &mut engine);
         let probes = probes();
         for step in steps {
-            let kind = match step {
-                Step::Service(i, k) => { engine.service(&service_of_kind(i, k)); SyncKind::Changes }
-                Step::DeleteService(i) => { engine.remove_service("ns", &format!("s{i}")); SyncKind::Changes }
-                Step::Endpoints(i, m, e) => { engine.slice(slice_of(i, m, e)); SyncKind::Changes }
-                Step::DeleteSlice(i) => { engine.remove_slice("ns", &format!("s{i}-1")); SyncKind::Changes }
-                Step::Periodic => SyncKind::Periodic,
-            };
+            let kind = apply_step(&mut engine, step);
             let changed = engine.update();
             let report = syncer.sync(&engine.services, &engine.endpoints, &changed, kind);
             prop_assert!(report.is_ok(), "{report:?}");

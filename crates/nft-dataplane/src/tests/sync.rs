@@ -623,6 +623,22 @@ pub(super) fn probes() -> Vec<crate::tracer::Packet> {
     all
 }
 
+/// Applies `step` to the engine; the kind of sync that follows it.
+pub(super) fn apply_step(engine: &mut Engine, step: Step) -> SyncKind {
+    match step {
+        Step::Service(i, k) => {
+            engine.service(&service_of_kind(i, k));
+        }
+        Step::DeleteService(i) => engine.remove_service("ns", &format!("s{i}")),
+        Step::Endpoints(i, m, e) => {
+            engine.slice(slice_of(i, m, e));
+        }
+        Step::DeleteSlice(i) => engine.remove_slice("ns", &format!("s{i}-1")),
+        Step::Periodic => return SyncKind::Periodic,
+    }
+    SyncKind::Changes
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -637,13 +653,7 @@ proptest! {
         sync(&mut syncer, &mut engine);
         let probes = probes();
         for step in steps {
-            let kind = match step {
-                Step::Service(i, k) => { engine.service(&service_of_kind(i, k)); SyncKind::Changes }
-                Step::DeleteService(i) => { engine.remove_service("ns", &format!("s{i}")); SyncKind::Changes }
-                Step::Endpoints(i, m, e) => { engine.slice(slice_of(i, m, e)); SyncKind::Changes }
-                Step::DeleteSlice(i) => { engine.remove_slice("ns", &format!("s{i}-1")); SyncKind::Changes }
-                Step::Periodic => SyncKind::Periodic,
-            };
+            let kind = apply_step(&mut engine, step);
             let changed = engine.update();
             let report = syncer.sync(&engine.services, &engine.endpoints, &changed, kind);
             prop_assert!(report.is_ok(), "{report:?}");
