@@ -39,6 +39,29 @@ pub fn main(args: ExplainArgs) -> ExitCode {
     one_shot("explain", &args.source, &args.proxy, &keep, |l| {
         let selection = crate::snapshot_engine::selection(&args.proxy);
         let mut text = explain(&l.snapshot, &l.engine, &l.config, &selection, &l.node, &args.service)?;
+        // Without --ip-family, a service with IPv6 cluster IPs is explained
+        // for the IPv6 proxier too (kube-proxy runs both where the node
+        // has IPv6).
+        if args.proxy.ip_family.is_none() {
+            let (name, _) = parse_query(&args.service)?;
+            let v6 = crate::ProxyArgs {
+                ip_family: Some(IpFamily::V6),
+                ..args.proxy.clone()
+            };
+            let engine = crate::snapshot_engine::engine(&l.snapshot, &l.node, &v6);
+            if engine.services.service(&name).is_some_and(|ports| !ports.is_empty()) {
+                let config = crate::effective::effective(&v6, &l.snapshot.facts);
+                text.push('\n');
+                text.push_str(&explain(
+                    &l.snapshot,
+                    &engine,
+                    &config,
+                    &selection,
+                    &l.node,
+                    &args.service,
+                )?);
+            }
+        }
         if args.proxy.multus {
             let (service, _) = parse_query(&args.service)?;
             let (pods, networks) = l.snapshot.multus_view(&l.node, &selection);

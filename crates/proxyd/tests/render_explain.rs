@@ -420,3 +420,24 @@ fn explain_says_a_service_the_kernel_refuses_is_not_programmed_and_why() {
     let out = explain("shop/catalog");
     assert!(!out.contains("NOT PROGRAMMED"), "{out}");
 }
+
+/// Without `--ip-family`, a dual-stack service is explained for both
+/// proxiers (the IPv6 one with its IPv6 cluster IP and endpoints); with
+/// it, for that family's alone; an IPv4-only service for IPv4 alone.
+#[test]
+fn explain_covers_both_families_of_a_dual_stack_service() {
+    let (ok, out, err) = proxyd(&["explain", "shop/frontend"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("ipv4 proxier") && out.contains("ipv6 proxier"), "{out}");
+    assert!(
+        out.contains("[fd00:96::10]:80/tcp"),
+        "the IPv6 cluster IP's rules: {out}"
+    );
+    let (ok, out, _) = proxyd(&["explain", "shop/frontend", "--ip-family", "ipv4"]);
+    assert!(ok && !out.contains("ipv6 proxier"), "{out}");
+    let (ok, out, _) = proxyd(&["explain", "shop/api"]);
+    assert!(
+        ok && out.contains("ipv4 proxier") && !out.contains("ipv6 proxier"),
+        "{out}"
+    );
+}
