@@ -4,7 +4,7 @@
 //! where not. The primary family (kube-proxy's: `--bind-address` when it is
 //! not 0.0.0.0 or ::, else the Node's first address) orders them and words
 //! the checks of configuration against the cluster's shape
-//! ([`bad_ip_config`], kube-proxy's `checkBadIPConfig`).
+//! ([`Settings::bad_ip_config`], kube-proxy's `checkBadIPConfig`).
 //!
 //! One difference, deliberate: kube-proxy waits for the Node's addresses
 //! before it starts; proxyd starts both families at once (the primary
@@ -108,8 +108,8 @@ pub fn problems(args: &RunArgs, families: &[IpFamily]) -> Vec<String> {
     out
 }
 
-/// The settings [`bad_ip_config`] checks, taken from the flags at the
-/// start.
+/// The settings [`Settings::bad_ip_config`] checks, taken from the flags
+/// at the start.
 pub struct Settings {
     /// `--bind-address`.
     pub bind_address: IpAddr,
@@ -138,66 +138,39 @@ impl Settings {
         }
     }
 
-    /// The cluster's shape with this primary family and these pod ranges.
-    pub fn shape<'a>(&'a self, primary: IpFamily, pod_cidrs: &'a [IpNet]) -> Shape<'a> {
-        Shape {
-            primary,
-            dual_stack: self.dual_stack,
-            cluster_cidrs: &self.cluster_cidrs,
-            pod_cidrs,
-            detect_local: self.detect_local,
-            bind_addresses: self.bind_addresses,
+    /// kube-proxy's `checkBadIPConfig`, in substance: settings of the
+    /// other family only, in a cluster whose primary family is `primary`
+    /// and whose Node has `pod_cidrs`.
+    pub fn bad_ip_config(&self, primary: IpFamily, pod_cidrs: &[IpNet]) -> Vec<String> {
+        let bad = match primary {
+            IpFamily::V4 => IpFamily::V6,
+            IpFamily::V6 => IpFamily::V4,
+        };
+        let cluster = if self.dual_stack {
+            format!("{primary}-primary")
+        } else {
+            primary.to_string()
+        };
+        let mut out = Vec::new();
+        if self.detect_local == DetectLocalMode::ClusterCidr && only_of(&self.cluster_cidrs, bad) {
+            out.push(format!(
+                "cluster is {cluster} but --cluster-cidr holds only {bad} networks"
+            ));
         }
-    }
-}
-
-/// What the cluster looks like to the checks.
-pub struct Shape<'a> {
-    /// The primary family.
-    pub primary: IpFamily,
-    /// Both families are served.
-    pub dual_stack: bool,
-    /// `--cluster-cidr`.
-    pub cluster_cidrs: &'a [IpNet],
-    /// The Node's `spec.podCIDRs`.
-    pub pod_cidrs: &'a [IpNet],
-    /// `--detect-local-mode`.
-    pub detect_local: DetectLocalMode,
-    /// `--healthz-bind-address` and `--metrics-bind-address`.
-    pub bind_addresses: [(&'static str, BindAddress); 2],
-}
-
-/// kube-proxy's `checkBadIPConfig`, in substance: settings of the other
-/// family only, in a cluster whose primary family is `shape.primary`.
-pub fn bad_ip_config(shape: &Shape<'_>) -> Vec<String> {
-    let bad = match shape.primary {
-        IpFamily::V4 => IpFamily::V6,
-        IpFamily::V6 => IpFamily::V4,
-    };
-    let cluster = if shape.dual_stack {
-        format!("{}-primary", shape.primary)
-    } else {
-        shape.primary.to_string()
-    };
-    let mut out = Vec::new();
-    if shape.detect_local == DetectLocalMode::ClusterCidr && only_of(shape.cluster_cidrs, bad) {
-        out.push(format!(
-            "cluster is {cluster} but --cluster-cidr holds only {bad} networks"
-        ));
-    }
-    if only_of(shape.pod_cidrs, bad) {
-        out.push(format!(
-            "cluster is {cluster} but the Node's spec.podCIDRs holds only {bad} networks"
-        ));
-    }
-    if !shape.dual_stack {
-        for (flag, BindAddress(address)) in shape.bind_addresses {
-            if let Some(a) = address.filter(|a| !a.ip().is_unspecified() && IpFamily::of(&a.ip()) == bad) {
-                out.push(format!("cluster is {cluster} but --{flag} is {bad} ({a})"));
+        if only_of(pod_cidrs, bad) {
+            out.push(format!(
+                "cluster is {cluster} but the Node's spec.podCIDRs holds only {bad} networks"
+            ));
+        }
+        if !self.dual_stack {
+            for (flag, BindAddress(address)) in self.bind_addresses {
+                if let Some(a) = address.filter(|a| !a.ip().is_unspecified() && IpFamily::of(&a.ip()) == bad) {
+                    out.push(format!("cluster is {cluster} but --{flag} is {bad} ({a})"));
+                }
             }
         }
+        out
     }
-    out
 }
 
 /// The primary family from the Node's addresses (its first), unless
@@ -257,14 +230,14 @@ mod tests {
         let shape =
             |primary, dual_stack, cluster: &[&str], pods: &[&str]| (primary, dual_stack, nets(cluster), nets(pods));
         let check = |(primary, dual_stack, cluster, pods): (IpFamily, bool, Vec<IpNet>, Vec<IpNet>), metrics| {
-            bad_ip_config(&Shape {
-                primary,
+            let settings = Settings {
+                bind_address: "0.0.0.0".parse().unwrap(),
                 dual_stack,
-                cluster_cidrs: &cluster,
-                pod_cidrs: &pods,
+                cluster_cidrs: cluster,
                 detect_local: DetectLocalMode::ClusterCidr,
                 bind_addresses: [("healthz-bind-address", off), ("metrics-bind-address", metrics)],
-            })
+            };
+            settings.bad_ip_config(primary, &pods)
         };
         // A dual-stack cluster's own arguments: nothing to say.
         let ok = shape(

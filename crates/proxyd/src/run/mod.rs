@@ -102,7 +102,7 @@ async fn check_against_the_node(settings: families::Settings, mut facts: watch::
         }
         IpFamily::V4
     });
-    for problem in families::bad_ip_config(&settings.shape(primary, &node.pod_cidrs)) {
+    for problem in settings.bad_ip_config(primary, &node.pod_cidrs) {
         tracing::warn!("{problem}: the settings of the other family alone are left out");
     }
 }
