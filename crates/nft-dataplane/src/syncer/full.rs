@@ -341,17 +341,10 @@ pub(super) fn shared_elements(view: &Programmed) -> HashMap<SetId, Vec<Element>>
 
 /// Declares a service's own sets and chains and appends their rules to
 /// `tx` (flushing each chain first when it may hold rules already), but
-/// for the chains the table holds `unchanged`; returns what they cost.
-/// Declarations go with the rules, a few services per transaction, because
-/// each costs more the more sets the table holds.
-pub(super) fn push_own_chains(
-    f: &Fragment,
-    tx: &mut Transaction,
-    flush: bool,
-    unchanged: &HashSet<ChainId>,
-    cost: &mut LockCost,
-) -> usize {
-    let from = tx.ops.len();
+/// for the chains the table holds `unchanged`. Declarations go with the
+/// rules, a few services per transaction, because each costs more the more
+/// sets the table holds.
+pub(super) fn push_own_chains(f: &Fragment, tx: &mut Transaction, flush: bool, unchanged: &HashSet<ChainId>) {
     for set in &f.own_sets {
         tx.push(Op::AddSet(set.clone(), Vec::new()));
     }
@@ -367,7 +360,6 @@ pub(super) fn push_own_chains(
             tx.push(Op::AddRule(c.id.clone(), r.clone()));
         }
     }
-    tx.ops[from..].iter().map(|op| cost.charge(op)).sum()
 }
 
 /// The whole ruleset written over a table of this shape, in place (see the
@@ -408,7 +400,11 @@ pub(super) fn rewrite_in_place(
     let cost = LockCost::with_sets(stale.sets_in_table);
     let mut size = 0;
     for f in by_name(view).into_iter().map(Packed::unpack) {
-        size += push_own_chains(&f, &mut rules, true, &stale.unchanged, &mut cost.clone());
+        let from = rules.ops.len();
+        push_own_chains(&f, &mut rules, true, &stale.unchanged);
+        // Every service starts from the table's count of sets (above).
+        let mut charged = cost;
+        size += rules.ops[from..].iter().map(|op| charged.charge(op)).sum::<usize>();
         if refill {
             f.for_each_element(|set, el| by_set.entry(set).or_default().push(el));
             own_sets.extend(f.own_sets);
@@ -628,7 +624,7 @@ pub(super) fn first_load(
         // nothing reaches its chains before its elements, which come after
         // them.
         let mut own = new();
-        push_own_chains(&f, &mut own, false, &HashSet::new(), &mut LockCost::with_sets(0));
+        push_own_chains(&f, &mut own, false, &HashSet::new());
         for op in own.ops {
             rules_cost += cost.charge(&op);
             rules.push(op);
