@@ -42,6 +42,18 @@ fn slice(ns: &str, name: &str, svc: &str, family: &str, endpoints: &[(&str, bool
     })
 }
 
+/// A reader of `server` with `config`, its watches running and the first
+/// lists in; the task running the watches.
+async fn listed(server: &FakeApiServer, config: Config) -> (kube_endpoints::Reader, tokio::task::JoinHandle<()>) {
+    let (reader, run) = watch(server.client(), config);
+    let task = tokio::spawn(run);
+    tokio::time::timeout(WAIT, reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    (reader, task)
+}
+
 async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
@@ -142,12 +154,7 @@ async fn subscriptions_follow_their_service_through_faults() {
     server
         .apply(slice("shop", "db-a", "db", "IPv4", &[("10.0.1.1", true, "node-1")]))
         .unwrap();
-    let (reader, run) = watch(server.client(), Config::default());
-    let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.wait_until_ready())
-        .await
-        .unwrap()
-        .unwrap();
+    let (reader, task) = listed(&server, Config::default()).await;
     let (web_name, db_name) = (ServiceName::new("shop", "web"), ServiceName::new("shop", "db"));
     let mut web_rx = reader.subscribe(&web_name);
     let mut changes = reader.changes();
@@ -276,12 +283,7 @@ async fn dropped_watches_close_every_receiver_and_say_so() {
     );
 
     // Running, then aborted: the view stays, every receiver closes.
-    let (reader, run) = watch(server.client(), Config::default());
-    let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.wait_until_ready())
-        .await
-        .unwrap()
-        .unwrap();
+    let (reader, task) = listed(&server, Config::default()).await;
     assert_eq!(reader.status(), Status::Current);
     let mut updates = reader.subscribe(&name);
     let mut discovered = reader.discover(&name, "http", Protocol::Tcp, |_| ());
@@ -383,12 +385,7 @@ async fn endpoints_are_counted_once_per_address_whatever_the_ports() {
     );
     s["ports"] = json!([{"name": "http", "protocol": "TCP", "port": 8080}, {"name": "metrics", "protocol": "TCP", "port": 9090}]);
     server.apply(s).unwrap();
-    let (reader, run) = watch(server.client(), Config::default());
-    let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.wait_until_ready())
-        .await
-        .unwrap()
-        .unwrap();
+    let (reader, task) = listed(&server, Config::default()).await;
     let view = reader.get(&ServiceName::new("shop", "two-ports")).unwrap();
     assert_eq!(view.ports().len(), 2);
     assert!(view.ports().iter().all(|p| p.endpoints.len() == 2));
@@ -410,12 +407,7 @@ async fn discover_hands_out_each_endpoints_facts() {
     server
         .apply(slice("shop", "web-v4", "web", "IPv4", &[("10.0.0.1", true, "node-1")]))
         .unwrap();
-    let (reader, run) = watch(server.client(), Config::default());
-    let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.wait_until_ready())
-        .await
-        .unwrap()
-        .unwrap();
+    let (reader, task) = listed(&server, Config::default()).await;
     let mut discovery = reader.discover(&ServiceName::new("shop", "web"), "http", Protocol::Tcp, |e| e.clone());
     fn shared<T: Send + Sync>(_: &T) {}
     shared(&discovery);
@@ -459,12 +451,7 @@ async fn routing_and_discover_per_zone_with_one_reader() {
         zone: Some("zone-a".into()),
         ..Config::default()
     };
-    let (reader, run) = watch(server.client(), config);
-    let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.wait_until_ready())
-        .await
-        .unwrap()
-        .unwrap();
+    let (reader, task) = listed(&server, config).await;
     let name = ServiceName::new("shop", "zoned");
     let view = reader.get(&name).unwrap();
     let used = |r: Option<kube_endpoints::Routing<'_>>| -> Vec<String> {
@@ -524,12 +511,7 @@ async fn the_resolver_answers_by_query_name_and_type() {
             json!({"type": "ExternalName", "externalName": "example.org"}),
         ))
         .unwrap();
-    let (reader, run) = watch(server.client(), Config::default());
-    let task = tokio::spawn(run);
-    tokio::time::timeout(WAIT, reader.wait_until_ready())
-        .await
-        .unwrap()
-        .unwrap();
+    let (reader, task) = listed(&server, Config::default()).await;
     let dns = Resolver::new(reader.clone(), "cluster.local");
     let answers = |name: &str, q: QueryType| -> Vec<String> {
         match dns.resolve(name, q) {
