@@ -28,4 +28,11 @@ MAIN
 # directory spares rebuilding what the features share.
 cp "$root/Cargo.lock" "$dir/app/Cargo.lock"
 CARGO_TARGET_DIR="$root/target/readme-app" cargo build --quiet --manifest-path "$dir/app/Cargo.toml"
-echo "ok: an application from kube-endpoints' README compiles"
+# kube-endpoints exposes no metrics, so an application does not build a
+# metrics library for it.
+if cargo tree --quiet --offline --manifest-path "$dir/app/Cargo.toml" -e normal -i prometheus-client >/dev/null 2>&1; then
+  echo "FAIL: prometheus-client is in the README application's dependencies:"
+  cargo tree --offline --manifest-path "$dir/app/Cargo.toml" -e normal -i prometheus-client
+  exit 1
+fi
+echo "ok: an application from kube-endpoints' README compiles, without a metrics library"

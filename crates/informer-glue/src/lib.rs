@@ -36,11 +36,17 @@
 //! configuration file) is the `daemon-sources` crate's, so that a library
 //! user of this crate does not carry it.
 //!
+//! Watches and handlers count what they do in [`counters`] (plain
+//! atomics); the `prometheus` feature makes those counters
+//! `prometheus-client` metrics and adds `source_metrics`, which registers
+//! them.
+//!
 //! Library users pick the Kubernetes version: this crate enables no
 //! `k8s-openapi` version feature.
 
 mod cache_handler;
 mod convert;
+pub mod counters;
 pub mod feed;
 pub mod fold;
 pub mod lenient;
@@ -51,6 +57,7 @@ pub mod selection;
 mod service;
 pub mod service_cidr;
 mod service_handler;
+#[cfg(feature = "prometheus")]
 pub mod source_metrics;
 pub mod tombstone;
 pub mod watch_runner;

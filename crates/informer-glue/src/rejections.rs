@@ -3,13 +3,11 @@
 
 use std::fmt::Display;
 
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-
-use prometheus_client::encoding::EncodeLabelSet;
+use crate::counters::CounterFamily;
 
 /// The labels of the rejection families.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+#[cfg_attr(feature = "prometheus", derive(prometheus_client::encoding::EncodeLabelSet))]
 pub struct RejectionLabels {
     /// The object's kind: `Service`, `EndpointSlice`.
     pub kind: &'static str,
@@ -20,21 +18,21 @@ pub struct RejectionLabels {
 /// Rejected objects and skipped parts of one kind, by reason
 /// (`SliceError::reason`, `ServiceError::reason`, `WarningKind::reason`).
 /// A default value counts into families nobody registered (tests, one-shot
-/// commands); [`crate::source_metrics::SourceMetrics::rejections`] gives one that
-/// is exported.
+/// commands, library users); with the `prometheus` feature,
+/// `source_metrics::SourceMetrics::rejections` gives one that is exported.
 #[derive(Debug, Default)]
 pub struct Rejections {
     kind: &'static str,
-    rejected: Family<RejectionLabels, Counter>,
-    skipped: Family<RejectionLabels, Counter>,
+    rejected: CounterFamily<RejectionLabels>,
+    skipped: CounterFamily<RejectionLabels>,
 }
 
 impl Rejections {
     /// Counts `kind`'s rejections into these families.
     pub fn new(
         kind: &'static str,
-        rejected: Family<RejectionLabels, Counter>,
-        skipped: Family<RejectionLabels, Counter>,
+        rejected: CounterFamily<RejectionLabels>,
+        skipped: CounterFamily<RejectionLabels>,
     ) -> Self {
         Self {
             kind,

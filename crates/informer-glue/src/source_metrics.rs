@@ -9,11 +9,10 @@
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
 
+use crate::counters::{Counter, CounterFamily, Gauge};
 use crate::rejections::{RejectionLabels, Rejections};
 use crate::watch_runner::WatchMetrics;
 
@@ -42,8 +41,8 @@ pub struct SourceMetrics {
     watch_restarts: Family<ResourceLabels, Counter>,
     watch_failing: Family<ResourceLabels, Gauge>,
     relists: Family<ResourceLabels, Counter>,
-    rejected: Family<RejectionLabels, Counter>,
-    skipped: Family<RejectionLabels, Counter>,
+    rejected: CounterFamily<RejectionLabels>,
+    skipped: CounterFamily<RejectionLabels>,
 }
 
 impl SourceMetrics {
@@ -72,13 +71,13 @@ impl SourceMetrics {
                 r,
                 "proxyd_rejected_objects",
                 "Objects skipped whole as unusable, by kind and reason (see the warnings in the log)",
-                Family::default(),
+                CounterFamily::default(),
             ),
             skipped: registered(
                 r,
                 "proxyd_skipped_fields",
                 "Parts of accepted objects skipped as unusable (an endpoint with an invalid address, a port without a number, ...), by kind and reason",
-                Family::default(),
+                CounterFamily::default(),
             ),
         }
     }
@@ -95,7 +94,7 @@ impl SourceMetrics {
             errors: self.watch_restarts.get_or_create(&labels).clone(),
             failing: self.watch_failing.get_or_create(&labels).clone(),
             relists: self.relists.get_or_create(&labels).clone(),
-            undecodable: self.rejected.get_or_create(&undecodable).clone(),
+            undecodable: self.rejected.get_or_create(&undecodable),
             ..WatchMetrics::default()
         })
     }

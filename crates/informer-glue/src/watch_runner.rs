@@ -9,16 +9,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
 use tracing::Instrument;
 
+use crate::counters::{Counter, Gauge};
 use crate::fold::{EventFold, EventHandler, Keep};
 use crate::lenient::{Lean, Watched};
 
-/// Counters of one watch, shared with whoever reports them (health, and
-/// the exported series [`crate::source_metrics::SourceMetrics::watch`] hands out;
-/// a default value counts into series nobody exports).
+/// Counters of one watch, shared with whoever reports them (health, and,
+/// with the `prometheus` feature, the exported series
+/// `source_metrics::SourceMetrics::watch` hands out; a default value counts
+/// into series nobody exports).
 #[derive(Debug, Default)]
 pub struct WatchMetrics {
     /// Watch events received (all kinds).
