@@ -1,7 +1,7 @@
 //! The counters a watch and a handler keep: plain atomics behind shared
 //! handles, so a library user reads them without any metrics library.
 //! With the `prometheus` feature they are also `prometheus-client`
-//! metrics, which [`crate::source_metrics`] registers.
+//! metrics, which `source_metrics` registers.
 
 use std::collections::HashMap;
 use std::hash::Hash;
