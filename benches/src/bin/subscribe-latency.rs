@@ -77,7 +77,7 @@ async fn run(args: &Args) -> Result<(), String> {
     println!("{} services listed in {:.2?}", args.services, listed.elapsed());
     let name = ServiceName::new("ns", "svc-0");
     let mut rx = reader.subscribe(&name);
-    rx.borrow_and_update();
+    rx.latest();
     let mut times = Vec::new();
     for k in 0..args.changes {
         let written = Instant::now();
@@ -87,7 +87,7 @@ async fn run(args: &Args) -> Result<(), String> {
             .map_err(|_| "no change in 30 s")?
             .map_err(|e| e.to_string())?;
         times.push(written.elapsed());
-        rx.borrow_and_update();
+        rx.latest();
     }
     let slowest = (0..times.len()).max_by_key(|&k| times[k]).unwrap_or_default();
     let after_first = times.iter().skip(1).max().copied().unwrap_or_default();

@@ -30,7 +30,7 @@ use futures::Stream;
 use slice_model::{BaseEndpointInfo, EndpointFacts, Protocol, ServiceName};
 use tower::discover::Change;
 
-use crate::{Reader, Traffic};
+use crate::{Location, Reader, Traffic};
 
 /// The changes of one service port's endpoints, as a stream that
 /// `tower::discover::Discover` is implemented for. `Send` and `Sync`: a
@@ -67,22 +67,22 @@ impl Reader {
         self.discover_from(service, port, protocol, None, make)
     }
 
-    /// [`Self::discover`] as kube-proxy in zone `zone` decides it
-    /// ([`ServiceEndpoints::routing_in_zone`](crate::ServiceEndpoints::routing_in_zone)):
-    /// one reader serves clients in several zones.
-    pub fn discover_in_zone<S, F>(
+    /// [`Self::discover`] as kube-proxy on another node and zone decides
+    /// it ([`ServiceEndpoints::routing_at`](crate::ServiceEndpoints::routing_at)):
+    /// one reader serves clients on several nodes or in several zones.
+    pub fn discover_at<S, F>(
         &self,
         service: &ServiceName,
         port: &str,
         protocol: Protocol,
-        zone: &str,
+        at: Location,
         make: F,
     ) -> Discovery<S>
     where
         S: Send + Sync + 'static,
         F: FnMut(&Discovered) -> S + Send + Sync + 'static,
     {
-        self.discover_from(service, port, protocol, Some(zone.to_owned()), make)
+        self.discover_from(service, port, protocol, Some(at), make)
     }
 
     fn discover_from<S, F>(
@@ -90,7 +90,7 @@ impl Reader {
         service: &ServiceName,
         port: &str,
         protocol: Protocol,
-        zone: Option<String>,
+        at: Option<Location>,
         make: F,
     ) -> Discovery<S>
     where
@@ -101,7 +101,7 @@ impl Reader {
             updates: self.subscribe(service),
             port: port.to_owned(),
             protocol,
-            zone,
+            at,
             make,
             current: BTreeSet::new(),
             pending: VecDeque::new(),
@@ -123,11 +123,11 @@ impl Reader {
 }
 
 struct State<S, F> {
-    updates: tokio::sync::watch::Receiver<crate::Latest>,
+    updates: crate::Subscription,
     port: String,
     protocol: Protocol,
-    /// The zone routing is judged in (`None`: the reader's).
-    zone: Option<String>,
+    /// Where routing is judged from (`None`: the reader's location).
+    at: Option<Location>,
     make: F,
     current: BTreeSet<SocketAddr>,
     pending: VecDeque<Change<SocketAddr, S>>,
@@ -137,11 +137,11 @@ struct State<S, F> {
 impl<S, F: FnMut(&Discovered) -> S> State<S, F> {
     /// Queues the changes from what was handed out to what is used now.
     fn refresh(&mut self) {
-        let latest = self.updates.borrow_and_update().clone();
+        let latest = self.updates.latest();
         let view = latest.as_deref();
         let used: Vec<&BaseEndpointInfo> = view
-            .and_then(|v| match &self.zone {
-                Some(zone) => v.routing_in_zone(&self.port, self.protocol, Traffic::Internal, zone),
+            .and_then(|v| match &self.at {
+                Some(at) => v.routing_at(&self.port, self.protocol, Traffic::Internal, at),
                 None => v.routing(&self.port, self.protocol, Traffic::Internal),
             })
             .map(|r| r.used)

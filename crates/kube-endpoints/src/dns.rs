@@ -378,7 +378,13 @@ mod tests {
         let facts = (slice.content.endpoints.iter())
             .filter_map(|e| Some((e.addr, e.facts.clone()?)))
             .collect();
-        ServiceEndpoints::new(Arc::new(svc), merged, facts, None)
+        ServiceEndpoints::new(
+            Arc::new(svc),
+            merged,
+            facts,
+            std::collections::BTreeMap::new(),
+            Arc::default(),
+        )
     }
 
     fn text(records: &[Record]) -> Vec<String> {

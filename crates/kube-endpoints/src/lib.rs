@@ -5,14 +5,15 @@
 //!                   │ event fold: relist-safe adds, updates, deletes
 //!                   ▼
 //!                 store (the writer) ─► per service: ServiceEndpoints ─► Reader::get
-//!                                                   └─ watch::Sender ─► Reader::subscribe
-//!                                                   └─ broadcast ────► Reader::changes
+//!                                                   └─ latest value ─► Reader::subscribe (Subscription)
+//!                                                   └─ every name ───► Reader::changes (Changes)
 //! ```
 
 #[cfg(feature = "tower")]
 pub mod discover;
 pub mod dns;
 mod store;
+mod subscription;
 mod view;
 
 #[cfg(test)]
@@ -26,7 +27,7 @@ use informer_glue::feed::{Part, Scope};
 use informer_glue::fold::EventFold;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::watch_runner::{WatchMetrics, WatchSettings};
-use tokio::sync::{broadcast, watch as latest};
+use tokio::sync::watch as latest;
 
 #[cfg(feature = "tower")]
 pub use discover::{Discovered, Discovery};
@@ -45,7 +46,8 @@ pub use slice_model::{
     TrafficPolicy, UnknownIpFamily, UnknownProtocol, ZoneHints,
 };
 pub use store::Latest;
-pub use view::{Routing, ServiceEndpoints, Traffic};
+pub use subscription::{CHANGES_KEPT, Changes, ChangesError, Stopped, Subscription};
+pub use view::{Location, Routing, ServiceEndpoints, Traffic};
 
 use store::{Services, Slices, Store, lock};
 
@@ -260,19 +262,18 @@ impl Reader {
         lock(&self.store).services_at(ip)
     }
 
-    /// A receiver of `service`'s endpoints that changes only when they, or
-    /// the Service, change; it holds `None` while there is no such
-    /// Service.
-    pub fn subscribe(&self, service: &ServiceName) -> latest::Receiver<Latest> {
-        lock(&self.store).subscribe(service)
+    /// `service`'s latest endpoints, changing only when they, or the
+    /// Service, change; `None` while there is no such Service. Any name
+    /// may be asked for: a dropped subscription costs nothing.
+    pub fn subscribe(&self, service: &ServiceName) -> Subscription {
+        Subscription::new(lock(&self.store).subscribe(service))
     }
 
     /// The name of every service whose endpoints or Service change, from
-    /// now on. A receiver that falls more than 1,024 changes behind is
-    /// told how many it missed (`RecvError::Lagged`): then read what it
-    /// needs with [`Reader::get`].
-    pub fn changes(&self) -> broadcast::Receiver<ServiceName> {
-        lock(&self.store).changes()
+    /// now on (a reader that falls more than [`CHANGES_KEPT`] names behind
+    /// is told how many it missed).
+    pub fn changes(&self) -> Changes {
+        Changes::new(lock(&self.store).changes())
     }
 }
 
@@ -283,7 +284,10 @@ impl Reader {
 /// change stream closes, [`Reader::wait_until_ready`] returns [`NotReady::Stopped`],
 /// and [`Reader::status`] is [`Status::Stopped`].
 pub fn watch(client: kube::Client, config: Config) -> (Reader, impl Future<Output = ()> + Send + 'static) {
-    let (store, ready) = Store::new(config.node.clone(), config.zone.clone());
+    let (store, ready) = Store::new(Location {
+        node: config.node.clone(),
+        zone: config.zone.clone(),
+    });
     let store = Arc::new(Mutex::new(store));
     let watches = Arc::new(Watches {
         services: Arc::default(),

@@ -12,7 +12,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use slice_model::{Interner, ServiceInfo, ServiceName, SliceContent, SliceName};
 use tokio::sync::{broadcast, watch};
 
-use crate::view::ServiceEndpoints;
+use crate::view::{Location, Placement, ServiceEndpoints};
 
 /// A service's latest view, as subscribers receive it (`None`: no such
 /// service, or not any more).
@@ -40,7 +40,7 @@ pub(crate) struct Store {
     changes: Option<broadcast::Sender<ServiceName>>,
     interner: Interner,
     node: String,
-    zone: Option<Arc<str>>,
+    reader_at: Arc<Location>,
     listed: Listed,
     /// `None` once the watches stopped.
     ready: Option<watch::Sender<bool>>,
@@ -56,7 +56,7 @@ pub(crate) struct Listed {
 pub(crate) use slice_model::internal::lock;
 
 impl Store {
-    pub(crate) fn new(node: Option<String>, zone: Option<String>) -> (Self, watch::Receiver<bool>) {
+    pub(crate) fn new(at: Location) -> (Self, watch::Receiver<bool>) {
         let (ready, ready_rx) = watch::channel(false);
         let store = Self {
             services: HashMap::new(),
@@ -66,10 +66,10 @@ impl Store {
             by_address: HashMap::new(),
             subscribers: HashMap::new(),
             swept_to: 0,
-            changes: Some(broadcast::channel(1024).0),
+            changes: Some(broadcast::channel(crate::subscription::CHANGES_KEPT).0),
             interner: Interner::new(),
-            node: node.unwrap_or_default(),
-            zone: zone.map(Arc::from),
+            node: at.node.clone().unwrap_or_default(),
+            reader_at: Arc::new(at),
             listed: Listed::default(),
             ready: Some(ready),
         };
@@ -143,14 +143,28 @@ impl Store {
         let view = self.services.get(name).map(|service| {
             let slices = || self.slices.get(name).into_iter().flat_map(BTreeMap::values);
             let merged = slice_cache::ServiceEndpoints::merge(slices(), &self.node);
-            // An address's facts: the first slice's (by name) that gives them.
+            // An address's facts and placement: the first slice's (by
+            // name) that gives them.
             let mut facts = BTreeMap::new();
+            let mut placement = BTreeMap::new();
             for e in slices().flat_map(|s| &s.endpoints) {
                 if let Some(f) = &e.facts {
                     facts.entry(e.addr).or_insert_with(|| f.clone());
                 }
+                if e.node.is_some() || !e.node_hints.is_empty() {
+                    placement.entry(e.addr).or_insert_with(|| Placement {
+                        node: e.node.clone(),
+                        node_hints: e.node_hints.clone(),
+                    });
+                }
             }
-            Arc::new(ServiceEndpoints::new(service.clone(), merged, facts, self.zone.clone()))
+            Arc::new(ServiceEndpoints::new(
+                service.clone(),
+                merged,
+                facts,
+                placement,
+                self.reader_at.clone(),
+            ))
         });
         if self.views.get(name) == view.as_ref() {
             return;

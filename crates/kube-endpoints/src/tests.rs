@@ -194,7 +194,7 @@ proptest! {
 
     #[test]
     fn the_view_is_what_the_final_objects_say(ops in prop::collection::vec(op(), 0..40)) {
-        let (store, _ready) = Store::new(None, None);
+        let (store, _ready) = Store::new(crate::Location::default());
         let store = Arc::new(Mutex::new(store));
         let names: Vec<ServiceName> = SERVICES.iter().map(|s| ServiceName::new("ns", *s)).collect();
         let mut subscribers: Vec<_> = names.iter().map(|n| lock(&store).subscribe(n)).collect();
@@ -260,7 +260,7 @@ proptest! {
 /// subscriptions (and at least the 128 a sweep waits for).
 #[test]
 fn names_asked_about_and_let_go_are_not_kept() {
-    let (store, _ready) = Store::new(None, None);
+    let (store, _ready) = Store::new(crate::Location::default());
     let mut store = store;
     let kept: Vec<_> = (0..10)
         .map(|i| store.subscribe(&ServiceName::new("kept", format!("s{i}"))))

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use fake_apiserver::{FakeApiServer, Kind};
-use kube_endpoints::{Config, Protocol, Selection, ServiceName, Traffic, watch};
+use kube_endpoints::{ChangesError, Config, Protocol, Selection, ServiceName, Traffic, watch};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -166,14 +166,14 @@ async fn subscriptions_follow_their_service_through_faults() {
         .unwrap();
     wait_for("db's change", || addresses(&reader, &db_name) == ["10.0.1.2:8080"]).await;
     assert!(!web_rx.has_changed().unwrap(), "web's subscription did not change");
-    assert_eq!(changes.recv().await.unwrap(), db_name);
+    assert_eq!(changes.next().await.unwrap(), db_name);
 
     // web's endpoint turns not ready: its subscriber sees it.
     server
         .apply(slice("shop", "web-a", "web", "IPv4", &[("10.0.0.1", false, "node-1")]))
         .unwrap();
     tokio::time::timeout(WAIT, web_rx.changed()).await.unwrap().unwrap();
-    assert_eq!(web_rx.borrow_and_update().as_ref().unwrap().ready().count(), 1);
+    assert_eq!(web_rx.latest().unwrap().ready().count(), 1);
 
     // A slice deleted while the watch is down, history compacted: only the
     // 410 relist reveals it.
@@ -186,7 +186,7 @@ async fn subscriptions_follow_their_service_through_faults() {
     })
     .await;
     assert!(web_rx.has_changed().unwrap());
-    let seen = web_rx.borrow_and_update().clone().unwrap();
+    let seen = web_rx.latest().unwrap();
     assert_eq!(seen.endpoints().count(), 1, "the subscriber holds the last value");
 
     // The API server restarts with a fresh watch cache.
@@ -269,8 +269,8 @@ async fn dropped_watches_close_every_receiver_and_say_so() {
     let closed = tokio::time::timeout(WAIT, updates.changed()).await.unwrap();
     assert!(closed.is_err(), "the subscription closed");
     assert!(matches!(
-        tokio::time::timeout(WAIT, changes.recv()).await.unwrap(),
-        Err(tokio::sync::broadcast::error::RecvError::Closed)
+        tokio::time::timeout(WAIT, changes.next()).await.unwrap(),
+        Err(ChangesError::Stopped)
     ));
     assert_eq!(
         tokio::time::timeout(WAIT, reader.wait_until_ready()).await.unwrap(),
@@ -423,16 +423,18 @@ async fn discover_hands_out_each_endpoints_facts() {
     task.abort();
 }
 
-/// One reader answers for several zones: zone hints are read for the zone
-/// asked about, in routing and in discover.
+/// One reader answers for several nodes and zones: zone hints, node hints
+/// and which endpoints are local are all judged for the location asked
+/// about, in routing and in discover.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn routing_and_discover_per_zone_with_one_reader() {
+async fn routing_and_discover_at_any_node_and_zone_with_one_reader() {
     use futures::StreamExt;
+    use kube_endpoints::Location;
     use tower::discover::Change;
     let server = FakeApiServer::start().await.unwrap();
+    let zoned = |name: &str, spec: Value| service("shop", name, spec);
     server
-        .apply(service(
-            "shop",
+        .apply(zoned(
             "zoned",
             json!({"clusterIP": "10.96.0.12", "ports": [{"name": "http", "port": 80}]}),
         ))
@@ -447,30 +449,89 @@ async fn routing_and_discover_per_zone_with_one_reader() {
     s["endpoints"][0]["hints"] = json!({"forZones": [{"name": "zone-a"}]});
     s["endpoints"][1]["hints"] = json!({"forZones": [{"name": "zone-b"}]});
     server.apply(s).unwrap();
+    // Internal traffic policy Local: only the asking node's endpoints.
+    server
+        .apply(zoned(
+            "local",
+            json!({"clusterIP": "10.96.0.13", "internalTrafficPolicy": "Local",
+                   "ports": [{"name": "http", "port": 80}]}),
+        ))
+        .unwrap();
+    server
+        .apply(slice(
+            "shop",
+            "local-1",
+            "local",
+            "IPv4",
+            &[("10.0.1.1", true, "node-1"), ("10.0.1.2", true, "node-2")],
+        ))
+        .unwrap();
+    // PreferSameNode: node hints for the endpoint's own node.
+    server
+        .apply(zoned(
+            "same-node",
+            json!({"clusterIP": "10.96.0.14", "trafficDistribution": "PreferSameNode",
+                   "ports": [{"name": "http", "port": 80}]}),
+        ))
+        .unwrap();
+    let mut s = slice(
+        "shop",
+        "same-node-1",
+        "same-node",
+        "IPv4",
+        &[("10.0.2.1", true, "node-1"), ("10.0.2.2", true, "node-2")],
+    );
+    s["endpoints"][0]["hints"] = json!({"forNodes": [{"name": "node-1"}], "forZones": [{"name": "zone-a"}]});
+    s["endpoints"][1]["hints"] = json!({"forNodes": [{"name": "node-2"}], "forZones": [{"name": "zone-a"}]});
+    server.apply(s).unwrap();
     let config = Config {
+        node: Some("node-1".into()),
         zone: Some("zone-a".into()),
         ..Config::default()
     };
     let (reader, task) = listed(&server, config).await;
-    let name = ServiceName::new("shop", "zoned");
-    let view = reader.get(&name).unwrap();
-    let used = |r: Option<kube_endpoints::Routing<'_>>| -> Vec<String> {
-        r.unwrap().used.iter().map(|e| e.addr.ip().to_string()).collect()
+    let used = |name: &str, at: Option<&Location>| -> Vec<String> {
+        let view = reader.get(&ServiceName::new("shop", name)).unwrap();
+        let routing = match at {
+            Some(at) => view.routing_at("http", Protocol::Tcp, Traffic::Internal, at),
+            None => view.routing("http", Protocol::Tcp, Traffic::Internal),
+        };
+        routing.unwrap().used.iter().map(|e| e.addr.ip().to_string()).collect()
     };
+    let node_2 = Location::new("node-2", "zone-b");
+    assert_eq!(used("zoned", None), ["10.0.0.1"], "the reader's zone");
+    assert_eq!(used("zoned", Some(&Location::zone("zone-b"))), ["10.0.0.2"]);
+    assert_eq!(used("local", None), ["10.0.1.1"], "the reader's node");
     assert_eq!(
-        used(view.routing("http", Protocol::Tcp, Traffic::Internal)),
-        ["10.0.0.1"],
-        "the reader's zone"
+        used("local", Some(&node_2)),
+        ["10.0.1.2"],
+        "node-2's endpoint is local to it"
     );
-    assert_eq!(
-        used(view.routing_in_zone("http", Protocol::Tcp, Traffic::Internal, "zone-b")),
-        ["10.0.0.2"]
+    assert!(
+        used("local", Some(&Location::zone("zone-a"))).is_empty(),
+        "no node: none local"
     );
-    let mut b = reader.discover_in_zone(&name, "http", Protocol::Tcp, "zone-b", |e| e.addr);
+    assert_eq!(used("same-node", None), ["10.0.2.1"], "hinted for the reader's node");
+    assert_eq!(used("same-node", Some(&node_2)), ["10.0.2.2"], "hinted for node-2");
+
+    let mut b = reader.discover_at(
+        &ServiceName::new("shop", "zoned"),
+        "http",
+        Protocol::Tcp,
+        Location::zone("zone-b"),
+        |e| e.addr,
+    );
     let Some(Ok(Change::Insert(addr, _))) = tokio::time::timeout(WAIT, b.next()).await.unwrap() else {
         panic!("an insert");
     };
     assert_eq!(addr.ip().to_string(), "10.0.0.2");
+    let mut local = reader.discover_at(&ServiceName::new("shop", "local"), "http", Protocol::Tcp, node_2, |e| {
+        e.addr
+    });
+    let Some(Ok(Change::Insert(addr, _))) = tokio::time::timeout(WAIT, local.next()).await.unwrap() else {
+        panic!("an insert");
+    };
+    assert_eq!(addr.ip().to_string(), "10.0.1.2");
     task.abort();
 }
 
