@@ -78,6 +78,12 @@ fuzz_target!(|data: &[u8]| {
             if let Err(e) = wire::check_lengths(&bytes) {
                 panic!("a corrupt batch: {e}");
             }
+            // A refusal of any of its attributes, and an error reply of
+            // the input's bytes, are read without a panic.
+            let byte = |i: usize| data.get(i).copied().unwrap_or(0);
+            let offset = u32::from(u16::from_le_bytes([byte(0), byte(1)]));
+            let flags = u16::from(byte(2)) << 8;
+            wire::read_refusals(&bytes, offset, flags, data);
         }
         Ok(None) | Err(_) => {}
     }

@@ -497,6 +497,10 @@ fn one_service_the_kernel_refuses_leaves_the_others_programmed() {
         reason.contains("svc-ns/refused/tcp/80/refused-for-tests") && reason.contains("No such file or directory"),
         "the kernel's reason, naming the port's chain: {reason}"
     );
+    assert!(
+        reason.contains("the kernel refuses its expression 1 (immediate)"),
+        "the refused attribute, from the kernel's extended acknowledgement: {reason}"
+    );
     assert_eq!(connect(&ns, "10.96.0.10", 5), ["10.1.0.1"; 5], "web is programmed");
     assert_eq!(
         connect(&ns, "10.96.0.20", 1),

@@ -108,6 +108,8 @@ pub struct Batch {
     /// What each message does, in order (`add elements to set
     /// service-slots-3`).
     pub what: Vec<String>,
+    /// Where each message starts in `bytes`, in the same order.
+    pub starts: Vec<usize>,
 }
 
 impl Batch {
@@ -120,8 +122,20 @@ impl Batch {
 
     /// What the message with sequence number `seq` does.
     pub fn describe(&self, seq: u32) -> Option<&str> {
+        self.what.get(self.index(seq)?).map(String::as_str)
+    }
+
+    /// The bytes of the message with sequence number `seq`.
+    pub fn message(&self, seq: u32) -> Option<&[u8]> {
+        let i = self.index(seq)?;
+        let start = *self.starts.get(i)?;
+        let end = self.starts.get(i + 1).copied().unwrap_or(self.bytes.len());
+        self.bytes.get(start..end)
+    }
+
+    fn index(&self, seq: u32) -> Option<usize> {
         let i = seq.wrapping_sub(self.first_seq).checked_sub(1)?;
-        self.what.get(usize::try_from(i).ok()?).map(String::as_str)
+        usize::try_from(i).ok()
     }
 }
 
@@ -179,6 +193,7 @@ fn encode(tx: &Transaction, first_seq: u32, end: End) -> Result<Batch, TooLong> 
         bytes: w.out,
         first_seq,
         what: w.what,
+        starts: w.starts,
     })
 }
 
@@ -195,6 +210,7 @@ pub(super) struct Writer {
     out: Vec<u8>,
     seq: u32,
     what: Vec<String>,
+    starts: Vec<usize>,
     /// The last id given to a set declared in this batch (anonymous sets
     /// are named by id: the kernel names them as it adds them).
     set_id: u32,
@@ -213,6 +229,7 @@ impl Writer {
             out: Vec::with_capacity(256 + 64 * tx.element_count()),
             seq: first_seq,
             what: Vec::new(),
+            starts: Vec::new(),
             set_id: 0,
             too_long: None,
             rule_chain: String::new(),
@@ -265,6 +282,7 @@ impl Writer {
         out.resize(out.len().next_multiple_of(4), 0);
         self.out = out;
         self.what.push(what);
+        self.starts.push(start);
     }
 
     fn op(&mut self, op: &Op) {

@@ -62,8 +62,8 @@ impl NetlinkConntrack {
                     outcome = match reply {
                         Reply::Ack => Ok(true),
                         // Gone already (it timed out, or another cleanup won).
-                        Reply::Error(ENOENT) => Ok(false),
-                        Reply::Error(errno) => Err(io::Error::from_raw_os_error(errno)),
+                        Reply::Error(ENOENT, _) => Ok(false),
+                        Reply::Error(errno, _) => Err(io::Error::from_raw_os_error(errno)),
                         _ => return Next::More,
                     };
                     Next::Stop
@@ -291,7 +291,7 @@ fn dump_udp(socket: &mut Socket, family: IpFamily, stale: &Stale) -> io::Result<
                 }
             }
             Reply::Done => return Next::Stop,
-            Reply::Error(errno) => {
+            Reply::Error(errno, _) => {
                 failed = Some(io::Error::from_raw_os_error(errno));
                 return Next::Stop;
             }

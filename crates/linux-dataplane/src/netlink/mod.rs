@@ -8,6 +8,7 @@ mod batch;
 mod ctnetlink;
 mod declare;
 mod elements;
+mod extack;
 pub(crate) mod monitor;
 mod nftables;
 mod rules;
@@ -45,6 +46,23 @@ pub mod wire {
     pub fn check_lengths(bytes: &[u8]) -> Result<usize, String> {
         super::batch::decode_lengths(bytes).map(|m| m.len())
     }
+
+    /// Names the attribute at `offset` of each message of `batch` (as a
+    /// refused batch's error is told), and reads `error` as the payload of
+    /// a kernel's error reply with header flags `flags`: neither may panic,
+    /// whatever the input.
+    pub fn read_refusals(batch: &[u8], offset: u32, flags: u16, error: &[u8]) -> usize {
+        let mut named = 0;
+        let mut rest = batch;
+        while let Some(len) = rest.get(..4).and_then(|b| <[u8; 4]>::try_from(b).ok()) {
+            let len = usize::try_from(u32::from_ne_bytes(len)).unwrap_or(usize::MAX).max(4);
+            let Some(message) = rest.get(..len) else { break };
+            named += usize::from(super::extack::attribute_at(message, offset).is_some());
+            rest = rest.get(len.next_multiple_of(4)..).unwrap_or_default();
+        }
+        let read = super::extack::parse(flags, error);
+        named + usize::from(read.message.is_some())
+    }
 }
 pub use ctnetlink::NetlinkConntrack;
 pub(crate) use elements::read_element;
@@ -54,6 +72,7 @@ pub use nftables::{NftNetlink, RawElement};
 pub(crate) const ROUTE: Option<rustix::net::Protocol> = None;
 
 use crate::netns::Netns;
+use extack::Extack;
 
 /// "No such object": a table or conntrack entry that is not there.
 const ENOENT: i32 = 2;
@@ -131,6 +150,11 @@ impl Socket {
         )?;
         // Room for a large dump's bursts.
         let _ = rustix::net::sockopt::set_socket_recv_buffer_size(&fd, 1 << 20);
+        // Errors name the refused attribute (and the kernel's reason where
+        // it gives one) instead of echoing the whole request; a kernel
+        // without them answers as before.
+        let _ = set_netlink_option(&fd, NETLINK_CAP_ACK);
+        let _ = set_netlink_option(&fd, NETLINK_EXT_ACK);
         Ok(Self {
             fd,
             seq: 0,
@@ -181,6 +205,37 @@ impl Socket {
     }
 }
 
+/// `NETLINK_CAP_ACK`: an error echoes the request's header only.
+const NETLINK_CAP_ACK: i32 = 10;
+/// `NETLINK_EXT_ACK`: an error carries the kernel's message and the
+/// refused attribute's offset.
+const NETLINK_EXT_ACK: i32 = 11;
+/// `SOL_NETLINK`.
+const SOL_NETLINK: i32 = 270;
+
+/// Turns the boolean netlink socket option `option` on.
+#[expect(unsafe_code, reason = "setsockopt is a C function; rustix has no netlink options")]
+fn set_netlink_option(fd: &OwnedFd, option: i32) -> io::Result<()> {
+    let on: libc::c_int = 1;
+    let len = libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4);
+    // SAFETY: the descriptor is open for the call; the value is a live
+    // c_int of the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(fd),
+            SOL_NETLINK,
+            option,
+            std::ptr::from_ref(&on).cast(),
+            len,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Hands each message of one datagram whose sequence number is `wanted` to
 /// `each`.
 fn parse_datagram(
@@ -199,7 +254,7 @@ fn parse_datagram(
                     return Err(malformed(&e.to_string()));
                 };
                 return Ok(if wanted(seq) {
-                    each(seq, Reply::Error(errno))
+                    each(seq, Reply::Error(errno, Extack::default()))
                 } else {
                     Next::More
                 });
@@ -220,9 +275,9 @@ fn parse_datagram(
         let reply = match msg.message_type() {
             NLMSG_DONE => Reply::Done,
             NLMSG_ERROR => match ErrorBuffer::new_checked(payload) {
-                Ok(error) => error
-                    .code()
-                    .map_or(Reply::Ack, |code| Reply::Error(code.get().saturating_neg())),
+                Ok(error) => error.code().map_or(Reply::Ack, |code| {
+                    Reply::Error(code.get().saturating_neg(), extack::parse(msg.flags(), payload))
+                }),
                 Err(_) => return Err(malformed("short error message")),
             },
             kind => Reply::Message(kind, payload),
@@ -254,8 +309,8 @@ enum Reply<'a> {
     Message(u16, &'a [u8]),
     /// An acknowledgement.
     Ack,
-    /// The kernel's errno for a request.
-    Error(i32),
+    /// The kernel's errno for a request, and what else it said.
+    Error(i32, Extack<'a>),
     /// The end of a dump.
     Done,
     /// The next message is of a dump during which what it dumps changed:

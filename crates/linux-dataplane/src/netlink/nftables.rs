@@ -23,6 +23,7 @@ use nft_dataplane::{DataplaneError, RulesDigest, TableObjects, Transaction};
 
 use super::batch::{self, Batch, Scope};
 use super::elements;
+use super::extack::{self, Extack};
 use super::{ENOENT, Next, Reply, Socket, append, malformed, nfproto, nftables_message};
 use crate::netns::Netns;
 
@@ -55,7 +56,7 @@ impl NftNetlink {
                 Some(NfTablesMessage::NewTable(_)) => Some(Ok(true)),
                 _ => None,
             },
-            Reply::Error(ENOENT) => Some(Ok(false)),
+            Reply::Error(ENOENT, _) => Some(Ok(false)),
             _ => None,
         })
     }
@@ -247,15 +248,15 @@ impl NftNetlink {
         append(&mut req, header, generation_request(), NLM_F_REQUEST, probe);
         self.0.send(&req).map_err(|e| failed("asking for the generation", e))?;
         let (first, last) = (batch.first_seq, batch.last_seq());
-        let mut refused: Option<(u32, i32)> = None;
+        let mut refused: Option<Refused> = None;
         let in_batch = |s: u32| s.wrapping_sub(first) <= last.wrapping_sub(first);
         self.0
             .receive_where(
                 |s| s == probe || in_batch(s),
                 |seq, reply| match reply {
                     _ if seq == probe => Next::Stop,
-                    Reply::Error(errno) => {
-                        refused.get_or_insert((seq, errno));
+                    Reply::Error(errno, extack) => {
+                        refused.get_or_insert_with(|| Refused::of(batch, seq, errno, extack));
                         Next::More
                     }
                     _ => Next::More,
@@ -264,10 +265,7 @@ impl NftNetlink {
             .map_err(|e| failed("reading the kernel's answer", e))?;
         match refused {
             None => Ok(batch.bytes.len()),
-            Some((seq, errno)) => Err(failed(
-                batch.describe(seq).unwrap_or("the batch"),
-                io::Error::from_raw_os_error(errno),
-            )),
+            Some(r) => Err(failed(&r.what, io::Error::from_raw_os_error(r.errno))),
         }
     }
 
@@ -293,7 +291,7 @@ impl NftNetlink {
         self.0.receive(seq, |reply| {
             found = match (answer(&reply), reply) {
                 (Some(result), _) => result,
-                (None, Reply::Error(errno)) => Err(io::Error::from_raw_os_error(errno)),
+                (None, Reply::Error(errno, _)) => Err(io::Error::from_raw_os_error(errno)),
                 (None, _) => return Next::More,
             };
             Next::Stop
@@ -354,7 +352,7 @@ fn dump_reply(reply: Reply<'_>, each: &mut impl FnMut(u16, &[u8]), state: &mut D
         }
         Reply::Ack => Next::More,
         Reply::Done => Next::Stop,
-        Reply::Error(errno) => {
+        Reply::Error(errno, _) => {
             state.error = Some(io::Error::from_raw_os_error(errno));
             Next::Stop
         }
@@ -459,6 +457,29 @@ fn rule_chain(payload: &[u8], table: &str) -> Option<(String, Option<u64>)> {
     chain.filter(|_| in_table).map(|c| (c, digest))
 }
 
+/// The first message of a batch the kernel refused: what it does, with
+/// what the kernel said of it, and the errno.
+struct Refused {
+    what: String,
+    errno: i32,
+}
+
+impl Refused {
+    fn of(batch: &Batch, seq: u32, errno: i32, extack: Extack<'_>) -> Self {
+        let mut what = batch.describe(seq).unwrap_or("the batch").to_owned();
+        let attribute = extack
+            .offset
+            .and_then(|at| extack::attribute_at(batch.message(seq)?, at));
+        match (extack.message, attribute) {
+            (None, None) => {}
+            (Some(m), None) => what.push_str(&format!(" (the kernel: {m})")),
+            (None, Some(a)) => what.push_str(&format!(" (the kernel refuses its {a})")),
+            (Some(m), Some(a)) => what.push_str(&format!(" (the kernel: {m}, at its {a})")),
+        }
+        Self { what, errno }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use netlink_packet_core::{NLM_F_DUMP_INTR, NLMSG_DONE, NLMSG_ERROR};
@@ -507,7 +528,7 @@ mod tests {
                 };
                 Next::Stop
             }
-            Reply::Error(e) => {
+            Reply::Error(e, _) => {
                 got = Some(1000 + e as u32);
                 Next::Stop
             }
