@@ -2091,94 +2091,173 @@ fn sticky_groups(
     counts
 }
 
-/// UDP over IPv6: `serve` answers each datagram to any local address on
-/// port 5353 from the address it was sent to, with that address; `connect
-/// NODE PORT CLIENTS EACH FIRST` sends from new sockets (a new flow each)
-/// bound to clients fd00:2::FIRST.. and prints `client answer` lines.
-const UDP6: &str = r#"
-import socket, sys
+/// Sticky clients of either family and protocol: `serve` answers on TCP
+/// 8080 and UDP 5353, on any local address of both families, with the
+/// address it was reached at (a UDP answer is sent from that address, so
+/// that conntrack undoes the DNAT). `connect PROTO VIP PORT CLIENTS EACH
+/// FIRST` opens a new connection (a new flow, for UDP a new socket) EACH
+/// times from each of CLIENTS clients, 10.2.x.y or fd00:2::N from number
+/// FIRST on, and prints `client answer` lines.
+const STICKY_CLIENTS: &str = r#"
+import socket, struct, sys, threading
+IP_PKTINFO = 8
 mode = sys.argv[1]
 if mode == "serve":
-    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-    s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVPKTINFO, 1)
-    s.bind(("::", 5353))
+    def tcp(family, anywhere):
+        s = socket.socket(family); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6: s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        s.bind((anywhere, 8080)); s.listen(1024)
+        while True:
+            c, _ = s.accept(); c.sendall(c.getsockname()[0].encode()); c.close()
+    def udp(family, anywhere):
+        s = socket.socket(family, socket.SOCK_DGRAM)
+        v6 = family == socket.AF_INET6
+        if v6:
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_RECVPKTINFO, 1)
+            level, kind, size = socket.IPPROTO_IPV6, socket.IPV6_PKTINFO, 20
+        else:
+            s.setsockopt(socket.IPPROTO_IP, IP_PKTINFO, 1)
+            level, kind, size = socket.IPPROTO_IP, IP_PKTINFO, 12
+        s.bind((anywhere, 5353))
+        while True:
+            data, anc, _, peer = s.recvmsg(64, socket.CMSG_SPACE(size))
+            for l, k, info in anc:
+                if (l, k) != (level, kind):
+                    continue
+                if v6:
+                    to, reply = socket.inet_ntop(socket.AF_INET6, info[:16]), info
+                else:
+                    to = socket.inet_ntop(socket.AF_INET, info[8:12])
+                    reply = struct.pack("=i4s4s", 0, info[8:12], bytes(4))
+                s.sendmsg([to.encode()], [(level, kind, reply)], 0, peer)
+    for f, a in [(socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")]:
+        for serve in [tcp, udp]:
+            threading.Thread(target=serve, args=(f, a), daemon=True).start()
     print("ready", flush=True)
-    while True:
-        data, anc, _, peer = s.recvmsg(64, socket.CMSG_SPACE(20))
-        for level, kind, info in anc:
-            if level == socket.IPPROTO_IPV6 and kind == socket.IPV6_PKTINFO:
-                to = socket.inet_ntop(socket.AF_INET6, info[:16])
-                s.sendmsg([to.encode()], [(level, kind, info)], 0, peer)
-else:
-    node, port, clients, each, first = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
-    for i in range(first, first + clients):
-        me = "fd00:2::%x" % (i + 1)
-        for _ in range(each):
-            c = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); c.settimeout(2)
-            try:
-                c.bind((me, 0)); c.connect((node, port)); c.send(b"?")
-                print(me, c.recv(64).decode())
-            except OSError as e:
-                print(me, "error:", e.__class__.__name__)
-            c.close()
+    threading.Event().wait()
+proto, vip, port = sys.argv[2], sys.argv[3], int(sys.argv[4])
+clients, each, first = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+v6 = ":" in vip
+family = socket.AF_INET6 if v6 else socket.AF_INET
+kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
+for i in range(first, first + clients):
+    me = "fd00:2::%x" % (i + 1) if v6 else "10.2.%d.%d" % (i // 250, i % 250 + 1)
+    for _ in range(each):
+        c = socket.socket(family, kind); c.settimeout(2)
+        try:
+            c.bind((me, 0)); c.connect((vip, port))
+            if proto == "udp": c.send(b"?")
+            print(me, c.recv(64).decode())
+        except OSError as e:
+            print(me, "error:", e.__class__.__name__)
+        c.close()
 "#;
 
-/// A sticky UDP node port of 10,000 endpoints over IPv6, written over
-/// netlink: each client (a new flow per datagram) sticks to one endpoint,
-/// new clients spread over them (the chi-square test over eight groups),
-/// and one endpoint removed is a partial sync.
+/// A sticky service of 10,000 endpoints in every shape affinity meets:
+/// IPv4 and IPv6, TCP and UDP, reached at its cluster IP and at its node
+/// port, written over netlink. Each client (a new flow per connection)
+/// sticks to one endpoint, new clients spread over them (the chi-square
+/// test over eight groups), and one endpoint removed is a partial sync.
 #[test]
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
-fn a_sticky_udp_node_port_of_ten_thousand_ipv6_endpoints_balances_and_sticks() {
+fn a_sticky_service_of_ten_thousand_endpoints_sticks_in_every_family_protocol_and_frontend() {
     require();
     let n = 10_000usize;
-    let ns = Netns::new("sticky6");
-    for range in ["fd00:1::/64", "fd00:2::/64"] {
-        ns.ip(&["-6", "route", "add", "local", range, "dev", "lo"]);
+    for family in [IpFamily::V4, IpFamily::V6] {
+        for protocol in [Protocol::Tcp, Protocol::Udp] {
+            for node_port in [false, true] {
+                sticky_case(n, family, protocol, node_port);
+            }
+        }
     }
-    ns.ip(&["-6", "addr", "add", "fd00:9::1/128", "dev", "lo", "nodad"]);
-    // IPv6 binds to an address of a local route only with this (IPv4's
-    // do without).
-    ns.exec("sysctl", &["-qw", "net.ipv6.ip_nonlocal_bind=1"]);
-    let _server = ns.spawn_ready("python3", &["-c", UDP6, "serve"]);
-    let endpoint = |i: usize| format!("fd00:1::{:x}", i + 1);
+}
+
+fn sticky_case(n: usize, family: IpFamily, protocol: Protocol, node_port: bool) {
+    let v6 = family == IpFamily::V6;
+    let what = format!(
+        "{n} sticky {family:?} {protocol:?} endpoints at the {}",
+        if node_port { "node port" } else { "cluster IP" }
+    );
+    let ns = Netns::new(&format!(
+        "sticky-{}-{}-{}",
+        if v6 { 6 } else { 4 },
+        protocol.as_str().to_lowercase(),
+        u8::from(node_port)
+    ));
+    let (endpoints, clients, services, node, cluster_ip) = if v6 {
+        (
+            "fd00:1::/64",
+            "fd00:2::/64",
+            "fd00:96::/112",
+            "fd00:9::1",
+            "fd00:96::40",
+        )
+    } else {
+        ("10.1.0.0/16", "10.2.0.0/16", "10.96.0.0/16", "10.9.0.1", "10.96.0.40")
+    };
+    let ip = |args: &[&str]| {
+        let mut all = vec![if v6 { "-6" } else { "-4" }];
+        all.extend(args);
+        ns.ip(&all);
+    };
+    for range in [endpoints, clients, services] {
+        ip(&["route", "add", "local", range, "dev", "lo"]);
+    }
+    if v6 {
+        ip(&["addr", "add", &format!("{node}/128"), "dev", "lo", "nodad"]);
+        // IPv6 binds to an address of a local route only with this.
+        ns.exec("sysctl", &["-qw", "net.ipv6.ip_nonlocal_bind=1"]);
+    } else {
+        ip(&["addr", "add", &format!("{node}/32"), "dev", "lo"]);
+    }
+    let _server = ns.spawn_ready("python3", &["-c", STICKY_CLIENTS, "serve"]);
+    let endpoint = |i: usize| {
+        if v6 {
+            format!("fd00:1::{:x}", i + 1)
+        } else {
+            format!("10.1.{}.{}", i / 250, i % 250 + 1)
+        }
+    };
     let mut eps: Vec<String> = (0..n).map(endpoint).collect();
-    let mut engine = Engine::new("node-1", IpFamily::V6);
-    let mut sticky = service("sticky", "fd00:96::40");
+    let target = if protocol == Protocol::Udp { 5353 } else { 8080 };
+    let mut engine = Engine::new("node-1", family);
+    let mut sticky = service("sticky", cluster_ip);
     sticky.service_type = slice_model::ServiceType::NodePort;
-    sticky.ports[0].protocol = Protocol::Udp;
-    sticky.ports[0].port = NonZeroU16::new(53).unwrap();
-    sticky.ports[0].node_port = NonZeroU16::new(30053);
+    sticky.ports[0].protocol = protocol;
+    sticky.ports[0].node_port = NonZeroU16::new(30080);
     sticky.session_affinity = Some(Duration::from_secs(300));
     engine.update_service(&sticky);
-    let udp_slice = |eps: &[String]| {
+    let sticky_slice = |eps: &[String]| {
         let mut s = EndpointSlice::new("ns", "sticky-1", "sticky")
             .unwrap()
-            .with_port("p", Protocol::Udp, 5353);
+            .with_port("p", protocol, target);
         for ip in eps {
             s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).on_node("node-2"));
         }
         s
     };
-    engine.update_slice(udp_slice(&eps));
-    let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V6), ns.watched());
-    assert!(sync(&mut syncer, &mut engine).full);
+    engine.update_slice(sticky_slice(&eps));
+    let mut syncer = NftSyncer::new(DataplaneConfig::new(family), ns.watched());
+    assert!(sync(&mut syncer, &mut engine).full, "{what}");
+    let (vip, port) = if node_port { (node, "30080") } else { (cluster_ip, "80") };
+    let proto = protocol.as_str().to_lowercase();
     let index: BTreeMap<String, usize> = eps.iter().enumerate().map(|(i, e)| (e.clone(), i)).collect();
     let groups: Vec<String> = (0..8).map(|g| format!("group-{g}")).collect();
     let mut samples = 0;
-    assert_uniform("10,000 sticky IPv6 UDP endpoints", &groups, 400, || {
+    assert_uniform(&what, &groups, 400, || {
         let first = (samples * 400).to_string();
         samples += 1;
         let out = ns.exec(
             "python3",
-            &["-c", UDP6, "connect", "fd00:9::1", "30053", "400", "3", &first],
+            &["-c", STICKY_CLIENTS, "connect", &proto, vip, port, "400", "3", &first],
         );
-        sticky_groups("IPv6 UDP", &out, 400, |a| index.get(a).copied())
+        sticky_groups(&what, &out, 400, |a| index.get(a).copied())
     });
     eps.remove(n / 2);
-    engine.update_slice(udp_slice(&eps));
+    engine.update_slice(sticky_slice(&eps));
     let change = sync(&mut syncer, &mut engine);
-    assert!(!change.full, "{change:?}");
+    assert!(!change.full, "{what}: {change:?}");
 }
 
 /// The endpoint addresses of a large service: 10.1.0.1 onwards.
