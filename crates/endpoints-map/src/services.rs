@@ -77,6 +77,11 @@ impl ServicesMap {
         self.services.get(name).map(|p| &p[..])
     }
 
+    /// Every service's name, in no order.
+    pub fn names(&self) -> impl Iterator<Item = &ServiceName> {
+        self.services.keys()
+    }
+
     /// Every service port, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = &ServicePortInfo> {
         let mut all: Vec<(&ServiceName, &ServicePorts)> = self.services.iter().collect();

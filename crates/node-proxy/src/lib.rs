@@ -15,6 +15,8 @@
 //!  health    /healthz and /livez, and each Local LoadBalancer service's
 //!            healthCheckNodePort
 //!  kube_proxy_metrics  kube-proxy's sync and health metric families
+//!  localhost_relay  localhost node ports: a TCP listener on loopback per
+//!            node port, relaying to the endpoints the rules use
 //!  http      the small HTTP/1 server the health endpoints answer on
 //! ```
 //!
@@ -26,5 +28,6 @@ pub mod family;
 pub mod health;
 pub mod http;
 pub mod kube_proxy_metrics;
+pub mod localhost_relay;
 pub mod proxier;
 pub mod sync_runner;
