@@ -151,6 +151,8 @@ pub struct SyncMetrics {
     services_refused: Family<FamilyLabels, Gauge>,
     conntrack_deleted: Family<FamilyLabels, Counter>,
     conntrack_duration: Histograms,
+    localhost_listeners: Family<FamilyLabels, Gauge>,
+    localhost_listener_failures: Family<FamilyLabels, Counter>,
     families: Vec<IpFamily>,
 }
 
@@ -256,6 +258,18 @@ impl SyncMetrics {
                 "ReconcileConntrackFlowsLatency latency in seconds",
                 histograms(sync_histogram),
             ),
+            localhost_listeners: registered(
+                r,
+                "kubeproxy_nftables_localhost_nodeport_listeners",
+                "Number of active localhost NodePort listeners",
+                Family::default(),
+            ),
+            localhost_listener_failures: registered(
+                r,
+                "kubeproxy_nftables_localhost_nodeport_listener_creation_failures",
+                "Cumulative localhost NodePort listener creation failures",
+                Family::default(),
+            ),
             families: families.to_vec(),
         };
         for &f in families {
@@ -287,6 +301,17 @@ impl SyncMetrics {
         let _ = self.services_refused.get_or_create(&l);
         let _ = self.conntrack_deleted.get_or_create(&l);
         let _ = self.conntrack_duration.get_or_create(&l);
+        let _ = self.localhost_listeners.get_or_create(&l);
+        let _ = self.localhost_listener_failures.get_or_create(&l);
+    }
+
+    /// The localhost node port relay's series of `family`.
+    pub fn relay_metrics(&self, family: IpFamily) -> crate::localhost_relay::RelayMetrics {
+        let l = FamilyLabels::of(family);
+        crate::localhost_relay::RelayMetrics {
+            listeners: self.localhost_listeners.get_or_create(&l).clone(),
+            creation_failures: self.localhost_listener_failures.get_or_create(&l).clone(),
+        }
     }
 
     /// Records the network programming latency of changes with these

@@ -12,6 +12,7 @@ use std::time::Instant;
 use slice_model::ServiceName;
 
 use crate::family::{FamilyProxier, FamilySync, HealthChecks};
+use crate::localhost_relay::LocalhostRelay;
 use endpoints_map::Engine;
 use linux_dataplane::flow_cleanup::Conntrack;
 use nft_dataplane::desired::NoLocalEndpoints;
@@ -29,6 +30,8 @@ pub struct Proxier {
     /// Services with ports dropped for want of local endpoints, as the
     /// syncs' reports last said.
     no_local: HashMap<ServiceName, NoLocalEndpoints>,
+    /// Localhost node ports, when they are on for this family.
+    relay: Option<LocalhostRelay>,
 }
 
 impl Proxier {
@@ -48,7 +51,20 @@ impl Proxier {
             pending_service_changes: 0,
             health_checks: HealthChecks::new(),
             no_local: HashMap::new(),
+            relay: None,
         }
+    }
+
+    /// Answers localhost node ports through `relay`, which follows each
+    /// sync's written services (all of them after a full sync).
+    pub fn with_localhost_relay(mut self, relay: LocalhostRelay) -> Self {
+        self.relay = Some(relay);
+        self
+    }
+
+    /// The localhost node port relay, when it is on.
+    pub fn localhost_relay(&self) -> Option<&LocalhostRelay> {
+        self.relay.as_ref()
     }
 
     /// Health-check ports and local ready endpoint counts, kept up to date
@@ -128,6 +144,15 @@ impl Proxier {
         let started = Instant::now();
         self.absorb();
         let written = self.table.sync(&self.engine.services, &self.engine.endpoints, kind)?;
+        if let Some(relay) = &mut self.relay {
+            // The same maps and configuration the rules were written from.
+            let config = self.table.syncer().config();
+            if written.report.full {
+                relay.follow_all(&self.engine.services, &self.engine.endpoints, config);
+            } else {
+                relay.follow(&written.services, &self.engine.services, &self.engine.endpoints, config);
+            }
+        }
         let (no_local_internal, no_local_external) = self.count_no_local(&written.report);
         // The rules are in place: now the entries they replace can go.
         let flows = written.flows;

@@ -53,6 +53,8 @@ enum Fate {
     Endpoints { any_of: Vec<&'static str>, all: bool },
     /// Dropped: no answer.
     Dropped,
+    /// Refused at once: nothing listens.
+    Refused,
 }
 
 /// Where a connection starts.
@@ -161,18 +163,7 @@ impl Node {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("cluster.yaml"), manifests).unwrap();
         let log = dir.join("proxyd.log");
-        let proxyd = KillOnDrop(
-            Command::new(env!("CARGO_BIN_EXE_proxyd"))
-                .args(["run", "--hostname-override", "node-1", "--netns", &node.0])
-                .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
-                .args(flags)
-                .arg("--manifests")
-                .arg(dir.join("cluster.yaml"))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .unwrap(),
-        );
+        let proxyd = spawn_proxyd(&node, &dir, &log, flags);
         Self {
             node,
             client,
@@ -185,6 +176,13 @@ impl Node {
 
     fn said(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Stops proxyd (its table stays, as kube-proxy's does) and starts it
+    /// again with `flags`, logging afresh.
+    fn restart(&mut self, flags: &[&str]) {
+        let _ = common::terminate(&mut self.proxyd, "TERM");
+        self.proxyd = spawn_proxyd(&self.node, &self.dir, &self.log, flags);
     }
 
     /// Waits until both families' first syncs are written.
@@ -215,7 +213,7 @@ impl Node {
     fn check(&self, probes: &[Probe]) {
         for p in probes {
             let n = match p.fate {
-                Fate::Dropped => 2,
+                Fate::Dropped | Fate::Refused => 2,
                 Fate::Endpoints { .. } => 30,
             };
             let answers = self.connect(p.from, p.vip, p.port, n);
@@ -224,6 +222,13 @@ impl Node {
                     assert!(
                         answers.iter().all(|a| a == "error: TimeoutError"),
                         "{}: dropped, got {answers:?}",
+                        p.what
+                    );
+                }
+                Fate::Refused => {
+                    assert!(
+                        answers.iter().all(|a| a == "error: ConnectionRefusedError"),
+                        "{}: refused, got {answers:?}",
                         p.what
                     );
                 }
@@ -245,6 +250,22 @@ impl Node {
             }
         }
     }
+}
+
+/// `proxyd run` for `node`, with `flags` and the manifests in `dir`.
+fn spawn_proxyd(node: &Netns, dir: &std::path::Path, log: &std::path::Path, flags: &[&str]) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["run", "--hostname-override", "node-1", "--netns", &node.0])
+            .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+            .args(flags)
+            .arg("--manifests")
+            .arg(dir.join("cluster.yaml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap(),
+    )
 }
 
 impl Drop for Node {
@@ -532,4 +553,114 @@ fn a_dual_stack_node_serves_each_family_policy_with_no_family_flag() {
         },
     ]);
     assert!(!n.said().contains("cluster is"), "{}", n.said());
+}
+
+/// Localhost node ports (kube-proxy 1.37's KEP-6032) on a dual-stack
+/// node: with kube-proxy's default `--nodeport-addresses primary` nothing
+/// answers on loopback; restarted over its table with `primary,localhost`
+/// (the restart kube-proxy's bug #142183 misses), `127.0.0.1:NODEPORT` and
+/// `[::1]:NODEPORT` reach the node port's endpoints of their family, a
+/// Local policy without an endpoint here has no listener, affinity sticks,
+/// the primary address still answers from outside, and the listeners are
+/// counted per family.
+#[test]
+#[ignore = "needs root, nft, iproute2 and python3"]
+fn localhost_node_ports_answer_on_both_loopbacks_once_named_even_after_a_restart() {
+    require();
+    let (v4a, v4b, v6a, v6b) = ("10.244.1.1", "10.244.1.2", "fd00:244::1", "fd00:244::2");
+    let mut m = node_object(&["192.168.51.1", "fd00:51::1"], &["10.244.1.0/24", "fd00:244::/64"]);
+    m += &service(
+        "both",
+        &format!(
+            "  type: NodePort\n  ipFamilyPolicy: RequireDualStack\n  ipFamilies: [IPv4, IPv6]\n  clusterIPs: [10.96.0.31, \"fd00:96::31\"]\n{PORT}, nodePort: 30085}}]"
+        ),
+    );
+    m += &slice("both", "both-4", "IPv4", &[(v4a, "node-1"), (v4b, "node-2")]);
+    m += &slice("both", "both-6", "IPv6", &[(v6a, "node-1"), (v6b, "node-2")]);
+    m += &service(
+        "elsewhere",
+        &format!(
+            "  type: NodePort\n  externalTrafficPolicy: Local\n  clusterIPs: [10.96.0.32]\n{PORT}, nodePort: 30086}}]"
+        ),
+    );
+    m += &slice("elsewhere", "elsewhere-4", "IPv4", &[(v4b, "node-2")]);
+    m += &service(
+        "sticky",
+        &format!(
+            "  type: NodePort\n  sessionAffinity: ClientIP\n  clusterIPs: [10.96.0.33]\n{PORT}, nodePort: 30087}}]"
+        ),
+    );
+    m += &slice("sticky", "sticky-4", "IPv4", &[(v4a, "node-1"), (v4b, "node-2")]);
+    let mut n = Node::start(
+        "lo",
+        &["192.168.51.1/24", "fd00:51::1/64"],
+        &[v4a, v4b, v6a, v6b],
+        &["--cluster-cidr", "10.244.0.0/16,fd00:244::/56"],
+        &m,
+    );
+    n.wait_until_programmed();
+    n.check(&[Probe {
+        what: "kube-proxy's default: loopback is not a node port address",
+        from: From::Node,
+        vip: "127.0.0.1",
+        port: 30085,
+        fate: Fate::Refused,
+    }]);
+
+    let metrics = common::free_port();
+    let address = format!("127.0.0.1:{metrics}");
+    n.restart(&[
+        "--cluster-cidr",
+        "10.244.0.0/16,fd00:244::/56",
+        "--nodeport-addresses",
+        "primary,localhost",
+        "--metrics-bind-address",
+        &address,
+    ]);
+    n.wait_until_programmed();
+    n.check(&[
+        Probe {
+            what: "127.0.0.1 at the node port",
+            from: From::Node,
+            vip: "127.0.0.1",
+            port: 30085,
+            fate: endpoints(&[v4a, v4b]),
+        },
+        Probe {
+            what: "::1 at the node port",
+            from: From::Node,
+            vip: "::1",
+            port: 30085,
+            fate: endpoints(&[v6a, v6b]),
+        },
+        Probe {
+            what: "Local policy, no endpoint on this node: no listener",
+            from: From::Node,
+            vip: "127.0.0.1",
+            port: 30086,
+            fate: Fate::Refused,
+        },
+        Probe {
+            what: "ClientIP affinity through the relay",
+            from: From::Node,
+            vip: "127.0.0.1",
+            port: 30087,
+            fate: sticky(&[v4a, v4b]),
+        },
+        Probe {
+            what: "the primary address still answers from outside",
+            from: From::Outside,
+            vip: "192.168.51.1",
+            port: 30085,
+            fate: endpoints(&[v4a, v4b]),
+        },
+    ]);
+    let text = common::daemon::http_body(metrics, "/metrics");
+    for line in [
+        "kubeproxy_nftables_localhost_nodeport_listeners{ip_family=\"IPv4\"} 2",
+        "kubeproxy_nftables_localhost_nodeport_listeners{ip_family=\"IPv6\"} 1",
+        "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total{ip_family=\"IPv4\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+    }
 }

@@ -169,6 +169,26 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
 /// DaemonSets grant): said at info level, as kube-proxy says it (its
 /// verbosity 2): the rules do not depend on it, and a warning on every
 /// start of a container without the capability would be noise.
+/// Says once which `--feature-gates` proxyd leaves out, and when the
+/// localhost node ports' gate keeps `--nodeport-addresses`'s loopback
+/// addresses from being answered.
+fn say_feature_gates(args: &RunArgs, families: &[IpFamily]) {
+    let unknown = args.unknown_feature_gates();
+    if !unknown.is_empty() {
+        tracing::warn!(
+            gates = ?unknown,
+            "--feature-gates: proxyd has none of these (it has KubeProxyNFTablesLocalhostNodePorts only): left out"
+        );
+    }
+    let named = families.iter().any(|f| args.proxy.nodeport_names_loopback(*f));
+    if named && !args.feature_gate(crate::settings::flags::LOCALHOST_NODEPORTS) {
+        tracing::warn!(
+            "--nodeport-addresses names loopback, but KubeProxyNFTablesLocalhostNodePorts is off: \
+             localhost node ports are not answered"
+        );
+    }
+}
+
 fn set_oom_score_adj(value: i32) {
     match linux_dataplane::process::set_oom_score_adj(value) {
         Ok(true) => tracing::info!(oom_score_adj = value, "set"),
@@ -236,6 +256,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         "starting"
     );
 
+    say_feature_gates(&args, &families);
+
     let shutdown = CancellationToken::new();
     let tasks = TaskTracker::new();
     let metrics = Arc::new(Metrics::new(&families, args.proxy.multus));
@@ -261,7 +283,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         health.watch(w.clone());
     }
     let health_checks = start_health_check_listeners(&args, families[0], &health, &tasks, &shutdown);
-    let proxiers = sync::proxiers(&args, engines, state.pods.as_ref(), &state.networks)?;
+    let proxiers = sync::proxiers(&args, engines, state.pods.as_ref(), &state.networks, &metrics)?;
     if let Some(runtime) = proxiers.runtime {
         tasks.spawn(multus_dataplane::runtime_watch::follow_runtime(
             runtime,

@@ -22,6 +22,7 @@ use nft_dataplane::{Dataplane, DataplaneConfig};
 use node_proxy::family::FamilyProxier;
 use node_proxy::family::HealthChecks;
 use node_proxy::health::ProxierHealth;
+use node_proxy::localhost_relay::LocalhostRelay;
 use node_proxy::proxier::Proxier;
 use node_proxy::sync_runner::{Outcome, SyncReason};
 
@@ -42,9 +43,10 @@ pub fn proxiers(
     engines: Vec<Engine>,
     pods: Option<&Arc<Mutex<PodStore>>>,
     networks: &Arc<Mutex<ServiceNetworks>>,
+    metrics: &Metrics,
 ) -> anyhow::Result<Proxiers> {
     let Some(pods) = pods else {
-        let families = node_proxiers(args, engines).into_iter();
+        let families = node_proxiers(args, engines, metrics).into_iter();
         return Ok(Proxiers {
             families: families.map(|p| Box::new(p) as Box<dyn FamilyProxier>).collect(),
             runtime: None,
@@ -93,7 +95,7 @@ fn pod_namespaces(args: &RunArgs) -> anyhow::Result<(SharedResolver, Option<CriR
 /// One resolver the families share.
 type SharedResolver = Arc<Mutex<dyn PodNetnsResolver>>;
 
-fn node_proxiers(args: &RunArgs, engines: Vec<Engine>) -> Vec<Proxier> {
+fn node_proxiers(args: &RunArgs, engines: Vec<Engine>, metrics: &Metrics) -> Vec<Proxier> {
     let dual_stack = engines.len() > 1;
     engines
         .into_iter()
@@ -120,11 +122,32 @@ fn node_proxiers(args: &RunArgs, engines: Vec<Engine>) -> Vec<Proxier> {
             let conntrack: Box<dyn Conntrack + Send> = if args.is_dry_run() || args.no_conntrack {
                 Box::new(NoConntrack)
             } else {
-                Box::new(NetlinkConntrack::new(netns))
+                Box::new(NetlinkConntrack::new(netns.clone()))
             };
-            Proxier::new(engine, config, dataplane, conntrack)
+            let proxier = Proxier::new(engine, config, dataplane, conntrack);
+            match localhost_relay(args, family, netns, metrics) {
+                Some(relay) => proxier.with_localhost_relay(relay),
+                None => proxier,
+            }
         })
         .collect()
+}
+
+/// `family`'s localhost node port relay, when the gate is on and
+/// `--nodeport-addresses` names its loopback address (not in a dry run,
+/// which opens nothing).
+fn localhost_relay(args: &RunArgs, family: IpFamily, netns: Netns, metrics: &Metrics) -> Option<LocalhostRelay> {
+    if !args.localhost_nodeports(family) || args.is_dry_run() {
+        return None;
+    }
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    let relay = LocalhostRelay::new(family, netns, runtime, metrics.sync.relay_metrics(family));
+    tracing::info!(
+        %family,
+        address = %relay.loopback(),
+        "localhost node ports: each TCP node port with endpoints is answered on this address, relayed to them"
+    );
+    Some(relay)
 }
 
 /// Everything one sync touches besides the proxiers.

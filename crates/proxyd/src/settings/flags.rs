@@ -210,11 +210,14 @@ pub struct ProxyArgs {
     #[arg(long)]
     pub masquerade_all: bool,
 
-    /// Where node ports answer: `primary` (this node's primary addresses,
-    /// from its Node's status.addresses; every local address while they
-    /// are not known), or local addresses in these CIDRs, comma-separated.
-    /// Never on loopback.
-    #[arg(long, value_delimiter = ',', value_name = "primary|CIDR", default_value = "primary", value_parser = parse_nodeport_address)]
+    /// Where node ports answer, comma-separated: `primary` (this node's
+    /// primary addresses, from its Node's status.addresses; every local
+    /// address while they are not known), `localhost` (127.0.0.0/8 and
+    /// ::1), `all` (every local address), or local addresses in these
+    /// CIDRs. Loopback is answered by a TCP relay on 127.0.0.1 or ::1 (see
+    /// --feature-gates KubeProxyNFTablesLocalhostNodePorts), never by the
+    /// rules.
+    #[arg(long, value_delimiter = ',', value_name = "primary|localhost|all|CIDR", default_value = "primary", value_parser = parse_nodeport_address)]
     pub nodeport_addresses: Vec<NodePortAddress>,
 
     /// The service CIDR(s), comma-separated: traffic to an address in them
@@ -234,17 +237,86 @@ pub struct ProxyArgs {
 pub enum NodePortAddress {
     /// This node's primary addresses (kube-proxy 1.36's default).
     Primary,
+    /// The loopback addresses, 127.0.0.0/8 and ::1 (kube-proxy 1.37).
+    Localhost,
+    /// Every local address, 0.0.0.0/0 and ::/0 (kube-proxy 1.37).
+    All,
     /// Local addresses in this network.
     Cidr(ipnet::IpNet),
 }
 
-/// `primary` or a CIDR.
-pub fn parse_nodeport_address(s: &str) -> Result<NodePortAddress, String> {
-    if s.trim() == "primary" {
-        Ok(NodePortAddress::Primary)
-    } else {
-        parse_cidr(s).map(NodePortAddress::Cidr)
+impl NodePortAddress {
+    /// The networks it stands for (none for `primary`).
+    pub fn networks(self) -> Vec<ipnet::IpNet> {
+        let net = |s: &str| s.parse::<ipnet::IpNet>().map_or_else(|_| Vec::new(), |n| vec![n]);
+        match self {
+            Self::Primary => Vec::new(),
+            Self::Localhost => [net("127.0.0.0/8"), net("::1/128")].concat(),
+            Self::All => [net("0.0.0.0/0"), net("::/0")].concat(),
+            Self::Cidr(n) => vec![n],
+        }
     }
+
+    /// Whether it names `family`'s loopback address explicitly: the
+    /// keyword `localhost`, or a network of loopback addresses holding
+    /// 127.0.0.1 or ::1 (`all` and 0.0.0.0/0 hold them too, but do not name
+    /// them: kube-proxy does not listen on loopback for those).
+    pub fn names_loopback(self, family: IpFamily) -> bool {
+        match self {
+            Self::Localhost => true,
+            Self::Cidr(n) => {
+                let loopback = match family {
+                    IpFamily::V4 => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+                    IpFamily::V6 => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+                };
+                n.contains(&loopback) && n.network().is_loopback() && n.broadcast().is_loopback()
+            }
+            Self::Primary | Self::All => false,
+        }
+    }
+}
+
+/// `primary`, `localhost`, `all` or a CIDR.
+pub fn parse_nodeport_address(s: &str) -> Result<NodePortAddress, String> {
+    match s.trim() {
+        "primary" => Ok(NodePortAddress::Primary),
+        "localhost" => Ok(NodePortAddress::Localhost),
+        "all" => Ok(NodePortAddress::All),
+        other => parse_cidr(other).map(NodePortAddress::Cidr),
+    }
+}
+
+/// The feature gate of localhost node ports.
+pub const LOCALHOST_NODEPORTS: &str = "KubeProxyNFTablesLocalhostNodePorts";
+
+/// One `--feature-gates` setting, `Name=true|false`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeatureGate {
+    /// The gate's name.
+    pub name: String,
+    /// On or off.
+    pub enabled: bool,
+}
+
+/// `Name=true` or `Name=false`.
+pub fn parse_feature_gate(s: &str) -> Result<FeatureGate, String> {
+    let (name, value) = s
+        .trim()
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=true|false"))?;
+    let enabled = match value.trim().to_ascii_lowercase().as_str() {
+        "true" => true,
+        "false" => false,
+        other => return Err(format!("{name}={other:?}: true or false")),
+    };
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("{s:?} names no gate"));
+    }
+    Ok(FeatureGate {
+        name: name.to_owned(),
+        enabled,
+    })
 }
 
 /// kube-proxy's `--detect-local-mode`.
@@ -291,21 +363,19 @@ impl ProxyArgs {
 
     /// The networks `--nodeport-addresses` names (none for `primary`).
     pub fn nodeport_cidrs(&self) -> Vec<ipnet::IpNet> {
-        self.nodeport_addresses
-            .iter()
-            .filter_map(|a| match a {
-                NodePortAddress::Cidr(n) => Some(*n),
-                NodePortAddress::Primary => None,
-            })
-            .collect()
+        self.nodeport_addresses.iter().flat_map(|a| a.networks()).collect()
+    }
+
+    /// Whether `--nodeport-addresses` names `family`'s loopback address
+    /// (`localhost`, 127.0.0.1/32, ::1/128, ...): where localhost node ports
+    /// are answered, with their feature gate on.
+    pub fn nodeport_names_loopback(&self, family: IpFamily) -> bool {
+        self.nodeport_addresses.iter().any(|a| a.names_loopback(family))
     }
 
     /// What is wrong with the local-traffic and node-port flags together.
     pub fn detect_local_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        if self.nodeport_primary() && self.nodeport_addresses.len() > 1 {
-            problems.push("--nodeport-addresses: primary stands alone, not with CIDRs".into());
-        }
         match self.detect_local_mode {
             DetectLocalMode::BridgeInterface if self.pod_bridge_interface.is_none() => {
                 problems.push("--detect-local-mode BridgeInterface needs --pod-bridge-interface".into());
@@ -475,6 +545,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub init_only: bool,
 
+    /// kube-proxy's feature gates, comma-separated `NAME=true|false`.
+    /// proxyd has one: KubeProxyNFTablesLocalhostNodePorts (default true,
+    /// as in kube-proxy 1.38), a TCP relay on 127.0.0.1 and ::1 for node
+    /// ports when --nodeport-addresses names loopback. Others are left out
+    /// with a warning.
+    #[arg(long, value_delimiter = ',', value_name = "NAME=BOOL", value_parser = parse_feature_gate)]
+    pub feature_gates: Vec<FeatureGate>,
+
     /// kube-proxy's conntrack settings, made at startup.
     #[command(flatten)]
     pub conntrack: ConntrackArgs,
@@ -539,6 +617,36 @@ pub fn parse_proxy_mode(s: &str) -> Result<String, String> {
 }
 
 impl RunArgs {
+    /// Whether a feature gate is on: the last `--feature-gates` setting of
+    /// it, else its default (KubeProxyNFTablesLocalhostNodePorts: on, as
+    /// in kube-proxy 1.38).
+    pub fn feature_gate(&self, name: &str) -> bool {
+        self.feature_gates
+            .iter()
+            .rev()
+            .find(|g| g.name == name)
+            .map_or(name == LOCALHOST_NODEPORTS, |g| g.enabled)
+    }
+
+    /// The gates set that proxyd does not have (left out, said once).
+    pub fn unknown_feature_gates(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self
+            .feature_gates
+            .iter()
+            .map(|g| g.name.as_str())
+            .filter(|n| *n != LOCALHOST_NODEPORTS)
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Whether `family`'s localhost node ports are answered: the gate on
+    /// and `--nodeport-addresses` naming its loopback address.
+    pub fn localhost_nodeports(&self, family: IpFamily) -> bool {
+        self.feature_gate(LOCALHOST_NODEPORTS) && self.proxy.nodeport_names_loopback(family)
+    }
+
     /// Whether nothing is applied: --dry-run, or --dry-run-dir.
     pub fn is_dry_run(&self) -> bool {
         self.dry_run || self.dry_run_dir.is_some()
@@ -759,5 +867,44 @@ mod tests {
         assert!(e.contains("the prefix length is missing (e.g. 10.244.0.0/16)"), "{e}");
         assert!(parse_cidr("fd00::").unwrap_err().contains("fd00::/64"));
         assert!(parse_cidr("nonsense").unwrap_err().contains("is not a CIDR"));
+    }
+
+    #[test]
+    fn feature_gates_parse_as_kube_proxy_takes_them_and_the_last_wins() {
+        use clap::Parser;
+        let run = |extra: &[&str]| -> super::RunArgs {
+            let mut all = vec!["proxyd", "run", "--manifests", "x", "--hostname-override", "n"];
+            all.extend_from_slice(extra);
+            match super::Cli::try_parse_from(all).unwrap().command {
+                super::Command::Run(r) => *r,
+                _ => unreachable!(),
+            }
+        };
+        let gate = super::LOCALHOST_NODEPORTS;
+        assert!(run(&[]).feature_gate(gate), "on by default, as in kube-proxy 1.38");
+        let off = run(&[
+            "--feature-gates",
+            "KubeProxyNFTablesLocalhostNodePorts=false,NFTablesNetlink=true",
+        ]);
+        assert!(!off.feature_gate(gate));
+        assert_eq!(off.unknown_feature_gates(), ["NFTablesNetlink"]);
+        let again = run(&[
+            "--feature-gates",
+            "KubeProxyNFTablesLocalhostNodePorts=false",
+            "--feature-gates",
+            "KubeProxyNFTablesLocalhostNodePorts=True",
+        ]);
+        assert!(again.feature_gate(gate), "the last setting wins");
+        assert!(super::parse_feature_gate("KubeProxyNFTablesLocalhostNodePorts=yes").is_err());
+        assert!(super::parse_feature_gate("=true").is_err());
+        let both = run(&["--nodeport-addresses", "primary,localhost"]);
+        assert!(both.localhost_nodeports(slice_model::IpFamily::V4));
+        let gated = run(&[
+            "--nodeport-addresses",
+            "primary,localhost",
+            "--feature-gates",
+            "KubeProxyNFTablesLocalhostNodePorts=false",
+        ]);
+        assert!(!gated.localhost_nodeports(slice_model::IpFamily::V6));
     }
 }

@@ -298,13 +298,11 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
         };
         check("log-format", format, &mut out);
     }
-    if let Some(gates) = &c.feature_gates
-        && !gates.is_empty()
-    {
-        let names: Vec<&String> = gates.keys().collect();
-        notes.push(format!(
-            "kube-proxy configuration: feature gates {names:?} are left out (proxyd has none)"
-        ));
+    // As the flag takes them; the ones proxyd does not have are said at
+    // start, like the flag's.
+    if let Some(gates) = c.feature_gates.as_ref().filter(|g| !g.is_empty()) {
+        let list = gates.iter().map(|(name, on)| format!("{name}={on}")).collect();
+        check("feature-gates", Ok(Some(Value::Many(list))), &mut out);
     }
     // Settings with nothing to do here: said, not silently dropped.
     if c.enable_profiling == Some(true) {
@@ -398,7 +396,8 @@ mod tests {
         let text = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: nftables\n\
                     clusterCIDR: 10.244.0.0/16,fd00:10:244::/56\nhostnameOverride: node-7\n\
                     healthzBindAddress: 0.0.0.0:10256\nmetricsBindAddress: 0.0.0.0:10249\n\
-                    nodePortAddresses: [192.168.0.0/24]\n\
+                    nodePortAddresses: [192.168.0.0/24, localhost]\n\
+                    featureGates: {KubeProxyNFTablesLocalhostNodePorts: false, NFTablesNetlink: true}\n\
                     nftables: {masqueradeAll: true, masqueradeBit: 14, syncPeriod: 1m, minSyncPeriod: 2s}\n\
                     conntrack: {maxPerCore: 0, min: 1000, tcpEstablishedTimeout: 12h, tcpBeLiberal: true}\n\
                     configSyncPeriod: 10m\niptables: {masqueradeAll: false}\n\
@@ -413,7 +412,14 @@ mod tests {
         want.proxy.hostname_override = Some("node-7".into());
         want.healthz_bind_address = bind("0.0.0.0:10256");
         want.metrics_bind_address = bind("0.0.0.0:10249");
-        want.proxy.nodeport_addresses = vec![NodePortAddress::Cidr(cidr("192.168.0.0/24"))];
+        want.proxy.nodeport_addresses = vec![
+            NodePortAddress::Cidr(cidr("192.168.0.0/24")),
+            NodePortAddress::Localhost,
+        ];
+        want.feature_gates = ["KubeProxyNFTablesLocalhostNodePorts=false", "NFTablesNetlink=true"]
+            .iter()
+            .map(|g| crate::settings::flags::parse_feature_gate(g).unwrap())
+            .collect();
         want.proxy.masquerade_all = true;
         want.sync_period = secs(60);
         want.min_sync_period = Some(secs(2));
