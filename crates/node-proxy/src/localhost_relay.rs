@@ -13,6 +13,10 @@
 //! listener to one endpoint (every local client has the same address),
 //! renewed by each connection, as kube-proxy does.
 //!
+//! Bytes move with `splice` through a pipe, from socket to socket in the
+//! kernel (never copied through this process; a pipe is held only while
+//! bytes are in it).
+//!
 //! A listener exists while its node port has endpoints: made when they
 //! come, told of every change of them, closed (with its connections) when
 //! they go or the relay stops. A port it cannot bind (another program has
@@ -91,6 +95,8 @@ pub struct LocalhostRelay {
     listeners: HashMap<u16, Listener>,
     /// The node ports each service wants (listening or not).
     wanted: HashMap<ServiceName, BTreeMap<u16, Relayed>>,
+    /// Idle pipes, shared by every connection.
+    pipes: Arc<Pipes>,
 }
 
 struct Listener {
@@ -157,6 +163,7 @@ impl LocalhostRelay {
             metrics,
             listeners: HashMap::new(),
             wanted: HashMap::new(),
+            pipes: Arc::default(),
         }
     }
 
@@ -293,7 +300,13 @@ impl LocalhostRelay {
         }));
         let task = self
             .runtime
-            .spawn(accept(listener, targets.clone(), self.netns.clone(), self.family))
+            .spawn(accept(
+                listener,
+                targets.clone(),
+                self.netns.clone(),
+                self.family,
+                self.pipes.clone(),
+            ))
             .abort_handle();
         Ok(Listener {
             owner: owner.clone(),
@@ -318,7 +331,13 @@ fn new_socket(family: IpFamily) -> io::Result<TcpSocket> {
 
 /// Accepts connections until aborted; each is relayed in a task of its
 /// own, owned here so that aborting this closes them all.
-async fn accept(listener: TcpListener, targets: Arc<Mutex<Targets>>, netns: Arc<Netns>, family: IpFamily) {
+async fn accept(
+    listener: TcpListener,
+    targets: Arc<Mutex<Targets>>,
+    netns: Arc<Netns>,
+    family: IpFamily,
+    pipes: Arc<Pipes>,
+) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -326,7 +345,7 @@ async fn accept(listener: TcpListener, targets: Arc<Mutex<Targets>>, netns: Arc<
                 Ok((client, _)) => {
                     let endpoint = lock(&targets).pick(Instant::now());
                     if let Some(endpoint) = endpoint {
-                        connections.spawn(relay(client, endpoint, netns.clone(), family));
+                        connections.spawn(relay(client, endpoint, netns.clone(), family, pipes.clone()));
                     }
                 }
                 Err(e) => {
@@ -341,20 +360,108 @@ async fn accept(listener: TcpListener, targets: Arc<Mutex<Targets>>, netns: Arc<
 }
 
 /// Relays one client to `endpoint` until both sides are done.
-async fn relay(mut client: TcpStream, endpoint: SocketAddr, netns: Arc<Netns>, family: IpFamily) {
+async fn relay(client: TcpStream, endpoint: SocketAddr, netns: Arc<Netns>, family: IpFamily, pipes: Arc<Pipes>) {
     let socket = match netns.run(|| new_socket(family)) {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return tracing::debug!(error = %e, "a socket to an endpoint"),
         Err(e) => return tracing::debug!(error = %e, "a socket to an endpoint"),
     };
-    let mut backend = match tokio::time::timeout(CONNECT_TIMEOUT, socket.connect(endpoint)).await {
+    let backend = match tokio::time::timeout(CONNECT_TIMEOUT, socket.connect(endpoint)).await {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => return tracing::debug!(%endpoint, error = %e, "connecting to an endpoint"),
         Err(_) => return tracing::debug!(%endpoint, "connecting to an endpoint timed out"),
     };
     let _ = client.set_nodelay(true);
     let _ = backend.set_nodelay(true);
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
+    let _ = tokio::try_join!(
+        splice_one_way(&client, &backend, &pipes),
+        splice_one_way(&backend, &client, &pipes)
+    );
+}
+
+/// Pipes not carrying bytes now, for whichever connection has some next:
+/// an idle connection holds none (a pipe is two descriptors).
+#[derive(Default)]
+struct Pipes(Mutex<Vec<Pipe>>);
+
+impl Pipes {
+    /// The most idle pipes kept.
+    const KEPT: usize = 64;
+
+    fn take(&self) -> io::Result<Pipe> {
+        match lock(&self.0).pop() {
+            Some(p) => Ok(p),
+            None => Pipe::new(),
+        }
+    }
+
+    /// Gives back an empty pipe.
+    fn give(&self, pipe: Pipe) {
+        let mut idle = lock(&self.0);
+        if idle.len() < Self::KEPT {
+            idle.push(pipe);
+        }
+    }
+}
+
+/// A pipe that carries one direction's bytes between two sockets
+/// (`splice`: the kernel moves them without copying them to this
+/// process).
+struct Pipe {
+    read: std::os::fd::OwnedFd,
+    write: std::os::fd::OwnedFd,
+}
+
+impl Pipe {
+    fn new() -> io::Result<Self> {
+        use rustix::pipe::{PipeFlags, pipe_with};
+        let (read, write) = pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+        Ok(Self { read, write })
+    }
+}
+
+/// The most bytes moved by one `splice` (a pipe's default capacity).
+const SPLICE_CHUNK: usize = 1 << 16;
+
+/// Moves bytes from `from` to `to` through a pipe of `pipes` until `from`
+/// ends, then ends `to`'s sending side (a half-close is passed on, as a
+/// copy would). The pipe is held only while bytes are in it.
+async fn splice_one_way(from: &TcpStream, to: &TcpStream, pipes: &Pipes) -> io::Result<()> {
+    use rustix::pipe::{SpliceFlags, splice};
+    use tokio::io::Interest;
+    let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+    loop {
+        from.readable().await?;
+        let pipe = pipes.take()?;
+        let moved = match from.try_io(Interest::READABLE, || {
+            splice(from, None, &pipe.write, None, SPLICE_CHUNK, flags).map_err(io::Error::from)
+        }) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                pipes.give(pipe);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if moved == 0 {
+            pipes.give(pipe);
+            break;
+        }
+        let mut in_pipe = moved;
+        while in_pipe > 0 {
+            to.writable().await?;
+            match to.try_io(Interest::WRITABLE, || {
+                splice(&pipe.read, None, to, None, in_pipe, flags).map_err(io::Error::from)
+            }) {
+                Ok(n) => in_pipe -= n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The pipe still holds bytes: dropped, not given back.
+                Err(e) => return Err(e),
+            }
+        }
+        pipes.give(pipe);
+    }
+    rustix::net::shutdown(to, rustix::net::Shutdown::Write).map_err(io::Error::from)
 }
 
 #[cfg(test)]
