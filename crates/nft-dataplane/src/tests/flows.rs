@@ -54,239 +54,245 @@ fn overall() -> Engine {
 
 #[test]
 fn overall_ruleset() {
-    let k = fresh(&overall(), &config());
-    let cases = [
-        ("pod to svc1", forwarded(POD, "172.30.0.41", 80), "10.180.0.1:80"),
-        (
-            "outside the cluster to svc1: masqueraded",
-            forwarded(CLIENT, "172.30.0.41", 80),
-            "10.180.0.1:80 (masq)",
-        ),
-        (
-            "pod to svc2's cluster IP",
-            forwarded(POD, "172.30.0.42", 80),
-            "10.180.0.2:80",
-        ),
-        (
-            "pod to svc2's LB IP: no local endpoint, but pods use the cluster's",
-            forwarded(POD, "1.2.3.4", 80),
-            "10.180.0.2:80",
-        ),
-        (
-            "node to svc2's LB IP: the cluster's endpoints, masqueraded",
-            local(NODE_IP, "1.2.3.4", 80),
-            "10.180.0.2:80 (masq)",
-        ),
-        (
-            "external to svc2's LB IP: no local endpoint",
-            forwarded(CLIENT, "1.2.3.4", 80),
-            "DROP",
-        ),
-        (
-            "external to svc2's external IP",
-            forwarded(CLIENT, "192.168.99.22", 80),
-            "DROP",
-        ),
-        (
-            "pod to svc2's external IP",
-            forwarded(POD, "192.168.99.22", 80),
-            "10.180.0.2:80",
-        ),
-        ("external to svc2's node port", forwarded(CLIENT, NODE_IP, 3001), "DROP"),
-        (
-            "pod to svc2's node port",
-            forwarded(POD, NODE_IP, 3001),
-            "10.180.0.2:80",
-        ),
-        (
-            "node to svc2's node port",
-            local(NODE_IP, NODE_IP, 3001),
-            "10.180.0.2:80 (masq)",
-        ),
-        (
-            "external to svc3's node port",
-            forwarded(CLIENT, NODE_IP, 3003),
-            "10.180.0.3:80 (masq)",
-        ),
-        (
-            "external to svc4's external IP",
-            forwarded(CLIENT, "192.168.99.33", 80),
-            "10.180.0.4:80, 10.180.0.5:80 (masq)",
-        ),
-        (
-            "allowed external to svc5's LB IP",
-            forwarded(CLIENT, "5.6.7.8", 80),
-            "10.180.0.3:80 (masq)",
-        ),
-        (
-            "blocked external to svc5's LB IP",
-            forwarded(CLIENT_BLOCKED, "5.6.7.8", 80),
-            "DROP",
-        ),
-        ("pod to svc6, no endpoints", forwarded(POD, "172.30.0.46", 80), "REJECT"),
-        (
-            "node to svc6, no endpoints",
-            local(NODE_IP, "172.30.0.46", 80),
-            "REJECT",
-        ),
-        (
-            "svc1's cluster IP on a port it does not serve",
-            forwarded(POD, "172.30.0.41", 443),
-            "REJECT",
-        ),
-        (
-            "node to a port svc1 does not serve",
-            local(NODE_IP, "172.30.0.41", 443),
-            "REJECT",
-        ),
-        ("an unallocated cluster IP", forwarded(POD, "172.30.0.47", 80), "DROP"),
-        (
-            "node to an unallocated cluster IP",
-            local(NODE_IP, "172.30.0.47", 80),
-            "DROP",
-        ),
-        (
-            "traffic to no service passes untouched",
-            forwarded(POD, "10.180.0.9", 80),
-            "10.180.0.9:80",
-        ),
-    ];
-    for (case, p, want) in cases {
-        expect(&k, case, p, want);
-    }
-    let local_ep = trace(&k, forwarded("10.180.0.5", "192.168.99.33", 80));
-    assert_eq!(
-        local_ep.masquerade(),
-        Some(true),
-        "external traffic is always masqueraded"
-    );
+    super::mirror::in_both_families(|| {
+        let k = fresh(&overall(), &config());
+        let cases = [
+            ("pod to svc1", forwarded(POD, "172.30.0.41", 80), "10.180.0.1:80"),
+            (
+                "outside the cluster to svc1: masqueraded",
+                forwarded(CLIENT, "172.30.0.41", 80),
+                "10.180.0.1:80 (masq)",
+            ),
+            (
+                "pod to svc2's cluster IP",
+                forwarded(POD, "172.30.0.42", 80),
+                "10.180.0.2:80",
+            ),
+            (
+                "pod to svc2's LB IP: no local endpoint, but pods use the cluster's",
+                forwarded(POD, "1.2.3.4", 80),
+                "10.180.0.2:80",
+            ),
+            (
+                "node to svc2's LB IP: the cluster's endpoints, masqueraded",
+                local(NODE_IP, "1.2.3.4", 80),
+                "10.180.0.2:80 (masq)",
+            ),
+            (
+                "external to svc2's LB IP: no local endpoint",
+                forwarded(CLIENT, "1.2.3.4", 80),
+                "DROP",
+            ),
+            (
+                "external to svc2's external IP",
+                forwarded(CLIENT, "192.168.99.22", 80),
+                "DROP",
+            ),
+            (
+                "pod to svc2's external IP",
+                forwarded(POD, "192.168.99.22", 80),
+                "10.180.0.2:80",
+            ),
+            ("external to svc2's node port", forwarded(CLIENT, NODE_IP, 3001), "DROP"),
+            (
+                "pod to svc2's node port",
+                forwarded(POD, NODE_IP, 3001),
+                "10.180.0.2:80",
+            ),
+            (
+                "node to svc2's node port",
+                local(NODE_IP, NODE_IP, 3001),
+                "10.180.0.2:80 (masq)",
+            ),
+            (
+                "external to svc3's node port",
+                forwarded(CLIENT, NODE_IP, 3003),
+                "10.180.0.3:80 (masq)",
+            ),
+            (
+                "external to svc4's external IP",
+                forwarded(CLIENT, "192.168.99.33", 80),
+                "10.180.0.4:80, 10.180.0.5:80 (masq)",
+            ),
+            (
+                "allowed external to svc5's LB IP",
+                forwarded(CLIENT, "5.6.7.8", 80),
+                "10.180.0.3:80 (masq)",
+            ),
+            (
+                "blocked external to svc5's LB IP",
+                forwarded(CLIENT_BLOCKED, "5.6.7.8", 80),
+                "DROP",
+            ),
+            ("pod to svc6, no endpoints", forwarded(POD, "172.30.0.46", 80), "REJECT"),
+            (
+                "node to svc6, no endpoints",
+                local(NODE_IP, "172.30.0.46", 80),
+                "REJECT",
+            ),
+            (
+                "svc1's cluster IP on a port it does not serve",
+                forwarded(POD, "172.30.0.41", 443),
+                "REJECT",
+            ),
+            (
+                "node to a port svc1 does not serve",
+                local(NODE_IP, "172.30.0.41", 443),
+                "REJECT",
+            ),
+            ("an unallocated cluster IP", forwarded(POD, "172.30.0.47", 80), "DROP"),
+            (
+                "node to an unallocated cluster IP",
+                local(NODE_IP, "172.30.0.47", 80),
+                "DROP",
+            ),
+            (
+                "traffic to no service passes untouched",
+                forwarded(POD, "10.180.0.9", 80),
+                "10.180.0.9:80",
+            ),
+        ];
+        for (case, p, want) in cases {
+            expect(&k, case, p, want);
+        }
+        let local_ep = trace(&k, forwarded("10.180.0.5", "192.168.99.33", 80));
+        assert_eq!(
+            local_ep.masquerade(),
+            Some(true),
+            "external traffic is always masqueraded"
+        );
+    });
 }
 
 #[test]
 fn cluster_ip_general() {
-    let mut e = Engine::new(IpFamily::V4);
-    let tcp = Protocol::Tcp;
-    e.service(&service("ns1", "svc1", "172.30.0.41", 80, tcp)).slice(slice(
-        "ns1",
-        "svc1",
-        tcp,
-        80,
-        &[Ep::Local("10.180.0.1")],
-    ));
-    let mut svc2 = service("ns2", "svc2", "172.30.0.42", 80, tcp);
-    let port = |name: &str, protocol, port| slice_model::ServicePort {
-        name: name.into(),
-        protocol,
-        port: std::num::NonZeroU16::new(port).unwrap(),
-        node_port: None,
-        app_protocol: None,
-    };
-    svc2.ports = vec![
-        port("http", tcp, 80),
-        port("https", tcp, 443),
-        port("dns-udp", Protocol::Udp, 53),
-        port("dns-tcp", tcp, 53),
-        port("dns-sctp", Protocol::Sctp, 53),
-    ];
-    e.service(&svc2);
-    let mut s = slice_model::EndpointSlice::new("ns2", "svc2-1", "svc2")
-        .unwrap()
-        .with_port("http", tcp, 80)
-        .with_port("https", tcp, 8443)
-        .with_port("dns-udp", Protocol::Udp, 53)
-        .with_port("dns-tcp", tcp, 5353)
-        .with_port("dns-sctp", Protocol::Sctp, 53);
-    for (addr, node) in [("10.180.0.1", NODE), ("10.180.2.1", "node2")] {
-        s = s.with_endpoint(slice_model::SliceEndpoint::new(addr.parse().unwrap()).on_node(node));
-    }
-    e.slice(s);
-    e.update();
-    let k = fresh(&e, &config());
-    let pod = "10.180.0.2";
-    let cases = [
-        ("simple cluster IP", forwarded(pod, "172.30.0.41", 80), "10.180.0.1:80"),
-        (
-            "hairpin: an endpoint reaching itself is masqueraded",
-            forwarded("10.180.0.1", "172.30.0.41", 80),
-            "10.180.0.1:80 (masq)",
-        ),
-        (
-            "several endpoints",
-            forwarded(pod, "172.30.0.42", 80),
-            "10.180.0.1:80, 10.180.2.1:80",
-        ),
-        (
-            "target port",
-            forwarded(pod, "172.30.0.42", 443),
-            "10.180.0.1:8443, 10.180.2.1:8443",
-        ),
-        (
-            "TCP on a port shared by three protocols",
-            forwarded(pod, "172.30.0.42", 53),
-            "10.180.0.1:5353, 10.180.2.1:5353",
-        ),
-        (
-            "UDP on it",
-            with_protocol(forwarded(pod, "172.30.0.42", 53), Protocol::Udp),
-            "10.180.0.1:53, 10.180.2.1:53",
-        ),
-        (
-            "SCTP on it",
-            with_protocol(forwarded(pod, "172.30.0.42", 53), Protocol::Sctp),
-            "10.180.0.1:53, 10.180.2.1:53",
-        ),
-        (
-            "a TCP-only port does not take UDP",
-            with_protocol(forwarded(pod, "172.30.0.42", 80), Protocol::Udp),
-            "REJECT",
-        ),
-        (
-            "svc1 does not take svc2's ports",
-            forwarded(pod, "172.30.0.41", 443),
-            "REJECT",
-        ),
-        ("an unallocated cluster IP", forwarded(pod, "172.30.0.50", 80), "DROP"),
-    ];
-    for (case, p, want) in cases {
-        expect(&k, case, p, want);
-    }
+    super::mirror::in_both_families(|| {
+        let mut e = Engine::new(IpFamily::V4);
+        let tcp = Protocol::Tcp;
+        e.service(&service("ns1", "svc1", "172.30.0.41", 80, tcp)).slice(slice(
+            "ns1",
+            "svc1",
+            tcp,
+            80,
+            &[Ep::Local("10.180.0.1")],
+        ));
+        let mut svc2 = service("ns2", "svc2", "172.30.0.42", 80, tcp);
+        let port = |name: &str, protocol, port| slice_model::ServicePort {
+            name: name.into(),
+            protocol,
+            port: std::num::NonZeroU16::new(port).unwrap(),
+            node_port: None,
+            app_protocol: None,
+        };
+        svc2.ports = vec![
+            port("http", tcp, 80),
+            port("https", tcp, 443),
+            port("dns-udp", Protocol::Udp, 53),
+            port("dns-tcp", tcp, 53),
+            port("dns-sctp", Protocol::Sctp, 53),
+        ];
+        e.service(&svc2);
+        let mut s = slice_model::EndpointSlice::new("ns2", "svc2-1", "svc2")
+            .unwrap()
+            .with_port("http", tcp, 80)
+            .with_port("https", tcp, 8443)
+            .with_port("dns-udp", Protocol::Udp, 53)
+            .with_port("dns-tcp", tcp, 5353)
+            .with_port("dns-sctp", Protocol::Sctp, 53);
+        for (addr, node) in [("10.180.0.1", NODE), ("10.180.2.1", "node2")] {
+            s = s.with_endpoint(slice_model::SliceEndpoint::new(addr.parse().unwrap()).on_node(node));
+        }
+        e.slice(s);
+        e.update();
+        let k = fresh(&e, &config());
+        let pod = "10.180.0.2";
+        let cases = [
+            ("simple cluster IP", forwarded(pod, "172.30.0.41", 80), "10.180.0.1:80"),
+            (
+                "hairpin: an endpoint reaching itself is masqueraded",
+                forwarded("10.180.0.1", "172.30.0.41", 80),
+                "10.180.0.1:80 (masq)",
+            ),
+            (
+                "several endpoints",
+                forwarded(pod, "172.30.0.42", 80),
+                "10.180.0.1:80, 10.180.2.1:80",
+            ),
+            (
+                "target port",
+                forwarded(pod, "172.30.0.42", 443),
+                "10.180.0.1:8443, 10.180.2.1:8443",
+            ),
+            (
+                "TCP on a port shared by three protocols",
+                forwarded(pod, "172.30.0.42", 53),
+                "10.180.0.1:5353, 10.180.2.1:5353",
+            ),
+            (
+                "UDP on it",
+                with_protocol(forwarded(pod, "172.30.0.42", 53), Protocol::Udp),
+                "10.180.0.1:53, 10.180.2.1:53",
+            ),
+            (
+                "SCTP on it",
+                with_protocol(forwarded(pod, "172.30.0.42", 53), Protocol::Sctp),
+                "10.180.0.1:53, 10.180.2.1:53",
+            ),
+            (
+                "a TCP-only port does not take UDP",
+                with_protocol(forwarded(pod, "172.30.0.42", 80), Protocol::Udp),
+                "REJECT",
+            ),
+            (
+                "svc1 does not take svc2's ports",
+                forwarded(pod, "172.30.0.41", 443),
+                "REJECT",
+            ),
+            ("an unallocated cluster IP", forwarded(pod, "172.30.0.50", 80), "DROP"),
+        ];
+        for (case, p, want) in cases {
+            expect(&k, case, p, want);
+        }
+    });
 }
 
 #[test]
 fn load_balancer_source_ranges() {
-    let mut e = Engine::new(IpFamily::V4);
-    let tcp = Protocol::Tcp;
-    let mut lb = load_balancer(
-        service("ns1", "svc1", "172.30.0.41", 80, tcp),
-        3001,
-        &["1.2.3.4", "5.6.7.8"],
-    );
-    lb.load_balancer_source_ranges = vec!["192.168.0.0/24".parse().unwrap(), "203.0.113.0/25".parse().unwrap()];
-    e.service(&lb)
-        .slice(slice("ns1", "svc1", tcp, 80, &[Ep::Remote("10.180.0.1")]));
-    e.update();
-    let k = fresh(&e, &config());
-    let ep = "10.180.0.1:80";
-    let masq = "10.180.0.1:80 (masq)";
-    for lb_ip in ["1.2.3.4", "5.6.7.8"] {
-        expect(&k, "accepted external to LB", forwarded(CLIENT, lb_ip, 80), masq);
+    super::mirror::in_both_families(|| {
+        let mut e = Engine::new(IpFamily::V4);
+        let tcp = Protocol::Tcp;
+        let mut lb = load_balancer(
+            service("ns1", "svc1", "172.30.0.41", 80, tcp),
+            3001,
+            &["1.2.3.4", "5.6.7.8"],
+        );
+        lb.load_balancer_source_ranges = vec!["192.168.0.0/24".parse().unwrap(), "203.0.113.0/25".parse().unwrap()];
+        e.service(&lb)
+            .slice(slice("ns1", "svc1", tcp, 80, &[Ep::Remote("10.180.0.1")]));
+        e.update();
+        let k = fresh(&e, &config());
+        let ep = "10.180.0.1:80";
+        let masq = "10.180.0.1:80 (masq)";
+        for lb_ip in ["1.2.3.4", "5.6.7.8"] {
+            expect(&k, "accepted external to LB", forwarded(CLIENT, lb_ip, 80), masq);
+            expect(
+                &k,
+                "blocked external to LB",
+                forwarded(CLIENT_BLOCKED, lb_ip, 80),
+                "DROP",
+            );
+            expect(&k, "pod to LB, not in the ranges", forwarded(POD, lb_ip, 80), "DROP");
+            expect(&k, "node to LB, in the ranges", local(NODE_IP, lb_ip, 80), masq);
+        }
+        expect(&k, "pod to cluster IP", forwarded(POD, "172.30.0.41", 80), ep);
+        expect(&k, "external to node port", forwarded(CLIENT, NODE_IP, 3001), masq);
         expect(
             &k,
-            "blocked external to LB",
-            forwarded(CLIENT_BLOCKED, lb_ip, 80),
-            "DROP",
+            "node ports ignore the source ranges",
+            forwarded(CLIENT_BLOCKED, NODE_IP, 3001),
+            masq,
         );
-        expect(&k, "pod to LB, not in the ranges", forwarded(POD, lb_ip, 80), "DROP");
-        expect(&k, "node to LB, in the ranges", local(NODE_IP, lb_ip, 80), masq);
-    }
-    expect(&k, "pod to cluster IP", forwarded(POD, "172.30.0.41", 80), ep);
-    expect(&k, "external to node port", forwarded(CLIENT, NODE_IP, 3001), masq);
-    expect(
-        &k,
-        "node ports ignore the source ranges",
-        forwarded(CLIENT_BLOCKED, NODE_IP, 3001),
-        masq,
-    );
+    });
 }
 
 #[test]
@@ -390,168 +396,178 @@ fn local_lb_engine(eps: &[Ep<'_>]) -> Engine {
 
 #[test]
 fn external_traffic_policy_local() {
-    let k = local_lb(&[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")]);
-    let all = "10.180.0.1:80, 10.180.2.1:80";
-    for dst in ["1.2.3.4", "192.168.99.11"] {
+    super::mirror::in_both_families(|| {
+        let k = local_lb(&[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")]);
+        let all = "10.180.0.1:80, 10.180.2.1:80";
+        for dst in ["1.2.3.4", "192.168.99.11"] {
+            expect(
+                &k,
+                "pod to an external address: every endpoint",
+                forwarded(POD, dst, 80),
+                all,
+            );
+            expect(
+                &k,
+                "node to an external address: every endpoint, masqueraded",
+                local(NODE_IP, dst, 80),
+                "10.180.0.1:80, 10.180.2.1:80 (masq)",
+            );
+            expect(
+                &k,
+                "external: the local endpoint, source kept",
+                forwarded(CLIENT, dst, 80),
+                "10.180.2.1:80",
+            );
+        }
         expect(
             &k,
-            "pod to an external address: every endpoint",
-            forwarded(POD, dst, 80),
-            all,
-        );
-        expect(
-            &k,
-            "node to an external address: every endpoint, masqueraded",
-            local(NODE_IP, dst, 80),
-            "10.180.0.1:80, 10.180.2.1:80 (masq)",
-        );
-        expect(
-            &k,
-            "external: the local endpoint, source kept",
-            forwarded(CLIENT, dst, 80),
+            "external to node port",
+            forwarded(CLIENT, NODE_IP, 3001),
             "10.180.2.1:80",
         );
-    }
-    expect(
-        &k,
-        "external to node port",
-        forwarded(CLIENT, NODE_IP, 3001),
-        "10.180.2.1:80",
-    );
-    expect(&k, "pod to node port", forwarded(POD, NODE_IP, 3001), all);
-    expect(&k, "pod to cluster IP", forwarded(POD, "172.30.0.41", 80), all);
+        expect(&k, "pod to node port", forwarded(POD, NODE_IP, 3001), all);
+        expect(&k, "pod to cluster IP", forwarded(POD, "172.30.0.41", 80), all);
+    });
 }
 
 #[test]
 fn local_policy_without_local_endpoints_still_serves_the_cluster() {
-    let k = local_lb(&[Ep::Remote("10.180.0.1"), Ep::Remote("10.180.0.2")]);
-    let all = "10.180.0.1:80, 10.180.0.2:80";
-    let masq = "10.180.0.1:80, 10.180.0.2:80 (masq)";
-    for (dst, port) in [("1.2.3.4", 80), ("192.168.99.11", 80), (NODE_IP, 3001)] {
-        expect(
-            &k,
-            "pod: the cluster's endpoints, source kept",
-            forwarded(POD, dst, port),
-            all,
-        );
-        expect(
-            &k,
-            "node: the cluster's endpoints, masqueraded",
-            local(NODE_IP, dst, port),
-            masq,
-        );
-        expect(&k, "outside the cluster: dropped", forwarded(CLIENT, dst, port), "DROP");
-    }
+    super::mirror::in_both_families(|| {
+        let k = local_lb(&[Ep::Remote("10.180.0.1"), Ep::Remote("10.180.0.2")]);
+        let all = "10.180.0.1:80, 10.180.0.2:80";
+        let masq = "10.180.0.1:80, 10.180.0.2:80 (masq)";
+        for (dst, port) in [("1.2.3.4", 80), ("192.168.99.11", 80), (NODE_IP, 3001)] {
+            expect(
+                &k,
+                "pod: the cluster's endpoints, source kept",
+                forwarded(POD, dst, port),
+                all,
+            );
+            expect(
+                &k,
+                "node: the cluster's endpoints, masqueraded",
+                local(NODE_IP, dst, port),
+                masq,
+            );
+            expect(&k, "outside the cluster: dropped", forwarded(CLIENT, dst, port), "DROP");
+        }
+    });
 }
 
 #[test]
 fn internal_traffic_policy_local() {
-    let mut e = Engine::new(IpFamily::V4);
-    let tcp = Protocol::Tcp;
-    let mut svc = service("ns1", "svc1", "172.30.0.41", 80, tcp);
-    svc.internal_traffic_policy = TrafficPolicy::Local;
-    e.service(&svc).slice(slice(
-        "ns1",
-        "svc1",
-        tcp,
-        80,
-        &[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")],
-    ));
-    let mut none_here = service("ns2", "svc2", "172.30.0.42", 80, tcp);
-    none_here.internal_traffic_policy = TrafficPolicy::Local;
-    e.service(&none_here)
-        .slice(slice("ns2", "svc2", tcp, 80, &[Ep::Remote("10.180.0.3")]));
-    e.update();
-    let k = fresh(&e, &config());
-    expect(
-        &k,
-        "only the local endpoint",
-        forwarded(POD, "172.30.0.41", 80),
-        "10.180.2.1:80",
-    );
-    expect(
-        &k,
-        "none on this node: dropped",
-        forwarded(POD, "172.30.0.42", 80),
-        "DROP",
-    );
-    expect(&k, "from the node too", local(NODE_IP, "172.30.0.42", 80), "DROP");
+    super::mirror::in_both_families(|| {
+        let mut e = Engine::new(IpFamily::V4);
+        let tcp = Protocol::Tcp;
+        let mut svc = service("ns1", "svc1", "172.30.0.41", 80, tcp);
+        svc.internal_traffic_policy = TrafficPolicy::Local;
+        e.service(&svc).slice(slice(
+            "ns1",
+            "svc1",
+            tcp,
+            80,
+            &[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")],
+        ));
+        let mut none_here = service("ns2", "svc2", "172.30.0.42", 80, tcp);
+        none_here.internal_traffic_policy = TrafficPolicy::Local;
+        e.service(&none_here)
+            .slice(slice("ns2", "svc2", tcp, 80, &[Ep::Remote("10.180.0.3")]));
+        e.update();
+        let k = fresh(&e, &config());
+        expect(
+            &k,
+            "only the local endpoint",
+            forwarded(POD, "172.30.0.41", 80),
+            "10.180.2.1:80",
+        );
+        expect(
+            &k,
+            "none on this node: dropped",
+            forwarded(POD, "172.30.0.42", 80),
+            "DROP",
+        );
+        expect(&k, "from the node too", local(NODE_IP, "172.30.0.42", 80), "DROP");
+    });
 }
 
 #[test]
 fn terminating_endpoints() {
-    let mut e = Engine::new(IpFamily::V4);
-    let tcp = Protocol::Tcp;
-    e.service(&service("ns1", "mixed", "172.30.0.41", 80, tcp)).slice(slice(
-        "ns1",
-        "mixed",
-        tcp,
-        80,
-        &[
-            Ep::Remote("10.180.0.1"),
-            Ep::Terminating("10.180.0.2"),
-            Ep::NotReady("10.180.0.3"),
-        ],
-    ));
-    e.service(&service("ns1", "draining", "172.30.0.42", 80, tcp))
-        .slice(slice(
+    super::mirror::in_both_families(|| {
+        let mut e = Engine::new(IpFamily::V4);
+        let tcp = Protocol::Tcp;
+        e.service(&service("ns1", "mixed", "172.30.0.41", 80, tcp)).slice(slice(
             "ns1",
-            "draining",
+            "mixed",
             tcp,
             80,
-            &[Ep::Terminating("10.180.0.4"), Ep::NotReady("10.180.0.5")],
+            &[
+                Ep::Remote("10.180.0.1"),
+                Ep::Terminating("10.180.0.2"),
+                Ep::NotReady("10.180.0.3"),
+            ],
         ));
-    e.service(&service("ns1", "down", "172.30.0.43", 80, tcp)).slice(slice(
-        "ns1",
-        "down",
-        tcp,
-        80,
-        &[Ep::NotReady("10.180.0.6")],
-    ));
-    e.update();
-    let k = fresh(&e, &config());
-    expect(
-        &k,
-        "ready ones only",
-        forwarded(POD, "172.30.0.41", 80),
-        "10.180.0.1:80",
-    );
-    expect(
-        &k,
-        "only terminating: they still serve",
-        forwarded(POD, "172.30.0.42", 80),
-        "10.180.0.4:80",
-    );
-    expect(&k, "none serving: reject", forwarded(POD, "172.30.0.43", 80), "REJECT");
+        e.service(&service("ns1", "draining", "172.30.0.42", 80, tcp))
+            .slice(slice(
+                "ns1",
+                "draining",
+                tcp,
+                80,
+                &[Ep::Terminating("10.180.0.4"), Ep::NotReady("10.180.0.5")],
+            ));
+        e.service(&service("ns1", "down", "172.30.0.43", 80, tcp)).slice(slice(
+            "ns1",
+            "down",
+            tcp,
+            80,
+            &[Ep::NotReady("10.180.0.6")],
+        ));
+        e.update();
+        let k = fresh(&e, &config());
+        expect(
+            &k,
+            "ready ones only",
+            forwarded(POD, "172.30.0.41", 80),
+            "10.180.0.1:80",
+        );
+        expect(
+            &k,
+            "only terminating: they still serve",
+            forwarded(POD, "172.30.0.42", 80),
+            "10.180.0.4:80",
+        );
+        expect(&k, "none serving: reject", forwarded(POD, "172.30.0.43", 80), "REJECT");
+    });
 }
 
 #[test]
 fn masquerade_all_and_no_service_cidr() {
-    let mut e = Engine::new(IpFamily::V4);
-    e.service(&service("ns1", "svc1", "172.30.0.41", 80, Protocol::Tcp))
-        .slice(slice("ns1", "svc1", Protocol::Tcp, 80, &[Ep::Remote("10.180.0.1")]));
-    e.update();
-    let mut c = DataplaneConfig::new(IpFamily::V4);
-    c.masquerade_all = true;
-    let k = fresh(&e, &c);
-    expect(
-        &k,
-        "pod, masquerade-all",
-        forwarded(POD, "172.30.0.41", 80),
-        "10.180.0.1:80 (masq)",
-    );
-    expect(
-        &k,
-        "without --service-cidr, unallocated addresses are not the proxy's",
-        forwarded(POD, "172.30.0.47", 80),
-        "172.30.0.47:80",
-    );
-    expect(
-        &k,
-        "wrong port still rejected",
-        forwarded(POD, "172.30.0.41", 81),
-        "REJECT",
-    );
+    super::mirror::in_both_families(|| {
+        let mut e = Engine::new(IpFamily::V4);
+        e.service(&service("ns1", "svc1", "172.30.0.41", 80, Protocol::Tcp))
+            .slice(slice("ns1", "svc1", Protocol::Tcp, 80, &[Ep::Remote("10.180.0.1")]));
+        e.update();
+        let mut c = DataplaneConfig::new(IpFamily::V4);
+        c.masquerade_all = true;
+        let k = fresh(&e, &c);
+        expect(
+            &k,
+            "pod, masquerade-all",
+            forwarded(POD, "172.30.0.41", 80),
+            "10.180.0.1:80 (masq)",
+        );
+        expect(
+            &k,
+            "without --service-cidr, unallocated addresses are not the proxy's",
+            forwarded(POD, "172.30.0.47", 80),
+            "172.30.0.47:80",
+        );
+        expect(
+            &k,
+            "wrong port still rejected",
+            forwarded(POD, "172.30.0.41", 81),
+            "REJECT",
+        );
+    });
 }
 
 /// The services whose split is checked: every frontend kind.
@@ -717,71 +733,78 @@ fn ipv6() {
 /// them apart, nothing is masqueraded for being from elsewhere.
 #[test]
 fn each_local_traffic_detector_tells_pods_from_the_rest() {
-    use crate::desired::LocalDetector;
-    use crate::tracer::Interface;
+    super::mirror::in_both_families(|| {
+        use crate::desired::LocalDetector;
+        use crate::tracer::Interface;
 
-    let e = local_lb_engine(&[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")]);
-    let mut host = super::support::host(&[NODE_IP]);
-    host.interfaces = vec![
-        Interface {
-            name: "veth1".into(),
-            networks: vec!["10.0.0.0/24".parse().unwrap()],
-        },
-        Interface {
-            name: "eth0".into(),
-            networks: vec!["203.0.113.0/24".parse().unwrap()],
-        },
-    ];
-    let all = "10.180.0.1:80, 10.180.2.1:80";
-    for (name, detector, cluster_cidrs) in [
-        ("ClusterCIDR", LocalDetector::ClusterCidr, vec!["10.0.0.0/8"]),
-        (
-            "NodeCIDR",
-            LocalDetector::NodeCidr(vec!["10.0.0.0/24".parse().unwrap()]),
-            vec![],
-        ),
-        (
-            "BridgeInterface",
-            LocalDetector::BridgeInterface("veth1".into()),
-            vec![],
-        ),
-        (
-            "InterfaceNamePrefix",
-            LocalDetector::InterfaceNamePrefix("veth".into()),
-            vec![],
-        ),
-    ] {
+        let e = local_lb_engine(&[Ep::Remote("10.180.0.1"), Ep::Local("10.180.2.1")]);
+        use super::mirror::{net, packet, text};
+        let mut host = super::support::host(&[NODE_IP]);
+        host.local_addrs = host.local_addrs.into_iter().map(super::mirror::addr).collect();
+        host.interfaces = vec![
+            Interface {
+                name: "veth1".into(),
+                networks: vec![net("10.0.0.0/24".parse().unwrap())],
+            },
+            Interface {
+                name: "eth0".into(),
+                networks: vec![net("203.0.113.0/24".parse().unwrap())],
+            },
+        ];
+        let all = text("10.180.0.1:80, 10.180.2.1:80");
+        for (name, detector, cluster_cidrs) in [
+            ("ClusterCIDR", LocalDetector::ClusterCidr, vec!["10.0.0.0/8"]),
+            (
+                "NodeCIDR",
+                LocalDetector::NodeCidr(vec!["10.0.0.0/24".parse().unwrap()]),
+                vec![],
+            ),
+            (
+                "BridgeInterface",
+                LocalDetector::BridgeInterface("veth1".into()),
+                vec![],
+            ),
+            (
+                "InterfaceNamePrefix",
+                LocalDetector::InterfaceNamePrefix("veth".into()),
+                vec![],
+            ),
+        ] {
+            let mut c = DataplaneConfig::new(IpFamily::V4);
+            c.detect_local = detector;
+            c.cluster_cidrs = cluster_cidrs.iter().map(|n| n.parse().unwrap()).collect();
+            let k = fresh(&e, &c);
+            let t = |p| k.trace(&host, packet(p)).summary();
+            assert_eq!(t(forwarded(POD, "172.30.0.41", 80)), all, "{name}: pod to cluster IP");
+            assert_eq!(
+                t(forwarded(CLIENT, "172.30.0.41", 80)),
+                format!("{all} (masq)"),
+                "{name}: from elsewhere to cluster IP"
+            );
+            assert_eq!(
+                t(local(NODE_IP, "172.30.0.41", 80)),
+                format!("{all} (masq)"),
+                "{name}: the node to cluster IP"
+            );
+            assert_eq!(
+                t(forwarded(POD, "1.2.3.4", 80)),
+                all,
+                "{name}: pod to Local LB: every endpoint"
+            );
+            assert_eq!(
+                t(forwarded(CLIENT, "1.2.3.4", 80)),
+                text("10.180.2.1:80"),
+                "{name}: outside to Local LB"
+            );
+        }
+        // NodeCIDR before the Node's pod ranges are known: nothing tells pods
+        // from the rest.
         let mut c = DataplaneConfig::new(IpFamily::V4);
-        c.detect_local = detector;
-        c.cluster_cidrs = cluster_cidrs.iter().map(|n| n.parse().unwrap()).collect();
+        c.detect_local = LocalDetector::NodeCidr(Vec::new());
         let k = fresh(&e, &c);
-        let t = |p| k.trace(&host, p).summary();
-        assert_eq!(t(forwarded(POD, "172.30.0.41", 80)), all, "{name}: pod to cluster IP");
         assert_eq!(
-            t(forwarded(CLIENT, "172.30.0.41", 80)),
-            format!("{all} (masq)"),
-            "{name}: from elsewhere to cluster IP"
+            k.trace(&host, packet(forwarded(CLIENT, "172.30.0.41", 80))).summary(),
+            all
         );
-        assert_eq!(
-            t(local(NODE_IP, "172.30.0.41", 80)),
-            format!("{all} (masq)"),
-            "{name}: the node to cluster IP"
-        );
-        assert_eq!(
-            t(forwarded(POD, "1.2.3.4", 80)),
-            all,
-            "{name}: pod to Local LB: every endpoint"
-        );
-        assert_eq!(
-            t(forwarded(CLIENT, "1.2.3.4", 80)),
-            "10.180.2.1:80",
-            "{name}: outside to Local LB"
-        );
-    }
-    // NodeCIDR before the Node's pod ranges are known: nothing tells pods
-    // from the rest.
-    let mut c = DataplaneConfig::new(IpFamily::V4);
-    c.detect_local = LocalDetector::NodeCidr(Vec::new());
-    let k = fresh(&e, &c);
-    assert_eq!(k.trace(&host, forwarded(CLIENT, "172.30.0.41", 80)).summary(), all);
+    });
 }

@@ -9,6 +9,7 @@
 
 mod first_load;
 mod flows;
+mod mirror;
 mod pod;
 mod refused;
 mod support;
@@ -48,20 +49,20 @@ pub(crate) struct Engine {
 impl Engine {
     pub fn new(family: IpFamily) -> Self {
         Self {
-            slices: EndpointSliceCache::new(NODE, family),
-            service_changes: ServiceChangeTracker::new(family),
+            slices: EndpointSliceCache::new(NODE, mirror::family(family)),
+            service_changes: ServiceChangeTracker::new(mirror::family(family)),
             services: ServicesMap::new(),
             endpoints: EndpointsMap::new(),
         }
     }
 
     pub fn service(&mut self, s: &ServiceInfo) -> &mut Self {
-        self.service_changes.update(s);
+        self.service_changes.update(&mirror::service(s));
         self
     }
 
     pub fn slice(&mut self, s: EndpointSlice) -> &mut Self {
-        self.slices.update(s);
+        self.slices.update(mirror::slice(s));
         self
     }
 
@@ -167,7 +168,9 @@ pub(crate) fn config() -> DataplaneConfig {
 }
 
 pub(crate) fn host() -> Host {
-    support::host(&[NODE_IP, NODE_IP_ALT, "127.0.0.1"])
+    let mut h = support::host(&[NODE_IP, NODE_IP_ALT, "127.0.0.1"]);
+    h.local_addrs = h.local_addrs.into_iter().map(mirror::addr).collect();
+    h
 }
 
 /// What a fresh proxy would write for the engine's current maps.
@@ -192,7 +195,7 @@ pub(crate) fn positions_sorted(k: &KernelModel) -> KernelModel {
 }
 
 pub(crate) fn fresh(engine: &Engine, config: &DataplaneConfig) -> KernelModel {
-    let mut syncer = NftSyncer::new(config.clone(), KernelModel::default());
+    let mut syncer = NftSyncer::new(mirror::config(config), KernelModel::default());
     syncer
         .sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)
         .expect("a full sync applies to an empty kernel");
@@ -222,14 +225,14 @@ pub(crate) fn periodic<D: crate::Dataplane>(
 
 /// Traces a packet through a fresh full sync of the engine.
 pub(crate) fn trace(kernel: &KernelModel, p: Packet) -> Trace {
-    kernel.trace(&host(), p)
+    kernel.trace(&host(), mirror::packet(p))
 }
 
 /// Asserts a trace's summary, naming the case.
 #[track_caller]
 pub(crate) fn expect(kernel: &KernelModel, case: &str, p: Packet, want: &str) {
     let got = trace(kernel, p).summary();
-    assert_eq!(got, want, "{case}: {p:?}");
+    assert_eq!(got, mirror::text(want), "{case}: {p:?}");
 }
 
 /// The recording of a full sync, for the renderer's golden test.
