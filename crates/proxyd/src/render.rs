@@ -17,7 +17,11 @@ use nft_dataplane::{DataplaneConfig, NftSyncer, Recording, ServiceTarget, SyncKi
 
 /// `proxyd render` from the command line.
 pub fn main(args: RenderArgs) -> ExitCode {
-    one_shot("render", &args.source, &args.proxy, &|_| false, |l| {
+    // Without --ip-family the IPv6 table is rendered too, from the IPv6
+    // slices kept for it (the IPv4 engine is fed as they stream by).
+    let both = args.proxy.ip_family.is_none() && !args.proxy.multus;
+    let keep = move |s: &k8s_openapi::api::discovery::v1::EndpointSlice| both && s.address_type == "IPv6";
+    one_shot("render", &args.source, &args.proxy, &keep, |l| {
         if args.proxy.multus {
             let (pods, networks) = l
                 .snapshot
@@ -36,10 +40,28 @@ pub fn main(args: RenderArgs) -> ExitCode {
         } else {
             Shown::First(8)
         });
-        let (text, syncer) = render_keeping_view(&l.engine, &l.config, table)?;
+        let (mut text, syncer) = render_keeping_view(&l.engine, &l.config, table)?;
         // The process ends next: freeing the view piece by piece would only
         // cost time.
         std::mem::forget(syncer);
+        // Without --ip-family, the IPv6 table follows when the objects
+        // hold IPv6 services (kube-proxy writes both where the node has
+        // IPv6), as `explain` does.
+        if both {
+            let v6 = crate::ProxyArgs {
+                ip_family: Some(slice_model::IpFamily::V6),
+                ..args.proxy.clone()
+            };
+            let engine = crate::snapshot_engine::engine(&l.snapshot, &l.node, &v6);
+            if !engine.services.is_empty() {
+                let config = crate::effective::effective(&v6, &l.snapshot.facts);
+                let (six, syncer) = render_keeping_view(&engine, &config, table)?;
+                std::mem::forget(syncer);
+                std::mem::forget(engine);
+                text.push('\n');
+                text.push_str(&six);
+            }
+        }
         Ok(text)
     })
 }

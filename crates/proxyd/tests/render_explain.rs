@@ -55,6 +55,18 @@ fn render_matches_the_golden_ruleset_and_table() {
     assert!(row("shop/ingress:https").contains("external Local"));
     assert!(!out.contains("orders-db"), "headless: not proxied");
     assert!(row("shop/cache:redis").contains("same node"), "node hints");
+    // Without --ip-family, the dual-stack frontend's IPv6 side follows in
+    // the IPv6 table, with its IPv6 endpoint.
+    assert!(out.contains("table ip6 proxyd {"), "both families");
+    assert!(row("shop/frontend:http").contains("10.96.0.10:80"));
+    let six = out.lines().rfind(|l| l.starts_with("shop/frontend:http")).unwrap();
+    assert!(
+        six.contains("[fd00:96::10]:80") && six.contains("[fd00:10:244:1::11]:8080*"),
+        "{six}"
+    );
+    let (ok, one, err) = proxyd(&["render", "--ip-family", "ipv4"]);
+    assert!(ok, "{err}");
+    assert!(!one.contains("table ip6"), "one family when asked for one");
 }
 
 #[test]
