@@ -101,6 +101,19 @@ struct Args {
     /// terminates, the old one removed), not changes spread over services.
     #[arg(long, requires = "big_service")]
     rolling_update: bool,
+    /// Every Nth service is dual-stack (an IPv6 cluster IP and an IPv6
+    /// slice beside its IPv4 ones), and proxyd serves both families
+    /// (`--ip-families ipv4,ipv6`); 0: IPv4 single-stack, as the recorded
+    /// figures are.
+    #[arg(long, default_value_t = 0)]
+    dual_stack_every: u32,
+}
+
+impl Args {
+    /// Whether service `i` is dual-stack.
+    fn dual_stack(&self, i: u32) -> bool {
+        self.dual_stack_every > 0 && i.is_multiple_of(self.dual_stack_every)
+    }
 }
 
 const NODES: u32 = 100;
@@ -116,6 +129,38 @@ fn cluster_ip(i: u32) -> String {
 
 fn pod_ip(n: u32) -> String {
     format!("10.{}.{}.{}", 128 + n / 65_536, (n / 256) % 256, n % 256)
+}
+
+fn cluster_ip6(i: u32) -> String {
+    format!("fd00:96::{:x}:{:x}", i >> 16, i & 0xffff)
+}
+
+fn pod_ip6(n: u32) -> String {
+    format!("fd00:128::{:x}:{:x}", n >> 16, n & 0xffff)
+}
+
+/// Service `i` made dual-stack (RequireDualStack, IPv4 first).
+fn dual_stack(mut service: Value, i: u32) -> Value {
+    service["spec"]["clusterIPs"] = json!([cluster_ip(i), cluster_ip6(i)]);
+    service["spec"]["ipFamilies"] = json!(["IPv4", "IPv6"]);
+    service["spec"]["ipFamilyPolicy"] = json!("RequireDualStack");
+    service
+}
+
+/// `slice` as the IPv6 slice of the same endpoints.
+fn ipv6_twin(mut slice: Value) -> Value {
+    slice["metadata"]["name"] = json!(format!("{}-v6", slice["metadata"]["name"].as_str().unwrap_or("slice")));
+    slice["addressType"] = json!("IPv6");
+    if let Some(endpoints) = slice["endpoints"].as_array_mut() {
+        for e in endpoints {
+            let v4 = e["addresses"][0].as_str().unwrap_or("0.0.0.0").to_owned();
+            let n = v4
+                .parse::<std::net::Ipv4Addr>()
+                .map_or(0, |a| u32::from(a) - u32::from(std::net::Ipv4Addr::new(10, 128, 0, 0)));
+            e["addresses"] = json!([pod_ip6(n)]);
+        }
+    }
+    slice
 }
 
 fn service(i: u32) -> Value {
@@ -189,8 +234,10 @@ fn as_sent_by_the_api_server(mut obj: Value) -> Value {
     if obj["kind"] == "Service" {
         obj["spec"]["selector"] = json!({"app": obj["metadata"]["name"]});
         obj["spec"]["sessionAffinity"] = json!("None");
-        obj["spec"]["ipFamilies"] = json!(["IPv4"]);
-        obj["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+        if obj["spec"]["ipFamilies"].is_null() {
+            obj["spec"]["ipFamilies"] = json!(["IPv4"]);
+            obj["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+        }
         obj["status"] = json!({"loadBalancer": {}, "conditions": [{"type": "Available", "status": "True",
             "lastTransitionTime": "2026-11-30T09:13:02Z", "reason": "Ready", "message": "all endpoints are ready"}]});
     } else if let Some(endpoints) = obj["endpoints"].as_array_mut() {
@@ -216,8 +263,14 @@ fn objects(args: &Args) -> Vec<Value> {
 fn plain_objects(args: &Args) -> Vec<Value> {
     let mut out = Vec::new();
     for i in 0..args.services {
-        out.push(service(i));
-        out.push(slice(i, 0, i * args.endpoints, args.endpoints, None));
+        let its_slice = slice(i, 0, i * args.endpoints, args.endpoints, None);
+        if args.dual_stack(i) {
+            out.push(dual_stack(service(i), i));
+            out.push(ipv6_twin(its_slice.clone()));
+        } else {
+            out.push(service(i));
+        }
+        out.push(its_slice);
     }
     if args.big_service > 0 {
         let big = big_index(args);
@@ -283,7 +336,11 @@ impl Daemon {
             .args(["run", "--hostname-override", "node-1", "--netns", ns])
             // The recorded figures are IPv4 single-stack's (an IPv6 host
             // runs both families without a flag).
-            .args(["--ip-family", "ipv4"])
+            .args(if args.dual_stack_every > 0 {
+                ["--ip-families", "ipv4,ipv6"]
+            } else {
+                ["--ip-family", "ipv4"]
+            })
             .args(["--healthz-bind-address", ""])
             .args(["--metrics-bind-address", &format!("127.0.0.1:{METRICS_PORT}")])
             .args(["--sync-period", &format!("{}s", args.sync_period_secs)])
@@ -574,6 +631,15 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         first.nft_bytes / 1000,
         first.full
     );
+    if args.dual_stack_every > 0 {
+        let second = daemon.next_write(Duration::from_secs(600), &mut longest)?;
+        println!(
+            "the other family's first sync: {:.2?} after start; it took {} ({} KB)",
+            daemon.started.elapsed(),
+            ms(second.took_us),
+            second.nft_bytes / 1000
+        );
+    }
     std::thread::sleep(Duration::from_secs(2));
     println!(
         "memory: VmRSS {:.0} MiB, VmHWM {:.0} MiB",

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use slice_cache::EndpointSliceCache;
-use slice_model::Interner;
+use slice_model::{Interner, IpFamily};
 use tokio::sync::Notify;
 
 use crate::fold::EventHandler;
@@ -64,10 +64,16 @@ impl SliceCacheHandler {
             .fold(false, |changed, c| f(&mut slice_model::internal::lock(c)) | changed)
     }
 
-    /// Hands `slice` to every cache: a copy to each but the last, which
-    /// takes it (one family, the usual case, copies nothing).
-    fn update_all(&self, slice: slice_model::EndpointSlice) -> bool {
-        let Some((last, others)) = self.caches.split_last() else {
+    /// Hands `slice` to the caches of its address type's family (every
+    /// cache when the type is not a family's), as kube-proxy's
+    /// dual-stack proxier hands each slice to one family's proxier: a
+    /// cache keeps no record of the other family's slices. A copy goes to
+    /// each but the last, which takes it.
+    fn update_all(&self, slice: slice_model::EndpointSlice, family: Option<IpFamily>) -> bool {
+        let ours =
+            |c: &&Arc<Mutex<EndpointSliceCache>>| family.is_none_or(|f| slice_model::internal::lock(c).family() == f);
+        let targets: Vec<&Arc<Mutex<EndpointSliceCache>>> = self.caches.iter().filter(ours).collect();
+        let Some((last, others)) = targets.split_last() else {
             return false;
         };
         let changed = others.iter().fold(false, |changed, c| {
@@ -86,7 +92,12 @@ impl SliceCacheHandler {
                 for w in &warnings {
                     self.rejected.skipped(w.kind.reason(), w);
                 }
-                if self.update_all(model) {
+                let family = match slice.address_type.as_str() {
+                    "IPv4" => Some(IpFamily::V4),
+                    "IPv6" => Some(IpFamily::V6),
+                    _ => None,
+                };
+                if self.update_all(model, family) {
                     self.changed.notify_one();
                 }
             }
@@ -232,11 +243,11 @@ mod tests {
         let v4_changes = v4.lock().unwrap().checkout();
         let v6_changes = v6.lock().unwrap().checkout();
         assert_eq!(v4_changes.len(), 1, "the IPv4 cache has web's endpoint");
-        assert!(
-            v6_changes
-                .iter()
-                .all(|c| c.current.ports().iter().all(|p| p.endpoints.is_empty())),
-            "the IPv6 cache keeps no IPv4 endpoint"
+        assert!(v6_changes.is_empty(), "the IPv6 cache is not told of an IPv4 slice");
+        assert_eq!(
+            v6.lock().unwrap().known_slices(),
+            0,
+            "nor keeps a record of it (memory per family follows its own slices)"
         );
         h.on_delete(&slice(json!({"kubernetes.io/service-name": "web"}), "10.0.0.1"));
         assert_eq!(v4.lock().unwrap().known_slices(), 0);
