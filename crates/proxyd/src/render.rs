@@ -20,7 +20,7 @@ pub fn main(args: RenderArgs) -> ExitCode {
     // Without --ip-family the IPv6 table is rendered too, from the IPv6
     // slices kept for it (the IPv4 engine is fed as they stream by).
     let both = args.proxy.ip_family.is_none() && !args.proxy.multus;
-    let keep = move |s: &k8s_openapi::api::discovery::v1::EndpointSlice| both && s.address_type == "IPv6";
+    let keep = crate::snapshot_engine::ipv6_slices_if(both);
     one_shot("render", &args.source, &args.proxy, &keep, |l| {
         if args.proxy.multus {
             let (pods, networks) = l

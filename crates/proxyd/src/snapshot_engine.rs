@@ -128,6 +128,12 @@ pub async fn fetch(
     Ok((snapshot, applied(engine)))
 }
 
+/// Which slices a snapshot keeps for an IPv6 engine built from it later
+/// (`when`): the IPv6 ones; none otherwise.
+pub fn ipv6_slices_if(when: bool) -> impl Fn(&EndpointSlice) -> bool {
+    move |s| when && s.address_type == "IPv6"
+}
+
 /// An engine holding `snapshot`'s objects (applied), as proxy `node` would
 /// see them.
 pub fn engine(snapshot: &Snapshot, node: &str, proxy: &ProxyArgs) -> Engine {
