@@ -209,9 +209,9 @@ impl LocalhostRelay {
     /// Follows every service of the maps (a full sync): services gone from
     /// them lose their listeners.
     pub fn follow_all(&mut self, services_map: &ServicesMap, endpoints_map: &EndpointsMap, config: &DataplaneConfig) {
-        let names: Vec<ServiceName> = services_map.names().cloned().collect();
+        let names: std::collections::HashSet<&ServiceName> = services_map.names().collect();
         self.wanted.retain(|name, _| names.contains(name));
-        self.follow(&names, services_map, endpoints_map, config);
+        self.follow(names, services_map, endpoints_map, config);
     }
 
     /// Closes every listener and its connections.
