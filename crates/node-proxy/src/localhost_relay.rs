@@ -361,9 +361,12 @@ async fn accept(
 
 /// Relays one client to `endpoint` until both sides are done.
 async fn relay(client: TcpStream, endpoint: SocketAddr, netns: Arc<Netns>, family: IpFamily, pipes: Arc<Pipes>) {
-    let socket = match netns.run(|| new_socket(family)) {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return tracing::debug!(error = %e, "a socket to an endpoint"),
+    let socket = match netns
+        .run(|| new_socket(family))
+        .map_err(io::Error::other)
+        .and_then(|s| s)
+    {
+        Ok(s) => s,
         Err(e) => return tracing::debug!(error = %e, "a socket to an endpoint"),
     };
     let backend = match tokio::time::timeout(CONNECT_TIMEOUT, socket.connect(endpoint)).await {
