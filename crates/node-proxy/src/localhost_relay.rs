@@ -175,14 +175,6 @@ impl LocalhostRelay {
         }
     }
 
-    /// The node ports listened on now, with what each relays to.
-    pub fn listening(&self) -> BTreeMap<u16, Relayed> {
-        self.listeners
-            .iter()
-            .map(|(port, l)| (*port, lock(&l.targets).relayed.clone()))
-            .collect()
-    }
-
     /// Follows `services` (those a sync wrote): their node ports are
     /// planned again from the maps, with the dataplane's configuration.
     pub fn follow<'a>(

@@ -62,11 +62,6 @@ impl Proxier {
         self
     }
 
-    /// The localhost node port relay, when it is on.
-    pub fn localhost_relay(&self) -> Option<&LocalhostRelay> {
-        self.relay.as_ref()
-    }
-
     /// Health-check ports and local ready endpoint counts, kept up to date
     /// by each sync (for the changed services only).
     pub fn health_checks(&self) -> &HealthChecks {
