@@ -11,7 +11,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::daemon::{Proxyd, expect_line, http_status};
+use common::daemon::{Proxyd, await_status, expect_line, http_status};
 use fake_apiserver::FakeApiServer;
 use serde_json::json;
 
@@ -64,14 +64,14 @@ impl Readiness for Proxyd {
     /// first 200 must come after the sync was written.
     async fn ready_after_first_sync(&mut self) {
         expect_line(&self.lines, &mut self.log, &["synced", "first=true"]).await;
-        let synced = Instant::now();
-        while http_status(self.port, "/healthz") != 200 {
-            assert!(
-                synced.elapsed() < Duration::from_secs(5),
-                "/healthz not 200 after the first sync"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        await_status(
+            self.port,
+            "/healthz",
+            200,
+            Duration::from_secs(5),
+            "after the first sync",
+        )
+        .await;
     }
 }
 

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::daemon::{Proxyd, expect_line, http_body, http_status, spawn_logged};
+use common::daemon::{Proxyd, await_status, expect_line, http_body, http_status, spawn_logged};
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -171,7 +171,7 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
     let proxyd = Proxyd::dry_run(&server, "health-test", Duration::from_secs(2));
     let (lines, port, mut log) = (&proxyd.lines, proxyd.port, Vec::new());
     expect_line(lines, &mut log, &["synced", "first=true"]).await;
-    assert_eq!(http_status(port, "/healthz"), 200);
+    await_status(port, "/healthz", 200, Duration::from_secs(5), "after the first sync").await;
 
     while let Ok(l) = lines.try_recv() {
         log.push(l);
@@ -304,7 +304,7 @@ async fn a_node_tainted_for_deletion_fails_healthz_within_a_sync() {
     let (_child, lines) = spawn_logged(cmd);
     let mut log = Vec::new();
     expect_line(&lines, &mut log, &["synced", "first=true"]).await;
-    assert_eq!(http_status(port, "/healthz"), 200);
+    await_status(port, "/healthz", 200, Duration::from_secs(5), "after the first sync").await;
 
     server
         .apply(node(

@@ -67,6 +67,25 @@ pub fn http_status(port: u16, path: &str) -> u16 {
         .unwrap_or(0)
 }
 
+/// Waits (bounded by `within`) until `GET path` answers `code`; panics
+/// with `why` and the last code otherwise. The first sync's log line is one
+/// family's: with both families the other may still be writing, so a test
+/// that needs `/healthz` 200 waits for it rather than asking once.
+pub async fn await_status(port: u16, path: &str, code: u16, within: Duration, why: &str) -> Duration {
+    let start = Instant::now();
+    loop {
+        let got = http_status(port, path);
+        if got == code {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < within,
+            "{why}: {path} answered {got}, not {code}, for {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `GET path` on 127.0.0.1:port; the body.
 pub fn http_body(port: u16, path: &str) -> String {
     http_get(port, path)
