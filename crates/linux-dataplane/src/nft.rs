@@ -261,8 +261,9 @@ pub enum NftWriter {
     /// Everything over netlink, as `nft` would send it: no `nft` process.
     #[default]
     Netlink,
-    /// `nft -f -` for any transaction that holds more than elements: the
-    /// fallback, should the kernel refuse what netlink writes.
+    /// `nft -f -` for any transaction that holds more than elements, unless
+    /// it holds a rule nft cannot read ([`nft_dataplane::rule::Rule::readable_by_nft`]):
+    /// the fallback, should the kernel refuse what netlink writes.
     Nft,
 }
 

@@ -79,6 +79,8 @@ pub enum Key {
     AddrPair(IpAddr, IpAddr),
     /// A position in a large group's backend map (`numgen` output).
     Index(u32),
+    /// A client address and the endpoint it was sent to.
+    Client(IpAddr, SocketAddr),
 }
 
 impl fmt::Display for Key {
@@ -93,6 +95,7 @@ impl fmt::Display for Key {
             Self::Addr(a) => write!(f, "{a}"),
             Self::AddrPair(a, b) => write!(f, "{a} . {b}"),
             Self::Index(i) => write!(f, "{i}"),
+            Self::Client(client, ep) => write!(f, "{client} . {} . {}", ep.ip(), ep.port()),
         }
     }
 }

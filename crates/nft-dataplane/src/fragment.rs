@@ -12,7 +12,8 @@
 //! - more than [`MAX_SLOTS`] endpoints (`numgen random mod N` through a
 //!   backend map of the chain's own whose positions stay put: one endpoint
 //!   changed is one element changed, whatever the service's size),
-//! - ClientIP affinity (a timed set and a chain per endpoint),
+//! - ClientIP affinity (the port's timed set of clients, a chain per
+//!   endpoint, and a map of those chains to pick from),
 //! - `externalTrafficPolicy: Local` (pods and the node itself use the
 //!   cluster endpoints; others only local ones, with their source kept),
 //! - load-balancer source ranges (a firewall chain).
@@ -27,7 +28,7 @@ use crate::desired::{DataplaneConfig, EndpointGroup, GroupVerdict, Scope, Servic
 pub use crate::element::Frontend;
 use crate::element::{Element, Key, Value, proto};
 use crate::names::{ChainId, MAX_SLOTS, SetId};
-use crate::rule::{Match, Rule, Selector, Statement};
+use crate::rule::{Match, Rule, Statement};
 
 /// The set an element of a frontend lives in. Each exists twice: keyed by
 /// address, protocol and port (`Ip` frontends) and by protocol and port
@@ -199,6 +200,29 @@ pub struct ChainDef {
     pub rules: Vec<Rule>,
 }
 
+/// A backend map's contents: endpoint `i` of the list is at position `i`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct BackendMap {
+    /// The map ([`SetId::Backends`] or [`SetId::Picks`]).
+    pub map: SetId,
+    /// Its endpoints, in position order.
+    pub endpoints: Vec<SocketAddr>,
+    /// For a [`SetId::Picks`], the port whose endpoint chains its elements
+    /// go to (`ns/name/proto/port`); a backend map's elements are the
+    /// endpoints themselves.
+    pub endpoint_chains: Option<String>,
+}
+
+impl BackendMap {
+    /// The value at the position of `endpoint`.
+    pub fn value(&self, endpoint: SocketAddr) -> Value {
+        match &self.endpoint_chains {
+            Some(base) => Value::Goto(ChainId::Endpoint(format!("{base}/{}", endpoint_part(endpoint)))),
+            None => Value::Endpoint(endpoint),
+        }
+    }
+}
+
 /// Everything one service contributes to the table.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Fragment {
@@ -206,12 +230,12 @@ pub struct Fragment {
     pub entries: Vec<Entry>,
     /// Chains of its own.
     pub chains: Vec<ChainDef>,
-    /// Sets of its own, created and deleted with it: ClientIP affinity
-    /// sets (one per endpoint: the clients it served recently; each element
-    /// times out on its own) and backend maps.
+    /// Sets of its own, created and deleted with it: backend maps, and for
+    /// ClientIP affinity the port's set of clients and each chain's map of
+    /// endpoint chains.
     pub own_sets: Vec<SetId>,
-    /// Backend maps' contents: endpoint `i` of the list is at position `i`.
-    pub backends: Vec<(SetId, Vec<SocketAddr>)>,
+    /// Backend maps' contents.
+    pub backends: Vec<BackendMap>,
     /// Elements other services may also want (hairpin pairs of local
     /// endpoints, cluster IPs): the programmed view counts their users.
     pub shared: Vec<Shared>,
@@ -239,9 +263,9 @@ impl Fragment {
         for e in &self.entries {
             e.for_each_element(&mut f);
         }
-        for (set, endpoints) in &self.backends {
-            for (i, ep) in (0u32..).zip(endpoints) {
-                f(set.clone(), Element::map(Key::Index(i), Value::Endpoint(*ep)));
+        for b in &self.backends {
+            for (i, ep) in (0u32..).zip(&b.endpoints) {
+                f(b.map.clone(), Element::map(Key::Index(i), b.value(*ep)));
             }
         }
     }
@@ -522,6 +546,7 @@ fn load_balance(
         rules.push(Rule::always(vec![Statement::Drop]));
         return;
     }
+    let width = |positions: &[SocketAddr]| u32::try_from(positions.len()).unwrap_or(u32::MAX);
     let Some(timeout) = t.affinity else {
         // More than one endpoint: picked through a named map of the chain's
         // own, never an inline one. A change to one endpoint is then an
@@ -534,50 +559,78 @@ fn load_balance(
             return;
         }
         let map = SetId::Backends(protocol, chain.to_string());
-        let before = previous
-            .and_then(|p| p.backends.iter().find(|(s, _)| *s == map))
-            .map(|(_, list)| &list[..]);
-        let positions = keep_positions(before.unwrap_or_default(), &eps);
+        let positions = keep_positions(previous_positions(previous, &map), &eps);
         rules.push(Rule::always(vec![Statement::DnatMap {
             protocol,
             map: map.clone(),
-            width: u32::try_from(positions.len()).unwrap_or(u32::MAX),
+            width: width(&positions),
         }]));
         out.own_sets.push(map.clone());
-        out.backends.push((map, positions));
+        out.backends.push(BackendMap {
+            map,
+            endpoints: positions,
+            endpoint_chains: None,
+        });
         return;
     };
-    // Affinity: a client seen recently goes back to its endpoint; a new
-    // one picks at random, and the endpoint's chain remembers it.
-    let mut picks = Vec::with_capacity(eps.len());
+    // Affinity, as kube-proxy does it: a client seen recently goes back to
+    // its endpoint's chain; a new one picks a chain at random (through a
+    // named map, as above), and the endpoint's chain remembers it. The
+    // port's clients are one set, shared by its internal and external
+    // chains (as their endpoints' chains are).
+    let clients = SetId::Clients(base.to_owned());
+    let timeout_secs = timeout.as_secs().max(1);
     let mut known = KnownClients::new(base, eps.len());
-    for ep in eps {
-        let part = format!("{base}/{}", endpoint_part(ep));
-        let (set, chain) = (SetId::Affinity(part.clone()), ChainId::Endpoint(part));
+    let mut written: HashSet<ChainId, FastHash> = out.chains.iter().map(|c| c.id.clone()).collect();
+    for ep in &eps {
+        let chain = ChainId::Endpoint(format!("{base}/{}", endpoint_part(*ep)));
         known.push(
-            ep,
+            *ep,
             Rule::new(
-                vec![Match::InSet(Selector::Saddr, set.clone())],
+                vec![Match::KnownClient {
+                    clients: clients.clone(),
+                    endpoint: *ep,
+                }],
                 vec![Statement::Goto(chain.clone())],
             ),
         );
-        picks.push(chain.clone());
-        if !out.chains.iter().any(|c| c.id == chain) {
+        if written.insert(chain.clone()) {
             out.chains.push(ChainDef {
                 id: chain,
                 rules: vec![
-                    Rule::always(vec![Statement::RememberSource {
-                        set: set.clone(),
-                        timeout_secs: timeout.as_secs().max(1),
+                    Rule::always(vec![Statement::RememberClient {
+                        clients: clients.clone(),
+                        endpoint: *ep,
+                        timeout_secs,
                     }]),
-                    Rule::always(vec![Statement::Dnat(protocol, ep)]),
+                    Rule::always(vec![Statement::Dnat(protocol, *ep)]),
                 ],
             });
-            out.own_sets.push(set);
         }
     }
     known.write(rules, out);
-    rules.push(Rule::always(vec![Statement::RandomGoto(picks)]));
+    let picks = SetId::Picks(chain.to_string());
+    let positions = keep_positions(previous_positions(previous, &picks), &eps);
+    rules.push(Rule::always(vec![Statement::RandomChain {
+        map: picks.clone(),
+        width: width(&positions),
+    }]));
+    if !out.own_sets.contains(&clients) {
+        out.own_sets.push(clients);
+    }
+    out.own_sets.push(picks.clone());
+    out.backends.push(BackendMap {
+        map: picks,
+        endpoints: positions,
+        endpoint_chains: Some(base.to_owned()),
+    });
+}
+
+/// The endpoints `map` held in `previous`, in position order.
+fn previous_positions<'a>(previous: Option<&'a Fragment>, map: &SetId) -> &'a [SocketAddr] {
+    previous
+        .and_then(|p| p.backends.iter().find(|b| b.map == *map))
+        .map_or(&[], |b| &b.endpoints[..])
 }
 
 /// The most rules that send known clients of an affinity port to their

@@ -68,6 +68,7 @@ fn fits(family: IpFamily, set: &SetId, e: &Element) -> bool {
         (KeyShape::AddrPair, Key::AddrPair(a, b)) => addr_ok(*a) && addr_ok(*b),
         (KeyShape::Frontend { node_port }, Key::Frontend(f)) => frontend_ok(f, node_port),
         (KeyShape::Slot { node_port, width }, Key::Slot(f, slot)) => frontend_ok(f, node_port) && *slot < width,
+        (KeyShape::Client, Key::Client(client, ep)) => addr_ok(*client) && addr_ok(ep.ip()),
         _ => false,
     };
     let value_ok = match (set.kind(), &e.value) {

@@ -16,7 +16,7 @@
 //!
 //! The figures the constants come from are in `benches/RESULTS.md`.
 
-use crate::rule::{Match, Rule, Statement};
+use crate::rule::{Match, Rule};
 use crate::transaction::Op;
 
 /// An operation on a chain or a rule, in elements.
@@ -68,8 +68,8 @@ impl LockCost {
     }
 }
 
-/// The inline sets a rule's expressions need: a random pick among chains
-/// is an inline verdict map, several prefixes or protocols an inline set.
+/// The inline sets a rule's expressions need: several prefixes or
+/// protocols are an inline set.
 fn anonymous_sets(rule: &Rule) -> usize {
     let matches = rule.matches.iter().filter(|m| match m {
         Match::HasPorts => true,
@@ -79,15 +79,14 @@ fn anonymous_sets(rule: &Rule) -> usize {
         | Match::DestinationIn(nets) => nets.len() != 1,
         _ => false,
     });
-    let statements = rule.statements.iter().filter(|s| matches!(s, Statement::RandomGoto(_)));
-    matches.count() + statements.count()
+    matches.count()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::names::{ChainId, SetId};
-    use crate::rule::Selector;
+    use crate::rule::Statement;
     use slice_model::Protocol;
 
     fn backends(n: usize) -> SetId {
@@ -119,10 +118,10 @@ mod tests {
         assert_eq!(small.charge(&Op::AddRule(chain.clone(), plain.clone())), CHAIN_OP);
         assert_eq!(large.charge(&Op::AddRule(chain.clone(), plain)), CHAIN_OP);
         let looks_up = Rule::new(
-            vec![Match::InSet(
-                Selector::Saddr,
-                SetId::Affinity("ns/s/tcp/80/10.0.0.1/80".into()),
-            )],
+            vec![Match::KnownClient {
+                clients: SetId::Clients("ns/s/tcp/80".into()),
+                endpoint: "10.0.0.1:80".parse().unwrap(),
+            }],
             vec![Statement::Goto(chain.clone())],
         );
         assert!(
@@ -134,7 +133,8 @@ mod tests {
     fn an_inline_set_is_named_three_times_and_counted() {
         let mut cost = LockCost::with_sets(1_000);
         let chain = ChainId::Endpoint("ns/s/tcp/80/10.0.0.1/80".into());
-        let pick = Rule::always(vec![Statement::RandomGoto(vec![chain.clone(), chain.clone()])]);
+        let nets = vec!["10.0.0.0/8".parse().unwrap(), "192.168.0.0/16".parse().unwrap()];
+        let pick = Rule::new(vec![Match::SourceIn(nets)], vec![Statement::Goto(chain.clone())]);
         let lookup = cost.lookup();
         assert_eq!(cost.charge(&Op::AddRule(chain, pick)), CHAIN_OP + 3 * lookup);
         assert_eq!(cost.lookup(), 1 + 1_001 / SETS_PER_ELEMENT);

@@ -105,6 +105,8 @@ pub enum KeyShape {
     },
     /// A position.
     Index,
+    /// A client address and an endpoint (`saddr . addr . port`).
+    Client,
 }
 
 /// A set or map of the table.
@@ -151,20 +153,27 @@ pub enum SetId {
     ServiceSlots(u8),
     /// Node ports with N endpoints: (protocol . port . slot) -> endpoint.
     NodePortSlots(u8),
-    /// The clients one endpoint of a ClientIP-affinity port served
-    /// recently (`ns/name/proto/port/addr/port`).
-    Affinity(String),
     /// The endpoints of one chain of a port with more than one of them:
     /// position -> endpoint (named after the chain). nft types its value
     /// by the protocol's port (`tcp dport`), so the protocol is part of it.
     Backends(#[serde(with = "crate::protocol::stored")] Protocol, String),
+    /// A ClientIP-affinity port's recent clients (`ns/name/proto/port`):
+    /// each (client address . endpoint) a client was sent to, timed out on
+    /// its own. Packets add the elements; proxyd never writes them. One
+    /// set per port, not per endpoint: the kernel finds a set by name by
+    /// walking every set of the table, so a set per endpoint made a port's
+    /// first write grow with the square of its endpoints.
+    Clients(String),
+    /// The endpoint chains of one chain of a ClientIP-affinity port:
+    /// position -> goto the endpoint's chain (named after the chain).
+    Picks(String),
 }
 
 impl SetId {
     /// What the set holds.
     pub fn kind(&self) -> SetKind {
         match self {
-            Self::ServiceChains | Self::NodePortChains => SetKind::VerdictMap,
+            Self::ServiceChains | Self::NodePortChains | Self::Picks(_) => SetKind::VerdictMap,
             Self::ServiceSlots(_) | Self::NodePortSlots(_) | Self::Backends(..) => SetKind::EndpointMap,
             _ => SetKind::Set,
         }
@@ -174,7 +183,8 @@ impl SetId {
     pub fn key_shape(&self) -> KeyShape {
         match self {
             Self::Canary => KeyShape::Port,
-            Self::ClusterIps | Self::Affinity(_) => KeyShape::Addr,
+            Self::ClusterIps => KeyShape::Addr,
+            Self::Clients(_) => KeyShape::Client,
             Self::Hairpin => KeyShape::AddrPair,
             Self::ServiceChains
             | Self::SlotFrontends(_)
@@ -194,7 +204,7 @@ impl SetId {
                 node_port: true,
                 width: *n,
             },
-            Self::Backends(..) => KeyShape::Index,
+            Self::Backends(..) | Self::Picks(_) => KeyShape::Index,
         }
     }
 
@@ -224,12 +234,20 @@ impl SetId {
             Self::NodePortSlots(n) => {
                 format!("typeof meta l4proto . th dport . numgen random mod {n} : {a} daddr . th dport")
             }
-            Self::Affinity(_) => format!("type {at}; flags dynamic,timeout"),
+            Self::Clients(_) => format!("typeof {a} saddr . {a} daddr . th dport; flags dynamic,timeout"),
+            Self::Picks(_) => "typeof numgen random mod 2 : verdict".into(),
             Self::Backends(p, _) => format!(
                 "typeof numgen random mod 2 : {a} daddr . {} dport",
                 crate::protocol::proto(*p)
             ),
         }
+    }
+
+    /// Whether packets write its elements (a ClientIP-affinity port's
+    /// clients): a sync never reads, empties or refills it, so clients
+    /// stay sticky across syncs and restarts.
+    pub fn written_by_packets(&self) -> bool {
+        matches!(self, Self::Clients(_))
     }
 
     /// The sets of the fixed skeleton of a scope, in declaration order.
@@ -307,8 +325,9 @@ impl fmt::Display for SetId {
             Self::NodePortSlotFrontends(n) => write!(f, "nodeport-slot-frontends-{n}"),
             Self::ServiceSlots(n) => write!(f, "service-slots-{n}"),
             Self::NodePortSlots(n) => write!(f, "nodeport-slots-{n}"),
-            Self::Affinity(part) => write!(f, "aff-{part}"),
             Self::Backends(_, part) => write!(f, "backends-{part}"),
+            Self::Clients(part) => write!(f, "clients-{part}"),
+            Self::Picks(part) => write!(f, "picks-{part}"),
         }
     }
 }
@@ -325,8 +344,11 @@ impl SetId {
         if let Some(fixed) = named(Self::skeleton(Scope::Node), name) {
             return Some(fixed);
         }
-        if let Some(part) = name.strip_prefix("aff-") {
-            return Some(Self::Affinity(part.to_owned()));
+        if let Some(part) = name.strip_prefix("clients-") {
+            return Some(Self::Clients(part.to_owned()));
+        }
+        if let Some(part) = name.strip_prefix("picks-") {
+            return Some(Self::Picks(part.to_owned()));
         }
         // A backend map is named after its chain, `…/proto/port`: the
         // protocol is the second part from the end.
@@ -502,7 +524,8 @@ mod tests {
     #[test]
     fn names_read_back_as_what_wrote_them() {
         let mut sets = SetId::skeleton(Scope::Node);
-        sets.push(SetId::Affinity("ns/a/tcp/80/10.0.0.1/8080".into()));
+        sets.push(SetId::Clients("ns/a/tcp/80".into()));
+        sets.push(SetId::Picks("svc-ns/a/tcp/80".into()));
         sets.push(SetId::Backends(Protocol::Udp, "svc-ns/a/udp/53".into()));
         for set in sets {
             assert_eq!(SetId::from_name(&set.to_string()), Some(set.clone()), "{set}");

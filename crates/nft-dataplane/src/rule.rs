@@ -20,8 +20,6 @@ pub enum Selector {
     NodePort,
     /// `daddr`.
     Daddr,
-    /// `saddr`.
-    Saddr,
     /// `saddr . daddr`.
     SaddrDaddr,
 }
@@ -61,6 +59,14 @@ pub enum Match {
     /// The packet did not arrive on this interface (locally sent packets
     /// arrived on none).
     NotInputInterface(String),
+    /// The source address was sent to `endpoint` recently: (source .
+    /// endpoint) is an element of the port's [`SetId::Clients`].
+    KnownClient {
+        /// The port's recent clients.
+        clients: SetId,
+        /// The endpoint.
+        endpoint: SocketAddr,
+    },
 }
 
 /// What a rule does, in order.
@@ -104,12 +110,22 @@ pub enum Statement {
         /// N.
         width: u8,
     },
-    /// Continue in one of the chains, each equally likely.
-    RandomGoto(Vec<ChainId>),
-    /// Remember the source address in a timed set.
-    RememberSource {
-        /// The set.
-        set: SetId,
+    /// Continue in one of the `width` chains of a verdict map
+    /// ([`SetId::Picks`]), each equally likely: `numgen random mod width`
+    /// is the key.
+    RandomChain {
+        /// The map.
+        map: SetId,
+        /// How many chains it holds (positions 0..width).
+        width: u32,
+    },
+    /// Remember that the source address was sent to `endpoint`, for
+    /// `timeout_secs` from now (again, when it was already remembered).
+    RememberClient {
+        /// The port's recent clients ([`SetId::Clients`]).
+        clients: SetId,
+        /// The endpoint.
+        endpoint: SocketAddr,
         /// For how long, in seconds.
         timeout_secs: u64,
     },
@@ -140,21 +156,30 @@ impl Rule {
         let mut sets = Vec::new();
         let mut chains = Vec::new();
         for m in &self.matches {
-            if let Match::InSet(_, s) = m {
+            if let Match::InSet(_, s) | Match::KnownClient { clients: s, .. } = m {
                 sets.push(s.clone());
             }
         }
         for s in &self.statements {
             match s {
                 Statement::Jump(c) | Statement::Goto(c) => chains.push(c.clone()),
-                Statement::VerdictMap(_, set) | Statement::RememberSource { set, .. } => sets.push(set.clone()),
-                Statement::DnatMap { map, .. } => sets.push(map.clone()),
+                Statement::VerdictMap(_, set)
+                | Statement::RememberClient { clients: set, .. }
+                | Statement::DnatMap { map: set, .. }
+                | Statement::RandomChain { map: set, .. } => sets.push(set.clone()),
                 Statement::DnatSlots { node_port, width } => sets.push(SetId::slots(*node_port, *width)),
-                Statement::RandomGoto(cs) => chains.extend(cs.iter().cloned()),
                 _ => {}
             }
         }
         (sets, chains)
+    }
+
+    /// Whether `nft` (1.0.6) can read the rule's text: it cannot read a
+    /// lookup of constants beside the source address (an affinity port's
+    /// known clients), so a rule holding one is written over netlink (nft
+    /// lists it, with the endpoint in hexadecimal).
+    pub fn readable_by_nft(&self) -> bool {
+        !self.matches.iter().any(|m| matches!(m, Match::KnownClient { .. }))
     }
 
     /// Writes the rule in nft syntax.
@@ -196,7 +221,6 @@ fn selector(s: Selector, a: &str) -> String {
         Selector::Frontend => format!("{a} daddr . meta l4proto . th dport"),
         Selector::NodePort => "meta l4proto . th dport".into(),
         Selector::Daddr => format!("{a} daddr"),
-        Selector::Saddr => format!("{a} saddr"),
         Selector::SaddrDaddr => format!("{a} saddr . {a} daddr"),
     }
 }
@@ -237,6 +261,9 @@ fn write_match(out: &mut (impl Write + ?Sized), m: &Match, w: FamilyWords) -> fm
         Match::InSet(s, set) => write!(out, "{} @{set}", selector(*s, a)),
         Match::InputInterface(name) => write!(out, "iifname \"{name}\""),
         Match::NotInputInterface(name) => write!(out, "iifname != \"{name}\""),
+        Match::KnownClient { clients, endpoint } => {
+            write!(out, "{a} saddr . {} . {} @{clients}", endpoint.ip(), endpoint.port())
+        }
     }
 }
 
@@ -265,16 +292,16 @@ fn write_statement(out: &mut (impl Write + ?Sized), s: &Statement, w: FamilyWord
             };
             write!(out, "dnat {a} to {key} . numgen random mod {width} map @{map}")
         }
-        Statement::RandomGoto(chains) => {
-            write!(out, "numgen random mod {} vmap {{ ", chains.len())?;
-            for (i, c) in chains.iter().enumerate() {
-                let sep = if i == 0 { "" } else { ", " };
-                write!(out, "{sep}{i} : goto {c}")?;
-            }
-            out.write_str(" }")
-        }
-        Statement::RememberSource { set, timeout_secs } => {
-            write!(out, "update @{set} {{ {a} saddr timeout {timeout_secs}s }}")
-        }
+        Statement::RandomChain { map, width } => write!(out, "numgen random mod {width} vmap @{map}"),
+        Statement::RememberClient {
+            clients,
+            endpoint,
+            timeout_secs,
+        } => write!(
+            out,
+            "update @{clients} {{ {a} saddr . {} . {} timeout {timeout_secs}s }}",
+            endpoint.ip(),
+            endpoint.port()
+        ),
     }
 }

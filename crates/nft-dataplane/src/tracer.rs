@@ -225,7 +225,6 @@ impl Walk<'_> {
                 port: st.dport,
             }),
             Selector::Daddr => Key::Addr(st.daddr),
-            Selector::Saddr => Key::Addr(self.packet.src),
             Selector::SaddrDaddr => Key::AddrPair(self.packet.src, st.daddr),
         }
     }
@@ -262,6 +261,10 @@ impl Walk<'_> {
             }
             Match::InputInterface(pattern) => interface_matches(self.iif(), pattern),
             Match::NotInputInterface(pattern) => !interface_matches(self.iif(), pattern),
+            Match::KnownClient { clients, endpoint } => {
+                let key = Key::Client(self.packet.src, *endpoint);
+                self.lookup(clients, &key, st).is_some()
+            }
         }
     }
 
@@ -372,12 +375,17 @@ impl Walk<'_> {
                     })
                     .collect()
             }
-            Statement::RandomGoto(chains) => chains
-                .iter()
-                .flat_map(|c| self.after_call(self.chain(c, split(st, chains.len()), depth + 1), rest, depth, true))
+            Statement::RandomChain { map, width } => (0..*width)
+                .flat_map(|i| {
+                    let mut s = split(st, *width as usize);
+                    match self.lookup(map, &Key::Index(i), &mut s) {
+                        Some(Some(Value::Goto(c))) => self.after_call(self.chain(&c, s, depth + 1), rest, depth, true),
+                        _ => vec![(s, Step::Next)],
+                    }
+                })
                 .collect(),
             // The tracer reads the table; it does not change it.
-            Statement::RememberSource { .. } => self.statements(rest, st, depth),
+            Statement::RememberClient { .. } => self.statements(rest, st, depth),
         }
     }
 

@@ -155,7 +155,9 @@ pub struct TooLong {
 /// when one cannot be encoded.
 pub fn batch(tx: &Transaction, first_seq: u32, scope: Scope) -> Result<Option<Batch>, TooLong> {
     let element_op = |op: &Op| matches!(op, Op::AddElements(..) | Op::DeleteElements(..) | Op::FlushSet(_));
-    if scope == Scope::Elements && !tx.ops.iter().all(element_op) {
+    // What nft cannot read, netlink writes whatever the writer.
+    let beyond_nft = |op: &Op| matches!(op, Op::AddRule(_, rule) if !rule.readable_by_nft());
+    if scope == Scope::Elements && !tx.ops.iter().all(element_op) && !tx.ops.iter().any(beyond_nft) {
         return Ok(None);
     }
     encode(tx, first_seq, End::Commit).map(Some)
@@ -234,12 +236,6 @@ impl Writer {
             too_long: None,
             rule_chain: String::new(),
         }
-    }
-
-    /// Refuses the batch: `what` cannot be encoded, for `why`.
-    pub(super) fn refuse(&mut self, what: &str, why: String) {
-        let what = abbreviated(&format!("{what} in a rule of chain {}", self.rule_chain));
-        self.too_long.get_or_insert(TooLong { what, why });
     }
 
     /// A fresh set id.
@@ -672,48 +668,57 @@ mod tests {
             "with the nft writer, anything but elements goes to nft"
         );
         assert!(batch(&with_rule, 1, Scope::Everything).expect("encodes").is_some());
+        // A rule nft cannot read goes over netlink whatever the writer.
+        let mut known = with_rule.clone();
+        let known_client = nft_dataplane::rule::Match::KnownClient {
+            clients: SetId::Clients("ns/a/tcp/80".into()),
+            endpoint: SocketAddr::from(([10, 0, 0, 1], 80)),
+        };
+        known.push(Op::AddRule(
+            ChainId::Services,
+            nft_dataplane::rule::Rule::new(vec![known_client], vec![]),
+        ));
+        assert!(batch(&known, 1, Scope::Elements).expect("encodes").is_some());
     }
 
     fn chain(i: usize) -> ChainId {
-        // As long as a service's endpoint chain gets: a 63-character
-        // namespace and name, a 15-character port name, an IPv6 address.
+        // As long as an affinity port's endpoint chain gets: a
+        // 63-character namespace and name, the largest port, an IPv6
+        // address.
         ChainId::Endpoint(format!(
-            "{}/{}/tcp/{}__[fd00:1234:5678:9abc:def0:1234:5678:{i:x}]:65535",
+            "{}/{}/sctp/65535/fd00_1234_5678_9abc_def0_1234_5678_{i:x}/65535",
             "n".repeat(63),
             "s".repeat(63),
-            "p".repeat(15)
         ))
     }
 
-    /// A sticky service's random choice over 10,000 endpoint chains (one
-    /// vmap element each, with its chain's name) and a rule over 5,000
-    /// source ranges: their anonymous sets' elements go in as many
-    /// messages as they need, every length what follows it, each element
-    /// once.
+    /// A rule over 20,000 source ranges (a load balancer's source ranges):
+    /// its anonymous set's elements go in as many messages as they need,
+    /// every length what follows it, each element once.
     #[test]
     fn the_largest_anonymous_sets_are_split_and_every_length_is_right() {
         use nft_dataplane::rule::{Match, Rule, Statement};
-        let chains: Vec<ChainId> = (0..10_000).map(chain).collect();
-        let ranges: Vec<ipnet::IpNet> = (0..5_000u32)
+        // Disjoint and not adjacent: an interval end at 0.0.0.0 first, then
+        // a start and an end per range.
+        let ranges: Vec<ipnet::IpNet> = (0..20_000u32)
             .map(|i| ipnet::IpNet::new(std::net::Ipv4Addr::from(0x0a00_0000 + (i << 9)).into(), 24).unwrap())
             .collect();
         let mut tx = Transaction::new(IpFamily::V4);
         tx.push(Op::AddChain(chain(0)));
         tx.push(Op::AddRule(
             chain(0),
-            Rule::new(vec![Match::SourceIn(ranges)], vec![Statement::RandomGoto(chains)]),
+            Rule::new(vec![Match::SourceIn(ranges)], vec![Statement::Drop]),
         ));
         let b = batch(&tx, 1, Scope::Everything).expect("encodes").expect("all of it");
         let messages = decode_lengths(&b.bytes).expect("every length is right");
         assert_eq!(messages.len(), b.what.len() + 2);
         let parts = |what: &str| b.what.iter().filter(|w| w.contains(what)).count();
-        assert!(parts("a random choice of chains") > 10, "{:?}", b.what);
-        assert!(parts("source addresses") > 1, "{:?}", b.what);
+        assert!(parts("source addresses") > 10, "{:?}", b.what);
         let elements: usize = b
             .what
             .iter()
             .zip(&messages[1..])
-            .filter(|(w, _)| w.contains("a random choice of chains"))
+            .filter(|(w, _)| w.contains("source addresses"))
             .map(|(_, m)| {
                 let parsed = NetfilterMessage::parse_with_param(&m[..], (NFNL_SUBSYS_NFTABLES << 8) | NEWSETELEM);
                 let count: usize = match parsed.map(|p| p.inner) {
@@ -730,7 +735,7 @@ mod tests {
                 count
             })
             .sum();
-        assert_eq!(elements, 10_000, "each endpoint's element once");
+        assert_eq!(elements, 1 + 2 * 20_000, "each range's elements once");
         assert!(
             b.what.last().is_some_and(|w| w.starts_with("add a rule to chain ep-")),
             "the rule after its sets: {:?}",
@@ -768,15 +773,40 @@ mod tests {
                 Element::map(Key::Index(i), Value::Endpoint(ep))
             });
             let element = prop_oneof![v4, v6];
-            let set = (0u16..4).prop_map(|n| SetId::Backends(Protocol::Tcp, format!("ns/{}/tcp/{n}", "a".repeat(63))));
+            let long = |n: usize| format!("{}/{}/tcp/{n}", "a".repeat(63), "b".repeat(63));
+            let set = (0usize..4).prop_map(move |n| SetId::Backends(Protocol::Tcp, long(n)));
+            // An affinity port's map of endpoint chains, each element naming
+            // a chain as long as one gets.
+            let picks = (0usize..4).prop_map(move |n| SetId::Picks(format!("svc-{}", long(n))));
+            let pick = any::<u32>().prop_map(|i| Element::map(Key::Index(i), Value::Goto(chain(i as usize))));
+            let endpoint =
+                (any::<u128>(), any::<u16>()).prop_map(|(a, p)| SocketAddr::from((std::net::Ipv6Addr::from(a), p)));
+            let affinity = (0..max, endpoint).prop_map(move |(n, ep)| {
+                let clients = SetId::Clients(long(n));
+                Rule::new(
+                    vec![Match::KnownClient {
+                        clients: clients.clone(),
+                        endpoint: ep,
+                    }],
+                    vec![
+                        Statement::RememberClient {
+                            clients,
+                            endpoint: ep,
+                            timeout_secs: 86_400,
+                        },
+                        Statement::RandomChain {
+                            map: SetId::Picks(format!("svc-{}", long(n))),
+                            width: n as u32,
+                        },
+                    ],
+                )
+            });
             prop_oneof![
                 (set.clone(), prop::collection::vec(element.clone(), 0..max)).prop_map(|(s, e)| Op::AddElements(s, e)),
                 (set.clone(), prop::collection::vec(element, 0..max)).prop_map(|(s, e)| Op::DeleteElements(s, e)),
+                (picks, prop::collection::vec(pick, 0..max)).prop_map(|(s, e)| Op::AddElements(s, e)),
                 set.prop_map(Op::FlushSet),
-                (0..max).prop_map(|n| Op::AddRule(
-                    chain(n),
-                    Rule::new(vec![], vec![Statement::RandomGoto((0..n.max(1)).map(chain).collect())])
-                )),
+                (0..max, affinity).prop_map(|(n, r)| Op::AddRule(chain(n), r)),
                 (0..max).prop_map(|n| {
                     let nets = (0..n as u32)
                         .map(|i| ipnet::IpNet::new(std::net::Ipv4Addr::from(i << 9).into(), 24).unwrap())

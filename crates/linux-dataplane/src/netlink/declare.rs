@@ -9,10 +9,9 @@ use slice_model::{IpFamily, Protocol};
 
 use super::batch::{Writer, attr, nested, string, u32_be};
 
-/// The name of an anonymous set or map in the message that declares it
+/// The name of an anonymous set in the message that declares it
 /// (the kernel numbers it); later messages name it by id.
 pub(super) const ANONYMOUS_SET: &str = "__set%d";
-pub(super) const ANONYMOUS_MAP: &str = "__map%d";
 
 /// `NFT_MSG_NEWSET` and its attributes (`NFTA_SET_*`).
 const NEWSET: u16 = 9;
@@ -185,28 +184,6 @@ pub(super) fn protocol_set(w: &mut Writer, size: u32) -> u32 {
     )
 }
 
-/// Declares the anonymous verdict map of `numgen random mod size vmap`;
-/// returns its id.
-pub(super) fn random_verdict_map(w: &mut Writer, size: u32) -> u32 {
-    let mut userdata = Vec::new();
-    ud_u32(&mut userdata, UD_KEYBYTEORDER, BYTEORDER_HOST);
-    ud_u32(&mut userdata, UD_DATABYTEORDER, BYTEORDER_INVALID);
-    ud_expr(&mut userdata, UD_DATA_TYPEOF, EXPR_VERDICT, |_| {});
-    ud_u32(&mut userdata, UD_DATA_INTERVAL, 0);
-    anonymous(
-        w,
-        ANONYMOUS_MAP,
-        &Declaration {
-            flags: ANONYMOUS | CONSTANT | MAP,
-            key_type: TYPE_INTEGER,
-            key_len: 4,
-            data: Some((DATA_VERDICT, 0)),
-            size: Some(size),
-            userdata,
-        },
-    )
-}
-
 fn anonymous(w: &mut Writer, name: &str, d: &Declaration) -> u32 {
     let id = w.next_set_id();
     w.message(NEWSET, NLM_F_CREATE, "declare an anonymous set".into(), |w, b| {
@@ -258,9 +235,22 @@ fn declaration(f: IpFamily, set: &SetId) -> Declaration {
             plain(&mut ud);
             (0, addr, alen, None)
         }
-        SetId::Affinity(_) => {
-            plain(&mut ud);
-            (TIMEOUT | EVAL, addr, alen, None)
+        SetId::Clients(_) => {
+            // Packets add the elements, each with the timeout its rule
+            // gives; no size: one port may have millions of clients.
+            let saddr = Typeof::Payload(fam.desc, fam.saddr);
+            ud_u32(&mut ud, UD_KEYBYTEORDER, BYTEORDER_INVALID);
+            ud_typeof(&mut ud, UD_KEY_TYPEOF, &[saddr, daddr, th_dport], true);
+            let types = [addr, addr, TYPE_INET_SERVICE];
+            (TIMEOUT | EVAL, concat(&types), key_len(&types, alen), None)
+        }
+        SetId::Picks(_) => {
+            ud_u32(&mut ud, UD_KEYBYTEORDER, BYTEORDER_HOST);
+            ud_u32(&mut ud, UD_DATABYTEORDER, BYTEORDER_INVALID);
+            ud_typeof(&mut ud, UD_KEY_TYPEOF, &[Typeof::Numgen(2)], false);
+            ud_expr(&mut ud, UD_DATA_TYPEOF, EXPR_VERDICT, |_| {});
+            typed_map_tail(&mut ud);
+            (MAP, TYPE_INTEGER, 4, Some((DATA_VERDICT, 0)))
         }
         SetId::ServiceChains | SetId::NodePortChains => {
             let types: &[u32] = if *set == SetId::ServiceChains {

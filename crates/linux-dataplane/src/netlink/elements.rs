@@ -68,6 +68,10 @@ pub(super) fn write_key(out: &mut Vec<u8>, key: &Key) {
             addr(out, *b);
         }
         Key::Index(i) => out.extend(i.to_ne_bytes()),
+        Key::Client(client, ep) => {
+            addr(out, *client);
+            write_endpoint(out, *ep);
+        }
     }
 }
 
@@ -194,6 +198,10 @@ pub fn read_element(set: &SetId, family: IpFamily, raw: &RawElement<'_>) -> Opti
             Key::Slot(frontend, fields.slot().filter(|slot| *slot < n)?)
         }
         KeyShape::Index => Key::Index(fields.u32_ne()?),
+        KeyShape::Client => Key::Client(
+            fields.addr(width)?,
+            SocketAddr::new(fields.addr(width)?, fields.port()?),
+        ),
     };
     if !fields.0.is_empty() {
         return None;
@@ -419,6 +427,17 @@ mod tests {
                     SetId::Backends(Protocol::Tcp, "ns/big/tcp/80".into()),
                     Element::map(Key::Index(70_000), ep.clone()),
                 ),
+                (
+                    SetId::Picks("svc-ns/big/tcp/80".into()),
+                    Element::map(
+                        Key::Index(70_000),
+                        Value::Goto(ChainId::Endpoint("ns/big/tcp/80/10.0.0.1/80".into())),
+                    ),
+                ),
+                (
+                    SetId::Clients("ns/big/tcp/80".into()),
+                    Element::key(Key::Client(addr, SocketAddr::new(other, 8443))),
+                ),
             ];
             for (set, e) in cases {
                 let dumped = Dumped::of(&e);
@@ -445,7 +464,7 @@ mod tests {
                 let mut long = Dumped::of(&e);
                 long.key.extend([0; 4]);
                 assert_eq!(read_element(&set, family, &long.raw()), None, "{set} {e}");
-                if let KeyShape::Frontend { .. } | KeyShape::Slot { .. } = set.key_shape() {
+                if let KeyShape::Frontend { .. } | KeyShape::Slot { .. } | KeyShape::Client = set.key_shape() {
                     let mut padded = Dumped::of(&e);
                     let last = padded.key.len() - 1;
                     padded.key[last] = 1;
@@ -469,7 +488,8 @@ mod tests {
             let raw = RawElement { key: &key, data: data.as_deref(), chain: chain.as_deref(), digest: None };
             let family = if v6 { IpFamily::V6 } else { IpFamily::V4 };
             for set in [SetId::Canary, SetId::ClusterIps, SetId::Hairpin, SetId::ServiceChains, SetId::ServiceSlots(2),
-                        SetId::NodePortSlots(2), SetId::Backends(slice_model::Protocol::Udp, "x".into())] {
+                        SetId::NodePortSlots(2), SetId::Backends(slice_model::Protocol::Udp, "x".into()),
+                        SetId::Picks("x".into()), SetId::Clients("x".into())] {
                 let _ = read_element(&set, family, &raw);
             }
         }

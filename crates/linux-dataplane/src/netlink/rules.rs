@@ -4,7 +4,7 @@
 //! holds inline (`{ tcp, udp, sctp }`, several prefixes, a random vmap)
 //! are declared as anonymous sets in the same batch, before the rule.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 use nft_dataplane::names::{ChainId, SetId};
@@ -83,7 +83,7 @@ pub(super) fn expressions(w: &mut Writer, rule: &Rule) -> Vec<u8> {
         e.matching(w, m);
     }
     for s in &rule.statements {
-        e.statement(w, s);
+        e.statement(s);
     }
     e.out
 }
@@ -236,10 +236,6 @@ impl Exprs {
                 self.payload(0, NETWORK_HEADER, daddr, len);
                 words
             }
-            Selector::Saddr => {
-                self.payload(0, NETWORK_HEADER, saddr, len);
-                words
-            }
             Selector::SaddrDaddr => {
                 self.payload(0, NETWORK_HEADER, saddr, len);
                 self.payload(words, NETWORK_HEADER, daddr, len);
@@ -295,7 +291,7 @@ impl Exprs {
                 let protocols = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
                 let mut list = Vec::new();
                 for p in protocols {
-                    raw_element(&mut list, &[ip_protocol(p)], None, None, false);
+                    raw_element(&mut list, &[ip_protocol(p)], None, false);
                 }
                 let id = declare::protocol_set(w, protocols.len() as u32);
                 w.anonymous_elements(id, &list, "protocols");
@@ -329,7 +325,20 @@ impl Exprs {
             }
             Match::InputInterface(name) => self.interface(name, Cmp::Eq),
             Match::NotInputInterface(name) => self.interface(name, Cmp::Neq),
+            Match::KnownClient { clients, endpoint } => {
+                self.client_and(*endpoint);
+                self.lookup(&clients.to_string(), None, None, false);
+            }
         }
+    }
+
+    /// `saddr . addr . port` from word 0 on: the source address, then the
+    /// endpoint's address and port (each field four-byte aligned).
+    fn client_and(&mut self, endpoint: SocketAddr) {
+        let words = self.addr_len() / 4;
+        self.payload(0, NETWORK_HEADER, self.addr_offset(true), self.addr_len());
+        self.immediate(reg(words), &addr_bytes(endpoint.ip()));
+        self.immediate(reg(2 * words), &endpoint.port().to_be_bytes());
     }
 
     /// `iifname "name"` (the whole name, NUL-padded) or `iifname "pre*"`
@@ -347,7 +356,7 @@ impl Exprs {
         self.cmp(op, &value);
     }
 
-    fn statement(&mut self, w: &mut Writer, s: &Statement) {
+    fn statement(&mut self, s: &Statement) {
         let words = self.addr_len() / 4;
         match s {
             Statement::Jump(c) => self.verdict(NFT_JUMP, Some(c)),
@@ -394,24 +403,18 @@ impl Exprs {
                 self.lookup(&map.to_string(), None, Some(reg(0)), false);
                 self.dnat(reg(0), reg(words), None);
             }
-            Statement::RandomGoto(chains) => {
-                let mut list = Vec::new();
-                for (i, c) in (0u32..).zip(chains) {
-                    raw_element(&mut list, &i.to_ne_bytes(), Some(c), None, false);
-                }
-                let Ok(count) = u32::try_from(chains.len()) else {
-                    w.refuse("a random choice", format!("{} chains, more than 2^32", chains.len()));
-                    return;
-                };
-                let id = declare::random_verdict_map(w, count);
-                w.anonymous_elements(id, &list, "a random choice of chains");
-                self.numgen(0, count);
-                self.lookup(declare::ANONYMOUS_MAP, Some(id), Some(REG_VERDICT), false);
+            Statement::RandomChain { map, width } => {
+                self.numgen(0, *width);
+                self.lookup(&map.to_string(), None, Some(REG_VERDICT), false);
             }
-            Statement::RememberSource { set, timeout_secs } => {
-                self.payload(0, NETWORK_HEADER, self.addr_offset(true), self.addr_len());
+            Statement::RememberClient {
+                clients,
+                endpoint,
+                timeout_secs,
+            } => {
+                self.client_and(*endpoint);
                 self.expr("dynset", |b| {
-                    string(b, 1, &set.to_string());
+                    string(b, 1, &clients.to_string());
                     u32_be(b, 3, DYNSET_UPDATE);
                     u32_be(b, 4, reg(0));
                     attr(b, 6, |b| b.extend(timeout_secs.saturating_mul(1000).to_be_bytes()));
@@ -451,15 +454,12 @@ fn addr_bytes(a: IpAddr) -> Vec<u8> {
     }
 }
 
-/// One element of an anonymous set: a key, a goto verdict for a map,
-/// flags, and for the start of a range that runs to the last address (no
-/// end element follows) the user data that tells `nft` so.
-fn raw_element(out: &mut Vec<u8>, key: &[u8], goto: Option<&ChainId>, flags: Option<u32>, open: bool) {
+/// One element of an anonymous set: a key, flags, and for the start of a
+/// range that runs to the last address (no end element follows) the user
+/// data that tells `nft` so.
+fn raw_element(out: &mut Vec<u8>, key: &[u8], flags: Option<u32>, open: bool) {
     nested(out, LIST_ELEM, |b| {
         nested(b, 1, |b| attr(b, DATA_VALUE, |b| b.extend(key)));
-        if let Some(c) = goto {
-            nested(b, 2, |b| verdict(b, NFT_GOTO, Some(c)));
-        }
         if let Some(f) = flags {
             u32_be(b, 3, f);
         }
@@ -514,7 +514,7 @@ fn interval_elements(nets: &[IpNet], len: usize) -> Intervals {
         count: 0,
     };
     let mut push = |v: u128, end: bool, open: bool| {
-        raw_element(&mut out.bytes, &key(v), None, end.then_some(ELEM_INTERVAL_END), open);
+        raw_element(&mut out.bytes, &key(v), end.then_some(ELEM_INTERVAL_END), open);
         out.count += 1;
     };
     if merged.first().is_some_and(|(start, _)| *start > 0) {

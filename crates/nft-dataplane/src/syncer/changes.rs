@@ -8,8 +8,8 @@ use slice_model::ServiceName;
 
 use crate::Dataplane;
 use crate::desired::{DataplaneConfig, NoLocalEndpoints, plan_service};
-use crate::element::{Element, Key, Value};
-use crate::fragment::{self, Fragment};
+use crate::element::{Element, Key};
+use crate::fragment::{self, BackendMap, Fragment};
 use crate::names::{ChainId, SetId};
 use crate::rule::Rule;
 use crate::skeleton;
@@ -152,7 +152,8 @@ impl<D: Dataplane> NftSyncer<D> {
             tx.push(Op::AddElements(set, elements));
         }
         // 4. What is gone: flush every removed chain before deleting any
-        // (they may jump to each other), then the sets only they used.
+        // (they may jump to each other), delete the sets only they used,
+        // then the chains (an affinity port's map of chains refers to them).
         let gone = |old: &Fragment, new: &Fragment| -> Vec<ChainId> {
             let kept: HashSet<&ChainId> = new.chains.iter().map(|c| &c.id).collect();
             old.chains
@@ -166,12 +167,12 @@ impl<D: Dataplane> NftSyncer<D> {
             tx.push(Op::FlushChain(c.clone()));
         }
         for ((old, new), gone) in pairs.iter().zip(gone) {
-            for c in gone {
-                tx.push(Op::DeleteChain(c));
-            }
             let kept: HashSet<&SetId> = new.own_sets.iter().collect();
             for s in old.own_sets.iter().filter(|s| !kept.contains(s)) {
                 tx.push(Op::DeleteSet(s.clone()));
+            }
+            for c in gone {
+                tx.push(Op::DeleteChain(c));
             }
         }
         (tx, pairs.len(), no_local.into_iter().collect())
@@ -187,31 +188,32 @@ pub(super) fn backend_changes(
     deletes: &mut BTreeMap<SetId, Vec<Element>>,
     adds: &mut BTreeMap<SetId, Vec<Element>>,
 ) {
-    fn find<'a>(f: &'a Fragment, set: &SetId) -> &'a [std::net::SocketAddr] {
-        f.backends
-            .iter()
-            .find(|(s, _)| s == set)
-            .map_or(&[], |(_, list)| &list[..])
+    fn find<'a>(f: &'a Fragment, set: &SetId) -> Option<&'a BackendMap> {
+        f.backends.iter().find(|b| b.map == *set)
     }
-    let sets: BTreeSet<&SetId> = old.backends.iter().chain(&new.backends).map(|(s, _)| s).collect();
+    fn list(b: Option<&BackendMap>) -> &[std::net::SocketAddr] {
+        b.map_or(&[], |b| &b.endpoints[..])
+    }
+    let sets: BTreeSet<&SetId> = old.backends.iter().chain(&new.backends).map(|b| &b.map).collect();
     for set in sets {
-        let (before, after) = (find(old, set), find(new, set));
+        let (was, is) = (find(old, set), find(new, set));
+        let (before, after) = (list(was), list(is));
         for i in 0..before.len().max(after.len()) {
             let (b, a) = (before.get(i), after.get(i));
             if b == a {
                 continue;
             }
             let key = Key::Index(u32::try_from(i).unwrap_or(u32::MAX));
-            if let Some(ep) = b {
+            if let (Some(ep), Some(map)) = (b, was) {
                 deletes
                     .entry(set.clone())
                     .or_default()
-                    .push(Element::map(key, Value::Endpoint(*ep)));
+                    .push(Element::map(key, map.value(*ep)));
             }
-            if let Some(ep) = a {
+            if let (Some(ep), Some(map)) = (a, is) {
                 adds.entry(set.clone())
                     .or_default()
-                    .push(Element::map(key, Value::Endpoint(*ep)));
+                    .push(Element::map(key, map.value(*ep)));
             }
         }
     }

@@ -57,8 +57,8 @@ impl HeldSet {
 }
 
 /// The table in place as read before the first sync, while the lists
-/// arrive: its objects and the elements of its sets (affinity sets
-/// aside), at one ruleset generation.
+/// arrive: its objects and the elements of its sets (the affinity ports'
+/// clients aside), at one ruleset generation.
 pub(super) struct ReadAhead {
     generation: u64,
     objects: TableObjects,
@@ -87,7 +87,7 @@ impl<D: Dataplane> NftSyncer<D> {
         let Some(sets) = sets else {
             return; // not a table of proxyd's naming: the sync decides
         };
-        let sets = sets.into_iter().filter(|s| !matches!(s, SetId::Affinity(_))).collect();
+        let sets = sets.into_iter().filter(|s| !s.written_by_packets()).collect();
         let held = self.read_elements(sets);
         if self.dataplane.generation() == Some(generation) {
             self.read_ahead = Some(ReadAhead {
@@ -178,7 +178,7 @@ impl<D: Dataplane> NftSyncer<D> {
             let set = SetId::from_name(name)?;
             if !wanted_sets.contains(&set) {
                 stale.sets.push(set);
-            } else if !matches!(set, SetId::Affinity(_)) {
+            } else if !set.written_by_packets() {
                 present.push(set);
             }
         }
@@ -373,11 +373,11 @@ pub(super) fn push_own_chains(f: &Fragment, tx: &mut Transaction, flush: bool, u
 ///    step, and a new one is not reached before its elements exist;
 /// 3. the elements: with the sets read back (`stale.held`), those that
 ///    differ written a few services per transaction
-///    ([`write_differences`]); without, every set but the affinity sets
-///    (their clients stay sticky) emptied and refilled in one transaction
+///    ([`write_differences`]); without, every set but the affinity ports'
+///    clients (they stay sticky) emptied and refilled in one transaction
 ///    of elements alone;
-/// 4. the chains and sets no service wants any more, no longer referred
-///    to, deleted.
+/// 4. the chains and sets no service wants any more flushed and deleted
+///    (chains last: a map of an affinity port's chains refers to them).
 pub(super) fn rewrite_in_place(
     config: &DataplaneConfig,
     view: &Programmed,
@@ -425,7 +425,7 @@ pub(super) fn rewrite_in_place(
             let sets = SetId::skeleton(config.scope)
                 .into_iter()
                 .chain(own_sets)
-                .filter(|s| !matches!(s, SetId::Affinity(_)));
+                .filter(|s| !s.written_by_packets());
             for set in sets {
                 elements.push(Op::FlushSet(set.clone()));
                 if let Some(e) = by_set.remove(&set) {
@@ -436,15 +436,17 @@ pub(super) fn rewrite_in_place(
             apply(&elements)?;
         }
     }
+    // Flushed chains refer to no set; a deleted map of chains (an affinity
+    // port's) no longer refers to its chains.
     let mut gone = new();
     for c in &stale.chains {
         gone.push(Op::FlushChain(c.clone()));
     }
-    for c in &stale.chains {
-        gone.push(Op::DeleteChain(c.clone()));
-    }
     for s in &stale.sets {
         gone.push(Op::DeleteSet(s.clone()));
+    }
+    for c in &stale.chains {
+        gone.push(Op::DeleteChain(c.clone()));
     }
     if gone.is_empty() {
         return Ok(());

@@ -165,7 +165,7 @@ fn a_first_load_puts_fewer_sets_in_each_transaction_as_the_table_fills() {
     for i in 0..600u32 {
         let name = format!("svc-{i}");
         let ip = format!("172.20.{}.{}", i / 250, i % 250 + 1);
-        // Affinity: a set (and a chain) per endpoint.
+        // Affinity: a set and a map per port, a chain per endpoint.
         let addrs: Vec<String> = (0..2)
             .map(|k| format!("10.{}.{}.{}", 2 + k, i / 250, i % 250 + 1))
             .collect();
@@ -213,8 +213,8 @@ fn a_first_load_puts_fewer_sets_in_each_transaction_as_the_table_fills() {
     assert_eq!(syncer.dataplane().model, atomic.dataplane().0);
 }
 
-/// One affinity port of thousands of endpoints (a chain, a set and a rule
-/// per endpoint) is cut over several transactions of a first load, none
+/// One affinity port of thousands of endpoints (a chain and two rules per
+/// endpoint) is cut over several transactions of a first load, none
 /// costing more than the chunk and one operation; the service is not
 /// reached before all of it is there, and the table is what one
 /// transaction gives.

@@ -625,6 +625,54 @@ fn every_endpoint_gets_an_equal_share_for_any_count() {
     }
 }
 
+/// ClientIP affinity through the tracer: a client that the port's set of
+/// clients holds with an endpoint goes to that endpoint alone, from every
+/// frontend; another client picks among all of them; once the endpoint
+/// goes, the same client picks among the rest (its element is the
+/// kernel's, and stays until it times out).
+#[test]
+fn a_known_client_goes_back_to_its_endpoint_while_the_endpoint_stays() {
+    let (mut e, eps) = split_service(3, true);
+    let mut syncer = NftSyncer::new(config(), KernelModel::default());
+    sync(&mut syncer, &mut e);
+    let client: std::net::IpAddr = CLIENT.parse().unwrap();
+    let clients = crate::names::SetId::Clients("ns/web/tcp/80".into());
+    let mut tx = crate::transaction::Transaction::for_table(IpFamily::V4, crate::names::TABLE);
+    tx.push(crate::transaction::Op::AddElements(
+        clients,
+        vec![crate::element::Element::key(crate::element::Key::Client(
+            client, eps[1],
+        ))],
+    ));
+    syncer.dataplane().apply_transaction(&tx).unwrap();
+    let k = syncer.dataplane().clone();
+    for (frontend, port) in [
+        ("172.30.0.10", 80),
+        ("192.168.99.10", 80),
+        ("1.2.3.4", 80),
+        (NODE_IP, 30080),
+    ] {
+        let known = trace(&k, forwarded(CLIENT, frontend, port));
+        assert_exact(&known, &eps[1..2], &format!("the known client, to {frontend}"));
+        assert_exact(
+            &trace(&k, forwarded(POD, frontend, port)),
+            &eps,
+            &format!("another client, to {frontend}"),
+        );
+    }
+    // The known client's endpoint goes.
+    let rest: Vec<String> = [0, 2].iter().map(|i| eps[*i].ip().to_string()).collect();
+    let rest_eps: Vec<Ep<'_>> = rest.iter().map(|a| Ep::Remote(a)).collect();
+    e.slice(slice("ns", "web", Protocol::Tcp, 8080, &rest_eps));
+    sync(&mut syncer, &mut e);
+    let k = syncer.dataplane().clone();
+    assert_exact(
+        &trace(&k, forwarded(CLIENT, "172.30.0.10", 80)),
+        &[eps[0], eps[2]],
+        "the known client, its endpoint gone",
+    );
+}
+
 #[test]
 fn local_endpoint_subsets_split_equally() {
     for n in 1..=20 {

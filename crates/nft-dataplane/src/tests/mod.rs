@@ -181,7 +181,7 @@ pub(crate) fn positions_sorted(k: &KernelModel) -> KernelModel {
     let mut k = k.clone();
     for table in k.tables.values_mut() {
         for (set, items) in &mut table.sets {
-            if matches!(set, crate::names::SetId::Backends(..)) {
+            if matches!(set, crate::names::SetId::Backends(..) | crate::names::SetId::Picks(_)) {
                 let mut values: Vec<_> = std::mem::take(items).into_values().collect();
                 values.sort();
                 *items = (0u32..)

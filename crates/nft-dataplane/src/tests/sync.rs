@@ -263,8 +263,16 @@ fn a_partial_sync_names_only_the_changed_service() {
         for c in chains.iter().filter(|c| c.is_service_chain()) {
             assert!(ours(&c.to_string()), "only the sticky service's chains: {op:?}");
         }
-        for s in sets.iter().filter(|s| matches!(s, SetId::Affinity(_))) {
+        for s in sets.iter().filter(|s| **s != SetId::Canary) {
             assert!(ours(&s.to_string()), "only the sticky service's sets: {op:?}");
+        }
+        if let Op::AddSet(s, _)
+        | Op::DeleteSet(s)
+        | Op::FlushSet(s)
+        | Op::AddElements(s, _)
+        | Op::DeleteElements(s, _) = op
+        {
+            assert!(!s.written_by_packets(), "the port's clients stay as they are: {op:?}");
         }
         if let Op::AddElements(_, els) | Op::DeleteElements(_, els) = op {
             for e in els {
@@ -275,17 +283,23 @@ fn a_partial_sync_names_only_the_changed_service() {
             }
         }
     }
-    let added = SetId::Affinity("ns/sticky/tcp/80/10.1.5.3/8080".into());
-    let removed = SetId::Affinity("ns/sticky/tcp/80/10.1.5.2/8080".into());
-    let kept = SetId::Affinity("ns/sticky/tcp/80/10.1.5.1/8080".into());
-    assert!(tx.ops.contains(&Op::AddSet(added, vec![])));
-    assert!(tx.ops.contains(&Op::DeleteSet(removed)));
+    let endpoint = |a: &str| ChainId::Endpoint(format!("ns/sticky/tcp/80/{a}/8080"));
+    assert!(tx.ops.contains(&Op::AddChain(endpoint("10.1.5.3"))));
+    assert!(tx.ops.contains(&Op::DeleteChain(endpoint("10.1.5.2"))));
     assert!(
-        !tx.ops
-            .iter()
-            .any(|op| matches!(op, Op::AddSet(s, _) | Op::DeleteSet(s) if *s == kept)),
-        "the kept endpoint's clients stay with it"
+        !tx.ops.iter().any(
+            |op| matches!(op, Op::AddChain(c) | Op::FlushChain(c) | Op::DeleteChain(c) if *c == endpoint("10.1.5.1"))
+        ),
+        "the kept endpoint's chain stays as it is"
     );
+    // The new endpoint takes the old one's place in the map of chains.
+    let picks = SetId::Picks("svc-ns/sticky/tcp/80".into());
+    let at_1 = |a: &str| crate::element::Element::map(Key::Index(1), crate::element::Value::Goto(endpoint(a)));
+    assert!(
+        tx.ops
+            .contains(&Op::DeleteElements(picks.clone(), vec![at_1("10.1.5.2")]))
+    );
+    assert!(tx.ops.contains(&Op::AddElements(picks, vec![at_1("10.1.5.3")])));
 }
 
 #[test]

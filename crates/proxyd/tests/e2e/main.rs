@@ -172,11 +172,14 @@ async fn client_ip_affinity_sticks_until_the_timeout() {
     });
     let t = tally(&c.tcp("10.96.0.40", 80, 30));
     assert_eq!(t.len(), 1, "one client, one pod: {t:?}");
+    // The port's set of clients holds (client . endpoint) pairs.
     let remembered = |c: &Cluster| {
-        let sets = c.node.exec("nft", &["list", "table", "ip", "proxyd"]);
-        sets.contains("10.0.1.2 timeout 3s expires")
+        let sets = c
+            .node
+            .exec("nft", &["list", "set", "ip", "proxyd", "clients-default/sticky/tcp/80"]);
+        sets.contains("10.0.1.2 . ") && sets.contains(" . 8080 timeout 3s expires")
     };
-    assert!(remembered(&c), "the client is in an affinity set");
+    assert!(remembered(&c), "the client is in the port's set of clients");
     std::thread::sleep(Duration::from_secs(4));
     assert!(!remembered(&c), "forgotten after the 3 s timeout");
 }
@@ -402,14 +405,15 @@ async fn a_failing_nft_is_retried_and_never_half_applied() {
     // The fallback writer: `nft` writes chains and rules (the default
     // sends them over netlink, past the wrapper).
     c.args.extend(["--nft-writer".to_owned(), "nft".to_owned()]);
-    // ClientIP affinity gives the port chains of its own: a change of its
-    // endpoints rewrites them, which is nft's to do (a change of elements
-    // alone goes over netlink, past the wrapper).
+    // externalTrafficPolicy: Local gives the port chains of its own: a
+    // change of its one endpoint rewrites the rule that sends to it, which
+    // is nft's to do (a change of elements alone goes over netlink, past
+    // the wrapper, and so do the rules nft cannot read).
     c.apply(service(
         "web",
         json!({
-            "clusterIP": "10.96.0.10", "sessionAffinity": "ClientIP",
-            "ports": [{"name": "http", "port": 80, "targetPort": 8080}],
+            "type": "NodePort", "clusterIP": "10.96.0.10", "externalTrafficPolicy": "Local",
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "nodePort": 30081}],
         }),
     ));
     c.apply(slice("web-1", "web", "http", "TCP", &[Ep::ready(0)], false));
