@@ -1,8 +1,9 @@
 //! The largest objects an API server accepts, of each kind, for one IP
 //! family: a LoadBalancer with thousands of source ranges and external
-//! IPs, a service of 100,000 endpoints over 100 slices, a sticky UDP node
-//! port of 3,000 endpoints, and a service with the longest names and the
-//! most ports an EndpointSlice allows.
+//! IPs, a service of 100,000 endpoints over 100 slices, the same with
+//! ClientIP affinity, a sticky UDP node port of 3,000 endpoints, and a
+//! service with the longest names and the most ports an EndpointSlice
+//! allows.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::num::NonZeroU16;
@@ -17,6 +18,9 @@ pub const NODE: &str = "node-1";
 
 /// Endpoints in the largest service.
 pub const HUGE_ENDPOINTS: u32 = 100_000;
+
+/// What the sticky service of 100,000 endpoints is called.
+pub const STICKY_HUGE: &str = "a sticky service of 100,000 endpoints";
 
 /// One of them: its service and slices.
 pub struct Extreme {
@@ -137,6 +141,20 @@ pub fn largest(family: IpFamily) -> Vec<Extreme> {
         what: "a service of 100,000 endpoints",
         slices: slices("extreme", "huge", &[("http", Protocol::Tcp, 8080)], &eps),
         service: huge,
+    });
+
+    // The same with ClientIP affinity.
+    let mut sticky_huge = ServiceInfo::new(ServiceName::new("extreme", "sticky-huge"));
+    sticky_huge.cluster_ips = vec![cluster_ip(family, 5)];
+    sticky_huge.ports = vec![port("http", Protocol::Tcp, 80, None)];
+    sticky_huge.session_affinity = Some(Duration::from_secs(10_800));
+    let eps: Vec<(IpAddr, &str)> = (0..HUGE_ENDPOINTS)
+        .map(|i| (addr(family, 132, i + 1), "node-2"))
+        .collect();
+    out.push(Extreme {
+        what: STICKY_HUGE,
+        slices: slices("extreme", "sticky-huge", &[("http", Protocol::Tcp, 8080)], &eps),
+        service: sticky_huge,
     });
 
     // A sticky UDP node port of 3,000 endpoints.
