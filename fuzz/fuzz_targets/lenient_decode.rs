@@ -27,7 +27,12 @@ fuzz_target!(|data: &[u8]| {
         let _ = Selection::default().handling(&svc);
     }
     if let Ok(node) = Watched::<Node>::from_json(text).into_result() {
-        let _ = (zone_of(&node), pod_cidrs_of(&node), primary_ips_of(&node), eligible(&node));
+        let _ = (
+            zone_of(&node),
+            pod_cidrs_of(&node),
+            primary_ips_of(&node),
+            eligible(&node),
+        );
     }
     if let Ok(pod) = Watched::<Pod>::from_json(text).into_result() {
         let _ = pod_from_k8s(&pod);

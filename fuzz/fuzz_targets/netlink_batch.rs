@@ -35,14 +35,19 @@ fn name(len: u16) -> String {
 }
 
 fn op(b: &mut Bytes<'_>) -> Option<Op> {
-    let kind = b.u8()? % 7;
+    let kind = b.u8()? % 8;
     let count = usize::from(b.u16()? % 12_000);
     let long = b.u16()? % 400;
     let chain = ChainId::Svc(format!("ns/{}/tcp/80", name(long)));
     let set = SetId::Backends(Protocol::Tcp, name(long));
     let elements = || {
         (0..count)
-            .map(|i| Element::map(Key::Index(i as u32), Value::Endpoint(SocketAddr::from(([10, 0, 0, 1], 80)))))
+            .map(|i| {
+                Element::map(
+                    Key::Index(i as u32),
+                    Value::Endpoint(SocketAddr::from(([10, 0, 0, 1], 80))),
+                )
+            })
             .collect()
     };
     Some(match kind {
@@ -50,11 +55,14 @@ fn op(b: &mut Bytes<'_>) -> Option<Op> {
         1 => Op::DeleteElements(set, elements()),
         2 => Op::FlushSet(set),
         3 => Op::AddChain(chain),
-        4 => Op::AddRule(
-            chain,
-            Rule::new(Vec::new(), vec![Statement::RandomGoto((0..count.max(1)).map(|i| {
-                ChainId::Endpoint(format!("{}/{i}", name(long)))
-            }).collect())]),
+        4 => Op::AddElements(
+            SetId::Picks(name(long)),
+            (0..count)
+                .map(|i| {
+                    let chain = ChainId::Endpoint(format!("{}/{i}", name(long)));
+                    Element::map(Key::Index(i as u32), Value::Goto(chain))
+                })
+                .collect(),
         ),
         5 => {
             let nets = (0..count as u32)
@@ -62,13 +70,41 @@ fn op(b: &mut Bytes<'_>) -> Option<Op> {
                 .collect();
             Op::AddRule(chain, Rule::new(vec![Match::SourceIn(nets)], vec![Statement::Drop]))
         }
+        6 => {
+            let clients = SetId::Clients(name(long));
+            let endpoint = SocketAddr::from(([10, 0, 0, 1], count as u16));
+            Op::AddRule(
+                chain,
+                Rule::new(
+                    vec![Match::KnownClient {
+                        clients: clients.clone(),
+                        endpoint,
+                    }],
+                    vec![
+                        Statement::RememberClient {
+                            clients,
+                            endpoint,
+                            timeout_secs: count as u64,
+                        },
+                        Statement::RandomChain {
+                            map: SetId::Picks(name(long)),
+                            width: count as u32,
+                        },
+                    ],
+                ),
+            )
+        }
         _ => Op::DeleteChain(chain),
     })
 }
 
 fuzz_target!(|data: &[u8]| {
     let mut b = Bytes(data);
-    let family = if b.u8().unwrap_or(0) % 2 == 0 { IpFamily::V4 } else { IpFamily::V6 };
+    let family = if b.u8().unwrap_or(0) % 2 == 0 {
+        IpFamily::V4
+    } else {
+        IpFamily::V6
+    };
     let mut tx = Transaction::new(family);
     while let Some(o) = op(&mut b) {
         tx.push(o);
