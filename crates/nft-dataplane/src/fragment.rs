@@ -217,7 +217,7 @@ impl BackendMap {
     /// The value at the position of `endpoint`.
     pub fn value(&self, endpoint: SocketAddr) -> Value {
         match &self.endpoint_chains {
-            Some(base) => Value::Goto(ChainId::Endpoint(format!("{base}/{}", endpoint_part(endpoint)))),
+            Some(base) => Value::Goto(endpoint_chain(base, endpoint)),
             None => Value::Endpoint(endpoint),
         }
     }
@@ -523,12 +523,6 @@ fn keep_positions(before: &[SocketAddr], now: &[SocketAddr]) -> Vec<SocketAddr> 
     slots.into_iter().flatten().collect()
 }
 
-/// A name part for an endpoint: nft identifiers allow letters, digits and
-/// `/ - _ .`, so an IPv6 address's colons become underscores.
-fn endpoint_part(ep: SocketAddr) -> String {
-    format!("{}/{}", ep.ip().to_string().replace(':', "_"), ep.port())
-}
-
 fn load_balance(
     t: &ServiceTarget,
     group: &EndpointGroup,
@@ -583,7 +577,7 @@ fn load_balance(
     let mut known = KnownClients::new(base, eps.len());
     let mut written: HashSet<ChainId, FastHash> = out.chains.iter().map(|c| c.id.clone()).collect();
     for ep in &eps {
-        let chain = ChainId::Endpoint(format!("{base}/{}", endpoint_part(*ep)));
+        let chain = endpoint_chain(base, *ep);
         known.push(
             *ep,
             Rule::new(
@@ -624,6 +618,14 @@ fn load_balance(
         endpoints: positions,
         endpoint_chains: Some(base.to_owned()),
     });
+}
+
+/// The chain of one endpoint of an affinity port (`base` names the port).
+/// nft identifiers allow letters, digits and `/ - _ .`, so an IPv6
+/// address's colons become underscores.
+fn endpoint_chain(base: &str, endpoint: SocketAddr) -> ChainId {
+    let addr = endpoint.ip().to_string().replace(':', "_");
+    ChainId::Endpoint(format!("{base}/{addr}/{}", endpoint.port()))
 }
 
 /// The endpoints `map` held in `previous`, in position order.

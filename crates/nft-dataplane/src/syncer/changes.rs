@@ -181,7 +181,8 @@ impl<D: Dataplane> NftSyncer<D> {
 
 /// The backend-map elements that differ between two versions of a
 /// fragment, position by position: a map of 100,000 endpoints is compared
-/// as two lists, not hashed element by element.
+/// as two lists, not hashed element by element. A map the new version no
+/// longer has is left to its set's deletion.
 pub(super) fn backend_changes(
     old: &Fragment,
     new: &Fragment,
@@ -197,6 +198,10 @@ pub(super) fn backend_changes(
     let sets: BTreeSet<&SetId> = old.backends.iter().chain(&new.backends).map(|b| &b.map).collect();
     for set in sets {
         let (was, is) = (find(old, set), find(new, set));
+        if is.is_none() {
+            // The map goes, deleted whole with its elements.
+            continue;
+        }
         let (before, after) = (list(was), list(is));
         for i in 0..before.len().max(after.len()) {
             let (b, a) = (before.get(i), after.get(i));

@@ -237,6 +237,40 @@ fn golden_full_ruleset_of_every_kind() {
     );
 }
 
+/// A service that goes takes its maps with it: each map is deleted whole,
+/// none of its elements one by one first (a map of 100,000 endpoints would
+/// be 100,000 deletes for nothing).
+#[test]
+fn a_service_that_goes_deletes_its_maps_whole() {
+    let mut engine = Engine::new(IpFamily::V4);
+    every_kind(&mut engine);
+    let mut syncer = NftSyncer::new(config(), Recording::default());
+    sync(&mut syncer, &mut engine);
+    engine.remove_service("ns", "big");
+    engine.remove_service("ns", "sticky");
+    sync(&mut syncer, &mut engine);
+    let tx = ops_of(syncer.dataplane());
+    let maps = [
+        SetId::Backends(Protocol::Tcp, "svc-ns/big/tcp/80".into()),
+        SetId::Picks("svc-ns/sticky/tcp/80".into()),
+        SetId::Clients("ns/sticky/tcp/80".into()),
+    ];
+    for map in maps {
+        assert!(
+            tx.ops.contains(&Op::DeleteSet(map.clone())),
+            "{map} deleted: {:?}",
+            tx.ops
+        );
+        assert!(
+            !tx.ops
+                .iter()
+                .any(|op| matches!(op, Op::DeleteElements(s, _) | Op::FlushSet(s) if *s == map)),
+            "{map}: no elements deleted before the set: {:?}",
+            tx.ops
+        );
+    }
+}
+
 #[test]
 fn a_partial_sync_names_only_the_changed_service() {
     let mut engine = Engine::new(IpFamily::V4);
