@@ -105,6 +105,9 @@ impl NftCommand {
         if !out.status.success() {
             return Err(rejected(&out));
         }
+        if !args.contains(&"--check") {
+            crate::netlink::monitor::committed();
+        }
         fed.map_err(|source| DataplaneError::Spawn {
             program: self.program(),
             source,

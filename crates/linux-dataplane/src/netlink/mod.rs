@@ -66,7 +66,7 @@ pub mod wire {
 }
 pub use ctnetlink::NetlinkConntrack;
 pub(crate) use elements::read_element;
-pub use monitor::{Listening, NftChange, NftMonitor};
+pub use monitor::{Listening, NftChange, NftMonitor, own_commits};
 pub use nftables::{NftNetlink, RawElement};
 /// `NETLINK_ROUTE`: protocol 0, which rustix spells as no protocol.
 pub(crate) const ROUTE: Option<rustix::net::Protocol> = None;

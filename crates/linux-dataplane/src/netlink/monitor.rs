@@ -14,11 +14,18 @@
 //! transaction touches, proxyd's own included, which made its
 //! transactions several times slower: so it stops listening while it
 //! writes ([`Listening`]), and what the socket cannot hold is dropped
-//! (and said as [`NftChange::Unknown`]).
+//! (and said as [`NftChange::Unknown`]). Another program's commit while
+//! the listening is stopped is not announced: the writer counts the
+//! ruleset's generations around its write, subtracts its own commits
+//! ([`own_commits`]) and tells the monitor what it missed
+//! ([`Listening::missed`], said as [`NftChange::Unheard`]).
 
 use std::collections::VecDeque;
 use std::io;
+use std::os::unix::net::UnixDatagram;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use netlink_packet_netfilter::nftables::{GenAttribute, NfTablesMessage};
 use rustix::net::netlink as nl;
@@ -48,6 +55,23 @@ pub(crate) fn own_committer(pid: u32) {
     children.push_back(pid);
 }
 
+/// The transactions this process has committed.
+static OWN_COMMITS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a transaction this process committed (a netlink batch the
+/// kernel took, an `nft -f` that succeeded).
+pub(crate) fn committed() {
+    OWN_COMMITS.fetch_add(1, Ordering::AcqRel);
+}
+
+/// How many transactions this process has committed so far, in every
+/// network namespace: the ruleset's generation advances by one for each
+/// commit, so a writer that compares the two around its write learns how
+/// many commits were another program's.
+pub fn own_commits() -> u64 {
+    OWN_COMMITS.load(Ordering::Acquire)
+}
+
 /// Whether `pid` (the kernel names the committing thread, not its
 /// process) is one of proxyd's threads or an `nft` it started.
 fn is_own(pid: u32) -> bool {
@@ -69,6 +93,13 @@ pub enum NftChange {
     /// Announcements were lost (the socket's buffer overflowed): anything
     /// may have changed.
     Unknown,
+    /// Other processes committed `commits` transactions while proxyd wrote
+    /// with the listening stopped ([`Listening::missed`]): to which tables
+    /// is unknown.
+    Unheard {
+        /// How many.
+        commits: u32,
+    },
 }
 
 /// Follows the nftables changes of one network namespace to one table.
@@ -77,6 +108,10 @@ pub struct NftMonitor {
     socket: Socket,
     /// What a transaction has touched so far (its `NEWGEN` ends it).
     seen: Touched,
+    /// Where [`Listening::missed`] tells of unheard commits.
+    told: UnixDatagram,
+    /// The other end, handed to each [`Listening`].
+    tell: UnixDatagram,
 }
 
 /// Whether the announcements of the transaction under way named a table.
@@ -92,12 +127,17 @@ impl NftMonitor {
     /// table `table` of either IP family.
     pub fn open(netns: &Netns, table: &str) -> io::Result<Self> {
         let socket = Socket::open_groups(netns, Some(nl::NETFILTER), GROUPS)?;
+        let (told, tell) = UnixDatagram::pair()?;
+        // A writer never waits on a monitor that does not read.
+        tell.set_nonblocking(true)?;
         Ok(Self {
             socket,
             seen: Touched {
                 table: table.to_owned(),
                 ours: false,
             },
+            told,
+            tell,
         })
     }
 
@@ -106,38 +146,54 @@ impl NftMonitor {
     pub fn listening(&self) -> io::Result<Listening> {
         Ok(Listening {
             fd: self.socket.fd.try_clone()?,
+            tell: self.tell.try_clone()?,
         })
     }
 
-    /// As [`Self::next_change`], waiting at most `wait` (a zero wait is taken as
-    /// a millisecond).
-    pub fn next_within(&mut self, wait: std::time::Duration) -> io::Result<Option<NftChange>> {
-        let wait = wait.max(std::time::Duration::from_millis(1));
-        rustix::net::sockopt::set_socket_timeout(&self.socket.fd, rustix::net::sockopt::Timeout::Recv, Some(wait))?;
-        let next = self.next_change();
-        rustix::net::sockopt::set_socket_timeout(
-            &self.socket.fd,
-            rustix::net::sockopt::Timeout::Recv,
-            Some(std::time::Duration::from_secs(2)),
-        )?;
-        next
+    /// Waits up to 2 seconds for the next change that was not proxyd's:
+    /// `Ok(None)` when none came meanwhile.
+    pub fn next_change(&mut self) -> io::Result<Option<NftChange>> {
+        self.next_within(Duration::from_secs(2))
     }
 
-    /// Waits (up to the socket's 2-second timeout) for the next change that
-    /// was not proxyd's: `Ok(None)` when none came meanwhile.
-    pub fn next_change(&mut self) -> io::Result<Option<NftChange>> {
+    /// As [`Self::next_change`], waiting at most `wait`.
+    pub fn next_within(&mut self, wait: Duration) -> io::Result<Option<NftChange>> {
+        use rustix::event::{PollFd, PollFlags};
+        let deadline = Instant::now() + wait;
         loop {
-            let datagram = match self.socket.recv_datagram() {
-                Ok(d) => d,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => {
-                    return Ok(None);
+            let left = deadline.saturating_duration_since(Instant::now());
+            let timeout = rustix::event::Timespec::try_from(left).map_err(|_| io::ErrorKind::InvalidInput)?;
+            let mut fds = [
+                PollFd::new(&self.socket.fd, PollFlags::IN),
+                PollFd::new(&self.told, PollFlags::IN),
+            ];
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(0) => return Ok(None),
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+            let (announced, told) = (!fds[0].revents().is_empty(), !fds[1].revents().is_empty());
+            if told {
+                let mut count = [0; 4];
+                let n = self.told.recv(&mut count)?;
+                if n == count.len() {
+                    return Ok(Some(NftChange::Unheard {
+                        commits: u32::from_ne_bytes(count),
+                    }));
                 }
-                // ENOBUFS: the kernel dropped announcements.
-                Err(e) if e.raw_os_error() == Some(105) => return Ok(Some(NftChange::Unknown)),
-                Err(e) => return Err(e),
-            };
-            if let Some(change) = self.seen.foreign_commit(datagram) {
-                return Ok(Some(change));
+            }
+            if announced {
+                let datagram = match self.socket.recv_datagram() {
+                    Ok(d) => d,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => continue,
+                    // ENOBUFS: the kernel dropped announcements.
+                    Err(e) if e.raw_os_error() == Some(105) => return Ok(Some(NftChange::Unknown)),
+                    Err(e) => return Err(e),
+                };
+                if let Some(change) = self.seen.foreign_commit(datagram) {
+                    return Ok(Some(change));
+                }
             }
         }
     }
@@ -174,6 +230,8 @@ fn table_of(payload: &[u8]) -> Option<&[u8]> {
 #[derive(Debug)]
 pub struct Listening {
     fd: std::os::fd::OwnedFd,
+    /// Where [`Self::missed`] tells the monitor.
+    tell: UnixDatagram,
 }
 
 impl Listening {
@@ -192,6 +250,13 @@ impl Listening {
     /// Listens again.
     pub fn resume(&self) -> io::Result<()> {
         self.bind(GROUPS)
+    }
+
+    /// Tells the monitor that other processes committed `commits`
+    /// transactions while it did not listen: its next change is
+    /// [`NftChange::Unheard`].
+    pub fn missed(&self, commits: u32) -> io::Result<()> {
+        self.tell.send(&commits.to_ne_bytes()).map(drop)
     }
 }
 

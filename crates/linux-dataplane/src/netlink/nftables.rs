@@ -214,7 +214,7 @@ impl NftNetlink {
             }
         };
         self.0.seq = batch.last_seq();
-        Some(self.send_batch(&batch))
+        Some(self.send_batch(&batch).inspect(|_| super::monitor::committed()))
     }
 
     /// Has the kernel check every message of `tx` without committing any

@@ -61,21 +61,44 @@ impl Pacing {
 
 /// The sync thread's side of following: it stops the listening while it
 /// writes (the kernel would announce every object proxyd writes, which
-/// made its transactions several times slower), and afterwards checks
-/// that its tables are there (a change meanwhile was not announced).
+/// made its transactions several times slower), and afterwards tells the
+/// follower of the commits other programs made meanwhile, which no one
+/// heard: the ruleset's generation advanced by more than proxyd's own
+/// commits.
 pub struct WhileWriting {
     listening: Listening,
-    /// Asks, after each write, whether the tables are there: opened once,
-    /// not per sync.
+    /// Reads the ruleset's generation around each write: opened once, not
+    /// per sync.
     nft: NftNetlink,
-    families: Vec<IpFamily>,
+}
+
+/// Where the ruleset's commits stood at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Commits {
+    /// The ruleset's generation: one more for each commit by anyone.
+    generation: u32,
+    /// proxyd's own commits so far ([`linux_dataplane::own_commits`]).
+    own: u64,
+}
+
+impl Commits {
+    /// How many commits between `before` and `self` were other programs'.
+    fn others_since(self, before: Self) -> u32 {
+        let all = self.generation.wrapping_sub(before.generation);
+        let own = u32::try_from(self.own.saturating_sub(before.own)).unwrap_or(u32::MAX);
+        all.saturating_sub(own)
+    }
 }
 
 impl WhileWriting {
-    /// Runs `write` with the listening stopped; with whether every table
-    /// is there afterwards (`true` when that cannot be asked: nothing to
-    /// act on).
-    pub fn quietly<T>(&mut self, write: impl FnOnce() -> T) -> (T, bool) {
+    /// Runs `write` with the listening stopped; commits other programs
+    /// made meanwhile are handed to the follower, which repairs as for one
+    /// it heard (paced the same way).
+    pub fn quietly<T>(&mut self, write: impl FnOnce() -> T) -> T {
+        // Read before the listening stops and after it resumes: every
+        // commit is heard, counted, or both (then repaired once or twice,
+        // never missed).
+        let before = self.commits();
         if let Err(e) = self.listening.pause() {
             tracing::debug!("cannot stop following nftables changes while writing: {e}");
         }
@@ -83,8 +106,25 @@ impl WhileWriting {
         if let Err(e) = self.listening.resume() {
             tracing::warn!("cannot follow nftables changes again ({e}): the periodic sync still repairs");
         }
-        let present = tables(&mut self.nft, &self.families).map_or(true, |t| t.iter().all(|there| *there));
-        (written, present)
+        let unheard = match (before, self.commits()) {
+            (Some(before), Some(after)) => after.others_since(before),
+            // The generation cannot be read: nothing to act on.
+            _ => 0,
+        };
+        if unheard > 0
+            && let Err(e) = self.listening.missed(unheard)
+        {
+            tracing::debug!("cannot hand {unheard} unheard commits to the follower: {e}");
+        }
+        written
+    }
+
+    fn commits(&mut self) -> Option<Commits> {
+        let generation = self.nft.generation().ok()?;
+        Some(Commits {
+            generation,
+            own: linux_dataplane::own_commits(),
+        })
     }
 }
 
@@ -113,11 +153,7 @@ pub fn follow(
             return None;
         }
     };
-    let writing = WhileWriting {
-        listening,
-        nft,
-        families: families.clone(),
-    };
+    let writing = WhileWriting { listening, nft };
     let spawned = std::thread::Builder::new()
         .name("proxyd-foreign".into())
         .spawn(move || {
@@ -143,6 +179,9 @@ pub fn follow(
                         continue;
                     }
                     NftChange::Unknown => "a process whose announcement was lost".to_owned(),
+                    NftChange::Unheard { commits } => {
+                        format!("another process ({commits} commits while proxyd wrote and did not listen)")
+                    }
                 };
                 let at = pacing.repair_at(Instant::now());
                 // Everything meanwhile is part of this repair.
@@ -175,6 +214,94 @@ pub fn tables(nft: &mut NftNetlink, families: &[IpFamily]) -> std::io::Result<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commits_beyond_proxyds_own_are_another_programs() {
+        let at = |generation, own| Commits { generation, own };
+        assert_eq!(at(12, 7).others_since(at(10, 5)), 0, "two commits, both proxyd's");
+        assert_eq!(at(13, 7).others_since(at(10, 5)), 1);
+        assert_eq!(at(3, 5).others_since(at(u32::MAX - 1, 5)), 5, "the generation wraps");
+        // A commit proxyd counted but the kernel did not (an nft that
+        // failed after counting cannot make the count negative).
+        assert_eq!(at(10, 6).others_since(at(10, 5)), 0);
+    }
+
+    /// A namespace of its own, deleted on drop.
+    struct Namespace(String);
+
+    impl Namespace {
+        fn new(what: &str) -> Self {
+            let name = format!("proxyd-{what}-{}", std::process::id());
+            let made = std::process::Command::new("ip").args(["netns", "add", &name]).status();
+            assert!(made.is_ok_and(|s| s.success()), "ip netns add {name}");
+            Self(name)
+        }
+
+        /// Runs `nft ARGS` inside, as another program would.
+        fn nft(&self, args: &str) {
+            let ran = std::process::Command::new("ip")
+                .args(["netns", "exec", &self.0, "nft"])
+                .args(args.split(' '))
+                .status();
+            assert!(ran.is_ok_and(|s| s.success()), "nft {args}");
+        }
+    }
+
+    impl Drop for Namespace {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "delete", &self.0])
+                .status();
+        }
+    }
+
+    /// Another program's commit while proxyd writes (its listening
+    /// stopped) is not announced: the generations counted around the write
+    /// find it, and the follower repairs; proxyd's own commits alone
+    /// repair nothing.
+    #[test]
+    #[ignore = "needs root: a network namespace and nftables"]
+    #[allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+    fn a_commit_by_another_program_while_proxyd_writes_is_repaired() {
+        let ns = Namespace::new("unheard");
+        ns.nft("add table ip proxyd");
+        ns.nft("add chain ip proxyd c");
+        let netns = Netns::Named(ns.0.clone());
+        let (repair, wake, shutdown) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(Notify::new()),
+            CancellationToken::new(),
+        );
+        let _stop = shutdown.clone().drop_guard();
+        let mut writing = follow(netns.clone(), vec![IpFamily::V4], repair.clone(), wake, shutdown).unwrap();
+        let own = linux_dataplane::NftCommand { netns };
+        let repaired_within = |limit: Duration| {
+            let start = Instant::now();
+            while start.elapsed() < limit {
+                if repair.swap(false, Ordering::AcqRel) {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            false
+        };
+
+        for _ in 0..3 {
+            writing.quietly(|| own.apply_text("add rule ip proxyd c counter").unwrap());
+        }
+        assert!(!repaired_within(SETTLE * 6), "proxyd's own commits");
+
+        writing.quietly(|| {
+            own.apply_text("add rule ip proxyd c counter").unwrap();
+            ns.nft("flush chain ip proxyd c");
+            own.apply_text("add rule ip proxyd c counter").unwrap();
+        });
+        assert!(repaired_within(Duration::from_secs(2)), "a flush while proxyd wrote");
+
+        // Heard as usual once the writing is over.
+        ns.nft("flush chain ip proxyd c");
+        assert!(repaired_within(Duration::from_secs(2)), "a flush afterwards");
+    }
 
     #[test]
     fn a_few_changes_are_repaired_at_once_and_a_storm_ever_more_slowly() {

@@ -186,14 +186,8 @@ impl SyncLoop {
         let Some(mut following) = self.following.take() else {
             return self.sync_families(reason);
         };
-        let (result, tables_there) = following.quietly(|| self.sync_families(reason));
+        let result = following.quietly(|| self.sync_families(reason));
         self.following = Some(following);
-        if !tables_there && result.is_ok() {
-            // Removed by someone else while nothing listened.
-            tracing::warn!("a table of proxyd's went while it was writing: rewriting it");
-            self.repair.store(true, std::sync::atomic::Ordering::Release);
-            return Ok(Outcome::Incomplete);
-        }
         result
     }
 
