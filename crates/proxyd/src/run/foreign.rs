@@ -133,7 +133,6 @@ impl WhileWriting {
 /// sync thread's side, `None` when nftables cannot be followed.
 pub fn follow(
     netns: Netns,
-    families: Vec<IpFamily>,
     repair: Arc<AtomicBool>,
     wake: Arc<Notify>,
     shutdown: CancellationToken,
@@ -169,16 +168,11 @@ pub fn follow(
                 };
                 let who = match &change {
                     NftChange::Foreign { pid, process } => format!("{process} (pid {pid})"),
-                    // Lost announcements, most likely proxyd's own during a
-                    // large sync: repair only if a table is gone.
-                    NftChange::Unknown
-                        if NftNetlink::open(&netns)
-                            .and_then(|mut nft| tables(&mut nft, &families))
-                            .map_or(true, |t| t.iter().all(|there| *there)) =>
-                    {
-                        continue;
-                    }
-                    NftChange::Unknown => "a process whose announcement was lost".to_owned(),
+                    // Announcements overflowed the socket: proxyd's own are
+                    // not among them (it does not listen while it writes),
+                    // so another program committed a lot, and what it
+                    // touched is lost.
+                    NftChange::Unknown => "a process whose announcements were lost".to_owned(),
                     NftChange::Unheard { commits } => {
                         format!("another process ({commits} commits while proxyd wrote and did not listen)")
                     }
@@ -273,7 +267,7 @@ mod tests {
             CancellationToken::new(),
         );
         let _stop = shutdown.clone().drop_guard();
-        let mut writing = follow(netns.clone(), vec![IpFamily::V4], repair.clone(), wake, shutdown).unwrap();
+        let mut writing = follow(netns.clone(), repair.clone(), wake, shutdown).unwrap();
         let own = linux_dataplane::NftCommand { netns };
         let repaired_within = |limit: Duration| {
             let start = Instant::now();

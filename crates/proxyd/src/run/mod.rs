@@ -297,7 +297,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .then(|| {
             foreign::follow(
                 Netns::from_flag(args.netns.clone()),
-                families.clone(),
                 repair.clone(),
                 sync_needed.clone(),
                 shutdown.clone(),
