@@ -378,4 +378,29 @@ mod tests {
         );
         assert_eq!(m.foreign_commit(&theirs[..10]), None, "a cut message is no commit");
     }
+
+    proptest::proptest! {
+        /// Whatever a datagram holds (announcements cut anywhere, bytes
+        /// changed anywhere, noise), reading it never panics, and a
+        /// commit it reports is one a real announcement made.
+        #[test]
+        fn any_datagram_is_read_without_panic(
+            cut in 0usize..400,
+            flips in proptest::collection::vec((0usize..400, proptest::prelude::any::<u8>()), 0..8),
+            noise in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
+            let mut data = commit_to("proxyd", NetfilterProtoFamily::IPv4, 4_000_003, "nft");
+            for (at, byte) in flips {
+                if let Some(b) = data.get_mut(at) {
+                    *b = byte;
+                }
+            }
+            data.truncate(cut);
+            data.extend(noise);
+            let mut m = monitor();
+            if let Some(NftChange::Foreign { pid, .. }) = m.foreign_commit(&data) {
+                proptest::prop_assert!(!is_own(pid));
+            }
+        }
+    }
 }
