@@ -59,6 +59,8 @@ pub use flow_cleanup::{Conntrack, ConntrackError, NoConntrack};
 #[cfg(feature = "test-util")]
 pub use netlink::wire;
 pub use netlink::{Listening, NetlinkConntrack, NftChange, NftMonitor, NftNetlink, RawElement, own_commits};
+#[cfg(any(test, feature = "test-util"))]
+pub use netns::ScratchNetns;
 pub use netns::{Netns, NetnsError, NetnsId};
 pub use nft::{DryRun, NftAccessError, NftCommand, NftWriter, RemovedTables, WatchedNft, check_netlink, check_nft};
 pub use routes::{Route, RouteChange, RouteError};

@@ -129,6 +129,48 @@ impl fmt::Display for Netns {
     }
 }
 
+/// A named network namespace made for a test (`ip netns add`, so needs
+/// root and iproute2) and deleted when dropped.
+#[cfg(any(test, feature = "test-util"))]
+#[derive(Debug)]
+pub struct ScratchNetns {
+    /// Its name under `/run/netns`.
+    pub name: String,
+}
+
+#[cfg(any(test, feature = "test-util"))]
+impl ScratchNetns {
+    /// A new namespace named for `tag` and this process (one left by an
+    /// earlier run of the same name is replaced).
+    ///
+    /// # Panics
+    ///
+    /// When `ip netns add` fails: a test cannot go on without it.
+    pub fn new(tag: &str) -> Self {
+        let name = format!("{tag}-{}", std::process::id());
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "delete", &name])
+            .status();
+        let made = std::process::Command::new("ip").args(["netns", "add", &name]).status();
+        assert!(made.is_ok_and(|s| s.success()), "ip netns add {name}");
+        Self { name }
+    }
+
+    /// The namespace, to work in.
+    pub fn netns(&self) -> Netns {
+        Netns::Named(self.name.clone())
+    }
+}
+
+#[cfg(any(test, feature = "test-util"))]
+impl Drop for ScratchNetns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "delete", &self.name])
+            .status();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,18 +193,13 @@ mod tests {
     #[test]
     #[ignore = "needs root: enters another network namespace"]
     fn work_runs_inside_the_namespace() {
-        let name = format!("ld-netns-{}", std::process::id());
-        let made = std::process::Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(made.is_ok_and(|s| s.success()), "ip netns add {name}");
-        let ns = Netns::Named(name.clone());
+        let scratch = ScratchNetns::new("ld-netns");
+        let ns = scratch.netns();
         let inside = ns
             .run(|| std::fs::read_link("/proc/thread-self/ns/net").map(|p| p.display().to_string()))
             .unwrap()
             .unwrap();
         let want = ns.identity().unwrap();
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "delete", &name])
-            .status();
         assert_eq!(inside, format!("net:[{}]", want.ino));
     }
 }

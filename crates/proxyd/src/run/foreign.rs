@@ -220,33 +220,13 @@ mod tests {
         assert_eq!(at(10, 6).others_since(at(10, 5)), 0);
     }
 
-    /// A namespace of its own, deleted on drop.
-    struct Namespace(String);
-
-    impl Namespace {
-        fn new(what: &str) -> Self {
-            let name = format!("proxyd-{what}-{}", std::process::id());
-            let made = std::process::Command::new("ip").args(["netns", "add", &name]).status();
-            assert!(made.is_ok_and(|s| s.success()), "ip netns add {name}");
-            Self(name)
-        }
-
-        /// Runs `nft ARGS` inside, as another program would.
-        fn nft(&self, args: &str) {
-            let ran = std::process::Command::new("ip")
-                .args(["netns", "exec", &self.0, "nft"])
-                .args(args.split(' '))
-                .status();
-            assert!(ran.is_ok_and(|s| s.success()), "nft {args}");
-        }
-    }
-
-    impl Drop for Namespace {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("ip")
-                .args(["netns", "delete", &self.0])
-                .status();
-        }
+    /// Runs `nft ARGS` inside `ns`, as another program would.
+    fn foreign_nft(ns: &linux_dataplane::ScratchNetns, args: &str) {
+        let ran = std::process::Command::new("ip")
+            .args(["netns", "exec", &ns.name, "nft"])
+            .args(args.split(' '))
+            .status();
+        assert!(ran.is_ok_and(|s| s.success()), "nft {args}");
     }
 
     /// Another program's commit while proxyd writes (its listening
@@ -257,10 +237,10 @@ mod tests {
     #[ignore = "needs root: a network namespace and nftables"]
     #[allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
     fn a_commit_by_another_program_while_proxyd_writes_is_repaired() {
-        let ns = Namespace::new("unheard");
-        ns.nft("add table ip proxyd");
-        ns.nft("add chain ip proxyd c");
-        let netns = Netns::Named(ns.0.clone());
+        let ns = linux_dataplane::ScratchNetns::new("proxyd-unheard");
+        foreign_nft(&ns, "add table ip proxyd");
+        foreign_nft(&ns, "add chain ip proxyd c");
+        let netns = ns.netns();
         let (repair, wake, shutdown) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(Notify::new()),
@@ -287,13 +267,13 @@ mod tests {
 
         writing.quietly(|| {
             own.apply_text("add rule ip proxyd c counter").unwrap();
-            ns.nft("flush chain ip proxyd c");
+            foreign_nft(&ns, "flush chain ip proxyd c");
             own.apply_text("add rule ip proxyd c counter").unwrap();
         });
         assert!(repaired_within(Duration::from_secs(2)), "a flush while proxyd wrote");
 
         // Heard as usual once the writing is over.
-        ns.nft("flush chain ip proxyd c");
+        foreign_nft(&ns, "flush chain ip proxyd c");
         assert!(repaired_within(Duration::from_secs(2)), "a flush afterwards");
     }
 
