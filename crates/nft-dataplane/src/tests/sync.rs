@@ -237,15 +237,22 @@ fn golden_full_ruleset_of_every_kind() {
     );
 }
 
+/// An engine holding every kind of service, synced once into a syncer
+/// that records what it writes.
+fn every_kind_synced() -> (Engine, NftSyncer<Recording>) {
+    let mut engine = Engine::new(IpFamily::V4);
+    every_kind(&mut engine);
+    let mut syncer = NftSyncer::new(config(), Recording::default());
+    sync(&mut syncer, &mut engine);
+    (engine, syncer)
+}
+
 /// A service that goes takes its maps with it: each map is deleted whole,
 /// none of its elements one by one first (a map of 100,000 endpoints would
 /// be 100,000 deletes for nothing).
 #[test]
 fn a_service_that_goes_deletes_its_maps_whole() {
-    let mut engine = Engine::new(IpFamily::V4);
-    every_kind(&mut engine);
-    let mut syncer = NftSyncer::new(config(), Recording::default());
-    sync(&mut syncer, &mut engine);
+    let (mut engine, mut syncer) = every_kind_synced();
     engine.remove_service("ns", "big");
     engine.remove_service("ns", "sticky");
     sync(&mut syncer, &mut engine);
@@ -273,10 +280,7 @@ fn a_service_that_goes_deletes_its_maps_whole() {
 
 #[test]
 fn a_partial_sync_names_only_the_changed_service() {
-    let mut engine = Engine::new(IpFamily::V4);
-    every_kind(&mut engine);
-    let mut syncer = NftSyncer::new(config(), Recording::default());
-    sync(&mut syncer, &mut engine);
+    let (mut engine, mut syncer) = every_kind_synced();
     engine.slice(slice(
         "ns",
         "sticky",
