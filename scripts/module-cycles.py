@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Import circles between the top-level modules of each crate.
+"""Import circles between the top-level modules of each crate, and between
+the files of each module folder.
 
 A top-level module is a file `src/x.rs` or a folder `src/x/`. Module `a`
 uses `b` when a file of `a` names `crate::b` (or, in a top-level file,
-`super::b`) in code, not in comments. Test code (`tests.rs`,
+`super::b`) in code, not in comments. Inside a folder `src/x/`, the same
+holds one level down: its files and folders (but `mod.rs`) are the
+modules, and `crate::x::b` or `super::b` names one. Test code (`tests.rs`,
 `*_tests.rs`, `src/tests/`, and `#[cfg(test)] mod` blocks) is left out.
 Prints each circle and exits 1 when there is one.
 """
@@ -34,7 +37,7 @@ def modules(src):
     out = {}
     for entry in sorted(os.listdir(src)):
         path = os.path.join(src, entry)
-        if entry in ("lib.rs", "main.rs"):
+        if entry in ("lib.rs", "main.rs", "mod.rs"):
             continue
         if entry == "tests" or entry == "tests.rs" or entry.endswith("_tests.rs"):
             continue
@@ -48,15 +51,18 @@ def modules(src):
     return out
 
 
-def edges(src):
+def edges(src, path=""):
+    """The graph of the modules in folder `src`, whose module path from the
+    crate's root is `path` (`""` at the root, `"netlink::"` below)."""
     mods = modules(src)
     graph = {m: set() for m in mods}
+    prefix = r"\bcrate::" + re.escape(path)
     for m, files in mods.items():
         for f in files:
             text = code_of(open(f, encoding="utf-8").read())
-            names = set(re.findall(r"\bcrate::(\w+)", text))
+            names = set(re.findall(prefix + r"(\w+)", text))
             # `use crate::{a, b::c}` groups
-            for group in re.findall(r"\bcrate::\{([^}]*)\}", text, flags=re.S):
+            for group in re.findall(prefix + r"\{([^}]*)\}", text, flags=re.S):
                 names |= set(re.findall(r"(?:^|[,\s{])(\w+)", group))
             top_level = os.path.dirname(f) == src
             if top_level:
@@ -105,11 +111,21 @@ def main():
         src = os.path.join(root, crate, "src")
         if not os.path.isdir(src):
             continue
-        graph = edges(src)
-        for c in circles(graph):
-            found += 1
-            detail = "; ".join(f"{a} -> {', '.join(sorted(graph[a] & set(c)))}" for a in c)
-            print(f"{crate}: {' <-> '.join(c)}  ({detail})")
+        folders = [(src, "")]
+        for root_dir, dirs, _ in os.walk(src):
+            for d in sorted(dirs):
+                folder = os.path.join(root_dir, d)
+                rel = os.path.relpath(folder, src)
+                if "tests" in rel.split(os.sep):
+                    continue
+                folders.append((folder, "::".join(rel.split(os.sep)) + "::"))
+        for folder, path in folders:
+            graph = edges(folder, path)
+            for c in circles(graph):
+                found += 1
+                detail = "; ".join(f"{a} -> {', '.join(sorted(graph[a] & set(c)))}" for a in c)
+                where = f"{crate}::{path.rstrip(':')}" if path else crate
+                print(f"{where}: {' <-> '.join(c)}  ({detail})")
     sys.exit(1 if found else 0)
 
 

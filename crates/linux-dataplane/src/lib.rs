@@ -3,6 +3,9 @@
 //! routes) are made elsewhere, by pure code (`nft-dataplane`).
 //!
 //! ```text
+//!  hearing    other programs' changes to proxyd's tables (Hearing, and
+//!             the Ear each WatchedNft writes under): announced, or
+//!             counted from the ruleset's generation around a write
 //!  nft        `nft -f -` (NftCommand); whole transactions over netlink
 //!             and the ruleset generation (WatchedNft, `nft` the fallback
 //!             NftWriter selects); --dry-run (DryRun): the
@@ -45,6 +48,7 @@
 //! read is bounds-checked: a malformed reply is an error, never a panic.
 
 pub mod flow_cleanup;
+pub mod hearing;
 pub mod kube_proxy;
 mod netlink;
 pub mod netns;
@@ -56,9 +60,10 @@ pub mod sysctl;
 #[cfg(any(test, feature = "test-util"))]
 pub use flow_cleanup::RecordingConntrack;
 pub use flow_cleanup::{Conntrack, ConntrackError, NoConntrack};
+pub use hearing::{Ear, Hearing};
 #[cfg(feature = "test-util")]
 pub use netlink::wire;
-pub use netlink::{Listening, NetlinkConntrack, NftChange, NftMonitor, NftNetlink, RawElement, own_commits};
+pub use netlink::{Listening, NetlinkConntrack, NftChange, NftMonitor, NftNetlink, RawElement};
 #[cfg(any(test, feature = "test-util"))]
 pub use netns::ScratchNetns;
 pub use netns::{Netns, NetnsError, NetnsId};

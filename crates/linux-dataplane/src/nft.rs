@@ -11,6 +11,7 @@ use nft_dataplane::names::FamilyWords;
 use nft_dataplane::{Dataplane, DataplaneError, Transaction};
 use slice_model::IpFamily;
 
+use crate::hearing::{Commits, Ear};
 use crate::netlink::NftNetlink;
 use crate::netns::Netns;
 
@@ -89,9 +90,6 @@ impl NftCommand {
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()?;
-            // Its commit is proxyd's own: the change monitor must not take it
-            // for someone else's.
-            crate::netlink::monitor::own_committer(child.id());
             let fed = match child.stdin.take() {
                 Some(stdin) => {
                     let mut stdin = std::io::BufWriter::with_capacity(1 << 16, stdin);
@@ -104,9 +102,6 @@ impl NftCommand {
         })?;
         if !out.status.success() {
             return Err(rejected(&out));
-        }
-        if !args.contains(&"--check") {
-            crate::netlink::monitor::committed();
         }
         fed.map_err(|source| DataplaneError::Spawn {
             program: self.program(),
@@ -339,6 +334,9 @@ pub struct WatchedNft {
     /// between its two reads.
     own: Option<u32>,
     writer: NftWriter,
+    /// Where the commits of other programs during a write go, when the
+    /// namespace is heard ([`crate::hearing`]).
+    ear: Option<Ear>,
 }
 
 impl WatchedNft {
@@ -362,7 +360,15 @@ impl WatchedNft {
             netlink,
             own: None,
             writer,
+            ear: None,
         }
+    }
+
+    /// Writes with `ear`'s listening stopped, and tells it of other
+    /// programs' commits meanwhile.
+    pub fn heard_by(mut self, ear: Ear) -> Self {
+        self.ear = Some(ear);
+        self
     }
 
     fn read(&mut self) -> Option<u32> {
@@ -377,11 +383,20 @@ impl WatchedNft {
 impl Dataplane for WatchedNft {
     fn apply(&mut self, tx: &Transaction) -> Result<usize, DataplaneError> {
         let before = self.read();
-        let applied = match self.netlink.as_mut().and_then(|n| n.commit(tx, self.writer.scope())) {
+        let (netlink, nft, scope) = (&mut self.netlink, &mut self.nft, self.writer.scope());
+        let mut write = || match netlink.as_mut().and_then(|n| n.commit(tx, scope)) {
             Some(committed) => committed,
-            None => self.nft.apply(tx),
+            None => nft.apply(tx),
+        };
+        let applied = match &self.ear {
+            Some(ear) => ear.quietly(write),
+            None => write(),
         };
         let after = self.read();
+        if let (Some(ear), Some(before), Some(after)) = (&self.ear, before, after) {
+            let own = u32::from(applied.is_ok());
+            ear.count(Commits { before, after, own });
+        }
         // Exactly one commit in between: ours.
         self.own = match (&applied, before, after) {
             (Ok(_), Some(b), Some(a)) if a == b.wrapping_add(1) => Some(a),

@@ -1,7 +1,7 @@
 //! Following a namespace's nftables changes, against the kernel: what the
-//! monitor says of another program's commit too large to announce, of
-//! commits a writer tells it it missed, and the count of proxyd's own
-//! commits that a writer compares with the ruleset's generation.
+//! monitor says of another program's commit too large to announce, what a
+//! hearing hands over (heard, and unheard while a writer wrote), and a
+//! writer's own commits, which are neither.
 
 #![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
 
@@ -9,7 +9,12 @@ use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use linux_dataplane::{NftChange, NftCommand, NftMonitor, NftNetlink, WatchedNft, own_commits};
+use std::sync::Arc;
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+use linux_dataplane::hearing::Commits;
+use linux_dataplane::{Hearing, NftChange, NftMonitor, NftNetlink, NftWriter, WatchedNft};
 use nft_dataplane::{Dataplane as _, Op, Transaction};
 use slice_model::IpFamily;
 
@@ -64,61 +69,81 @@ fn a_commit_too_large_to_announce_is_said_lost() {
     assert_eq!(monitor.next_change().unwrap(), Some(NftChange::Unknown));
 }
 
-/// What a writer tells the monitor it missed comes out as the next change,
-/// ahead of nothing; and an announced commit by another program still
-/// comes out as that program's.
+/// Starts hearing `ns`, the changes collected in the returned channel.
+fn hear(ns: &Scratch) -> (Hearing, Receiver<NftChange>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let on_change: linux_dataplane::hearing::OnChange = Arc::new(move |c| {
+        let _ = tx.lock().unwrap().send(c);
+    });
+    (Hearing::start(&ns.netns(), "proxyd", on_change).unwrap(), rx)
+}
+
+/// Another program's commit is heard; one made while a writer does not
+/// listen is not announced, but counted from the generation and handed
+/// over as unheard; dropping the hearing stops its thread at once.
 #[test]
 #[ignore = "needs root and nft: makes network namespaces"]
-fn missed_commits_are_the_next_change() {
-    let ns = with_table("mon-missed");
-    let mut monitor = NftMonitor::open(&ns.netns(), "proxyd").unwrap();
-    let listening = monitor.listening().unwrap();
-    assert_eq!(monitor.next_within(Duration::from_millis(50)).unwrap(), None);
-    listening.missed(2).unwrap();
-    assert_eq!(
-        monitor.next_within(Duration::from_secs(1)).unwrap(),
-        Some(NftChange::Unheard { commits: 2 })
-    );
+fn changes_heard_and_unheard_are_handed_over() {
+    let ns = with_table("mon-heard");
+    let (hearing, changes) = hear(&ns);
+    assert!(changes.recv_timeout(Duration::from_millis(50)).is_err(), "nothing yet");
     foreign_nft(&ns, "flush chain ip proxyd c\n");
     assert!(
         matches!(
-            monitor.next_within(Duration::from_secs(1)).unwrap(),
-            Some(NftChange::Foreign { ref process, .. }) if process == "nft"
+            changes.recv_timeout(Duration::from_secs(1)),
+            Ok(NftChange::Foreign { ref process, .. }) if process == "nft"
         ),
         "a flush by another nft"
     );
-    // Stopped listening: a commit meanwhile is not announced.
-    listening.pause().unwrap();
-    foreign_nft(&ns, "add rule ip proxyd c counter\n");
-    listening.resume().unwrap();
-    assert_eq!(monitor.next_within(Duration::from_millis(200)).unwrap(), None);
+    let ear = hearing.ear();
+    let mut generation = NftNetlink::open(&ns.netns()).unwrap();
+    let before = generation.generation().unwrap();
+    ear.quietly(|| foreign_nft(&ns, "add rule ip proxyd c counter\n"));
+    let after = generation.generation().unwrap();
+    assert!(
+        changes.recv_timeout(Duration::from_millis(200)).is_err(),
+        "not announced while the listening is stopped"
+    );
+    ear.count(Commits { before, after, own: 0 });
+    assert_eq!(changes.try_recv().ok(), Some(NftChange::Unheard { commits: 1 }));
+    let stopping = Instant::now();
+    drop(hearing);
+    assert!(
+        stopping.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        stopping.elapsed()
+    );
 }
 
-/// Each commit proxyd makes, by nft or over netlink, is counted once and
-/// advances the ruleset's generation by one; a check and a refused
-/// transaction do neither. (A writer subtracts the count from the
-/// generations it saw advance: the rest are another program's.)
+/// A writer's own commits, over netlink and by nft, advance the
+/// generation one each and are neither heard nor counted as another
+/// program's; a refused transaction commits nothing and says nothing.
 #[test]
 #[ignore = "needs root and nft: makes network namespaces"]
-fn own_commits_advance_the_generation_one_each() {
+fn a_writers_own_commits_are_not_changes() {
     let ns = with_table("mon-own");
+    let (hearing, changes) = hear(&ns);
     let mut generation = NftNetlink::open(&ns.netns()).unwrap();
-    let at = |generation: &mut NftNetlink| (generation.generation().unwrap(), own_commits());
-    let by_nft = NftCommand { netns: ns.netns() };
-    let mut by_netlink = WatchedNft::new(ns.netns());
-    let mut tx = Transaction::for_table(IpFamily::V6, "proxyd");
-    tx.push(Op::AddTable(IpFamily::V6));
+    let mut by_netlink = WatchedNft::new(ns.netns()).heard_by(hearing.ear());
+    let mut by_nft = WatchedNft::with_writer(ns.netns(), NftWriter::Nft).heard_by(hearing.ear());
+    let table = |op| {
+        let mut tx = Transaction::for_table(IpFamily::V6, "proxyd");
+        tx.push(op);
+        tx
+    };
 
-    let (g0, c0) = at(&mut generation);
-    by_nft.apply_text("add rule ip proxyd c counter\n").unwrap();
-    by_netlink.apply(&tx).unwrap();
-    by_nft.check(&tx).unwrap();
-    assert!(by_nft.apply_text("add rule ip proxyd nowhere counter\n").is_err());
-    let (g1, c1) = at(&mut generation);
-    assert_eq!((g1.wrapping_sub(g0), c1 - c0), (2, 2));
-
-    // Another program's commit: the generation moves, the count does not.
-    foreign_nft(&ns, "add rule ip proxyd c counter\n");
-    let (g2, c2) = at(&mut generation);
-    assert_eq!((g2.wrapping_sub(g1), c2 - c1), (1, 0));
+    let g0 = generation.generation().unwrap();
+    by_netlink.apply(&table(Op::AddTable(IpFamily::V6))).unwrap();
+    by_nft.apply(&table(Op::DeleteTable(IpFamily::V6))).unwrap();
+    assert!(
+        by_netlink.apply(&table(Op::DeleteTable(IpFamily::V6))).is_err(),
+        "no such table"
+    );
+    let g1 = generation.generation().unwrap();
+    assert_eq!(g1.wrapping_sub(g0), 2);
+    assert!(
+        changes.recv_timeout(Duration::from_millis(300)).is_err(),
+        "nothing said"
+    );
 }

@@ -15,6 +15,8 @@ use linux_dataplane::{ConntrackError, Netns};
 use nft_dataplane::{DataplaneConfig, DataplaneError, SyncKind, SyncReport};
 use slice_model::{IpFamily, PodName, ServiceName};
 
+use crate::schedule::SyncReason;
+
 /// Per service: its health-check node port and local ready endpoints.
 pub type HealthChecks = std::collections::BTreeMap<ServiceName, (u16, usize)>;
 
@@ -99,22 +101,6 @@ pub struct FamilySync {
 }
 
 impl FamilySync {
-    /// Adds one written table's report (a pod's) to the sum.
-    pub fn add_written(&mut self, r: &SyncReport) {
-        let w = &mut self.written;
-        w.full |= r.full;
-        w.services_written += r.services_written;
-        w.script_bytes += r.script_bytes;
-        w.elements += r.elements;
-        w.render += r.render;
-        w.apply += r.apply;
-        w.transactions += r.transactions;
-        w.longest_apply = w.longest_apply.max(r.longest_apply);
-        w.refused_transactions += r.refused_transactions;
-        w.refused_services += r.refused_services;
-        w.checking += r.checking;
-    }
-
     /// Multus mode's part (empty in node mode).
     pub fn pods(&self) -> &PodsSync {
         static NONE: PodsSync = PodsSync {
@@ -132,6 +118,70 @@ impl FamilySync {
     pub fn incomplete(&self) -> bool {
         self.pods.as_ref().is_some_and(|p| !p.pending.is_empty())
     }
+
+    /// The sync's log line: what changed and what was written, and in
+    /// multus mode the pods.
+    pub fn log(&self, engine: &Engine, reason: SyncReason, now: SystemTime) {
+        let w = &self.written;
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        tracing::info!(
+            family = %engine.family(),
+            first = reason == SyncReason::Initial,
+            reason = %reason,
+            service_ports = engine.services.len(),
+            service_ports_with_endpoints = engine.endpoints.len(),
+            changed_services = self.changed.len(),
+            services = %named(&self.changed),
+            full = w.full,
+            services_written = w.services_written,
+            nft_bytes = w.script_bytes,
+            conntrack_flows = self.conntrack_flows,
+            conntrack_deleted = self.conntrack_deleted,
+            render_us = us(w.render),
+            apply_us = us(w.apply),
+            transactions = w.transactions,
+            longest_tx_us = us(w.longest_apply),
+            refused_transactions = w.refused_transactions,
+            refused_services = w.refused_services,
+            checking_us = us(w.checking),
+            took_us = us(self.duration),
+            programming_max_us = us(longest_programming(&self.trigger_times, now)),
+            pods = %self.pods.as_ref().map(PodsSync::text).unwrap_or_default(),
+            "synced"
+        );
+    }
+}
+
+/// At most this many changed services are named in a sync's log line.
+const NAMED_SERVICES: usize = 5;
+
+/// The changed services, named when there are few.
+fn named(changed: &BTreeSet<ServiceName>) -> String {
+    if changed.len() > NAMED_SERVICES {
+        return format!("{} services", changed.len());
+    }
+    let names: Vec<String> = changed.iter().map(ToString::to_string).collect();
+    names.join(" ")
+}
+
+fn longest_programming(trigger_times: &[SystemTime], now: SystemTime) -> Duration {
+    trigger_times
+        .iter()
+        .filter_map(|t| now.duration_since(*t).ok())
+        .max()
+        .unwrap_or_default()
+}
+
+/// How many pending pods a sync's log line names.
+const NAMED_PODS: usize = 5;
+
+/// The pending pods, named (with why) when there are few.
+fn pending_text(pending: &[(PodName, PodProblem)]) -> String {
+    if pending.len() > NAMED_PODS {
+        return format!("{} pods", pending.len());
+    }
+    let named: Vec<String> = pending.iter().map(|(pod, why)| format!("{pod} ({why})")).collect();
+    named.join("; ")
 }
 
 /// Multus mode's part of a sync: the target pods.
@@ -153,6 +203,23 @@ pub struct PodsSync {
     pub pending: Vec<(PodName, PodProblem)>,
 }
 
+impl PodsSync {
+    /// The pods, in a few words, for the sync's log line.
+    fn text(&self) -> String {
+        let mut text = format!(
+            "{} programmed, {} written, {} route changes",
+            self.programmed, self.written, self.route_changes
+        );
+        if !self.failures.is_empty() {
+            text += &format!(", {} failed", self.failures.len());
+        }
+        if !self.pending.is_empty() {
+            text += &format!(", {} pending: {}", self.pending.len(), pending_text(&self.pending));
+        }
+        text
+    }
+}
+
 /// Why a served pod is not programmed up to date.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PodProblem {
@@ -172,4 +239,37 @@ pub enum PodProblem {
     /// The routes could not be set: the host's error.
     #[error("routes not set: {0}")]
     RoutesNotSet(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn few_changed_services_are_named() {
+        let few: BTreeSet<ServiceName> = [ServiceName::new("ns", "a"), ServiceName::new("ns", "b")].into();
+        assert_eq!(named(&few), "ns/a ns/b");
+        let many: BTreeSet<ServiceName> = (0..9)
+            .map(|i| ServiceName::new("ns", format!("s{i}").as_str()))
+            .collect();
+        assert_eq!(named(&many), "9 services");
+    }
+
+    #[test]
+    fn few_pending_pods_are_named_with_why() {
+        let few = [(
+            PodName::new("apps", "a"),
+            PodProblem::NoNamespace("no ready sandbox".into()),
+        )];
+        assert_eq!(pending_text(&few), "apps/a (no ready sandbox)");
+        let many: Vec<(PodName, PodProblem)> = (0..6)
+            .map(|i| {
+                (
+                    PodName::new("apps", format!("p{i}")),
+                    PodProblem::NamespaceGoneDuringWrite,
+                )
+            })
+            .collect();
+        assert_eq!(pending_text(&many), "6 pods");
+    }
 }

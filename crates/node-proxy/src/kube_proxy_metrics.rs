@@ -1,6 +1,7 @@
 //! kube-proxy's own metrics, through `prometheus-client`, with its names,
 //! labels and buckets (so existing dashboards and alerts work): the sync
-//! loop's ([`SyncMetrics`]) and the health endpoints' ([`HealthMetrics`]).
+//! loop's ([`SyncMetrics`]) and the health endpoints' ([`HealthMetrics`]);
+//! and multus mode's own pod families ([`MultusMetrics`]).
 //! Every series exists from registration, at zero, for each IP family
 //! served.
 
@@ -386,6 +387,68 @@ impl SyncMetrics {
                 .get_or_create(&FamilyLabels::of(f))
                 .set(unix_seconds(now));
         }
+    }
+}
+
+/// Multus mode's families.
+#[derive(Clone, Debug)]
+pub struct MultusMetrics {
+    programmed_pods: Family<FamilyLabels, Gauge>,
+    pending_pods: Family<FamilyLabels, Gauge>,
+    pod_sync_failures: Family<FamilyLabels, Counter>,
+    runtime_errors: Family<FamilyLabels, Counter>,
+}
+
+impl MultusMetrics {
+    /// Registers the families, with a zero series for each of `families`.
+    pub fn register(r: &mut Registry, families: &[IpFamily]) -> Self {
+        let m = Self {
+            programmed_pods: registered(
+                r,
+                "proxyd_multus_programmed_pods",
+                "Pods on this node whose namespace holds proxyd's table (multus mode)",
+                Family::default(),
+            ),
+            pending_pods: registered(
+                r,
+                "proxyd_multus_pending_pods",
+                "Pods on this node that should hold proxyd's table but are not programmed up to date \
+                 (no namespace yet, the runtime down, a failed write): retried until they are (multus mode)",
+                Family::default(),
+            ),
+            pod_sync_failures: registered(
+                r,
+                "proxyd_multus_pod_sync_failures",
+                "Pod namespaces that could not be brought up to date (multus mode)",
+                Family::default(),
+            ),
+            runtime_errors: registered(
+                r,
+                "proxyd_multus_runtime_errors",
+                "Failed lookups of a pod's namespace in the container runtime (multus mode)",
+                Family::default(),
+            ),
+        };
+        for &f in families {
+            let l = FamilyLabels::of(f);
+            let _ = m.programmed_pods.get_or_create(&l);
+            let _ = m.pending_pods.get_or_create(&l);
+            let _ = m.pod_sync_failures.get_or_create(&l);
+            let _ = m.runtime_errors.get_or_create(&l);
+        }
+        m
+    }
+
+    /// Records one multus sync of `family`.
+    pub fn observe(&self, family: IpFamily, sync: &crate::family::PodsSync) {
+        let l = FamilyLabels::of(family);
+        let n = |v: usize| u64::try_from(v).unwrap_or(u64::MAX);
+        let g = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.programmed_pods.get_or_create(&l).set(g(sync.programmed));
+        self.pending_pods.get_or_create(&l).set(g(sync.pending.len()));
+        let (failures, runtime_errors) = (sync.failures.len(), sync.runtime_errors);
+        self.pod_sync_failures.get_or_create(&l).inc_by(n(failures));
+        self.runtime_errors.get_or_create(&l).inc_by(n(runtime_errors));
     }
 }
 

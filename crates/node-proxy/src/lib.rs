@@ -5,9 +5,14 @@
 //! nor the rules (`nft-dataplane`) nor the host (`linux-dataplane`).
 //!
 //! ```text
-//!  sync_runner  when to sync: at most one per min interval, at least
-//!            one per max interval, failed syncs retried with a backoff
-//!            (kube-proxy's BoundedFrequencyRunner)
+//!  actor     the sync actor: one thread that owns the proxiers, takes
+//!            typed commands (Changed, Listed, Repair, Stop) on one
+//!            channel, and syncs when the schedule says
+//!  schedule  when to sync: at most one per min interval (or as the
+//!            syncs' cost allows), at least one per max interval, failed
+//!            syncs retried with a backoff (kube-proxy's
+//!            BoundedFrequencyRunner), repairs of other programs'
+//!            changes paced
 //!  family    what a family's proxier is, in either mode (the
 //!            FamilyProxier trait), and its one report (FamilySync)
 //!  proxier   node mode's proxier: engine update ─► its nftables Target
@@ -24,10 +29,11 @@
 //! crate, implementing the same trait; the `proxyd`
 //! binary wires these parts to its sources and command line.
 
+pub mod actor;
 pub mod family;
 pub mod health;
 pub mod http;
 pub mod kube_proxy_metrics;
 pub mod localhost_relay;
 pub mod proxier;
-pub mod sync_runner;
+pub mod schedule;

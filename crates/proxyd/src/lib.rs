@@ -13,7 +13,7 @@
 //!  replay           `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
 //!                   ─► EndpointsMap ─► one JSON line per sync (docs/replay-format.md)
 //!  snapshot_engine  one read of the cluster (manifests or API) into an Engine
-//!  run              `proxyd run`: sources ─► engines ─► the sync thread
+//!  run              `proxyd run`: sources ─► engines ─► the sync actor
 //!  metrics_registry the run's registry: kube-proxy's, the sources', multus
 //!                   mode's and the process metrics
 //!  sysctls          kube-proxy's conntrack settings at startup

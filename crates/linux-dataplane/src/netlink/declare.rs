@@ -7,11 +7,7 @@ use netlink_packet_core::NLM_F_CREATE;
 use nft_dataplane::names::{SetId, SetKind};
 use slice_model::{IpFamily, Protocol};
 
-use super::batch::{Writer, attr, nested, string, u32_be};
-
-/// The name of an anonymous set in the message that declares it
-/// (the kernel numbers it); later messages name it by id.
-pub(super) const ANONYMOUS_SET: &str = "__set%d";
+use super::writer::{ANONYMOUS_SET, Writer, attr, nested, string, u32_be};
 
 /// `NFT_MSG_NEWSET` and its attributes (`NFTA_SET_*`).
 const NEWSET: u16 = 9;

@@ -15,11 +15,24 @@ use nft_dataplane::element::{Element, Frontend, Key, Value};
 use nft_dataplane::names::{ChainId, KeyShape, SetId, SetKind};
 use slice_model::{IpFamily, Protocol};
 
-use super::batch::{
+use super::ip_protocol;
+use super::writer::{
     NFT_GOTO, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM, attr, digest_record, nested, verdict,
 };
-use super::ip_protocol;
-use super::nftables::RawElement;
+
+/// One element of a set as the kernel holds it, borrowed from the dump's
+/// reply.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RawElement<'a> {
+    /// Its key's bytes.
+    pub key: &'a [u8],
+    /// Its value's bytes (a map's data).
+    pub data: Option<&'a [u8]>,
+    /// The chain its verdict jumps or goes to (a verdict map's value).
+    pub chain: Option<&'a str>,
+    /// The digest proxyd's writer noted in its user data, if any.
+    pub digest: Option<u64>,
+}
 
 /// The attributes of an element list, written in place ([`element`]).
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
@@ -152,7 +165,7 @@ pub(super) fn dumped(payload: &[u8], table: &str, set: &str, mut each: impl FnMu
                         .and_then(|verdict| nested_value(verdict, NFTA_VERDICT_CHAIN))
                         .and_then(c_string);
                 }
-                NFTA_SET_ELEM_USERDATA => raw.digest = super::batch::digest_in(value),
+                NFTA_SET_ELEM_USERDATA => raw.digest = super::writer::digest_in(value),
                 _ => {}
             }
         }

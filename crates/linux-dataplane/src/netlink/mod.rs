@@ -12,6 +12,7 @@ mod extack;
 pub(crate) mod monitor;
 mod nftables;
 mod rules;
+mod writer;
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -33,7 +34,7 @@ pub use batch::Scope;
 /// it, for any transaction.
 #[cfg(feature = "test-util")]
 pub mod wire {
-    pub use super::batch::TooLong;
+    pub use super::writer::TooLong;
 
     /// `tx` as the netlink batch proxyd sends (`Ok(None)`: it holds
     /// nothing), or the message that cannot be encoded.
@@ -44,7 +45,7 @@ pub mod wire {
     /// Reads every length of `bytes` (a batch) as the kernel does: the
     /// number of messages, or where a length is not what follows it.
     pub fn check_lengths(bytes: &[u8]) -> Result<usize, String> {
-        super::batch::decode_lengths(bytes).map(|m| m.len())
+        super::writer::decode_lengths(bytes).map(|m| m.len())
     }
 
     /// Names the attribute at `offset` of each message of `batch` (as a
@@ -65,9 +66,10 @@ pub mod wire {
     }
 }
 pub use ctnetlink::NetlinkConntrack;
+pub use elements::RawElement;
 pub(crate) use elements::read_element;
-pub use monitor::{Listening, NftChange, NftMonitor, own_commits};
-pub use nftables::{NftNetlink, RawElement};
+pub use monitor::{Listening, NftChange, NftMonitor};
+pub use nftables::NftNetlink;
 /// `NETLINK_ROUTE`: protocol 0, which rustix spells as no protocol.
 pub(crate) const ROUTE: Option<rustix::net::Protocol> = None;
 

@@ -1,30 +1,25 @@
 //! Changes to a namespace's nftables that proxyd did not make: the kernel
 //! announces every committed transaction on nftables' multicast group, and
 //! ends each with a `NFT_MSG_NEWGEN` naming the process that committed it.
-//! A commit by one of proxyd's threads (over netlink) or by an `nft` it
-//! started is its own; any other that touched proxyd's table (`nft flush
-//! ruleset` in a distribution's nftables service, a firewall reload, an
-//! operator) is someone else's, and the table needs repair. Commits that
-//! touched only other tables (another program's own rules) are none of
-//! proxyd's business: each announcement of an object names its table, and
-//! the transaction's `NEWGEN` follows them.
+//! Any commit that touched proxyd's table (`nft flush ruleset` in a
+//! distribution's nftables service, a firewall reload, an operator) is
+//! someone else's, and the table needs repair. Commits that touched only
+//! other tables (another program's own rules) are none of proxyd's
+//! business: each announcement of an object names its table, and the
+//! transaction's `NEWGEN` follows them.
 //!
 //! Idle, this costs nothing: a socket that waits. But while anyone
 //! listens, the kernel builds an announcement of every object every
 //! transaction touches, proxyd's own included, which made its
-//! transactions several times slower: so it stops listening while it
-//! writes ([`Listening`]), and what the socket cannot hold is dropped
-//! (and said as [`NftChange::Unknown`]). Another program's commit while
-//! the listening is stopped is not announced: the writer counts the
-//! ruleset's generations around its write, subtracts its own commits
-//! ([`own_commits`]) and tells the monitor what it missed
-//! ([`Listening::missed`], said as [`NftChange::Unheard`]).
+//! transactions several times slower: so proxyd stops listening while it
+//! writes ([`Listening`], driven by [`crate::hearing`]), and what the
+//! socket cannot hold is dropped (and said as [`NftChange::Unknown`]).
+//! Since proxyd never listens while it commits, every announced commit is
+//! another program's; one by a thread of this process is still taken for
+//! its own, to be safe.
 
-use std::collections::VecDeque;
 use std::io;
-use std::os::unix::net::UnixDatagram;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use netlink_packet_netfilter::nftables::{GenAttribute, NfTablesMessage};
@@ -39,45 +34,11 @@ const NFNLGRP_NFTABLES: u32 = 7;
 const GROUPS: u32 = 1 << (NFNLGRP_NFTABLES - 1);
 /// `NFT_MSG_NEWGEN`'s type: nftables' subsystem, message 15.
 const NEWGEN: u16 = (10 << 8) | 15;
-/// How many `nft` processes proxyd started are remembered as its own.
-const OWN_CHILDREN: usize = 64;
-
-/// The `nft` processes proxyd started last (their commits are its own).
-static CHILDREN: Mutex<VecDeque<u32>> = Mutex::new(VecDeque::new());
-
-/// Records that process `pid`, an `nft` proxyd started, commits on its
-/// behalf.
-pub(crate) fn own_committer(pid: u32) {
-    let mut children = slice_model::internal::lock(&CHILDREN);
-    if children.len() == OWN_CHILDREN {
-        children.pop_front();
-    }
-    children.push_back(pid);
-}
-
-/// The transactions this process has committed.
-static OWN_COMMITS: AtomicU64 = AtomicU64::new(0);
-
-/// Counts a transaction this process committed (a netlink batch the
-/// kernel took, an `nft -f` that succeeded).
-pub(crate) fn committed() {
-    OWN_COMMITS.fetch_add(1, Ordering::AcqRel);
-}
-
-/// How many transactions this process has committed so far, in every
-/// network namespace: the ruleset's generation advances by one for each
-/// commit, so a writer that compares the two around its write learns how
-/// many commits were another program's.
-pub fn own_commits() -> u64 {
-    OWN_COMMITS.load(Ordering::Acquire)
-}
 
 /// Whether `pid` (the kernel names the committing thread, not its
-/// process) is one of proxyd's threads or an `nft` it started.
+/// process) is one of this process's threads.
 fn is_own(pid: u32) -> bool {
-    pid == std::process::id()
-        || std::path::Path::new("/proc/self/task").join(pid.to_string()).exists()
-        || slice_model::internal::lock(&CHILDREN).contains(&pid)
+    pid == std::process::id() || std::path::Path::new("/proc/self/task").join(pid.to_string()).exists()
 }
 
 /// A change to the ruleset that was not proxyd's.
@@ -94,12 +55,29 @@ pub enum NftChange {
     /// may have changed.
     Unknown,
     /// Other processes committed `commits` transactions while proxyd wrote
-    /// with the listening stopped ([`Listening::missed`]): to which tables
-    /// is unknown.
+    /// with the listening stopped: to which tables is unknown.
     Unheard {
         /// How many.
         commits: u32,
     },
+}
+
+impl std::fmt::Display for NftChange {
+    /// Who changed the ruleset, for a log line.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Foreign { pid, process } => write!(f, "{process} (pid {pid})"),
+            // proxyd's own commits are never announced (it does not listen
+            // while it writes): another program committed a lot.
+            Self::Unknown => f.write_str("a process whose announcements were lost"),
+            Self::Unheard { commits } => {
+                write!(
+                    f,
+                    "another process ({commits} commits while proxyd wrote and did not listen)"
+                )
+            }
+        }
+    }
 }
 
 /// Follows the nftables changes of one network namespace to one table.
@@ -108,10 +86,6 @@ pub struct NftMonitor {
     socket: Socket,
     /// What a transaction has touched so far (its `NEWGEN` ends it).
     seen: Touched,
-    /// Where [`Listening::missed`] tells of unheard commits.
-    told: UnixDatagram,
-    /// The other end, handed to each [`Listening`].
-    tell: UnixDatagram,
 }
 
 /// Whether the announcements of the transaction under way named a table.
@@ -127,17 +101,12 @@ impl NftMonitor {
     /// table `table` of either IP family.
     pub fn open(netns: &Netns, table: &str) -> io::Result<Self> {
         let socket = Socket::open_groups(netns, Some(nl::NETFILTER), GROUPS)?;
-        let (told, tell) = UnixDatagram::pair()?;
-        // A writer never waits on a monitor that does not read.
-        tell.set_nonblocking(true)?;
         Ok(Self {
             socket,
             seen: Touched {
                 table: table.to_owned(),
                 ours: false,
             },
-            told,
-            tell,
         })
     }
 
@@ -146,7 +115,6 @@ impl NftMonitor {
     pub fn listening(&self) -> io::Result<Listening> {
         Ok(Listening {
             fd: self.socket.fd.try_clone()?,
-            tell: self.tell.try_clone()?,
         })
     }
 
@@ -158,42 +126,47 @@ impl NftMonitor {
 
     /// As [`Self::next_change`], waiting at most `wait`.
     pub fn next_within(&mut self, wait: Duration) -> io::Result<Option<NftChange>> {
+        self.next(Some(Instant::now() + wait), None)
+    }
+
+    /// The next change, however long it takes; `Ok(None)` once `stop` is
+    /// readable.
+    pub(crate) fn next_or_stop(&mut self, stop: BorrowedFd<'_>) -> io::Result<Option<NftChange>> {
+        self.next(None, Some(stop))
+    }
+
+    fn next(&mut self, deadline: Option<Instant>, stop: Option<BorrowedFd<'_>>) -> io::Result<Option<NftChange>> {
         use rustix::event::{PollFd, PollFlags};
-        let deadline = Instant::now() + wait;
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let timeout = rustix::event::Timespec::try_from(left).map_err(|_| io::ErrorKind::InvalidInput)?;
-            let mut fds = [
-                PollFd::new(&self.socket.fd, PollFlags::IN),
-                PollFd::new(&self.told, PollFlags::IN),
-            ];
-            match rustix::event::poll(&mut fds, Some(&timeout)) {
+            let timeout = match deadline {
+                Some(d) => Some(
+                    rustix::event::Timespec::try_from(d.saturating_duration_since(Instant::now()))
+                        .map_err(|_| io::ErrorKind::InvalidInput)?,
+                ),
+                None => None,
+            };
+            let mut fds = vec![PollFd::new(&self.socket.fd, PollFlags::IN)];
+            if let Some(stop) = &stop {
+                fds.push(PollFd::new(stop, PollFlags::IN));
+            }
+            match rustix::event::poll(&mut fds, timeout.as_ref()) {
                 Ok(0) => return Ok(None),
                 Ok(_) => {}
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(e) => return Err(e.into()),
             }
-            let (announced, told) = (!fds[0].revents().is_empty(), !fds[1].revents().is_empty());
-            if told {
-                let mut count = [0; 4];
-                let n = self.told.recv(&mut count)?;
-                if n == count.len() {
-                    return Ok(Some(NftChange::Unheard {
-                        commits: u32::from_ne_bytes(count),
-                    }));
-                }
+            if fds.get(1).is_some_and(|f| !f.revents().is_empty()) {
+                return Ok(None);
             }
-            if announced {
-                let datagram = match self.socket.recv_datagram() {
-                    Ok(d) => d,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => continue,
-                    // ENOBUFS: the kernel dropped announcements.
-                    Err(e) if e.raw_os_error() == Some(105) => return Ok(Some(NftChange::Unknown)),
-                    Err(e) => return Err(e),
-                };
-                if let Some(change) = self.seen.foreign_commit(datagram) {
-                    return Ok(Some(change));
-                }
+            let datagram = match self.socket.recv_datagram() {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => continue,
+                // ENOBUFS: the kernel dropped announcements.
+                Err(e) if e.raw_os_error() == Some(105) => return Ok(Some(NftChange::Unknown)),
+                Err(e) => return Err(e),
+            };
+            if let Some(change) = self.seen.foreign_commit(datagram) {
+                return Ok(Some(change));
             }
         }
     }
@@ -225,13 +198,9 @@ fn table_of(payload: &[u8]) -> Option<&[u8]> {
 
 /// Stops and starts a monitor's listening: around proxyd's own writes,
 /// so that the kernel does not announce them (see the module's docs).
-/// A change another program makes meanwhile is not announced: the writer
-/// checks afterwards that its tables are there.
 #[derive(Debug)]
 pub struct Listening {
     fd: std::os::fd::OwnedFd,
-    /// Where [`Self::missed`] tells the monitor.
-    tell: UnixDatagram,
 }
 
 impl Listening {
@@ -250,13 +219,6 @@ impl Listening {
     /// Listens again.
     pub fn resume(&self) -> io::Result<()> {
         self.bind(GROUPS)
-    }
-
-    /// Tells the monitor that other processes committed `commits`
-    /// transactions while it did not listen: its next change is
-    /// [`NftChange::Unheard`].
-    pub fn missed(&self, commits: u32) -> io::Result<()> {
-        self.tell.send(&commits.to_ne_bytes()).map(drop)
     }
 }
 
@@ -353,9 +315,6 @@ mod tests {
         let mut m = monitor();
         let ours = commit_to("proxyd", IPv4, std::process::id(), "proxyd");
         assert_eq!(m.foreign_commit(&ours), None);
-        own_committer(4_000_001);
-        let by_our_nft = commit_to("proxyd", IPv6, 4_000_001, "nft");
-        assert_eq!(m.foreign_commit(&by_our_nft), None, "an nft of ours");
         let elsewhere = commit_to("firewalld", IPv4, 4_000_002, "nft");
         assert_eq!(m.foreign_commit(&elsewhere), None, "not our table");
         let inet = commit_to("proxyd", Inet, 4_000_002, "nft");

@@ -21,9 +21,10 @@ use slice_model::IpFamily;
 
 use nft_dataplane::{DataplaneError, RulesDigest, TableObjects, Transaction};
 
-use super::batch::{self, Batch, Scope};
-use super::elements;
+use super::batch::{self, Scope};
+use super::elements::{self, RawElement};
 use super::extack::{self, Extack};
+use super::writer::{self, Batch};
 use super::{ENOENT, Next, Reply, Socket, append, malformed, nfproto, nftables_message};
 use crate::netns::Netns;
 
@@ -214,7 +215,7 @@ impl NftNetlink {
             }
         };
         self.0.seq = batch.last_seq();
-        Some(self.send_batch(&batch).inspect(|_| super::monitor::committed()))
+        Some(self.send_batch(&batch))
     }
 
     /// Has the kernel check every message of `tx` without committing any
@@ -372,20 +373,6 @@ fn generation_of(m: &GenMessage) -> Option<u32> {
     })
 }
 
-/// One element of a set as the kernel holds it, borrowed from the dump's
-/// reply.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RawElement<'a> {
-    /// Its key's bytes.
-    pub key: &'a [u8],
-    /// Its value's bytes (a map's data).
-    pub data: Option<&'a [u8]>,
-    /// The chain its verdict jumps or goes to (a verdict map's value).
-    pub chain: Option<&'a str>,
-    /// The digest proxyd's writer noted in its user data, if any.
-    pub digest: Option<u64>,
-}
-
 /// What one attribute of a dumped object says of it.
 enum Field<'a> {
     /// The table it belongs to.
@@ -441,8 +428,8 @@ fn rule_chain(payload: &[u8], table: &str) -> Option<(String, Option<u64>)> {
     let (mut in_table, mut chain, mut digest) = (false, None, None);
     for nla in NlasIterator::new(payload.get(4..)?) {
         let nla: NlaBuffer<&[u8]> = nla.ok()?;
-        if nla.kind() == batch::RULE_USERDATA {
-            digest = batch::digest_in(nla.value());
+        if nla.kind() == writer::RULE_USERDATA {
+            digest = writer::digest_in(nla.value());
             continue;
         }
         if !matches!(nla.kind(), NFTA_RULE_TABLE | NFTA_RULE_CHAIN) {
@@ -724,17 +711,17 @@ mod tests {
     fn a_rules_digest_is_read_from_its_user_data_among_other_records() {
         let digest = 0x0123_4567_89ab_cdef_u64;
         let mut udata = vec![0, 3, b'h', b'i', 0];
-        batch::digest_record(&mut udata, digest);
+        writer::digest_record(&mut udata, digest);
         let mut payload = rule_payload("proxyd", "services");
         let len = 4 + udata.len();
         payload.extend((len as u16).to_ne_bytes());
-        payload.extend(batch::RULE_USERDATA.to_ne_bytes());
+        payload.extend(writer::RULE_USERDATA.to_ne_bytes());
         payload.extend(&udata);
         payload.resize(payload.len().next_multiple_of(4), 0);
         assert_eq!(rule_chain(&payload, "proxyd"), Some(("services".into(), Some(digest))));
-        assert_eq!(batch::digest_in(&udata[..5]), None, "a comment alone");
+        assert_eq!(writer::digest_in(&udata[..5]), None, "a comment alone");
         for cut in 0..udata.len() {
-            assert_eq!(batch::digest_in(&udata[..cut]), None, "cut at {cut}");
+            assert_eq!(writer::digest_in(&udata[..cut]), None, "cut at {cut}");
         }
     }
 

@@ -11,10 +11,11 @@ use nft_dataplane::names::{ChainId, SetId};
 use nft_dataplane::rule::{Match, Rule, Selector, Statement};
 use slice_model::{IpFamily, Protocol};
 
-use super::batch::{
-    NFT_GOTO, NFTA_DATA_VALUE as DATA_VALUE, NFTA_LIST_ELEM as LIST_ELEM, Writer, attr, nested, string, u32_be, verdict,
-};
 use super::declare;
+use super::writer::{
+    ANONYMOUS_SET, NFT_GOTO, NFTA_DATA_VALUE as DATA_VALUE, NFTA_LIST_ELEM as LIST_ELEM, Writer, attr, nested, string,
+    u32_be, verdict,
+};
 use super::{ip_protocol, nfproto};
 
 /// `NFTA_EXPR_NAME`, `NFTA_EXPR_DATA`.
@@ -273,7 +274,7 @@ impl Exprs {
                 };
                 w.anonymous_elements(id, &list.bytes, what);
                 self.payload(0, NETWORK_HEADER, offset, len);
-                self.lookup(declare::ANONYMOUS_SET, Some(id), None, matches!(op, Cmp::Neq));
+                self.lookup(ANONYMOUS_SET, Some(id), None, matches!(op, Cmp::Neq));
             }
         }
     }
@@ -296,7 +297,7 @@ impl Exprs {
                 let id = declare::protocol_set(w, protocols.len() as u32);
                 w.anonymous_elements(id, &list, "protocols");
                 self.meta(0, META_L4PROTO);
-                self.lookup(declare::ANONYMOUS_SET, Some(id), None, false);
+                self.lookup(ANONYMOUS_SET, Some(id), None, false);
             }
             Match::LocalDestination(nets) => {
                 self.fib_local(FIB_F_DADDR);

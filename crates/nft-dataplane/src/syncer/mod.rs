@@ -111,6 +111,25 @@ pub struct SyncReport {
     pub no_local_endpoints: Vec<(ServiceName, NoLocalEndpoints)>,
 }
 
+/// Several tables' reports as one (multus mode writes one per pod): sums,
+/// the longest transaction of any, full when any was.
+impl std::ops::AddAssign<&SyncReport> for SyncReport {
+    fn add_assign(&mut self, r: &SyncReport) {
+        self.full |= r.full;
+        self.services_written += r.services_written;
+        self.script_bytes += r.script_bytes;
+        self.elements += r.elements;
+        self.render += r.render;
+        self.apply += r.apply;
+        self.transactions += r.transactions;
+        self.longest_apply = self.longest_apply.max(r.longest_apply);
+        self.refused_transactions += r.refused_transactions;
+        self.refused_services += r.refused_services;
+        self.checking += r.checking;
+        self.no_local_endpoints.extend(r.no_local_endpoints.iter().cloned());
+    }
+}
+
 /// What a sync writes: the whole table (as one transaction, or as a first
 /// load of several when the table does not exist), or the changes.
 enum Plan {

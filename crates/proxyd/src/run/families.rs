@@ -4,7 +4,7 @@
 //! where not. The primary family (kube-proxy's: `--bind-address` when it is
 //! not 0.0.0.0 or ::, else the Node's first address) orders them and words
 //! the checks of configuration against the cluster's shape
-//! ([`Settings::bad_ip_config`], kube-proxy's `checkBadIPConfig`).
+//! ([`IpConfig::bad_ip_config`], kube-proxy's `checkBadIPConfig`).
 //!
 //! One difference, deliberate: kube-proxy waits for the Node's addresses
 //! before it starts; proxyd starts both families at once (the primary
@@ -79,6 +79,12 @@ pub fn from_host(primary: Option<IpFamily>, ipv6: bool) -> Result<Chosen, String
     }
 }
 
+/// The families, as the log writes them: `ipv4`, `ipv4,ipv6`.
+pub fn families_text(families: &[IpFamily]) -> String {
+    let names: Vec<&str> = families.iter().map(|f| f.as_str()).collect();
+    names.join(",")
+}
+
 /// Whether `cidrs` is a non-empty list of networks all of `family`
 /// (kube-proxy's `badCIDRs`).
 fn only_of(cidrs: &[IpNet], family: IpFamily) -> bool {
@@ -101,16 +107,16 @@ pub fn problems(args: &RunArgs, families: &[IpFamily]) -> Vec<String> {
             out.push(format!(
                 "--cluster-cidr holds only {family} networks, but proxyd serves {}: with --detect-local-mode \
                  ClusterCIDR no network tells this node's pods from other traffic",
-                crate::run::sync::families_text(families)
+                families_text(families)
             ));
         }
     }
     out
 }
 
-/// The settings [`Settings::bad_ip_config`] checks, taken from the flags
+/// The settings [`IpConfig::bad_ip_config`] checks, taken from the flags
 /// at the start.
-pub struct Settings {
+pub struct IpConfig {
     /// `--bind-address`.
     pub bind_address: IpAddr,
     /// Both families are served.
@@ -123,7 +129,7 @@ pub struct Settings {
     pub bind_addresses: [(&'static str, BindAddress); 2],
 }
 
-impl Settings {
+impl IpConfig {
     /// Those of `args`, serving `families`.
     pub fn of(args: &RunArgs, families: &[IpFamily]) -> Self {
         Self {
@@ -189,6 +195,11 @@ mod tests {
     }
 
     #[test]
+    fn families_are_written_as_the_log_writes_them() {
+        assert_eq!(families_text(&[IpFamily::V4, IpFamily::V6]), "ipv4,ipv6");
+    }
+
+    #[test]
     fn without_a_flag_the_host_decides_and_bind_address_puts_its_family_first() {
         let both = from_host(None, true).unwrap();
         assert_eq!(both.families, [IpFamily::V4, IpFamily::V6]);
@@ -230,7 +241,7 @@ mod tests {
         let shape =
             |primary, dual_stack, cluster: &[&str], pods: &[&str]| (primary, dual_stack, nets(cluster), nets(pods));
         let check = |(primary, dual_stack, cluster, pods): (IpFamily, bool, Vec<IpNet>, Vec<IpNet>), metrics| {
-            let settings = Settings {
+            let settings = IpConfig {
                 bind_address: "0.0.0.0".parse().unwrap(),
                 dual_stack,
                 cluster_cidrs: cluster,

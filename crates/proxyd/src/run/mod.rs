@@ -1,28 +1,23 @@
 //! `proxyd run`: watch the cluster and keep the nftables table in step.
 //!
 //! ```text
-//!  API watches or --manifests ── ServiceHandler ───► ServiceChangeTracker ┐
-//!                             ├─ SliceCacheHandler ─► EndpointSliceCache ─┤ changes
-//!                             └─ ThisNodeHandler ──► this node's zone ────┤
-//!                                                                         ▼
-//!  SyncRunner: starts once every kind is listed; at most one sync per
-//!  --min-sync-period, at least one per --sync-period, retries with backoff
-//!  after a failure. Each sync applies the pending changes to the maps and
-//!  hands the changed services to the NftSyncer (full on the first sync,
-//!  after a failure and after a zone change; partial otherwise).
-//!  SIGTERM/SIGINT cancel every task; the rules stay in place.
+//!  API watches or --manifests ── handlers ──► engines (one per family)
+//!        │ a change wakes `changes`
+//!        ▼
+//!  forward_changes task ── Changed, Listed ──┐
+//!  Hearing thread (node mode) ── Repair ─────┼─► the sync actor's thread
+//!  run(), on SIGTERM/SIGINT ── Stop ─────────┘   (node_proxy::actor):
+//!                                                the proxiers, the schedule
 //! ```
 //!
-//! [`run`] is the steps in order: check the flags and the host, build the
-//! engines and handlers, start the sources, the admin servers and the
-//! health-check listeners, build the proxiers, wait for the first lists,
-//! then sync until cancelled.
+//! [`run`] is the steps in order: check the flags and the host, start the
+//! sources, the admin servers and the health-check listeners, build the
+//! proxiers and hand them to the sync actor, then wait for a signal and
+//! stop the actor (the rules stay in place).
 
 mod families;
-mod family;
-mod foreign;
+mod proxiers;
 mod sources;
-mod sync;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -31,29 +26,22 @@ use std::time::SystemTime;
 
 use endpoints_map::Engine;
 use informer_glue::node::NodeFacts;
-use linux_dataplane::Netns;
+use linux_dataplane::{Hearing, Netns};
 use slice_model::IpFamily;
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::metrics_registry::{CONTENT_TYPE, Metrics};
-
-/// How often what the initial lists brought so far is taken in: each time
-/// costs about what arrived since, so this only bounds what is left for
-/// the first sync (about this much of the lists' arrivals).
-const ABSORB_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 use crate::settings::flags::RunArgs;
 use crate::snapshot_engine::{node_name, selection};
+use node_proxy::actor::{Command, Commands, SyncActor};
 use node_proxy::family::HealthChecks;
 use node_proxy::health::{ProxierHealth, ServiceHealth};
 use node_proxy::http::{Reply, serve};
-use node_proxy::sync_runner::{Outcome, Pacing, SyncReason, SyncRunner, SyncTiming};
+use node_proxy::schedule::{Pacing, SyncTiming};
 
-/// What one sync on the sync thread came to.
-type SyncResult = Result<Outcome, String>;
-
-pub use sync::families_text;
+pub use families::families_text;
 
 /// `proxyd run` from the command line.
 pub fn main(args: RunArgs) -> ExitCode {
@@ -80,7 +68,7 @@ pub fn main(args: RunArgs) -> ExitCode {
 /// kube-proxy's checks of the configuration against the cluster's shape,
 /// once the Node's addresses tell the primary family (or after a minute
 /// without them, as kube-proxy gives up waiting: IPv4 then, said once).
-async fn check_against_the_node(settings: families::Settings, mut facts: watch::Receiver<NodeFacts>) {
+async fn check_against_the_node(settings: families::IpConfig, mut facts: watch::Receiver<NodeFacts>) {
     let known = tokio::time::timeout(std::time::Duration::from_secs(60), async {
         loop {
             if !facts.borrow_and_update().primary_ips.is_empty() {
@@ -216,8 +204,16 @@ fn set_conntrack(args: &RunArgs) -> usize {
     applied.refused.len()
 }
 
-async fn run(args: RunArgs) -> anyhow::Result<()> {
-    if let Err(problems) = validate(&args) {
+/// What the start decided: this node, and the families served.
+struct Start {
+    node: String,
+    families: Vec<IpFamily>,
+}
+
+/// The checks and host settings before anything starts; `None` when
+/// `--init-only` has done its job.
+fn prepare(args: &RunArgs) -> anyhow::Result<Option<Start>> {
+    if let Err(problems) = validate(args) {
         for p in &problems {
             tracing::error!("{p}");
         }
@@ -226,171 +222,110 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if args.init_only {
         // An init container's job is these settings: one it cannot make
         // fails it, where a running proxy only warns.
-        match set_conntrack(&args) {
+        match set_conntrack(args) {
             0 => tracing::info!("--init-only: the startup settings are made; exiting"),
             refused => anyhow::bail!("--init-only: {refused} conntrack setting(s) could not be made (see above)"),
         }
-        return Ok(());
+        return Ok(None);
     }
-    check_host(&args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
-    set_conntrack(&args);
+    check_host(args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
+    set_conntrack(args);
     set_oom_score_adj(args.kube_proxy.oom_score_adj);
-    if !args.is_dry_run() && !args.proxy.multus {
-        // Only a warning: it never holds up the start.
-        let netns = Netns::from_flag(args.netns.clone());
-        std::thread::spawn(move || linux_dataplane::kube_proxy::warn_if_present(&netns));
-    }
     let node = node_name(&args.proxy)?;
-    let chosen = families::choose(&args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
-    let problems = families::problems(&args, &chosen.families);
+    let chosen = families::choose(args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
+    let problems = families::problems(args, &chosen.families);
     if !problems.is_empty() {
         anyhow::bail!("{}; nothing was started", problems.join("; "));
     }
-    let families = chosen.families;
-    let selection = selection(&args.proxy);
     tracing::info!(
         node = %node,
-        families = %families_text(&families),
+        families = %families_text(&chosen.families),
         why = %chosen.why,
-        selector = %selection.label_selector(),
+        selector = %selection(&args.proxy).label_selector(),
         "starting"
     );
+    say_feature_gates(args, &chosen.families);
+    Ok(Some(Start {
+        node,
+        families: chosen.families,
+    }))
+}
 
-    say_feature_gates(&args, &families);
-
-    let shutdown = CancellationToken::new();
-    let tasks = TaskTracker::new();
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let Some(Start { node, families }) = prepare(&args)? else {
+        return Ok(());
+    };
+    let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
+    if !args.is_dry_run() && !args.proxy.multus {
+        // Only a warning: it never holds up the start.
+        let netns = Netns::from_flag(args.netns.clone());
+        tasks.spawn_blocking(move || linux_dataplane::kube_proxy::warn_if_present(&netns));
+    }
     let metrics = Arc::new(Metrics::new(&families, args.proxy.multus));
     // The health server listens before anything else starts, answering
     // 503 until the first sync is written: a probe that cannot connect
     // says nothing an operator can act on.
     let health = Arc::new(ProxierHealth::new(&families, 2 * args.sync_period).counting_into(metrics.health.clone()));
     start_admin_servers(&args, &health, &metrics, &tasks, &shutdown).await?;
-    // Handlers wake `changes`; a forwarder records the queueing time and
-    // wakes the runner.
     let changes = Arc::new(Notify::new());
     let engines: Vec<Engine> = families.iter().map(|f| Engine::new(&node, *f)).collect();
     let (handlers, mut state) = sources::handlers(&args, &node, &engines, &metrics, &changes);
-    sources::start(&args, &selection, handlers, &mut state, &metrics, &tasks, &shutdown).await?;
-    if let Some(facts) = &state.facts {
-        health.follow_node(facts.clone());
-        tasks.spawn(check_against_the_node(
-            families::Settings::of(&args, &families),
-            facts.clone(),
-        ));
-    }
-    for w in &state.watches {
-        health.watch(w.clone());
-    }
+    sources::start(
+        &args,
+        &selection(&args.proxy),
+        handlers,
+        &mut state,
+        &metrics,
+        &tasks,
+        &shutdown,
+    )
+    .await?;
+    follow_the_node(&args, &families, &state, &health, &tasks);
     let health_checks = start_health_check_listeners(&args, families[0], &health, &tasks, &shutdown);
-    let proxiers = sync::proxiers(&args, engines, state.pods.as_ref(), &state.networks, &metrics)?;
+    let (commands, inbox) = node_proxy::actor::channel();
+    let hearing = hear(&args, &commands);
+    let proxiers = proxiers::proxiers(&args, engines, &state, hearing.as_ref(), &metrics)?;
     if let Some(runtime) = proxiers.runtime {
-        tasks.spawn(multus_dataplane::runtime_watch::follow_runtime(
-            runtime,
-            changes.clone(),
-            shutdown.clone(),
-        ));
+        let follow = multus_dataplane::runtime_watch::follow_runtime(runtime, changes.clone(), shutdown.clone());
+        tasks.spawn(follow);
     }
-    let sync_needed = forward_changes(changes, &health, &metrics, &tasks, &shutdown);
-    let repair = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let following = (!args.is_dry_run() && !args.proxy.multus)
-        .then(|| {
-            foreign::follow(
-                Netns::from_flag(args.netns.clone()),
-                repair.clone(),
-                sync_needed.clone(),
-                shutdown.clone(),
-            )
-        })
-        .flatten();
     if let Some(dir) = &args.dry_run_dir {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
     }
     tasks.spawn(stop_on_signal(shutdown.clone()));
-
-    // While the lists arrive, a restart's table is read back and what has
-    // arrived is taken in, so that the first sync after them does only
-    // the rest.
-    let mut proxier_families = proxiers.families;
-    let (lists_done, listing) = std::sync::mpsc::channel::<()>();
-    let read_ahead = tokio::task::spawn_blocking(move || {
-        for p in &mut proxier_families {
-            p.read_ahead();
-        }
-        while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = listing.recv_timeout(ABSORB_EVERY) {
-            for p in &mut proxier_families {
-                p.absorb();
-            }
-        }
-        proxier_families
-    });
-
     if let Some(server) = state.through_own_service.take() {
-        tasks.spawn(unreachable_through_own_service(
-            server,
-            Netns::from_flag(args.netns.clone()),
-            families.clone(),
-            state.listed.clone(),
-            state.watches.clone(),
-            shutdown.clone(),
-        ));
+        let unreachable = unreachable_through_own_service(server, &args, &families, &state, shutdown.clone());
+        tasks.spawn(unreachable);
     }
-    let listed = wait_for_initial_lists(&state, &sync_needed, &shutdown).await;
-    drop(lists_done);
-    if listed {
-        let families = read_ahead
-            .await
-            .map_err(|e| anyhow::anyhow!("reading the table in place: {e}"))?;
-        let mut sync_loop = sync::SyncLoop {
-            proxiers: families,
-            health,
-            metrics,
-            health_checks,
-            proxy: args.proxy.clone(),
-            facts: state.facts.take(),
-            repair,
-            following,
-        };
-        let timing = SyncTiming {
+    tasks.spawn(forward_changes(
+        changes,
+        state.listed.clone(),
+        commands.clone(),
+        shutdown.clone(),
+    ));
+    let actor = SyncActor {
+        proxiers: proxiers.families,
+        health,
+        metrics: metrics.sync.clone(),
+        multus_metrics: metrics.multus.clone(),
+        health_checks,
+        node: state
+            .facts
+            .take()
+            .map(|facts| proxiers::NodeFollower::boxed(&args.proxy, facts)),
+        timing: SyncTiming {
             pacing: Pacing::from_min_sync_period(args.min_sync_period),
             max_interval: args.sync_period,
             ..SyncTiming::default()
-        };
-        // The syncs run on a thread of their own (they wait on nft and on
-        // netlink); the runner here decides when, and hands each over.
-        let (to_sync, syncs) = std::sync::mpsc::channel::<(SyncReason, oneshot::Sender<SyncResult>)>();
-        let sync_thread = std::thread::Builder::new()
-            .name("proxyd-sync".into())
-            .spawn(move || {
-                for (reason, reply) in syncs {
-                    let _ = reply.send(sync_loop.sync(reason));
-                }
-            })
-            .map_err(|e| anyhow::anyhow!("cannot start the sync thread: {e}"))?;
-        let stopped = shutdown.clone();
-        SyncRunner::new(timing, sync_needed)
-            .run(
-                |reason| {
-                    let (reply, result) = oneshot::channel();
-                    let sent = to_sync.send((reason, reply));
-                    let stopped = stopped.clone();
-                    async move {
-                        sent.map_err(|_| "the sync thread stopped".to_owned())?;
-                        result.await.unwrap_or_else(|_| {
-                            stopped.cancel();
-                            Err("the sync thread stopped".to_owned())
-                        })
-                    }
-                },
-                shutdown.clone().cancelled_owned(),
-            )
-            .await;
-        drop(to_sync);
-        if let Err(panic) = sync_thread.join() {
-            std::panic::resume_unwind(panic);
-        }
-    }
-    shutdown.cancel();
+        },
+        hearing,
+    };
+    let ended = shutdown.clone().drop_guard();
+    let actor = actor
+        .spawn(inbox, move || drop(ended))
+        .map_err(|e| anyhow::anyhow!("cannot start the sync thread: {e}"))?;
+    shutdown.cancelled().await;
+    tokio::task::spawn_blocking(move || node_proxy::actor::stop(&commands, actor)).await?;
     tasks.close();
     tasks.wait().await;
     if args.is_dry_run() {
@@ -399,6 +334,49 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::info!("stopped; the rules stay in place");
     }
     Ok(())
+}
+
+/// Health follows the Node (its deletion or draining), and the
+/// configuration is checked against it once its addresses are known.
+fn follow_the_node(
+    args: &RunArgs,
+    families: &[IpFamily],
+    state: &sources::SourceState,
+    health: &Arc<ProxierHealth>,
+    tasks: &TaskTracker,
+) {
+    if let Some(facts) = &state.facts {
+        health.follow_node(facts.clone());
+        tasks.spawn(check_against_the_node(
+            families::IpConfig::of(args, families),
+            facts.clone(),
+        ));
+    }
+    for w in &state.watches {
+        health.watch(w.clone());
+    }
+}
+
+/// Hears the node's nftables for other programs' changes, each handed to
+/// the sync actor as a repair (node mode, not in a dry run).
+fn hear(args: &RunArgs, commands: &Commands) -> Option<Hearing> {
+    if args.is_dry_run() || args.proxy.multus {
+        return None;
+    }
+    let commands = commands.clone();
+    let on_change: linux_dataplane::hearing::OnChange = Arc::new(move |change| {
+        // Fails only once the actor has stopped: nothing left to repair.
+        let _ = commands.send(Command::Repair(change));
+    });
+    let netns = Netns::from_flag(args.netns.clone());
+    Hearing::start(&netns, nft_dataplane::names::TABLE, on_change)
+        .inspect_err(|e| {
+            tracing::warn!(
+                "cannot follow nftables changes ({e}): a table changed by another program is repaired at the next \
+                 periodic sync"
+            );
+        })
+        .ok()
 }
 
 /// Binds a server address given on the command line.
@@ -483,31 +461,34 @@ fn start_health_check_listeners(
     tx
 }
 
-/// Records when a change was queued (health, metrics) and wakes the sync
-/// runner through the returned `Notify` (which coalesces wake-ups).
-fn forward_changes(
+/// Tells the sync actor of each change the sources make (`changes`
+/// coalesces wake-ups), and once, when every kind's first list is in.
+async fn forward_changes(
     changes: Arc<Notify>,
-    health: &Arc<ProxierHealth>,
-    metrics: &Arc<Metrics>,
-    tasks: &TaskTracker,
-    shutdown: &CancellationToken,
-) -> Arc<Notify> {
-    let sync_needed = Arc::new(Notify::new());
-    let (health, metrics, wake, shutdown) = (health.clone(), metrics.clone(), sync_needed.clone(), shutdown.clone());
-    tasks.spawn(async move {
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                () = changes.notified() => {
-                    let now = SystemTime::now();
-                    health.queued(now);
-                    metrics.sync.queued(now);
-                    wake.notify_one();
-                }
+    listed: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    commands: Commands,
+    shutdown: CancellationToken,
+) {
+    tracing::info!("waiting for the initial lists");
+    let waiting = std::time::Instant::now();
+    let all_listed = || listed.iter().all(|l| l.load(std::sync::atomic::Ordering::Acquire));
+    let mut told_listed = false;
+    loop {
+        if !told_listed && all_listed() {
+            tracing::info!(took_ms = waiting.elapsed().as_millis(), "initial lists complete");
+            told_listed = true;
+            if commands.send(Command::Listed).is_err() {
+                return;
             }
         }
-    });
-    sync_needed
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = changes.notified() => {}
+        }
+        if commands.send(Command::Changed(SystemTime::now())).is_err() {
+            return;
+        }
+    }
 }
 
 /// How long the first lists may take before proxyd looks into why, when
@@ -521,7 +502,19 @@ const UNLISTED_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 /// makes reachable: when a watch has failed, or the lists have not come
 /// within [`UNLISTED_AFTER`], and no proxyd table is on the node (a table
 /// left by an earlier run still routes the Service's address).
-async fn unreachable_through_own_service(
+fn unreachable_through_own_service(
+    server: String,
+    args: &RunArgs,
+    families: &[IpFamily],
+    state: &sources::SourceState,
+    shutdown: CancellationToken,
+) -> impl std::future::Future<Output = ()> + use<> {
+    let (netns, families) = (Netns::from_flag(args.netns.clone()), families.to_vec());
+    let (listed, watches) = (state.listed.clone(), state.watches.clone());
+    say_unreachable(server, netns, families, listed, watches, shutdown)
+}
+
+async fn say_unreachable(
     server: String,
     netns: Netns,
     families: Vec<IpFamily>,
@@ -544,15 +537,16 @@ async fn unreachable_through_own_service(
             break;
         }
     }
-    let tables = tokio::task::spawn_blocking(move || {
-        linux_dataplane::NftNetlink::open(&netns).and_then(|mut nft| foreign::tables(&mut nft, &families))
+    let any_table = tokio::task::spawn_blocking(move || {
+        let mut nft = linux_dataplane::NftNetlink::open(&netns)?;
+        families.iter().try_fold(false, |any, f| {
+            Ok::<_, std::io::Error>(any || nft.table_exists(*f, nft_dataplane::names::TABLE)?)
+        })
     })
     .await;
     // Without a look at the table (no access, a dry run's host), the hint
     // is still the likeliest cause.
-    if let Ok(Ok(tables)) = &tables
-        && tables.iter().any(|t| *t)
-    {
+    if let Ok(Ok(true)) = any_table {
         return;
     }
     tracing::error!(
@@ -563,28 +557,6 @@ async fn unreachable_through_own_service(
          kubeconfig.conf, or --kubeconfig; the address `kubectl cluster-info` prints, kubeadm's \
          controlPlaneEndpoint)"
     );
-}
-
-/// Waits until every kind is listed; never syncs a half-known cluster
-/// (it would look like deleted services). False when cancelled first.
-async fn wait_for_initial_lists(
-    state: &sources::SourceState,
-    sync_needed: &Notify,
-    shutdown: &CancellationToken,
-) -> bool {
-    tracing::info!("waiting for the initial lists");
-    let waiting = std::time::Instant::now();
-    // Every handler wakes the loop when its first list is in.
-    loop {
-        if state.all_listed() {
-            tracing::info!(took_ms = waiting.elapsed().as_millis(), "initial lists complete");
-            return true;
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return false,
-            () = sync_needed.notified() => {}
-        }
-    }
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT.

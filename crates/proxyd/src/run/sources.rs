@@ -1,7 +1,7 @@
 //! Where a run's objects come from: the handlers that feed the engines,
 //! and the tasks that drive them, API watches or the manifest files.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use informer_glue::feed::{Part, Scope};
@@ -56,13 +56,6 @@ pub struct SourceState {
     /// The API server's address, when the watches reach it through the
     /// `kubernetes` Service (the in-cluster configuration).
     pub through_own_service: Option<String>,
-}
-
-impl SourceState {
-    /// Whether every kind has been listed once.
-    pub fn all_listed(&self) -> bool {
-        self.listed.iter().all(|l| l.load(Ordering::Acquire))
-    }
 }
 
 /// Handlers feeding `engines` (one per family), waking `changes`; their

@@ -391,7 +391,7 @@ mod tests {
 
     #[test]
     fn min_sync_period_unset_or_kubeadms_zero_is_the_cost_bound_default() {
-        use node_proxy::sync_runner::Pacing;
+        use node_proxy::schedule::Pacing;
         let kubeadm = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/kubeadm-kube-proxy-config.conf"

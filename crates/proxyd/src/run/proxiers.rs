@@ -1,30 +1,27 @@
-//! The proxiers of a run and one sync of all of them: what the sync
-//! runner calls, once per sync.
+//! The proxiers of a run, of the mode the flags ask for, and what the
+//! sync actor hands them of this node's objects before each sync.
 
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
 
-use informer_glue::multus::{PodStore, ServiceNetworks};
 use informer_glue::node::NodeFacts;
 use slice_model::IpFamily;
 use tokio::sync::watch;
 
+use super::sources::SourceState;
 use crate::effective::effective;
 use crate::metrics_registry::Metrics;
 use crate::settings::flags::{ProxyArgs, RunArgs};
 use endpoints_map::Engine;
 use linux_dataplane::{Conntrack, NetlinkConntrack, NoConntrack};
-use linux_dataplane::{DryRun, Netns, WatchedNft};
+use linux_dataplane::{DryRun, Hearing, Netns, WatchedNft};
 use multus_dataplane::backend::{Commands, DryRunPods};
 use multus_dataplane::cri::CriResolver;
 use multus_dataplane::{MultusProxier, NetnsDir, PodBackend, PodNetnsResolver};
 use nft_dataplane::{Dataplane, DataplaneConfig};
+use node_proxy::actor::FollowNode;
 use node_proxy::family::FamilyProxier;
-use node_proxy::family::HealthChecks;
-use node_proxy::health::ProxierHealth;
 use node_proxy::localhost_relay::LocalhostRelay;
 use node_proxy::proxier::Proxier;
-use node_proxy::sync_runner::{Outcome, SyncReason};
 
 /// The proxiers of a run, and the container runtime multus mode follows.
 pub struct Proxiers {
@@ -36,17 +33,19 @@ pub struct Proxiers {
 }
 
 /// The proxiers `args` ask for, one per engine: the one place that decides
-/// the mode. Multus mode's (each selected pod's tables) when `pods` are
-/// kept, else the node's (this node's namespace, or --netns).
+/// the mode. Multus mode's (each selected pod's tables) when the sources
+/// keep pods, else the node's (this node's namespace, or --netns), whose
+/// writers `hearing` listens around.
 pub fn proxiers(
     args: &RunArgs,
     engines: Vec<Engine>,
-    pods: Option<&Arc<Mutex<PodStore>>>,
-    networks: &Arc<Mutex<ServiceNetworks>>,
+    sources: &SourceState,
+    hearing: Option<&Hearing>,
     metrics: &Metrics,
 ) -> anyhow::Result<Proxiers> {
-    let Some(pods) = pods else {
-        let families = node_proxiers(args, engines, metrics).into_iter();
+    let networks = &sources.networks;
+    let Some(pods) = sources.pods.as_ref() else {
+        let families = node_proxiers(args, engines, hearing, metrics).into_iter();
         return Ok(Proxiers {
             families: families.map(|p| Box::new(p) as Box<dyn FamilyProxier>).collect(),
             runtime: None,
@@ -95,7 +94,7 @@ fn pod_namespaces(args: &RunArgs) -> anyhow::Result<(SharedResolver, Option<CriR
 /// One resolver the families share.
 type SharedResolver = Arc<Mutex<dyn PodNetnsResolver>>;
 
-fn node_proxiers(args: &RunArgs, engines: Vec<Engine>, metrics: &Metrics) -> Vec<Proxier> {
+fn node_proxiers(args: &RunArgs, engines: Vec<Engine>, hearing: Option<&Hearing>, metrics: &Metrics) -> Vec<Proxier> {
     let dual_stack = engines.len() > 1;
     engines
         .into_iter()
@@ -117,7 +116,11 @@ fn node_proxiers(args: &RunArgs, engines: Vec<Engine>, metrics: &Metrics) -> Vec
                     },
                 })
             } else {
-                Box::new(WatchedNft::with_writer(netns.clone(), args.nft_writer))
+                let nft = WatchedNft::with_writer(netns.clone(), args.nft_writer);
+                Box::new(match hearing {
+                    Some(h) => nft.heard_by(h.ear()),
+                    None => nft,
+                })
             };
             let conntrack: Box<dyn Conntrack + Send> = if args.is_dry_run() || args.no_conntrack {
                 Box::new(NoConntrack)
@@ -150,114 +153,41 @@ fn localhost_relay(args: &RunArgs, family: IpFamily, netns: Netns, metrics: &Met
     Some(relay)
 }
 
-/// Everything one sync touches besides the proxiers.
-pub struct SyncLoop {
-    /// The proxiers, one per family, of either mode.
-    pub proxiers: Vec<Box<dyn FamilyProxier>>,
-    /// `/healthz`'s state.
-    pub health: Arc<ProxierHealth>,
-    /// The metrics.
-    pub metrics: Arc<Metrics>,
-    /// Where the health-check listeners learn what to serve.
-    pub health_checks: watch::Sender<HealthChecks>,
+/// What the sources say of this node besides Services and slices (its
+/// Node's zone, pod ranges and primary addresses, the ServiceCIDRs),
+/// combined with the flags ([`effective`]), for the node's proxiers.
+pub struct NodeFollower {
     /// The flags, which win over what the sources say.
-    pub proxy: ProxyArgs,
-    /// What the sources say of this node (its Node, the ServiceCIDRs);
-    /// `None` in multus mode.
-    pub facts: Option<watch::Receiver<NodeFacts>>,
-    /// Set when another process changed the ruleset: the next sync
-    /// rewrites every family's table whole.
-    pub repair: Arc<std::sync::atomic::AtomicBool>,
-    /// Following other programs' changes, stopped while this loop writes
-    /// (node mode, when nftables can be followed).
-    pub following: Option<super::foreign::WhileWriting>,
+    proxy: ProxyArgs,
+    facts: watch::Receiver<NodeFacts>,
 }
 
-impl SyncLoop {
-    /// One sync of every family; the error (every family's that failed)
-    /// is logged once, by the runner, with its retry.
-    pub fn sync(&mut self, reason: SyncReason) -> Result<Outcome, String> {
-        self.follow_sources(reason);
-        if self.repair.swap(false, std::sync::atomic::Ordering::AcqRel) {
-            for p in &mut self.proxiers {
-                p.repair();
-            }
-        }
-        let Some(mut following) = self.following.take() else {
-            return self.sync_families(reason);
-        };
-        let result = following.quietly(|| self.sync_families(reason));
-        self.following = Some(following);
-        result
-    }
-
-    fn sync_families(&mut self, reason: SyncReason) -> Result<Outcome, String> {
-        let mut outcome = Outcome::Done;
-        let mut failures = Vec::new();
-        let mut full = false;
-        for p in &mut self.proxiers {
-            match super::family::sync(p.as_mut(), reason, &self.metrics) {
-                Ok(done) => {
-                    self.health.updated(p.family(), SystemTime::now());
-                    if done.outcome == Outcome::Incomplete {
-                        outcome = Outcome::Incomplete;
-                    }
-                    full |= done.full;
-                }
-                Err(e) => failures.push(format!("{}: {e}", p.family())),
-            }
-        }
-        if full {
-            release_free_memory();
-        }
-        self.publish_health_checks();
-        if failures.is_empty() {
-            Ok(outcome)
-        } else {
-            Err(format!(
-                "{}; the next sync rewrites the whole table",
-                failures.join("; ")
-            ))
-        }
-    }
-
-    /// One listener per service; with two families, the larger local count.
-    fn publish_health_checks(&self) {
-        let mut merged = HealthChecks::new();
-        for checks in self.proxiers.iter().filter_map(|p| p.health_checks()) {
-            for (name, (port, count)) in checks {
-                let e = merged.entry(name.clone()).or_insert((*port, 0));
-                e.1 = e.1.max(*count);
-            }
-        }
-        self.health_checks.send_if_modified(|current| {
-            let changed = *current != merged;
-            *current = merged;
-            changed
-        });
+impl NodeFollower {
+    /// Follows `facts` for proxiers run with `proxy`.
+    pub fn boxed(proxy: &ProxyArgs, facts: watch::Receiver<NodeFacts>) -> Box<dyn FollowNode> {
+        Box::new(Self {
+            proxy: proxy.clone(),
+            facts,
+        })
     }
 }
 
 /// The receiver's value when it changed since the last look (or
 /// `always`).
-fn changed<T: Clone>(rx: &mut Option<watch::Receiver<T>>, always: bool) -> Option<T> {
-    let rx = rx.as_mut()?;
+fn changed<T: Clone>(rx: &mut watch::Receiver<T>, always: bool) -> Option<T> {
     (always || rx.has_changed().unwrap_or(false)).then(|| rx.borrow_and_update().clone())
 }
 
-impl SyncLoop {
-    /// What the sources say of this node besides Services and slices (its
-    /// Node's zone, pod ranges and primary addresses, the ServiceCIDRs)
-    /// reaches the node's proxiers here, through [`effective`]: each
-    /// rewrites its table on this sync when its configuration changed.
-    fn follow_sources(&mut self, reason: SyncReason) {
-        let first = reason == SyncReason::Initial;
+impl FollowNode for NodeFollower {
+    /// Each proxier rewrites its table on this sync when its configuration
+    /// changed.
+    fn follow(&mut self, proxiers: &mut [Box<dyn FamilyProxier>], first: bool) {
         let Some(facts) = changed(&mut self.facts, first) else {
             return;
         };
         let wanted = effective(&self.proxy, &facts);
         let mut before = None;
-        for p in &mut self.proxiers {
+        for p in proxiers {
             before = p.follow_node(&wanted).or(before);
         }
         let Some(before) = before else {
@@ -281,35 +211,5 @@ impl SyncLoop {
                 "this node's zone changed: every service is rewritten"
             );
         }
-    }
-}
-
-/// Gives the allocator's free pages back to the kernel. A full sync follows
-/// the bursts that free the most memory (the initial lists, a relist, a
-/// restart), so the loop calls it after a sync in which any family wrote
-/// its whole table: once, however many families did.
-fn release_free_memory() {
-    let started = std::time::Instant::now();
-    let released = linux_dataplane::process::release_free_memory();
-    tracing::debug!(
-        released,
-        took_us = started.elapsed().as_micros() as u64,
-        "returned free memory to the kernel"
-    );
-}
-
-/// The families, as the log writes them: `ipv4`, `ipv4,ipv6`.
-pub fn families_text(families: &[IpFamily]) -> String {
-    let names: Vec<&str> = families.iter().map(|f| f.as_str()).collect();
-    names.join(",")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn families_are_written_as_the_log_writes_them() {
-        assert_eq!(families_text(&[IpFamily::V4, IpFamily::V6]), "ipv4,ipv6");
     }
 }
