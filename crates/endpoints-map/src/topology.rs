@@ -23,9 +23,9 @@ use slice_model::{Endpoint, NodeHint, ServicePortInfo};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TrafficPolicies {
     /// `internalTrafficPolicy: Local`.
-    pub internal_local: bool,
+    pub internal_policy_local: bool,
     /// `externalTrafficPolicy: Local`.
-    pub external_local: bool,
+    pub external_policy_local: bool,
     /// Reachable from outside the cluster: a node port, external IPs or
     /// load-balancer IPs.
     pub externally_accessible: bool,
@@ -35,20 +35,20 @@ impl TrafficPolicies {
     /// The policies of one service port, as a proxier of its family sees it.
     pub fn of(port: &ServicePortInfo) -> Self {
         Self {
-            internal_local: port.internal_policy_local,
-            external_local: port.external_policy_local,
+            internal_policy_local: port.internal_policy_local,
+            external_policy_local: port.external_policy_local,
             externally_accessible: port.externally_accessible(),
         }
     }
 
     /// Whether some traffic to the port uses Cluster policy.
     pub fn uses_cluster_endpoints(&self) -> bool {
-        !self.internal_local || (self.externally_accessible && !self.external_local)
+        !self.internal_policy_local || (self.externally_accessible && !self.external_policy_local)
     }
 
     /// Whether some traffic to the port uses Local policy.
     pub fn uses_local_endpoints(&self) -> bool {
-        self.internal_local || (self.externally_accessible && self.external_local)
+        self.internal_policy_local || (self.externally_accessible && self.external_policy_local)
     }
 }
 
@@ -347,18 +347,18 @@ mod tests {
     }
 
     const CLUSTER: TrafficPolicies = TrafficPolicies {
-        internal_local: false,
-        external_local: false,
+        internal_policy_local: false,
+        external_policy_local: false,
         externally_accessible: false,
     };
     const ITP_LOCAL: TrafficPolicies = TrafficPolicies {
-        internal_local: true,
-        external_local: false,
+        internal_policy_local: true,
+        external_policy_local: false,
         externally_accessible: false,
     };
     const ETP_LOCAL: TrafficPolicies = TrafficPolicies {
-        internal_local: false,
-        external_local: true,
+        internal_policy_local: false,
+        external_policy_local: true,
         externally_accessible: true,
     };
 
@@ -710,8 +710,8 @@ mod tests {
         for eps in &lists {
             for bits in 0..8u8 {
                 let policies = TrafficPolicies {
-                    internal_local: bits & 1 != 0,
-                    external_local: bits & 2 != 0,
+                    internal_policy_local: bits & 1 != 0,
+                    external_policy_local: bits & 2 != 0,
                     externally_accessible: bits & 4 != 0,
                 };
                 for zone in [None, Some("a")] {

@@ -218,8 +218,8 @@ impl ServiceEndpoints {
             .map(TrafficPolicies::of)
             .unwrap_or_default();
         let local = match traffic {
-            Traffic::Internal => policies.internal_local,
-            Traffic::External => policies.external_local,
+            Traffic::Internal => policies.internal_policy_local,
+            Traffic::External => policies.external_policy_local,
         };
         // The policy this traffic uses must be one categorize computes.
         let policies = TrafficPolicies {

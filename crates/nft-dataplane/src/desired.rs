@@ -215,13 +215,13 @@ pub struct ServiceTarget {
     /// Load-balancer ingress IPs of this family.
     pub load_balancer_ips: Vec<IpAddr>,
     /// Sources allowed to reach the load-balancer IPs (empty: all).
-    pub source_ranges: Vec<IpNet>,
+    pub load_balancer_source_ranges: Vec<IpNet>,
     /// ClientIP affinity timeout.
-    pub affinity: Option<Duration>,
+    pub session_affinity: Option<Duration>,
     /// `internalTrafficPolicy: Local`.
-    pub internal_local: bool,
+    pub internal_policy_local: bool,
     /// `externalTrafficPolicy: Local`.
-    pub external_local: bool,
+    pub external_policy_local: bool,
     /// How hints narrowed the Cluster-policy endpoints.
     pub topology: TopologyMode,
     /// Endpoints for traffic to the cluster IP (internal traffic policy).
@@ -271,10 +271,10 @@ impl ServiceTarget {
             node_port: port.node_port.map(|p| p.get()),
             external_ips: port.external_ips.clone(),
             load_balancer_ips: port.load_balancer_ips.clone(),
-            source_ranges: port.load_balancer_source_ranges.clone(),
-            affinity: port.session_affinity,
-            internal_local: port.internal_policy_local,
-            external_local: port.external_policy_local,
+            load_balancer_source_ranges: port.load_balancer_source_ranges.clone(),
+            session_affinity: port.session_affinity,
+            internal_policy_local: port.internal_policy_local,
+            external_policy_local: port.external_policy_local,
             topology: chosen.topology,
             internal: group(port.internal_policy_local),
             external: policies
@@ -306,11 +306,11 @@ impl NoLocalEndpoints {
         Self {
             internal: targets
                 .iter()
-                .filter(|t| dropped(t.internal_local, Some(&t.internal)))
+                .filter(|t| dropped(t.internal_policy_local, Some(&t.internal)))
                 .count(),
             external: targets
                 .iter()
-                .filter(|t| dropped(t.external_local, t.external.as_ref()))
+                .filter(|t| dropped(t.external_policy_local, t.external.as_ref()))
                 .count(),
         }
     }
@@ -349,7 +349,7 @@ pub fn plan_service(
             if config.scope == Scope::Pod {
                 // A pod reaches a service only through its cluster IP.
                 t.external = None;
-                t.external_local = false;
+                t.external_policy_local = false;
             }
             t
         })

@@ -352,10 +352,12 @@ fn chain_base(t: &ServiceTarget) -> String {
 
 fn needs_chains(t: &ServiceTarget) -> bool {
     let big = |g: &EndpointGroup| g.backends.len() > usize::from(MAX_SLOTS);
-    t.affinity.is_some()
+    t.session_affinity.is_some()
         || big(&t.internal)
         || t.external.as_ref().is_some_and(|g| {
-            big(g) || t.external_local || (!t.source_ranges.is_empty() && !t.load_balancer_ips.is_empty())
+            big(g)
+                || t.external_policy_local
+                || (!t.load_balancer_source_ranges.is_empty() && !t.load_balancer_ips.is_empty())
         })
 }
 
@@ -363,7 +365,7 @@ fn needs_chains(t: &ServiceTarget) -> bool {
 /// and the node itself through the cluster endpoints: only traffic from
 /// outside the cluster is dropped, by its external chain.
 fn serves_inside_only(t: &ServiceTarget, group: &EndpointGroup) -> bool {
-    t.external_local && group.verdict() == GroupVerdict::Drop && t.internal.verdict() == GroupVerdict::Forward
+    t.external_policy_local && group.verdict() == GroupVerdict::Drop && t.internal.verdict() == GroupVerdict::Forward
 }
 
 fn build_port(
@@ -408,7 +410,7 @@ fn build_port(
                 frontend,
             }),
             GroupVerdict::Forward if chains => {
-                let firewall = kind == FrontendKind::LoadBalancer && !t.source_ranges.is_empty();
+                let firewall = kind == FrontendKind::LoadBalancer && !t.load_balancer_source_ranges.is_empty();
                 let chain = match (internal, firewall) {
                     (true, _) => ChainId::Svc(base.clone()),
                     (false, true) => ChainId::Fw(base.clone()),
@@ -441,7 +443,7 @@ fn build_port(
     // An external-Local port sends pods and the node itself to the
     // internal chain, so it needs that chain even without a cluster-IP
     // frontend of its own.
-    let short_circuit = used_external && t.external_local && t.internal.verdict() == GroupVerdict::Forward;
+    let short_circuit = used_external && t.external_policy_local && t.internal.verdict() == GroupVerdict::Forward;
     if used_internal || short_circuit {
         let mut rules = Vec::new();
         if config.masquerade_all {
@@ -455,7 +457,7 @@ fn build_port(
     }
     if let (true, Some(group)) = (used_external, external) {
         let mut rules = Vec::new();
-        if t.external_local {
+        if t.external_policy_local {
             if short_circuit {
                 if let Some((from_pods, _)) = &local {
                     rules.push(Rule::new(vec![from_pods.clone()], vec![Statement::Goto(svc.clone())]));
@@ -475,7 +477,7 @@ fn build_port(
             id: ChainId::Fw(base.clone()),
             rules: vec![
                 Rule::new(
-                    vec![Match::SourceIn(t.source_ranges.clone())],
+                    vec![Match::SourceIn(t.load_balancer_source_ranges.clone())],
                     vec![Statement::Goto(ChainId::Ext(base.clone()))],
                 ),
                 Rule::always(vec![Statement::Drop]),
@@ -541,7 +543,7 @@ fn load_balance(
         return;
     }
     let width = |positions: &[SocketAddr]| u32::try_from(positions.len()).unwrap_or(u32::MAX);
-    let Some(timeout) = t.affinity else {
+    let Some(timeout) = t.session_affinity else {
         // More than one endpoint: picked through a named map of the chain's
         // own, never an inline one. A change to one endpoint is then an
         // element, not a rewrite of the rule that holds them all; and an

@@ -63,7 +63,7 @@ pub struct Relayed {
     /// The endpoints new connections go to.
     pub endpoints: Vec<SocketAddr>,
     /// ClientIP affinity's timeout.
-    pub affinity: Option<Duration>,
+    pub session_affinity: Option<Duration>,
 }
 
 impl Relayed {
@@ -80,7 +80,7 @@ impl Relayed {
             Self {
                 name: target.name.clone(),
                 endpoints: group.backends.iter().map(|b| b.addr).collect(),
-                affinity: target.affinity,
+                session_affinity: target.session_affinity,
             },
         ))
     }
@@ -121,7 +121,7 @@ impl Targets {
     /// The endpoint for a new connection at `now`.
     fn pick(&mut self, now: Instant) -> Option<SocketAddr> {
         let endpoints = &self.relayed.endpoints;
-        if let (Some(timeout), Some((pinned, used))) = (self.relayed.affinity, self.pinned)
+        if let (Some(timeout), Some((pinned, used))) = (self.relayed.session_affinity, self.pinned)
             && now.duration_since(used) <= timeout
             && endpoints.contains(&pinned)
         {
@@ -131,7 +131,7 @@ impl Targets {
         self.picks = self.picks.wrapping_add(1);
         let at = usize::try_from(random(self.picks) % endpoints.len().max(1) as u64).unwrap_or(0);
         let chosen = *endpoints.get(at)?;
-        if self.relayed.affinity.is_some() {
+        if self.relayed.session_affinity.is_some() {
             self.pinned = Some((chosen, now));
         }
         Some(chosen)
@@ -139,7 +139,7 @@ impl Targets {
 
     /// New endpoints; a changed affinity drops the pin.
     fn follow(&mut self, relayed: Relayed) {
-        if relayed.affinity != self.relayed.affinity {
+        if relayed.session_affinity != self.relayed.session_affinity {
             self.pinned = None;
         }
         self.relayed = relayed;
@@ -463,11 +463,11 @@ async fn splice_one_way(from: &TcpStream, to: &TcpStream, pipes: &Pipes) -> io::
 mod tests {
     use super::*;
 
-    fn relayed(endpoints: &[&str], affinity: Option<u64>) -> Relayed {
+    fn relayed(endpoints: &[&str], session_affinity: Option<u64>) -> Relayed {
         Relayed {
             name: ServicePortName::new(ServiceName::new("ns", "web"), "http", Protocol::Tcp),
             endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
-            affinity: affinity.map(Duration::from_secs),
+            session_affinity: session_affinity.map(Duration::from_secs),
         }
     }
 
