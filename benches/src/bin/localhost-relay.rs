@@ -176,12 +176,22 @@ fn main() {
     let update = engine.update();
     let metrics = RelayMetrics::default();
     let mut relay = LocalhostRelay::new(IpFamily::V4, Netns::Current, runtime.handle().clone(), metrics.clone());
-    relay.follow(
-        &update.changed,
-        &engine.services,
-        &engine.endpoints,
-        &DataplaneConfig::new(IpFamily::V4),
-    );
+    let config = DataplaneConfig::new(IpFamily::V4);
+    let planned = nft_dataplane::Planned {
+        full: false,
+        services: update
+            .changed
+            .iter()
+            .map(|name| {
+                let targets = nft_dataplane::desired::plan_service(name, &engine.services, &engine.endpoints, &config);
+                (
+                    name.clone(),
+                    targets.into_iter().filter(LocalhostRelay::reads).collect(),
+                )
+            })
+            .collect(),
+    };
+    relay.follow(&planned);
     assert_eq!(metrics.listeners.get(), 1, "the relay listens");
     let relayed = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), node_port);
 

@@ -21,7 +21,7 @@ pub use desired::{DataplaneConfig, LocalDetector, ServiceTarget};
 pub use digest::RulesDigest;
 pub use fragment::Fragment;
 pub use kernel::KernelModel;
-pub use syncer::{NftSyncer, SyncKind, SyncReport};
+pub use syncer::{NftSyncer, PlanFilter, Planned, SyncKind, SyncReport};
 pub use target::{Target, Written};
 pub use transaction::{Op, Transaction};
 

@@ -14,7 +14,7 @@ use endpoints_map::{EndpointsMap, EngineUpdate, ServicesMap};
 use slice_model::ServiceName;
 
 use crate::stale_flows::Flow;
-use crate::{Dataplane, DataplaneError, NftSyncer, SyncKind, SyncReport};
+use crate::{Dataplane, DataplaneError, NftSyncer, Planned, SyncKind, SyncReport};
 
 /// A table and what it owes.
 pub struct Target<D> {
@@ -37,6 +37,9 @@ pub struct Written {
     pub flows: Vec<Flow>,
     /// `last-change-trigger-time`s of the changes now programmed.
     pub trigger_times: Vec<SystemTime>,
+    /// What the sync planned, when the syncer keeps plans
+    /// ([`NftSyncer::keep_plans`]).
+    pub plans: Option<Planned>,
 }
 
 impl<D: Dataplane> Target<D> {
@@ -108,6 +111,7 @@ impl<D: Dataplane> Target<D> {
             services: std::mem::take(&mut self.services),
             flows: std::mem::take(&mut self.flows).into_iter().collect(),
             trigger_times: std::mem::take(&mut self.trigger_times),
+            plans: self.syncer.take_plans(),
         })
     }
 }
@@ -222,5 +226,59 @@ mod tests {
             .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
             .unwrap();
         assert!(written.services.is_empty() && written.flows.is_empty() && written.trigger_times.is_empty());
+    }
+
+    /// The plans a sync made reach its reader once it succeeded, and only
+    /// then: the whole table's on a full sync, the changed services' on a
+    /// partial one, nothing of a failed one; only the targets kept.
+    #[test]
+    fn a_successful_syncs_plans_are_handed_over_once() {
+        let mut engine = Engine::new("node-1", IpFamily::V4);
+        let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), Flaky::default());
+        syncer.keep_plans(|t| t.port == 53);
+        let mut target = Target::new(syncer);
+        let sync = |engine: &mut Engine, target: &mut Target<Flaky>| {
+            let update = engine.update();
+            target.owe(&update, &plan(&update, &engine.services), |_| true, |_| true);
+            target.sync(&engine.services, &engine.endpoints, SyncKind::Changes)
+        };
+        dns(&mut engine, "10.1.0.1", 1);
+        let first = sync(&mut engine, &mut target).unwrap().plans.unwrap();
+        assert!(first.full);
+        let dns_name = ServiceName::new("ns", "dns");
+        let backends = |p: &Planned| -> Vec<String> {
+            p.services[&dns_name][0]
+                .internal
+                .backends
+                .iter()
+                .map(|b| b.addr.ip().to_string())
+                .collect()
+        };
+        assert_eq!(backends(&first), ["10.1.0.1"]);
+        assert!(target.syncer_mut().take_plans().is_none(), "taken once");
+
+        target.syncer_mut().dataplane().failing = true;
+        dns(&mut engine, "10.1.0.2", 2);
+        assert!(sync(&mut engine, &mut target).is_err());
+        assert!(
+            target.syncer_mut().take_plans().is_none(),
+            "a failed sync's plans are not the kernel's"
+        );
+
+        target.syncer_mut().dataplane().failing = false;
+        dns(&mut engine, "10.1.0.3", 3);
+        let again = sync(&mut engine, &mut target).unwrap().plans.unwrap();
+        assert!(again.full, "after a failure");
+        assert_eq!(backends(&again), ["10.1.0.3"]);
+        dns(&mut engine, "10.1.0.4", 4);
+        let partial = sync(&mut engine, &mut target).unwrap().plans.unwrap();
+        assert!(!partial.full);
+        assert_eq!(backends(&partial), ["10.1.0.4"]);
+
+        // A reader that keeps no target of the service learns it has none.
+        target.syncer_mut().keep_plans(|_| false);
+        dns(&mut engine, "10.1.0.5", 5);
+        let none = sync(&mut engine, &mut target).unwrap().plans.unwrap();
+        assert_eq!(none.services.get(&dns_name).map(Vec::len), Some(0));
     }
 }

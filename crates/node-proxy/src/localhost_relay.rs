@@ -29,10 +29,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use endpoints_map::{EndpointsMap, ServicesMap};
 use linux_dataplane::Netns;
-use nft_dataplane::DataplaneConfig;
-use nft_dataplane::desired::{ServiceTarget, plan_service};
+use nft_dataplane::{Planned, ServiceTarget};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use slice_model::internal::lock;
@@ -175,20 +173,22 @@ impl LocalhostRelay {
         }
     }
 
-    /// Follows `services` (those a sync wrote): their node ports are
-    /// planned again from the maps, with the dataplane's configuration.
-    pub fn follow<'a>(
-        &mut self,
-        services: impl IntoIterator<Item = &'a ServiceName>,
-        services_map: &ServicesMap,
-        endpoints_map: &EndpointsMap,
-        config: &DataplaneConfig,
-    ) {
-        for name in services {
-            let ports: BTreeMap<u16, Relayed> = plan_service(name, services_map, endpoints_map, config)
-                .iter()
-                .filter_map(Relayed::of)
-                .collect();
+    /// The targets a relay reads of the syncer's plans
+    /// ([`nft_dataplane::NftSyncer::keep_plans`]): those with a TCP node
+    /// port.
+    pub fn reads(target: &ServiceTarget) -> bool {
+        target.node_port.is_some() && target.protocol() == Protocol::Tcp
+    }
+
+    /// Follows what a sync planned (and wrote): each planned service's
+    /// node ports; after a full sync, services it did not plan lose their
+    /// listeners.
+    pub fn follow(&mut self, planned: &Planned) {
+        if planned.full {
+            self.wanted.retain(|name, _| planned.services.contains_key(name));
+        }
+        for (name, targets) in &planned.services {
+            let ports: BTreeMap<u16, Relayed> = targets.iter().filter_map(Relayed::of).collect();
             if ports.is_empty() {
                 self.wanted.remove(name);
             } else {
@@ -196,14 +196,6 @@ impl LocalhostRelay {
             }
         }
         self.reconcile();
-    }
-
-    /// Follows every service of the maps (a full sync): services gone from
-    /// them lose their listeners.
-    pub fn follow_all(&mut self, services_map: &ServicesMap, endpoints_map: &EndpointsMap, config: &DataplaneConfig) {
-        let names: std::collections::HashSet<&ServiceName> = services_map.names().collect();
-        self.wanted.retain(|name, _| names.contains(name));
-        self.follow(names, services_map, endpoints_map, config);
     }
 
     /// Closes every listener and its connections.

@@ -55,9 +55,10 @@ impl Proxier {
         }
     }
 
-    /// Answers localhost node ports through `relay`, which follows each
-    /// sync's written services (all of them after a full sync).
+    /// Answers localhost node ports through `relay`, which follows what
+    /// each sync planned (every service after a full sync).
     pub fn with_localhost_relay(mut self, relay: LocalhostRelay) -> Self {
+        self.table.syncer_mut().keep_plans(LocalhostRelay::reads);
         self.relay = Some(relay);
         self
     }
@@ -139,14 +140,8 @@ impl Proxier {
         let started = Instant::now();
         self.absorb();
         let written = self.table.sync(&self.engine.services, &self.engine.endpoints, kind)?;
-        if let Some(relay) = &mut self.relay {
-            // The same maps and configuration the rules were written from.
-            let config = self.table.syncer().config();
-            if written.report.full {
-                relay.follow_all(&self.engine.services, &self.engine.endpoints, config);
-            } else {
-                relay.follow(&written.services, &self.engine.services, &self.engine.endpoints, config);
-            }
+        if let (Some(relay), Some(planned)) = (&mut self.relay, &written.plans) {
+            relay.follow(planned);
         }
         let (no_local_internal, no_local_external) = self.count_no_local(&written.report);
         // The rules are in place: now the entries they replace can go.

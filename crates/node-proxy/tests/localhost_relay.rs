@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use endpoints_map::Engine;
 use linux_dataplane::Netns;
-use nft_dataplane::DataplaneConfig;
+use nft_dataplane::desired::plan_service;
+use nft_dataplane::{DataplaneConfig, Planned};
 use node_proxy::localhost_relay::{LocalhostRelay, RelayMetrics};
 use slice_model::{
     EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint, TrafficPolicy,
@@ -107,15 +108,26 @@ impl Cluster {
         self.engine.update_slice(s);
     }
 
-    /// Applies the changes, as a sync does, and has the relay follow them.
+    /// Applies the changes and plans the changed services, as a sync
+    /// does, and has the relay follow the plans.
     fn sync(&mut self) {
         let update = self.engine.update();
-        self.relay.follow(
-            &update.changed,
-            &self.engine.services,
-            &self.engine.endpoints,
-            &self.config,
-        );
+        let (services, endpoints) = (&self.engine.services, &self.engine.endpoints);
+        let planned = Planned {
+            full: false,
+            services: update
+                .changed
+                .iter()
+                .map(|name| {
+                    let targets = plan_service(name, services, endpoints, &self.config);
+                    (
+                        name.clone(),
+                        targets.into_iter().filter(LocalhostRelay::reads).collect(),
+                    )
+                })
+                .collect(),
+        };
+        self.relay.follow(&planned);
     }
 }
 

@@ -32,6 +32,7 @@ impl<D: Dataplane> NftSyncer<D> {
         let config = &self.config;
         let filter = &self.filter;
         let refused = &self.refused;
+        let (keep, planned) = (self.keep_plans, &mut self.planned);
         let mut tx = Transaction::for_table(config.family, config.table());
         let Some(view) = self.view.as_mut() else {
             return (tx, 0, Vec::new());
@@ -59,6 +60,9 @@ impl<D: Dataplane> NftSyncer<D> {
             } else {
                 Vec::new()
             };
+            if let (Some(keep), Some(planned)) = (keep, planned.as_mut()) {
+                planned.note(keep, &name, &targets);
+            }
             no_local.insert(name.clone(), NoLocalEndpoints::of(&targets));
             let Replaced { old, new, wake } =
                 view.replace(&name, |claim, old| fragment::build(&targets, config, claim, old));

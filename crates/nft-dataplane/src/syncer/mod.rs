@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use endpoints_map::{EndpointsMap, ServicesMap};
 use slice_model::ServiceName;
 
-use crate::desired::{DataplaneConfig, NoLocalEndpoints, plan_service};
+use crate::desired::{DataplaneConfig, NoLocalEndpoints, ServiceTarget, plan_service};
 use crate::element::{Element, Frontend, Key};
 use crate::fragment::{self, Fragment};
 use crate::packed::Packed;
@@ -185,6 +185,33 @@ pub struct NftSyncer<D> {
     read_ahead: Option<full::ReadAhead>,
     /// Services whose rules the kernel refuses: not written.
     refused: BTreeMap<ServiceName, Refusal>,
+    /// Which planned targets a reader of the plans keeps, when one does.
+    keep_plans: Option<PlanFilter>,
+    /// What the sync under way planned, for that reader.
+    planned: Option<Planned>,
+}
+
+/// Which of a sync's planned targets a reader of the plans keeps.
+pub type PlanFilter = fn(&ServiceTarget) -> bool;
+
+/// The plans a sync made, for what reads them besides the rules (the
+/// localhost relay): planned once, by the syncer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Planned {
+    /// The sync planned every service it serves: one not here has no
+    /// target now.
+    pub full: bool,
+    /// Each service planned, with those of its targets the reader keeps
+    /// (none: it keeps none now).
+    pub services: BTreeMap<ServiceName, Vec<ServiceTarget>>,
+}
+
+impl Planned {
+    /// Notes `name`'s plan, keeping what `keep` selects.
+    fn note(&mut self, keep: PlanFilter, name: &ServiceName, targets: &[ServiceTarget]) {
+        let kept = targets.iter().filter(|t| keep(t)).cloned().collect();
+        self.services.insert(name.clone(), kept);
+    }
 }
 
 impl<D: Dataplane> NftSyncer<D> {
@@ -200,7 +227,21 @@ impl<D: Dataplane> NftSyncer<D> {
             replace_next: false,
             read_ahead: None,
             refused: BTreeMap::new(),
+            keep_plans: None,
+            planned: None,
         }
+    }
+
+    /// Keeps the targets `keep` selects of every service each sync plans,
+    /// for [`Self::take_plans`].
+    pub fn keep_plans(&mut self, keep: PlanFilter) {
+        self.keep_plans = Some(keep);
+    }
+
+    /// What the last successful sync planned, when plans are kept
+    /// ([`Self::keep_plans`]); taken once.
+    pub fn take_plans(&mut self) -> Option<Planned> {
+        self.planned.take()
     }
 
     /// Sets how many elements and rules each transaction of a first load
@@ -366,6 +407,10 @@ impl<D: Dataplane> NftSyncer<D> {
     ) -> Result<SyncReport, DataplaneError> {
         let started = Instant::now();
         let full = self.needs_full_sync();
+        self.planned = self.keep_plans.map(|_| Planned {
+            full,
+            services: BTreeMap::new(),
+        });
         let no_local_endpoints;
         let plan = if full {
             // What was read ahead serves this full sync or none: a later
@@ -456,6 +501,7 @@ impl<D: Dataplane> NftSyncer<D> {
             // replaces the whole table).
             self.view = None;
             self.replace_next = true;
+            self.planned = None;
             return Err(e);
         }
         report.render = started.elapsed().saturating_sub(report.apply);
@@ -474,7 +520,7 @@ impl<D: Dataplane> NftSyncer<D> {
     /// The ledger of the whole table as the maps want it, and the services
     /// with ports dropped for want of local endpoints.
     fn build_full(
-        &self,
+        &mut self,
         services: &ServicesMap,
         endpoints: &EndpointsMap,
     ) -> (Programmed, Vec<(ServiceName, NoLocalEndpoints)>) {
@@ -488,8 +534,12 @@ impl<D: Dataplane> NftSyncer<D> {
         view.fragments.reserve(names.len());
         view.owners.reserve(names.len());
         view.shared.reserve(names.len());
+        let mut planned = self.planned.take();
         for name in names.into_iter().filter(|n| self.serves(n)) {
             let targets = plan_service(name, services, endpoints, &self.config);
+            if let (Some(keep), Some(planned)) = (self.keep_plans, planned.as_mut()) {
+                planned.note(keep, name, &targets);
+            }
             let dropped = NoLocalEndpoints::of(&targets);
             if !dropped.is_zero() {
                 no_local.push((name.clone(), dropped));
@@ -499,6 +549,7 @@ impl<D: Dataplane> NftSyncer<D> {
         // The full transaction writes every shared element; a fresh map
         // also drops the large allocation the build's changes grew.
         view.shared_changes = HashMap::new();
+        self.planned = planned;
         (view, no_local)
     }
 }
