@@ -241,6 +241,11 @@ impl SyncActor {
             if repair {
                 p.repair();
             }
+            // A change of the other family's alone: this one is current.
+            if reason == SyncReason::Requested && p.up_to_date() {
+                self.health.updated(p.family(), SystemTime::now());
+                continue;
+            }
             match sync_family(p.as_mut(), reason, &self.metrics, self.multus_metrics.as_ref()) {
                 Ok(done) => {
                     self.health.updated(p.family(), SystemTime::now());

@@ -44,6 +44,14 @@ pub trait FamilyProxier: Send {
     /// (node mode; a sync takes in everything pending either way).
     fn absorb(&mut self) {}
 
+    /// Takes in what is pending; true when a sync of changes would then
+    /// have nothing to do (no service, flow or whole table owed): the
+    /// other family's change, say, as kube-proxy's per-family proxiers
+    /// see it. Multus mode's pods always sync.
+    fn up_to_date(&mut self) -> bool {
+        false
+    }
+
     /// Takes the node's settings; returns the settings it had. Pods'
     /// tables do not follow the node's.
     fn follow_node(&mut self, _wanted: &DataplaneConfig) -> Option<DataplaneConfig> {

@@ -191,6 +191,11 @@ impl FamilyProxier for Proxier {
         Proxier::absorb(self);
     }
 
+    fn up_to_date(&mut self) -> bool {
+        Proxier::absorb(self);
+        !self.table.owes()
+    }
+
     fn follow_node(&mut self, wanted: &DataplaneConfig) -> Option<DataplaneConfig> {
         let mut before = None;
         self.reconfigure(|c| {
@@ -468,5 +473,23 @@ mod tests {
         assert!(p.reconfigure(|c| c.node_zone = None));
         p.sync(SyncKind::Changes).unwrap();
         assert_eq!(reached(&model).len(), 3, "no zone: hints are not used");
+    }
+
+    /// A proxier owes nothing after a sync, owes again once its engine
+    /// has a change, and its table's reconfiguration makes it owe the
+    /// whole table.
+    #[test]
+    fn up_to_date_until_a_change_or_a_reconfiguration() {
+        let (mut p, _, _) = recorded();
+        p.engine.update_service(&lb());
+        assert!(!FamilyProxier::up_to_date(&mut p), "a service pending");
+        p.sync(SyncKind::Changes).unwrap();
+        assert!(FamilyProxier::up_to_date(&mut p));
+        p.engine.update_slice(slice(&[("10.1.0.1", "node-1")]));
+        assert!(!FamilyProxier::up_to_date(&mut p), "an endpoint pending");
+        p.sync(SyncKind::Changes).unwrap();
+        assert!(FamilyProxier::up_to_date(&mut p));
+        assert!(p.reconfigure(|c| c.node_zone = Some("zone-b".into())));
+        assert!(!FamilyProxier::up_to_date(&mut p), "the whole table owed");
     }
 }

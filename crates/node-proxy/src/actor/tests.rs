@@ -25,6 +25,8 @@ struct Told {
     engine: Engine,
     told: Sender<Asked>,
     failing: Arc<Mutex<u32>>,
+    /// What `up_to_date` answers.
+    current: Arc<Mutex<bool>>,
 }
 
 impl FamilyProxier for Told {
@@ -56,6 +58,10 @@ impl FamilyProxier for Told {
     fn repair(&mut self) {
         self.told.send(Asked::Repair).unwrap();
     }
+
+    fn up_to_date(&mut self) -> bool {
+        *self.current.lock().unwrap()
+    }
 }
 
 struct Running {
@@ -64,16 +70,19 @@ struct Running {
     asked: Receiver<Asked>,
     health: Arc<ProxierHealth>,
     failing: Arc<Mutex<u32>>,
+    current: Arc<Mutex<bool>>,
 }
 
 fn start() -> Running {
     let (told, asked) = std::sync::mpsc::channel();
     let failing = Arc::new(Mutex::new(0));
+    let current = Arc::new(Mutex::new(false));
     let health = Arc::new(ProxierHealth::new(&[IpFamily::V4], Duration::from_secs(60)));
     let proxier = Told {
         engine: Engine::new("node-1", IpFamily::V4),
         told,
         failing: failing.clone(),
+        current: current.clone(),
     };
     let (commands, inbox) = channel();
     let actor = SyncActor {
@@ -97,6 +106,7 @@ fn start() -> Running {
         asked,
         health,
         failing,
+        current,
     }
 }
 
@@ -191,4 +201,30 @@ fn stopping_is_one_message_and_one_join_and_ends_the_proxiers() {
         Err(RecvTimeoutError::Disconnected)
     ));
     assert!(a.commands.send(Command::Listed).is_err(), "nothing reads the inbox");
+}
+
+/// A change that leaves a proxier with nothing to write (the other
+/// family's) does not sync it, and its health is current all the same;
+/// the periodic sync still does.
+#[test]
+fn a_proxier_with_nothing_owed_is_left_out_of_a_requested_sync() {
+    let a = start();
+    a.send(Command::Listed);
+    assert_eq!(a.next(), Asked::ReadAhead);
+    assert_eq!(
+        a.next(),
+        Asked::Sync(SyncKind::Changes),
+        "the first sync, whatever it owes"
+    );
+    *a.current.lock().unwrap() = true;
+    let before = a.health.is_healthy(SystemTime::now()).1;
+    std::thread::sleep(Duration::from_millis(20));
+    a.send(Command::Changed(SystemTime::now()));
+    assert!(a.quiet(Duration::from_millis(200)), "nothing to write: not synced");
+    let after = a.health.is_healthy(SystemTime::now()).1;
+    assert!(after > before, "current all the same: {before:?} -> {after:?}");
+    *a.current.lock().unwrap() = false;
+    a.send(Command::Changed(SystemTime::now()));
+    assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
+    stop(&a.commands, a.actor);
 }
