@@ -251,58 +251,121 @@ fn prepare(args: &RunArgs) -> anyhow::Result<Option<Start>> {
     }))
 }
 
+/// What runs once the sources are started: what the sync actor is made
+/// of, and where the sources say that something changed.
+struct Serving {
+    metrics: Arc<Metrics>,
+    health: Arc<ProxierHealth>,
+    changes: Arc<Notify>,
+    engines: Vec<Engine>,
+    state: sources::SourceState,
+    health_checks: watch::Sender<HealthChecks>,
+}
+
+/// The tasks of a run, and their cancellation.
+struct Tasks {
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+}
+
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     let Some(Start { node, families }) = prepare(&args)? else {
         return Ok(());
     };
-    let (shutdown, tasks) = (CancellationToken::new(), TaskTracker::new());
+    let tasks = Tasks {
+        tracker: TaskTracker::new(),
+        shutdown: CancellationToken::new(),
+    };
     if !args.is_dry_run() && !args.proxy.multus {
         // Only a warning: it never holds up the start.
         let netns = Netns::from_flag(args.netns.clone());
-        tasks.spawn_blocking(move || linux_dataplane::kube_proxy::warn_if_present(&netns));
+        tasks
+            .tracker
+            .spawn_blocking(move || linux_dataplane::kube_proxy::warn_if_present(&netns));
     }
-    let metrics = Arc::new(Metrics::new(&families, args.proxy.multus));
+    let serving = start_serving(&args, &node, &families, &tasks).await?;
+    let (commands, inbox) = node_proxy::actor::channel();
+    let actor = start_syncing(&args, &families, serving, &commands, inbox, &tasks)?;
+    tasks.tracker.spawn(stop_on_signal(tasks.shutdown.clone()));
+    tasks.shutdown.cancelled().await;
+    tokio::task::spawn_blocking(move || node_proxy::actor::stop(&commands, actor)).await?;
+    tasks.tracker.close();
+    tasks.tracker.wait().await;
+    if args.is_dry_run() {
+        tracing::info!("stopped (a dry run: nothing was applied)");
+    } else {
+        tracing::info!("stopped; the rules stay in place");
+    }
+    Ok(())
+}
+
+/// The metrics, the admin servers, the sources and the health-check
+/// listeners.
+async fn start_serving(args: &RunArgs, node: &str, families: &[IpFamily], tasks: &Tasks) -> anyhow::Result<Serving> {
+    let (tracker, shutdown) = (&tasks.tracker, &tasks.shutdown);
+    let metrics = Arc::new(Metrics::new(families, args.proxy.multus));
     // The health server listens before anything else starts, answering
     // 503 until the first sync is written: a probe that cannot connect
     // says nothing an operator can act on.
-    let health = Arc::new(ProxierHealth::new(&families, 2 * args.sync_period).counting_into(metrics.health.clone()));
-    start_admin_servers(&args, &health, &metrics, &tasks, &shutdown).await?;
+    let health = Arc::new(ProxierHealth::new(families, 2 * args.sync_period).counting_into(metrics.health.clone()));
+    start_admin_servers(args, &health, &metrics, tracker, shutdown).await?;
     let changes = Arc::new(Notify::new());
-    let engines: Vec<Engine> = families.iter().map(|f| Engine::new(&node, *f)).collect();
-    let (handlers, mut state) = sources::handlers(&args, &node, &engines, &metrics, &changes);
-    sources::start(
-        &args,
-        &selection(&args.proxy),
-        handlers,
-        &mut state,
-        &metrics,
-        &tasks,
-        &shutdown,
-    )
-    .await?;
-    follow_the_node(&args, &families, &state, &health, &tasks);
-    let health_checks = start_health_check_listeners(&args, families[0], &health, &tasks, &shutdown);
-    let (commands, inbox) = node_proxy::actor::channel();
-    let hearing = hear(&args, &commands);
-    let proxiers = proxiers::proxiers(&args, engines, &state, hearing.as_ref(), &metrics)?;
+    let engines: Vec<Engine> = families.iter().map(|f| Engine::new(node, *f)).collect();
+    let (handlers, mut state) = sources::handlers(args, node, &engines, &metrics, &changes);
+    let selection = selection(&args.proxy);
+    sources::start(args, &selection, handlers, &mut state, &metrics, tracker, shutdown).await?;
+    follow_the_node(args, families, &state, &health, tracker);
+    let health_checks = start_health_check_listeners(args, families[0], &health, tracker, shutdown);
+    Ok(Serving {
+        metrics,
+        health,
+        changes,
+        engines,
+        state,
+        health_checks,
+    })
+}
+
+/// The proxiers and the sync actor that owns them, and what tells it of
+/// changes: the sources (through `forward_changes`), the kernel (the
+/// hearing) and multus mode's container runtime.
+fn start_syncing(
+    args: &RunArgs,
+    families: &[IpFamily],
+    serving: Serving,
+    commands: &Commands,
+    inbox: std::sync::mpsc::Receiver<Command>,
+    tasks: &Tasks,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let Serving {
+        metrics,
+        health,
+        changes,
+        engines,
+        mut state,
+        health_checks,
+    } = serving;
+    let (tracker, shutdown) = (&tasks.tracker, &tasks.shutdown);
+    let hearing = hear(args, commands);
+    let proxiers = proxiers::proxiers(args, engines, &state, hearing.as_ref(), &metrics)?;
     if let Some(runtime) = proxiers.runtime {
         let follow = multus_dataplane::runtime_watch::follow_runtime(runtime, changes.clone(), shutdown.clone());
-        tasks.spawn(follow);
+        tracker.spawn(follow);
     }
     if let Some(dir) = &args.dry_run_dir {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
     }
-    tasks.spawn(stop_on_signal(shutdown.clone()));
     if let Some(server) = state.through_own_service.take() {
-        let unreachable = unreachable_through_own_service(server, &args, &families, &state, shutdown.clone());
-        tasks.spawn(unreachable);
+        tracker.spawn(unreachable_through_own_service(
+            server,
+            args,
+            families,
+            &state,
+            shutdown.clone(),
+        ));
     }
-    tasks.spawn(forward_changes(
-        changes,
-        state.listed.clone(),
-        commands.clone(),
-        shutdown.clone(),
-    ));
+    let listed = state.listed.clone();
+    tracker.spawn(forward_changes(changes, listed, commands.clone(), shutdown.clone()));
     let actor = SyncActor {
         proxiers: proxiers.families,
         health,
@@ -320,20 +383,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         hearing,
     };
+    // The daemon stops when the actor does, however it ends.
     let ended = shutdown.clone().drop_guard();
-    let actor = actor
+    actor
         .spawn(inbox, move || drop(ended))
-        .map_err(|e| anyhow::anyhow!("cannot start the sync thread: {e}"))?;
-    shutdown.cancelled().await;
-    tokio::task::spawn_blocking(move || node_proxy::actor::stop(&commands, actor)).await?;
-    tasks.close();
-    tasks.wait().await;
-    if args.is_dry_run() {
-        tracing::info!("stopped (a dry run: nothing was applied)");
-    } else {
-        tracing::info!("stopped; the rules stay in place");
-    }
-    Ok(())
+        .map_err(|e| anyhow::anyhow!("cannot start the sync thread: {e}"))
 }
 
 /// Health follows the Node (its deletion or draining), and the

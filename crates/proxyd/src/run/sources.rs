@@ -245,28 +245,16 @@ async fn start_watches(
             shutdown.clone().cancelled_owned(),
         ));
     }
-    if let Some(cidrs) = h.service_cidrs {
-        if serves_service_cidrs(&client).await {
-            let handler = ServiceCidrHandler::new(cidrs);
-            state.listed.push(handler.synced.clone());
-            tasks.spawn(run_watch(
-                Api::<Watched<ServiceCIDR>>::all(client.clone()),
-                WatchSettings {
-                    label_selector: kube::core::Selector::default(),
-                    ..settings.clone()
-                },
-                EventFold::new(),
-                handler,
-                watch("servicecidrs", "ServiceCIDR"),
-                shutdown.clone().cancelled_owned(),
-            ));
-        } else {
-            tracing::info!(
-                "the API server serves no ServiceCIDRs (networking.k8s.io/v1; Kubernetes before 1.33): traffic to \
-                 unallocated service addresses is dropped only with --service-cidr"
-            );
+    let cidrs_watch = match h.service_cidrs {
+        Some(cidrs) => {
+            let settings = WatchSettings {
+                label_selector: kube::core::Selector::default(),
+                ..settings.clone()
+            };
+            watch_service_cidrs(&client, cidrs, settings, metrics, &mut state.listed, tasks, shutdown).await
         }
-    }
+        None => None,
+    };
     if let Some(zone) = h.this_node {
         let handler = ThisNodeHandler::new(zone.clone());
         state.listed.push(handler.synced.clone());
@@ -279,7 +267,40 @@ async fn start_watches(
             shutdown.clone().cancelled_owned(),
         ));
     }
+    state.watches.extend(cidrs_watch);
     Ok(())
+}
+
+/// The ServiceCIDRs' ranges into this node's facts, when the API server
+/// serves them (said once when it does not); the watch's counters.
+async fn watch_service_cidrs(
+    client: &kube::Client,
+    cidrs: ThisNode,
+    settings: WatchSettings,
+    metrics: &Metrics,
+    listed: &mut Vec<Arc<AtomicBool>>,
+    tasks: &TaskTracker,
+    shutdown: &CancellationToken,
+) -> Option<Arc<WatchMetrics>> {
+    if !serves_service_cidrs(client).await {
+        tracing::info!(
+            "the API server serves no ServiceCIDRs (networking.k8s.io/v1; Kubernetes before 1.33): traffic to \
+             unallocated service addresses is dropped only with --service-cidr"
+        );
+        return None;
+    }
+    let handler = ServiceCidrHandler::new(cidrs);
+    listed.push(handler.synced.clone());
+    let counters = metrics.sources.watch("servicecidrs", "ServiceCIDR");
+    tasks.spawn(run_watch(
+        Api::<Watched<ServiceCIDR>>::all(client.clone()),
+        settings,
+        EventFold::new(),
+        handler,
+        counters.clone(),
+        shutdown.clone().cancelled_owned(),
+    ));
+    Some(counters)
 }
 
 /// How long the start waits for the API server to say whether it serves
