@@ -170,18 +170,32 @@ fn cost_bound_pacing_follows_what_syncs_cost() {
     assert_eq!(paced(pacing, |_| 50, 3, 990), [0, 200, 400, 600, 800]);
 }
 
+/// The default's bucket, in milliseconds.
+const SUSTAINED_MS: u64 = 30;
+
 #[test]
 fn sustained_churn_is_synced_at_the_sustained_rate_after_a_burst() {
+    assert_eq!(
+        Pacing::DEFAULT,
+        Pacing::CostBound {
+            floor: Duration::from_millis(10),
+            factor: 4,
+            burst: 4,
+            sustained: Duration::from_millis(SUSTAINED_MS),
+        }
+    );
     // Cheap syncs requested every 3 ms for a second: four at the floor,
-    // then one per 100 ms.
-    let started = paced(Pacing::DEFAULT, |_| 1, 3, 1050);
+    // then one per 30 ms.
+    let started = paced(Pacing::DEFAULT, |_| 1, 3, 1000);
     assert_eq!(started[..4], [0, 10, 20, 30], "{started:?}");
-    assert!(started[4].abs_diff(100) <= 1, "{started:?}");
+    // The burst spent (the floor and the bucket's slack overlap for a
+    // sync or two), one per 30 ms.
     assert!(
-        started[4..].windows(2).all(|w| (w[1] - w[0]).abs_diff(100) <= 1),
+        started[6..].windows(2).all(|w| w[1] - w[0] == SUSTAINED_MS),
         "{started:?}"
     );
-    assert_eq!(started.len(), 4 + 10, "{started:?}");
+    let steady = usize::try_from(1000 / SUSTAINED_MS).unwrap();
+    assert!((steady..=steady + 4).contains(&started.len()), "{started:?}");
     // After a quiet second the burst is back.
     let timing = SyncTiming {
         pacing: Pacing::DEFAULT,
