@@ -10,7 +10,7 @@
 //! (`iptables`, `ipvs`, `winkernel`) are accepted and left out with one
 //! INFO line; a `mode` other than `nftables` (or empty) is an error.
 
-use daemon_sources::kube_proxy_file::{API_VERSION, KIND, KubeProxyConfiguration};
+use daemon_sources::kube_proxy_file::{API_VERSION, DetectLocal, KIND, KubeProxyConfiguration};
 
 use super::file::{Settings, Value};
 use crate::settings::flags::{
@@ -53,6 +53,28 @@ fn one(text: impl ToString) -> Value {
     Value::One(text.to_string())
 }
 
+/// What reading kube-proxy's file comes to: proxyd's settings, the
+/// problems (each naming kube-proxy's field) and the notes of what was
+/// left out.
+#[derive(Default)]
+struct Reading {
+    out: Settings,
+    problems: Vec<String>,
+    notes: Vec<String>,
+}
+
+impl Reading {
+    /// Each setting is checked here, so that a problem names kube-proxy's
+    /// field; the flags' parsers read the values again.
+    fn check(&mut self, flag: &str, r: Result<Option<Value>, String>) {
+        match r {
+            Ok(Some(value)) => self.out.set(flag, value),
+            Ok(None) => {}
+            Err(e) => self.problems.push(e),
+        }
+    }
+}
+
 /// Decodes a document strictly and turns it into proxyd's settings, with
 /// notes on what was left out (to log once logging is set up); the
 /// problems name the field.
@@ -67,17 +89,29 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
     if c.kind.as_deref() != Some(KIND) {
         return Err(format!("kind: expected {KIND}"));
     }
-    let mut out = Settings::default();
-    let mut problems = Vec::new();
-    let mut notes = Vec::new();
-    // Each setting is checked here, so that a problem names kube-proxy's
-    // field; the flags' parsers read the values again.
-    let mut check = |flag: &str, r: Result<Option<Value>, String>, out: &mut Settings| match r {
-        Ok(Some(value)) => out.set(flag, value),
-        Ok(None) => {}
-        Err(e) => problems.push(e),
-    };
-    check(
+    let mut r = Reading::default();
+    for part in [
+        mode,
+        addresses,
+        detect_local,
+        node_ports,
+        nftables_and_conntrack,
+        durations,
+        client_and_process,
+        left_out,
+    ] {
+        part(&c, &mut r);
+    }
+    if r.problems.is_empty() {
+        Ok((r.out, r.notes))
+    } else {
+        Err(r.problems.join("; "))
+    }
+}
+
+/// The mode, and the sections of other modes.
+fn mode(c: &KubeProxyConfiguration, r: &mut Reading) {
+    r.check(
         "proxy-mode",
         match set(&c.mode) {
             None | Some("nftables") => Ok(None),
@@ -85,7 +119,6 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
                 "mode {other:?}: proxyd is kube-proxy's nftables mode (set mode to nftables or leave it empty)"
             )),
         },
-        &mut out,
     );
     let ignored: Vec<&str> = [
         ("iptables", &c.iptables),
@@ -97,15 +130,19 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
     .map(|(name, _)| name)
     .collect();
     if !ignored.is_empty() {
-        notes.push(format!(
+        r.notes.push(format!(
             "kube-proxy configuration: the {} section(s) are for other modes; left out",
             ignored.join(", ")
         ));
     }
-    check("hostname-override", Ok(set(&c.hostname_override).map(one)), &mut out);
+}
+
+/// This node's name and the addresses proxyd listens on or serves.
+fn addresses(c: &KubeProxyConfiguration, r: &mut Reading) {
+    r.check("hostname-override", Ok(set(&c.hostname_override).map(one)));
     // 0.0.0.0 and :: (kubeadm writes the first) mean what the default
     // does: the Node's addresses decide.
-    check(
+    r.check(
         "bind-address",
         set(&c.bind_address)
             .map(|a| match a.parse::<std::net::IpAddr>() {
@@ -115,7 +152,6 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
             })
             .transpose()
             .map(Option::flatten),
-        &mut out,
     );
     for (field, value, flag) in [
         ("healthzBindAddress", &c.healthz_bind_address, "healthz-bind-address"),
@@ -133,16 +169,17 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
                 .map(|_| Some(one(addr)))
                 .map_err(|e| format!("{field}: {e}"))
         };
-        check(flag, checked, &mut out);
+        r.check(flag, checked);
     }
     if let Some(list) = set(&c.cluster_cidr) {
-        check(
-            "cluster-cidr",
-            cidrs("clusterCIDR", list.split(',')).map(Some),
-            &mut out,
-        );
+        r.check("cluster-cidr", cidrs("clusterCIDR", list.split(',')).map(Some));
     }
-    let detect = c.detect_local.unwrap_or_default();
+}
+
+/// How traffic from this node's pods is told apart.
+fn detect_local(c: &KubeProxyConfiguration, r: &mut Reading) {
+    let unset = DetectLocal::default();
+    let detect = c.detect_local.as_ref().unwrap_or(&unset);
     let needs = |value: &Option<String>, what: &str| {
         set(value)
             .map(|v| parse_interface(v).map_err(|e| format!("detectLocal.{what}: {e}")))
@@ -161,20 +198,24 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
     };
     match mode {
         Ok(Some((mode, interface))) => {
-            out.set("detect-local-mode", one(mode));
+            r.out.set("detect-local-mode", one(mode));
             if let Some((flag, name)) = interface {
-                out.set(flag, one(name));
+                r.out.set(flag, one(name));
             }
         }
         Ok(None) => {}
-        Err(e) => check("detect-local-mode", Err(e), &mut out),
+        Err(e) => r.check("detect-local-mode", Err(e)),
     }
-    if out.get("cluster-cidr").is_none()
+    if r.out.get("cluster-cidr").is_none()
         && let Some(list) = detect.cluster_cidrs.as_ref().filter(|l| !l.is_empty())
     {
         let checked = cidrs("detectLocal.clusterCIDRs", list.iter().map(String::as_str));
-        check("cluster-cidr", checked.map(Some), &mut out);
+        r.check("cluster-cidr", checked.map(Some));
     }
+}
+
+/// Where node ports answer.
+fn node_ports(c: &KubeProxyConfiguration, r: &mut Reading) {
     // `primary` or CIDRs, as the flag takes them (null: the default, primary).
     if let Some(list) = c.node_port_addresses.as_ref().filter(|l| !l.is_empty()) {
         let checked = list
@@ -185,17 +226,20 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
                     .map_err(|e| format!("nodePortAddresses: {e}"))
             })
             .collect::<Result<_, _>>();
-        check("nodeport-addresses", checked.map(|l| Some(Value::Many(l))), &mut out);
+        r.check("nodeport-addresses", checked.map(|l| Some(Value::Many(l))));
     }
+}
+
+/// The nftables and conntrack sections.
+fn nftables_and_conntrack(c: &KubeProxyConfiguration, r: &mut Reading) {
     if let Some(n) = &c.nftables {
-        check("masquerade-all", Ok(switch(n.masquerade_all)), &mut out);
+        r.check("masquerade-all", Ok(switch(n.masquerade_all)));
         if let Some(bit) = n.masquerade_bit.filter(|b| *b != 14) {
-            check(
+            r.check(
                 "masquerade-bit",
                 Err(format!(
                     "nftables.masqueradeBit {bit}: proxyd marks with bit 14 (kube-proxy's default)"
                 )),
-                &mut out,
             );
         }
     }
@@ -209,7 +253,7 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
                 Some(Err(_)) => Err(format!("{field} {}: negative", value.unwrap_or_default())),
                 None => Ok(None),
             };
-            check(flag, checked, &mut out);
+            r.check(flag, checked);
         }
         // The TCP timeouts: null is the default (24h, 1h), an explicit 0s
         // leaves the kernel's value.
@@ -229,11 +273,15 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
                 let checked = parse_duration(v)
                     .map(|_| Some(one(v)))
                     .map_err(|e| format!("{field}: {e}"));
-                check(flag, checked, &mut out);
+                r.check(flag, checked);
             }
         }
-        check("conntrack-tcp-be-liberal", Ok(switch(ct.tcp_be_liberal)), &mut out);
+        r.check("conntrack-tcp-be-liberal", Ok(switch(ct.tcp_be_liberal)));
     }
+}
+
+/// The periods and timeouts.
+fn durations(c: &KubeProxyConfiguration, r: &mut Reading) {
     // Durations whose zero is kube-proxy's default (the UDP timeouts' 0s,
     // the default, leaves the kernel's value).
     let (nft, ct) = (c.nftables.as_ref(), c.conntrack.as_ref());
@@ -258,12 +306,16 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
     ];
     for (flag, field, value) in durations {
         if let Some(value) = value {
-            check(flag, duration(field, value), &mut out);
+            r.check(flag, duration(field, value));
         }
     }
+}
+
+/// The API client, the process and its logging, the feature gates.
+fn client_and_process(c: &KubeProxyConfiguration, r: &mut Reading) {
     if let Some(cc) = &c.client_connection {
-        check("kubeconfig", Ok(set(&cc.kubeconfig).map(one)), &mut out);
-        check("kube-api-qps", Ok(cc.qps.filter(|q| *q != 0.0).map(one)), &mut out);
+        r.check("kubeconfig", Ok(set(&cc.kubeconfig).map(one)));
+        r.check("kube-api-qps", Ok(cc.qps.filter(|q| *q != 0.0).map(one)));
         let burst = match cc.burst.filter(|b| *b != 0).map(u32::try_from) {
             Some(Ok(b)) => Ok(Some(one(b))),
             Some(Err(_)) => Err(format!(
@@ -272,16 +324,16 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
             )),
             None => Ok(None),
         };
-        check("kube-api-burst", burst, &mut out);
-        check("kube-api-content-type", Ok(set(&cc.content_type).map(one)), &mut out);
+        r.check("kube-api-burst", burst);
+        r.check("kube-api-content-type", Ok(set(&cc.content_type).map(one)));
     }
     if let Some(adj) = c.oom_score_adj {
         let checked = parse_oom_score_adj(&adj.to_string())
             .map(|a| Some(one(a)))
             .map_err(|e| format!("oomScoreAdj: {e}"));
-        check("oom-score-adj", checked, &mut out);
+        r.check("oom-score-adj", checked);
     }
-    check("bind-address-hard-fail", Ok(switch(c.bind_address_hard_fail)), &mut out);
+    r.check("bind-address-hard-fail", Ok(switch(c.bind_address_hard_fail)));
     if let Some(logging) = &c.logging {
         // klog's levels: kube-proxy logs its details at 4 and its
         // per-object chatter at 5 and up; 0-3 is proxyd's default.
@@ -290,23 +342,27 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
             4..=5 => Some(Value::Count(1)),
             _ => Some(Value::Count(2)),
         };
-        check("verbose", Ok(verbose), &mut out);
+        r.check("verbose", Ok(verbose));
         let format = match set(&logging.format) {
             None | Some("text") => Ok(None),
             Some("json") => Ok(Some(one("json"))),
             Some(other) => Err(format!("logging.format {other:?}: text or json")),
         };
-        check("log-format", format, &mut out);
+        r.check("log-format", format);
     }
     // As the flag takes them; the ones proxyd does not have are said at
     // start, like the flag's.
     if let Some(gates) = c.feature_gates.as_ref().filter(|g| !g.is_empty()) {
         let list = gates.iter().map(|(name, on)| format!("{name}={on}")).collect();
-        check("feature-gates", Ok(Some(Value::Many(list))), &mut out);
+        r.check("feature-gates", Ok(Some(Value::Many(list))));
     }
+}
+
+/// Settings with nothing to do here: said, not silently dropped.
+fn left_out(c: &KubeProxyConfiguration, r: &mut Reading) {
     // Settings with nothing to do here: said, not silently dropped.
     if c.enable_profiling == Some(true) {
-        notes
+        r.notes
             .push("kube-proxy configuration: enableProfiling is left out (proxyd serves no profiling endpoint)".into());
     }
     for (field, value) in [
@@ -314,15 +370,10 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
         ("portRange", &c.port_range),
     ] {
         if let Some(v) = set(value) {
-            notes.push(format!(
+            r.notes.push(format!(
                 "kube-proxy configuration: {field} {v:?} is left out (proxyd has no hidden metrics and no port range)"
             ));
         }
-    }
-    if problems.is_empty() {
-        Ok((out, notes))
-    } else {
-        Err(problems.join("; "))
     }
 }
 
