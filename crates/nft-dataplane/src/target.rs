@@ -235,7 +235,7 @@ mod tests {
     fn a_successful_syncs_plans_are_handed_over_once() {
         let mut engine = Engine::new("node-1", IpFamily::V4);
         let mut syncer = NftSyncer::new(DataplaneConfig::new(IpFamily::V4), Flaky::default());
-        syncer.keep_plans(|t| t.port == 53);
+        syncer.keep_plans(Box::new(|t| t.port == 53));
         let mut target = Target::new(syncer);
         let sync = |engine: &mut Engine, target: &mut Target<Flaky>| {
             let update = engine.update();
@@ -276,7 +276,7 @@ mod tests {
         assert_eq!(backends(&partial), ["10.1.0.4"]);
 
         // A reader that keeps no target of the service learns it has none.
-        target.syncer_mut().keep_plans(|_| false);
+        target.syncer_mut().keep_plans(Box::new(|_| false));
         dns(&mut engine, "10.1.0.5", 5);
         let none = sync(&mut engine, &mut target).unwrap().plans.unwrap();
         assert_eq!(none.services.get(&dns_name).map(Vec::len), Some(0));

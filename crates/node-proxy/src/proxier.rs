@@ -58,7 +58,7 @@ impl Proxier {
     /// Answers localhost node ports through `relay`, which follows what
     /// each sync planned (every service after a full sync).
     pub fn with_localhost_relay(mut self, relay: LocalhostRelay) -> Self {
-        self.table.syncer_mut().keep_plans(LocalhostRelay::reads);
+        self.table.syncer_mut().keep_plans(Box::new(LocalhostRelay::reads));
         self.relay = Some(relay);
         self
     }

@@ -26,7 +26,7 @@ use slice_model::{
 use crate::settings::flags::ExplainArgs;
 use crate::snapshot_engine::{SliceView, Snapshot, one_shot, slices_of};
 use endpoints_map::Engine;
-use nft_dataplane::desired::{DataplaneConfig, ServiceTarget, choose, plan_service};
+use nft_dataplane::desired::{DataplaneConfig, ServiceTarget, choose};
 use nft_dataplane::element::proto;
 use nft_dataplane::fragment;
 use nft_dataplane::names::FamilyWords;
@@ -147,11 +147,17 @@ pub fn explain(
         return Ok(out);
     }
     let slices = snapshot.slices_of_service(&name, selection);
-    let targets = plan_service(&name, &engine.services, &engine.endpoints, config);
     // What the table really holds: a syncer programs every service, so
-    // that a frontend two services claim goes to the one that holds it.
+    // that a frontend two services claim goes to the one that holds it;
+    // its plan of this service is what is explained.
     let mut table = NftSyncer::new(config.clone(), Recording::default());
+    let planned_name = name.clone();
+    table.keep_plans(Box::new(move |t| t.name.service == planned_name));
     table.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
+    let targets = table
+        .take_plans()
+        .and_then(|mut p| p.services.remove(&name))
+        .unwrap_or_default();
     if let Some(reason) = kernel_refusal(&name, engine, config) {
         let _ = writeln!(
             out,

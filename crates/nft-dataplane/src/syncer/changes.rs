@@ -32,7 +32,7 @@ impl<D: Dataplane> NftSyncer<D> {
         let config = &self.config;
         let filter = &self.filter;
         let refused = &self.refused;
-        let (keep, planned) = (self.keep_plans, &mut self.planned);
+        let (keep, planned) = (&self.keep_plans, &mut self.planned);
         let mut tx = Transaction::for_table(config.family, config.table());
         let Some(view) = self.view.as_mut() else {
             return (tx, 0, Vec::new());

@@ -192,14 +192,14 @@ pub struct NftSyncer<D> {
 }
 
 /// Which of a sync's planned targets a reader of the plans keeps.
-pub type PlanFilter = fn(&ServiceTarget) -> bool;
+pub type PlanFilter = Box<dyn Fn(&ServiceTarget) -> bool + Send>;
 
 /// The plans a sync made, for what reads them besides the rules (the
 /// localhost relay): planned once, by the syncer.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Planned {
     /// The sync planned every service it serves: one not here has no
-    /// target now.
+    /// target kept now.
     pub full: bool,
     /// Each service planned, with those of its targets the reader keeps
     /// (none: it keeps none now).
@@ -207,10 +207,13 @@ pub struct Planned {
 }
 
 impl Planned {
-    /// Notes `name`'s plan, keeping what `keep` selects.
-    fn note(&mut self, keep: PlanFilter, name: &ServiceName, targets: &[ServiceTarget]) {
-        let kept = targets.iter().filter(|t| keep(t)).cloned().collect();
-        self.services.insert(name.clone(), kept);
+    /// Notes `name`'s plan, keeping what `keep` selects (after a full
+    /// sync, a service with nothing kept is left out: absent says it).
+    fn note(&mut self, keep: &PlanFilter, name: &ServiceName, targets: &[ServiceTarget]) {
+        let kept: Vec<ServiceTarget> = targets.iter().filter(|t| keep(t)).cloned().collect();
+        if !(kept.is_empty() && self.full) {
+            self.services.insert(name.clone(), kept);
+        }
     }
 }
 
@@ -407,7 +410,7 @@ impl<D: Dataplane> NftSyncer<D> {
     ) -> Result<SyncReport, DataplaneError> {
         let started = Instant::now();
         let full = self.needs_full_sync();
-        self.planned = self.keep_plans.map(|_| Planned {
+        self.planned = self.keep_plans.as_ref().map(|_| Planned {
             full,
             services: BTreeMap::new(),
         });
@@ -537,7 +540,7 @@ impl<D: Dataplane> NftSyncer<D> {
         let mut planned = self.planned.take();
         for name in names.into_iter().filter(|n| self.serves(n)) {
             let targets = plan_service(name, services, endpoints, &self.config);
-            if let (Some(keep), Some(planned)) = (self.keep_plans, planned.as_mut()) {
+            if let (Some(keep), Some(planned)) = (&self.keep_plans, planned.as_mut()) {
                 planned.note(keep, name, &targets);
             }
             let dropped = NoLocalEndpoints::of(&targets);
