@@ -470,7 +470,7 @@ pub struct RunArgs {
     /// The shortest time between two syncs, e.g. 1s or 500ms; 0 syncs on
     /// every change. Unset, the next sync may start once four times what
     /// the last one took has passed (at least 10 ms), and under sustained
-    /// churn one per 100 ms on average.
+    /// churn one per 30 ms on average.
     #[arg(long, value_parser = parse_duration)]
     pub min_sync_period: Option<std::time::Duration>,
 
