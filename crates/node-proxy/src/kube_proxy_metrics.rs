@@ -134,6 +134,21 @@ fn programming_histogram() -> Histogram {
     Histogram::new(programming_buckets())
 }
 
+/// Registers families on one registry.
+struct Registrar<'r>(&'r mut Registry);
+
+impl Registrar<'_> {
+    /// A family of metrics made with their default.
+    fn family<M: prometheus_client::registry::Metric + Clone + Default>(&mut self, name: &str, help: &str) -> M {
+        registered(self.0, name, help, M::default())
+    }
+
+    /// A family of histograms of `buckets`.
+    fn histograms(&mut self, name: &str, help: &str, buckets: fn() -> Histogram) -> Histograms {
+        registered(self.0, name, help, Histograms::new_with_constructor(buckets))
+    }
+}
+
 /// kube-proxy's sync families.
 #[derive(Clone, Debug)]
 pub struct SyncMetrics {
@@ -166,110 +181,81 @@ fn unix_seconds(t: SystemTime) -> f64 {
 impl SyncMetrics {
     /// Registers the families, with a zero series for each of `families`.
     pub fn register(r: &mut Registry, families: &[IpFamily]) -> Self {
-        let histograms = |f: fn() -> Histogram| Histograms::new_with_constructor(f);
+        let mut reg = Registrar(r);
         let m = Self {
-            duration: registered(
-                r,
+            duration: reg.histograms(
                 "kubeproxy_sync_proxy_rules_duration_seconds",
                 "SyncProxyRules latency in seconds",
-                histograms(sync_histogram),
+                sync_histogram,
             ),
-            full_duration: registered(
-                r,
+            full_duration: reg.histograms(
                 "kubeproxy_sync_full_proxy_rules_duration_seconds",
                 "SyncProxyRules latency in seconds for full resyncs",
-                histograms(sync_histogram),
+                sync_histogram,
             ),
-            partial_duration: registered(
-                r,
+            partial_duration: reg.histograms(
                 "kubeproxy_sync_partial_proxy_rules_duration_seconds",
                 "SyncProxyRules latency in seconds for partial resyncs",
-                histograms(sync_histogram),
+                sync_histogram,
             ),
-            programming: registered(
-                r,
+            programming: reg.histograms(
                 "kubeproxy_network_programming_duration_seconds",
                 "In Cluster Network Programming Latency in seconds",
-                histograms(programming_histogram),
+                programming_histogram,
             ),
-            last_synced: registered(
-                r,
+            last_synced: reg.family(
                 "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
                 "The last time proxy rules were successfully synced",
-                FloatGauges::default(),
             ),
-            last_queued: registered(
-                r,
+            last_queued: reg.family(
                 "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
                 "The last time a sync of proxy rules was queued",
-                FloatGauges::default(),
             ),
-            endpoint_changes_pending: registered(
-                r,
+            endpoint_changes_pending: reg.family(
                 "kubeproxy_sync_proxy_rules_endpoint_changes_pending",
                 "Pending proxy rules Endpoint changes",
-                Family::default(),
             ),
-            endpoint_changes: registered(
-                r,
+            endpoint_changes: reg.family(
                 "kubeproxy_sync_proxy_rules_endpoint_changes",
                 "Cumulative proxy rules Endpoint changes",
-                Family::default(),
             ),
-            service_changes_pending: registered(
-                r,
+            service_changes_pending: reg.family(
                 "kubeproxy_sync_proxy_rules_service_changes_pending",
                 "Pending proxy rules Service changes",
-                Family::default(),
             ),
-            service_changes: registered(
-                r,
+            service_changes: reg.family(
                 "kubeproxy_sync_proxy_rules_service_changes",
                 "Cumulative proxy rules Service changes",
-                Family::default(),
             ),
-            no_local_endpoints: registered(
-                r,
+            no_local_endpoints: reg.family(
                 "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
                 "Number of services with a Local traffic policy and no endpoints",
-                Family::default(),
             ),
-            sync_failures: registered(
-                r,
+            sync_failures: reg.family(
                 "kubeproxy_sync_proxy_rules_nftables_sync_failures",
                 "Cumulative proxy nftables sync failures",
-                Family::default(),
             ),
-            services_refused: registered(
-                r,
+            services_refused: reg.family(
                 "proxyd_services_refused",
                 "Services whose rules the kernel refuses: left out of the table (every other service is \
                  programmed) and checked again with backoff; in multus mode, counted once per pod table",
-                Family::default(),
             ),
-            conntrack_deleted: registered(
-                r,
+            conntrack_deleted: reg.family(
                 "kubeproxy_conntrack_reconciler_deleted_entries",
                 "Cumulative conntrack flows deleted by conntrack reconciler",
-                Family::default(),
             ),
-            conntrack_duration: registered(
-                r,
+            conntrack_duration: reg.histograms(
                 "kubeproxy_conntrack_reconciler_sync_duration_seconds",
                 "ReconcileConntrackFlowsLatency latency in seconds",
-                histograms(sync_histogram),
+                sync_histogram,
             ),
-            localhost_listeners: registered(
-                r,
+            localhost_listeners: reg.family(
                 "kubeproxy_nftables_localhost_nodeport_listeners",
                 "Number of active localhost NodePort listeners",
-                Family::default(),
             ),
-            localhost_listener_failures: registered(
-                r,
+            localhost_listener_failures: reg.family(
                 "kubeproxy_nftables_localhost_nodeport_listener_creation_failures",
                 "Cumulative localhost NodePort listener creation failures",
-                Family::default(),
             ),
             families: families.to_vec(),
         };

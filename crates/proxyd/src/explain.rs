@@ -147,17 +147,7 @@ pub fn explain(
         return Ok(out);
     }
     let slices = snapshot.slices_of_service(&name, selection);
-    // What the table really holds: a syncer programs every service, so
-    // that a frontend two services claim goes to the one that holds it;
-    // its plan of this service is what is explained.
-    let mut table = NftSyncer::new(config.clone(), Recording::default());
-    let planned_name = name.clone();
-    table.keep_plans(Box::new(move |t| t.name.service == planned_name));
-    table.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
-    let targets = table
-        .take_plans()
-        .and_then(|mut p| p.services.remove(&name))
-        .unwrap_or_default();
+    let (table, targets) = programmed(&name, engine, config)?;
     if let Some(reason) = kernel_refusal(&name, engine, config) {
         let _ = writeln!(
             out,
@@ -483,6 +473,22 @@ fn slice_lines<'s>(
             let _ = writeln!(out, "        from outside:      {}", use_text(ext, &e.endpoint, config));
         }
     }
+}
+
+/// The table as a syncer programs every service (so that a frontend two
+/// services claim goes to the one that holds it), and its plan of `name`:
+/// what is explained is what the syncer planned.
+fn programmed(
+    name: &ServiceName,
+    engine: &Engine,
+    config: &DataplaneConfig,
+) -> Result<(NftSyncer<Recording>, Vec<ServiceTarget>), nft_dataplane::DataplaneError> {
+    let mut table = NftSyncer::new(config.clone(), Recording::default());
+    let planned = name.clone();
+    table.keep_plans(Box::new(move |t| t.name.service == planned));
+    table.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
+    let targets = table.take_plans().and_then(|mut p| p.services.remove(name));
+    Ok((table, targets.unwrap_or_default()))
 }
 
 /// The elements, chains and rules of one port, as the table holds them:
