@@ -355,17 +355,18 @@ fn start_syncing(
     if let Some(dir) = &args.dry_run_dir {
         std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("--dry-run-dir {}: {e}", dir.display()))?;
     }
+    let (listed, all_listed) = watch::channel(false);
     if let Some(server) = state.through_own_service.take() {
-        tracker.spawn(unreachable_through_own_service(
-            server,
-            args,
-            families,
-            &state,
-            shutdown.clone(),
-        ));
+        let unreachable = unreachable_through_own_service(server, args, families, &state, all_listed, shutdown.clone());
+        tracker.spawn(unreachable);
     }
-    let listed = state.listed.clone();
-    tracker.spawn(forward_changes(changes, listed, commands.clone(), shutdown.clone()));
+    let forward = Forward {
+        changes,
+        lists: state.listed.clone(),
+        listed,
+        commands: commands.clone(),
+    };
+    tracker.spawn(forward.run(shutdown.clone()));
     let actor = SyncActor {
         proxiers: proxiers.families,
         health,
@@ -515,32 +516,40 @@ fn start_health_check_listeners(
     tx
 }
 
-/// Tells the sync actor of each change the sources make (`changes`
-/// coalesces wake-ups), and once, when every kind's first list is in.
-async fn forward_changes(
+/// What tells the sync actor of the sources' changes.
+struct Forward {
+    /// Woken by the sources (coalescing wake-ups).
     changes: Arc<Notify>,
-    listed: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// Each kind's first list is in.
+    lists: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    /// Said once every kind's is, for the rest of the run.
+    listed: watch::Sender<bool>,
+    /// The actor's inbox.
     commands: Commands,
-    shutdown: CancellationToken,
-) {
-    tracing::info!("waiting for the initial lists");
-    let waiting = std::time::Instant::now();
-    let all_listed = || listed.iter().all(|l| l.load(std::sync::atomic::Ordering::Acquire));
-    let mut told_listed = false;
-    loop {
-        if !told_listed && all_listed() {
-            tracing::info!(took_ms = waiting.elapsed().as_millis(), "initial lists complete");
-            told_listed = true;
-            if commands.send(Command::Listed).is_err() {
+}
+
+impl Forward {
+    /// Tells the actor of each change, and once, when every kind's first
+    /// list is in.
+    async fn run(self, shutdown: CancellationToken) {
+        tracing::info!("waiting for the initial lists");
+        let waiting = std::time::Instant::now();
+        let all_listed = || self.lists.iter().all(|l| l.load(std::sync::atomic::Ordering::Acquire));
+        loop {
+            if !*self.listed.borrow() && all_listed() {
+                tracing::info!(took_ms = waiting.elapsed().as_millis(), "initial lists complete");
+                self.listed.send_replace(true);
+                if self.commands.send(Command::Listed).is_err() {
+                    return;
+                }
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = self.changes.notified() => {}
+            }
+            if self.commands.send(Command::Changed(SystemTime::now())).is_err() {
                 return;
             }
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            () = changes.notified() => {}
-        }
-        if commands.send(Command::Changed(SystemTime::now())).is_err() {
-            return;
         }
     }
 }
@@ -561,34 +570,36 @@ fn unreachable_through_own_service(
     args: &RunArgs,
     families: &[IpFamily],
     state: &sources::SourceState,
+    listed: watch::Receiver<bool>,
     shutdown: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + use<> {
     let (netns, families) = (Netns::from_flag(args.netns.clone()), families.to_vec());
-    let (listed, watches) = (state.listed.clone(), state.watches.clone());
-    say_unreachable(server, netns, families, listed, watches, shutdown)
+    say_unreachable(server, netns, families, listed, state.watches.clone(), shutdown)
 }
 
 async fn say_unreachable(
     server: String,
     netns: Netns,
     families: Vec<IpFamily>,
-    listed: Vec<Arc<std::sync::atomic::AtomicBool>>,
+    mut listed: watch::Receiver<bool>,
     watches: Vec<Arc<informer_glue::watch_runner::WatchMetrics>>,
     shutdown: CancellationToken,
 ) {
-    use std::sync::atomic::Ordering;
-    let started = std::time::Instant::now();
+    let too_long = tokio::time::sleep(UNLISTED_AFTER);
+    tokio::pin!(too_long);
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
-        }
-        if listed.iter().all(|l| l.load(Ordering::Acquire)) {
-            return;
-        }
-        let failed = watches.iter().any(|w| w.errors.get() > 0);
-        if failed || started.elapsed() >= UNLISTED_AFTER {
-            break;
+            // Listed (or the forwarder gone with the run): reachable.
+            _ = listed.wait_for(|l| *l) => return,
+            () = &mut too_long => break,
+            // A watch's failures are counted, not announced: looked at
+            // once a second.
+            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
+                if watches.iter().any(|w| w.errors.get() > 0) {
+                    break;
+                }
+            }
         }
     }
     let any_table = tokio::task::spawn_blocking(move || {
