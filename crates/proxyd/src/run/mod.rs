@@ -4,7 +4,7 @@
 //!  API watches or --manifests ── handlers ──► engines (one per family)
 //!        │ a change wakes `changes`
 //!        ▼
-//!  forward_changes task ── Changed, Listed ──┐
+//!  Forward task ── Changed, Listed ──────────┐
 //!  Hearing thread (node mode) ── Repair ─────┼─► the sync actor's thread
 //!  run(), on SIGTERM/SIGINT ── Stop ─────────┘   (node_proxy::actor):
 //!                                                the proxiers, the schedule
@@ -327,7 +327,7 @@ async fn start_serving(args: &RunArgs, node: &str, families: &[IpFamily], tasks:
 }
 
 /// The proxiers and the sync actor that owns them, and what tells it of
-/// changes: the sources (through `forward_changes`), the kernel (the
+/// changes: the sources (through [`Forward`]), the kernel (the
 /// hearing) and multus mode's container runtime.
 fn start_syncing(
     args: &RunArgs,
