@@ -86,9 +86,13 @@ impl<D: Dataplane> Target<D> {
     }
 
     /// Whether a sync now has something to do without being asked for a
-    /// periodic one: services or flows owed, or a table to rewrite whole.
+    /// periodic one: services or flows owed, a table to rewrite whole, or a
+    /// refused service to check again.
     pub fn owes(&self) -> bool {
-        !self.services.is_empty() || !self.flows.is_empty() || self.syncer.needs_full_sync()
+        !self.services.is_empty()
+            || !self.flows.is_empty()
+            || self.syncer.needs_full_sync()
+            || self.syncer.recheck_due()
     }
 
     /// The services owed.
@@ -280,5 +284,36 @@ mod tests {
         dns(&mut engine, "10.1.0.5", 5);
         let none = sync(&mut engine, &mut target).unwrap().plans.unwrap();
         assert_eq!(none.services.get(&dns_name).map(Vec::len), Some(0));
+    }
+
+    /// A refused service's check is a debt like a changed service: once its
+    /// wait is over the target owes a sync of changes (which checks it),
+    /// though nothing else changed; the check pays it.
+    #[test]
+    fn a_refused_service_due_for_a_check_is_owed() {
+        let mut engine = Engine::new("node-1", IpFamily::V4);
+        let config = DataplaneConfig {
+            refuse_for_tests: Some(ServiceName::new("ns", "dns")),
+            ..DataplaneConfig::new(IpFamily::V4)
+        };
+        let mut target = Target::new(NftSyncer::new(config, crate::KernelModel::default()));
+        dns(&mut engine, "10.1.0.1", 1);
+        let update = engine.update();
+        target.owe(&update, &plan(&update, &engine.services), |_| true, |_| true);
+        target
+            .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
+            .unwrap();
+        assert_eq!(target.syncer().refused().len(), 1, "the kernel model refuses dns");
+        assert!(!target.owes(), "within its wait");
+        std::thread::sleep(crate::syncer::FIRST_RECHECK + Duration::from_millis(20));
+        assert!(target.owes(), "its check is due");
+        target
+            .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
+            .unwrap();
+        assert_eq!(
+            target.syncer().refused()[&ServiceName::new("ns", "dns")].refused_again,
+            1
+        );
+        assert!(!target.owes(), "checked: the wait doubled");
     }
 }

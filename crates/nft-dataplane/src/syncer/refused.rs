@@ -71,6 +71,13 @@ impl<D: Dataplane> NftSyncer<D> {
         &self.refused
     }
 
+    /// Whether a refused service is due for a check: the next sync checks
+    /// it, whatever else it owes.
+    pub fn recheck_due(&self) -> bool {
+        let now = Instant::now();
+        self.refused.values().any(|r| r.next_check <= now)
+    }
+
     /// Whether the kernel accepts the fixed chains with the rules of
     /// `names`, asked in the scratch table without committing anything;
     /// `None` when the dataplane cannot ask.
