@@ -469,7 +469,8 @@ impl FamilyProxier for MultusProxier {
         &self.engine
     }
 
-    fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError> {
-        Ok(MultusProxier::sync(self, kind))
+    /// Always a sync: each pod that owes nothing is skipped inside it.
+    fn sync(&mut self, kind: SyncKind) -> Result<Option<FamilySync>, DataplaneError> {
+        Ok(Some(MultusProxier::sync(self, kind)))
     }
 }

@@ -85,13 +85,6 @@ pub struct SyncActor {
     pub hearing: Option<Hearing>,
 }
 
-/// What the actor keeps between commands besides its parts.
-struct Pending {
-    /// The first change of the repair that is waiting, to name who made
-    /// it when the repair runs (the rest of a storm go into it).
-    repair_by: Option<NftChange>,
-}
-
 /// A sync that failed for some families (the rest were written).
 #[derive(Debug, thiserror::Error)]
 #[error("{}; the next sync rewrites the whole table", failed_text(.0))]
@@ -144,7 +137,9 @@ impl SyncActor {
             p.read_ahead();
         }
         let mut schedule = Schedule::new(self.timing, Instant::now());
-        let mut pending = Pending { repair_by: None };
+        // Who made the first change of the repair that is waiting, named
+        // when it runs (the rest of a storm go into it).
+        let mut repair_by: Option<NftChange> = None;
         let mut absorbed_at = Instant::now();
         let mut unabsorbed = false;
         loop {
@@ -161,7 +156,7 @@ impl SyncActor {
             match command {
                 Ok(command) => {
                     unabsorbed |= matches!(command, Command::Changed(_));
-                    if !self.take(command, &mut schedule, &mut pending) {
+                    if !self.take(command, &mut schedule, &mut repair_by) {
                         return;
                     }
                 }
@@ -176,11 +171,11 @@ impl SyncActor {
                     Some(next) => {
                         // The sync covers every change told so far.
                         while let Ok(command) = inbox.try_recv() {
-                            if !self.take(command, &mut schedule, &mut pending) {
+                            if !self.take(command, &mut schedule, &mut repair_by) {
                                 return;
                             }
                         }
-                        self.sync_when(next.reason, &mut schedule, &mut pending);
+                        self.sync_when(next.reason, &mut schedule, &mut repair_by);
                     }
                 },
             }
@@ -188,7 +183,7 @@ impl SyncActor {
     }
 
     /// Takes one command in; false to stop.
-    fn take(&mut self, command: Command, schedule: &mut Schedule, pending: &mut Pending) -> bool {
+    fn take(&mut self, command: Command, schedule: &mut Schedule, repair_by: &mut Option<NftChange>) -> bool {
         match command {
             Command::Changed(at) => {
                 self.health.queued(at);
@@ -198,7 +193,7 @@ impl SyncActor {
             Command::Listed => schedule.listed(),
             Command::Repair(change) => {
                 tracing::debug!("{change} changed the nftables ruleset");
-                pending.repair_by.get_or_insert(change);
+                repair_by.get_or_insert(change);
                 schedule.repair(Instant::now());
             }
             Command::Stop => return false,
@@ -207,10 +202,10 @@ impl SyncActor {
     }
 
     /// One sync for `reason`, told to the schedule.
-    fn sync_when(&mut self, reason: SyncReason, schedule: &mut Schedule, pending: &mut Pending) {
+    fn sync_when(&mut self, reason: SyncReason, schedule: &mut Schedule, repair_by: &mut Option<NftChange>) {
         let started = Instant::now();
         let repair = schedule.started(started);
-        if repair && let Some(who) = pending.repair_by.take() {
+        if repair && let Some(who) = repair_by.take() {
             tracing::warn!("{who} changed the nftables ruleset: rewriting proxyd's tables");
         }
         let result = self.sync(reason, repair);
@@ -241,13 +236,10 @@ impl SyncActor {
             if repair {
                 p.repair();
             }
-            // A change of the other family's alone: this one is current.
-            if reason == SyncReason::Requested && p.up_to_date() {
-                self.health.updated(p.family(), SystemTime::now());
-                continue;
-            }
             match sync_family(p.as_mut(), reason, &self.metrics, self.multus_metrics.as_ref()) {
-                Ok(done) => {
+                // Nothing owed (the other family's change alone): current.
+                Ok(None) => self.health.updated(p.family(), SystemTime::now()),
+                Ok(Some(done)) => {
                     self.health.updated(p.family(), SystemTime::now());
                     if done.incomplete() {
                         outcome = Outcome::Incomplete;
@@ -288,18 +280,21 @@ impl SyncActor {
     }
 }
 
-/// One sync of `proxier`, its metrics and its log line.
+/// One sync of `proxier`, its metrics and its log line (none when it
+/// owed nothing).
 fn sync_family(
     proxier: &mut dyn FamilyProxier,
     reason: SyncReason,
     metrics: &SyncMetrics,
     multus: Option<&MultusMetrics>,
-) -> Result<FamilySync, DataplaneError> {
+) -> Result<Option<FamilySync>, DataplaneError> {
     let family = proxier.family();
     let result = proxier.sync(sync_kind(reason));
     let (eps, svcs) = proxier.engine().pending();
     metrics.set_pending(family, eps, svcs);
-    let out = result.inspect_err(|_| metrics.observe_failed(family))?;
+    let Some(out) = result.inspect_err(|_| metrics.observe_failed(family))? else {
+        return Ok(None);
+    };
     let now = SystemTime::now();
     metrics.observe_sync(family, &out, now);
     if let (Some(m), Some(pods)) = (multus, &out.pods) {
@@ -309,7 +304,7 @@ fn sync_family(
         tracing::warn!(family = %family, "conntrack cleanup: {e}");
     }
     out.log(proxier.engine(), reason, now);
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Gives the allocator's free pages back to the kernel. A full sync follows

@@ -33,7 +33,11 @@ pub trait FamilyProxier: Send {
     /// One sync. The error fails the whole sync (the next one rewrites the
     /// table whole); a target pod that fails does not fail it (see
     /// [`PodsSync::pending`]).
-    fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError>;
+    ///
+    /// `None`: a sync of changes that found nothing owed once it took in
+    /// what is pending (the other family's change, say, as kube-proxy's
+    /// per-family proxiers see it): nothing was written or is reported.
+    fn sync(&mut self, kind: SyncKind) -> Result<Option<FamilySync>, DataplaneError>;
 
     /// Reads what it will rewrite before its first sync, while the
     /// initial lists arrive (node mode: the table in place).
@@ -43,14 +47,6 @@ pub trait FamilyProxier: Send {
     /// that the first sync after the initial lists only takes in the rest
     /// (node mode; a sync takes in everything pending either way).
     fn absorb(&mut self) {}
-
-    /// Takes in what is pending; true when a sync of changes would then
-    /// have nothing to do (no service, flow or whole table owed): the
-    /// other family's change, say, as kube-proxy's per-family proxiers
-    /// see it. Multus mode's pods always sync.
-    fn up_to_date(&mut self) -> bool {
-        false
-    }
 
     /// Takes the node's settings; returns the settings it had. Pods'
     /// tables do not follow the node's.

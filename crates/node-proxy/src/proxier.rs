@@ -139,6 +139,11 @@ impl Proxier {
     pub fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError> {
         let started = Instant::now();
         self.absorb();
+        self.write(kind, started)
+    }
+
+    /// The sync after the absorb, which started at `started`.
+    fn write(&mut self, kind: SyncKind, started: Instant) -> Result<FamilySync, DataplaneError> {
         let written = self.table.sync(&self.engine.services, &self.engine.endpoints, kind)?;
         if let (Some(relay), Some(planned)) = (&mut self.relay, &written.plans) {
             relay.follow(planned);
@@ -179,8 +184,13 @@ impl FamilyProxier for Proxier {
         &self.engine
     }
 
-    fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError> {
-        Proxier::sync(self, kind)
+    fn sync(&mut self, kind: SyncKind) -> Result<Option<FamilySync>, DataplaneError> {
+        let started = Instant::now();
+        self.absorb();
+        if kind == SyncKind::Changes && !self.table.owes() {
+            return Ok(None);
+        }
+        self.write(kind, started).map(Some)
     }
 
     fn read_ahead(&mut self) {
@@ -189,11 +199,6 @@ impl FamilyProxier for Proxier {
 
     fn absorb(&mut self) {
         Proxier::absorb(self);
-    }
-
-    fn up_to_date(&mut self) -> bool {
-        Proxier::absorb(self);
-        !self.table.owes()
     }
 
     fn follow_node(&mut self, wanted: &DataplaneConfig) -> Option<DataplaneConfig> {
@@ -475,21 +480,23 @@ mod tests {
         assert_eq!(reached(&model).len(), 3, "no zone: hints are not used");
     }
 
-    /// A proxier owes nothing after a sync, owes again once its engine
-    /// has a change, and its table's reconfiguration makes it owe the
-    /// whole table.
+    /// A sync of changes that finds nothing owed writes nothing and
+    /// reports nothing; a change of its engine, or a reconfiguration (the
+    /// whole table), is owed; a periodic sync always runs.
     #[test]
-    fn up_to_date_until_a_change_or_a_reconfiguration() {
-        let (mut p, _, _) = recorded();
+    fn a_sync_of_changes_with_nothing_owed_is_none() {
+        let (mut p, dp, _) = recorded();
+        let sync = |p: &mut Proxier, kind| FamilyProxier::sync(p, kind).unwrap().is_some();
         p.engine.update_service(&lb());
-        assert!(!FamilyProxier::up_to_date(&mut p), "a service pending");
-        p.sync(SyncKind::Changes).unwrap();
-        assert!(FamilyProxier::up_to_date(&mut p));
+        assert!(sync(&mut p, SyncKind::Changes), "a service pending");
+        let applied = dp.lock().unwrap().applied.len();
+        assert!(!sync(&mut p, SyncKind::Changes), "nothing owed");
+        assert_eq!(dp.lock().unwrap().applied.len(), applied, "and nothing written");
         p.engine.update_slice(slice(&[("10.1.0.1", "node-1")]));
-        assert!(!FamilyProxier::up_to_date(&mut p), "an endpoint pending");
-        p.sync(SyncKind::Changes).unwrap();
-        assert!(FamilyProxier::up_to_date(&mut p));
+        assert!(sync(&mut p, SyncKind::Changes), "an endpoint pending");
+        assert!(!sync(&mut p, SyncKind::Changes));
+        assert!(sync(&mut p, SyncKind::Periodic), "the periodic sync runs");
         assert!(p.reconfigure(|c| c.node_zone = Some("zone-b".into())));
-        assert!(!FamilyProxier::up_to_date(&mut p), "the whole table owed");
+        assert!(sync(&mut p, SyncKind::Changes), "the whole table owed");
     }
 }

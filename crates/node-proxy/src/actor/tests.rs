@@ -17,6 +17,8 @@ enum Asked {
     Absorb,
     Repair,
     Sync(SyncKind),
+    /// A sync of a proxier that owed nothing.
+    NothingOwed,
 }
 
 /// A proxier that tells the test each call, and fails its syncs while
@@ -25,7 +27,7 @@ struct Told {
     engine: Engine,
     told: Sender<Asked>,
     failing: Arc<Mutex<u32>>,
-    /// What `up_to_date` answers.
+    /// Owes nothing: its syncs of changes say so.
     current: Arc<Mutex<bool>>,
 }
 
@@ -34,7 +36,11 @@ impl FamilyProxier for Told {
         &self.engine
     }
 
-    fn sync(&mut self, kind: SyncKind) -> Result<FamilySync, DataplaneError> {
+    fn sync(&mut self, kind: SyncKind) -> Result<Option<FamilySync>, DataplaneError> {
+        if kind == SyncKind::Changes && *self.current.lock().unwrap() {
+            self.told.send(Asked::NothingOwed).unwrap();
+            return Ok(None);
+        }
         self.told.send(Asked::Sync(kind)).unwrap();
         let mut failing = self.failing.lock().unwrap();
         if *failing > 0 {
@@ -44,7 +50,7 @@ impl FamilyProxier for Told {
                 stderr: "injected".into(),
             });
         }
-        Ok(FamilySync::default())
+        Ok(Some(FamilySync::default()))
     }
 
     fn read_ahead(&mut self) {
@@ -58,10 +64,6 @@ impl FamilyProxier for Told {
     fn repair(&mut self) {
         self.told.send(Asked::Repair).unwrap();
     }
-
-    fn up_to_date(&mut self) -> bool {
-        *self.current.lock().unwrap()
-    }
 }
 
 struct Running {
@@ -71,6 +73,8 @@ struct Running {
     health: Arc<ProxierHealth>,
     failing: Arc<Mutex<u32>>,
     current: Arc<Mutex<bool>>,
+    /// Where the actor's sync metrics are registered.
+    registry: Registry,
 }
 
 fn start() -> Running {
@@ -85,10 +89,11 @@ fn start() -> Running {
         current: current.clone(),
     };
     let (commands, inbox) = channel();
+    let mut registry = Registry::default();
     let actor = SyncActor {
         proxiers: vec![Box::new(proxier)],
         health: health.clone(),
-        metrics: SyncMetrics::register(&mut Registry::default(), &[IpFamily::V4]),
+        metrics: SyncMetrics::register(&mut registry, &[IpFamily::V4]),
         multus_metrics: None,
         health_checks: watch::channel(HealthChecks::new()).0,
         node: None,
@@ -107,6 +112,7 @@ fn start() -> Running {
         health,
         failing,
         current,
+        registry,
     }
 }
 
@@ -136,6 +142,23 @@ impl Running {
     fn send(&self, command: Command) {
         self.commands.send(command).unwrap();
     }
+
+    /// The syncs reported in the metrics.
+    fn syncs_reported(&self) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
+        let count = "kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family=\"IPv4\"} ";
+        let line = text.lines().find_map(|l| l.strip_prefix(count)).unwrap();
+        line.parse().unwrap()
+    }
+
+    /// The sources' first lists are in: the proxier reads ahead, then the
+    /// first sync runs.
+    fn listed(&self) {
+        self.send(Command::Listed);
+        assert_eq!(self.next(), Asked::ReadAhead);
+        assert_eq!(self.next(), Asked::Sync(SyncKind::Changes), "the first sync");
+    }
 }
 
 #[test]
@@ -155,9 +178,7 @@ fn changes_before_the_lists_are_absorbed_and_the_first_sync_waits_for_them() {
 #[test]
 fn a_change_syncs_and_a_repair_rewrites_after_settling() {
     let a = start();
-    a.send(Command::Listed);
-    assert_eq!(a.next(), Asked::ReadAhead);
-    assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
+    a.listed();
     a.send(Command::Changed(SystemTime::now()));
     assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
     let heard = Instant::now();
@@ -189,9 +210,7 @@ fn a_failed_sync_is_retried_and_keeps_the_health_unprogrammed() {
 #[test]
 fn stopping_is_one_message_and_one_join_and_ends_the_proxiers() {
     let a = start();
-    a.send(Command::Listed);
-    assert_eq!(a.next(), Asked::ReadAhead);
-    assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
+    a.listed();
     let stopping = Instant::now();
     stop(&a.commands, a.actor);
     assert!(stopping.elapsed() < Duration::from_secs(1), "{:?}", stopping.elapsed());
@@ -204,25 +223,24 @@ fn stopping_is_one_message_and_one_join_and_ends_the_proxiers() {
 }
 
 /// A change that leaves a proxier with nothing to write (the other
-/// family's) does not sync it, and its health is current all the same;
-/// the periodic sync still does.
+/// family's) is no sync to report: nothing counted in the metrics, and its
+/// health is current all the same.
 #[test]
-fn a_proxier_with_nothing_owed_is_left_out_of_a_requested_sync() {
+fn a_proxier_with_nothing_owed_reports_no_sync_and_is_current() {
     let a = start();
-    a.send(Command::Listed);
-    assert_eq!(a.next(), Asked::ReadAhead);
-    assert_eq!(
-        a.next(),
-        Asked::Sync(SyncKind::Changes),
-        "the first sync, whatever it owes"
-    );
+    a.listed();
+    assert!(a.programmed_within(Duration::from_secs(1)));
+    let reported = a.syncs_reported();
+    assert_eq!(reported, 1, "the first sync");
     *a.current.lock().unwrap() = true;
     let before = a.health.is_healthy(SystemTime::now()).1;
     std::thread::sleep(Duration::from_millis(20));
     a.send(Command::Changed(SystemTime::now()));
-    assert!(a.quiet(Duration::from_millis(200)), "nothing to write: not synced");
+    assert_eq!(a.next(), Asked::NothingOwed);
+    assert!(a.quiet(Duration::from_millis(200)), "nothing more asked");
     let after = a.health.is_healthy(SystemTime::now()).1;
     assert!(after > before, "current all the same: {before:?} -> {after:?}");
+    assert_eq!(a.syncs_reported(), reported, "nothing to write: no sync reported");
     *a.current.lock().unwrap() = false;
     a.send(Command::Changed(SystemTime::now()));
     assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
