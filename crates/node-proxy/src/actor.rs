@@ -46,9 +46,51 @@ pub enum Command {
 /// Where commands go: the sending half of the actor's inbox.
 pub type Commands = Sender<Command>;
 
-/// The actor's inbox and the sender for it.
-pub fn channel() -> (Commands, Receiver<Command>) {
-    std::sync::mpsc::channel()
+/// The actor's inbox, made before the actor: what talks to it (the
+/// hearing, the forwarder) is made with [`Inbox::commands`] first.
+#[derive(Debug)]
+pub struct Inbox {
+    commands: Commands,
+    receiver: Receiver<Command>,
+}
+
+impl Inbox {
+    /// An empty inbox.
+    pub fn new() -> Self {
+        let (commands, receiver) = std::sync::mpsc::channel();
+        Self { commands, receiver }
+    }
+
+    /// A sender of commands to it.
+    pub fn commands(&self) -> Commands {
+        self.commands.clone()
+    }
+}
+
+impl Default for Inbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The actor, running on its thread.
+#[derive(Debug)]
+pub struct Running {
+    commands: Commands,
+    thread: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the actor: one message, one join (the sync under way
+    /// finishes first; the hearing's thread stops with it). A panic of
+    /// the actor's thread goes on here.
+    pub fn stop(self) {
+        // A send fails only when the actor has already ended.
+        let _ = self.commands.send(Command::Stop);
+        if let Err(panic) = self.thread.join() {
+            std::panic::resume_unwind(panic);
+        }
+    }
 }
 
 /// What the node's own objects (its Node, the ServiceCIDRs) say, handed to
@@ -120,15 +162,13 @@ impl SyncActor {
     /// [`Command::Stop`] (or until every sender is gone); `ended` is called
     /// when it ends, however it ends (a panic included), so that the
     /// daemon stops with it.
-    pub fn spawn(
-        self,
-        inbox: Receiver<Command>,
-        ended: impl FnOnce() + Send + 'static,
-    ) -> std::io::Result<JoinHandle<()>> {
-        std::thread::Builder::new().name("proxyd-sync".into()).spawn(move || {
+    pub fn spawn(self, inbox: Inbox, ended: impl FnOnce() + Send + 'static) -> std::io::Result<Running> {
+        let Inbox { commands, receiver } = inbox;
+        let thread = std::thread::Builder::new().name("proxyd-sync".into()).spawn(move || {
             let _ended = OnDrop(Some(ended));
-            self.run(&inbox);
-        })
+            self.run(&receiver);
+        })?;
+        Ok(Running { commands, thread })
     }
 
     fn run(mut self, inbox: &Receiver<Command>) {
@@ -333,15 +373,6 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
     }
 }
 
-/// Stops the actor: one message, one join (the sync under way finishes
-/// first; the hearing's thread stops with it).
-pub fn stop(commands: &Commands, actor: JoinHandle<()>) {
-    // A send fails only when the actor has already ended.
-    let _ = commands.send(Command::Stop);
-    if let Err(panic) = actor.join() {
-        std::panic::resume_unwind(panic);
-    }
-}
-
+pub mod feed;
 #[cfg(test)]
 mod tests;

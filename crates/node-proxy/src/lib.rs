@@ -7,7 +7,8 @@
 //! ```text
 //!  actor     the sync actor: one thread that owns the proxiers, takes
 //!            typed commands (Changed, Listed, Repair, Stop) on one
-//!            channel, and syncs when the schedule says
+//!            channel, and syncs when the schedule says; actor::feed is
+//!            what sends them (the sources' forwarder, the hearing)
 //!  schedule  when to sync: at most one per min interval (or as the
 //!            syncs' cost allows), at least one per max interval, failed
 //!            syncs retried with a backoff (kube-proxy's

@@ -68,7 +68,7 @@ impl FamilyProxier for Told {
 
 struct Running {
     commands: Commands,
-    actor: JoinHandle<()>,
+    actor: super::Running,
     asked: Receiver<Asked>,
     health: Arc<ProxierHealth>,
     failing: Arc<Mutex<u32>>,
@@ -88,7 +88,8 @@ fn start() -> Running {
         failing: failing.clone(),
         current: current.clone(),
     };
-    let (commands, inbox) = channel();
+    let inbox = Inbox::new();
+    let commands = inbox.commands();
     let mut registry = Registry::default();
     let actor = SyncActor {
         proxiers: vec![Box::new(proxier)],
@@ -172,7 +173,7 @@ fn changes_before_the_lists_are_absorbed_and_the_first_sync_waits_for_them() {
     a.send(Command::Listed);
     assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
     assert!(a.programmed_within(Duration::from_secs(1)));
-    stop(&a.commands, a.actor);
+    a.actor.stop();
 }
 
 #[test]
@@ -190,7 +191,7 @@ fn a_change_syncs_and_a_repair_rewrites_after_settling() {
     assert!(heard.elapsed() >= crate::schedule::SETTLE, "settled first");
     assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
     assert!(a.quiet(Duration::from_millis(200)), "one repair");
-    stop(&a.commands, a.actor);
+    a.actor.stop();
 }
 
 #[test]
@@ -204,7 +205,7 @@ fn a_failed_sync_is_retried_and_keeps_the_health_unprogrammed() {
     }
     assert!(a.quiet(Duration::from_millis(200)), "done after the third");
     assert!(a.health.programmed());
-    stop(&a.commands, a.actor);
+    a.actor.stop();
 }
 
 #[test]
@@ -212,7 +213,7 @@ fn stopping_is_one_message_and_one_join_and_ends_the_proxiers() {
     let a = start();
     a.listed();
     let stopping = Instant::now();
-    stop(&a.commands, a.actor);
+    a.actor.stop();
     assert!(stopping.elapsed() < Duration::from_secs(1), "{:?}", stopping.elapsed());
     // The proxiers went with the thread: their sender is closed.
     assert!(matches!(
@@ -244,5 +245,5 @@ fn a_proxier_with_nothing_owed_reports_no_sync_and_is_current() {
     *a.current.lock().unwrap() = false;
     a.send(Command::Changed(SystemTime::now()));
     assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
-    stop(&a.commands, a.actor);
+    a.actor.stop();
 }

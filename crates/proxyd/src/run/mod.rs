@@ -22,11 +22,10 @@ mod sources;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use endpoints_map::Engine;
 use informer_glue::node::NodeFacts;
-use linux_dataplane::{Hearing, Netns};
+use linux_dataplane::Netns;
 use slice_model::IpFamily;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -35,7 +34,8 @@ use tokio_util::task::TaskTracker;
 use crate::metrics_registry::{CONTENT_TYPE, Metrics};
 use crate::settings::flags::RunArgs;
 use crate::snapshot_engine::{node_name, selection};
-use node_proxy::actor::{Command, Commands, SyncActor};
+use node_proxy::actor::feed::{Forward, hear};
+use node_proxy::actor::{Inbox, Running, SyncActor};
 use node_proxy::family::HealthChecks;
 use node_proxy::health::{ProxierHealth, ServiceHealth};
 use node_proxy::http::{Reply, serve};
@@ -284,11 +284,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .spawn_blocking(move || linux_dataplane::kube_proxy::warn_if_present(&netns));
     }
     let serving = start_serving(&args, &node, &families, &tasks).await?;
-    let (commands, inbox) = node_proxy::actor::channel();
-    let actor = start_syncing(&args, &families, serving, &commands, inbox, &tasks)?;
+    let actor = start_syncing(&args, &families, serving, &tasks)?;
     tasks.tracker.spawn(stop_on_signal(tasks.shutdown.clone()));
     tasks.shutdown.cancelled().await;
-    tokio::task::spawn_blocking(move || node_proxy::actor::stop(&commands, actor)).await?;
+    tokio::task::spawn_blocking(move || actor.stop()).await?;
     tasks.tracker.close();
     tasks.tracker.wait().await;
     if args.is_dry_run() {
@@ -327,16 +326,9 @@ async fn start_serving(args: &RunArgs, node: &str, families: &[IpFamily], tasks:
 }
 
 /// The proxiers and the sync actor that owns them, and what tells it of
-/// changes: the sources (through [`Forward`]), the kernel (the
+/// changes: the sources (through `Forward`), the kernel (the
 /// hearing) and multus mode's container runtime.
-fn start_syncing(
-    args: &RunArgs,
-    families: &[IpFamily],
-    serving: Serving,
-    commands: &Commands,
-    inbox: std::sync::mpsc::Receiver<Command>,
-    tasks: &Tasks,
-) -> anyhow::Result<std::thread::JoinHandle<()>> {
+fn start_syncing(args: &RunArgs, families: &[IpFamily], serving: Serving, tasks: &Tasks) -> anyhow::Result<Running> {
     let Serving {
         metrics,
         health,
@@ -346,7 +338,11 @@ fn start_syncing(
         health_checks,
     } = serving;
     let (tracker, shutdown) = (&tasks.tracker, &tasks.shutdown);
-    let hearing = hear(args, commands);
+    let inbox = Inbox::new();
+    // The node's table is heard, not a dry run's nor the pods'.
+    let hearing = (!args.is_dry_run() && !args.proxy.multus)
+        .then(|| hear(&Netns::from_flag(args.netns.clone()), &inbox.commands()))
+        .flatten();
     let proxiers = proxiers::proxiers(args, engines, &state, hearing.as_ref(), &metrics)?;
     if let Some(runtime) = proxiers.runtime {
         let follow = multus_dataplane::runtime_watch::follow_runtime(runtime, changes.clone(), shutdown.clone());
@@ -364,9 +360,9 @@ fn start_syncing(
         changes,
         lists: state.listed.clone(),
         listed,
-        commands: commands.clone(),
+        commands: inbox.commands(),
     };
-    tracker.spawn(forward.run(shutdown.clone()));
+    tracker.spawn(forward.run(shutdown.clone().cancelled_owned()));
     let actor = SyncActor {
         proxiers: proxiers.families,
         health,
@@ -410,28 +406,6 @@ fn follow_the_node(
     for w in &state.watches {
         health.watch(w.clone());
     }
-}
-
-/// Hears the node's nftables for other programs' changes, each handed to
-/// the sync actor as a repair (node mode, not in a dry run).
-fn hear(args: &RunArgs, commands: &Commands) -> Option<Hearing> {
-    if args.is_dry_run() || args.proxy.multus {
-        return None;
-    }
-    let commands = commands.clone();
-    let on_change: linux_dataplane::hearing::OnChange = Arc::new(move |change| {
-        // Fails only once the actor has stopped: nothing left to repair.
-        let _ = commands.send(Command::Repair(change));
-    });
-    let netns = Netns::from_flag(args.netns.clone());
-    Hearing::start(&netns, nft_dataplane::names::TABLE, on_change)
-        .inspect_err(|e| {
-            tracing::warn!(
-                "cannot follow nftables changes ({e}): a table changed by another program is repaired at the next \
-                 periodic sync"
-            );
-        })
-        .ok()
 }
 
 /// Binds a server address given on the command line.
@@ -514,44 +488,6 @@ fn start_health_check_listeners(
         }
     });
     tx
-}
-
-/// What tells the sync actor of the sources' changes.
-struct Forward {
-    /// Woken by the sources (coalescing wake-ups).
-    changes: Arc<Notify>,
-    /// Each kind's first list is in.
-    lists: Vec<Arc<std::sync::atomic::AtomicBool>>,
-    /// Said once every kind's is, for the rest of the run.
-    listed: watch::Sender<bool>,
-    /// The actor's inbox.
-    commands: Commands,
-}
-
-impl Forward {
-    /// Tells the actor of each change, and once, when every kind's first
-    /// list is in.
-    async fn run(self, shutdown: CancellationToken) {
-        tracing::info!("waiting for the initial lists");
-        let waiting = std::time::Instant::now();
-        let all_listed = || self.lists.iter().all(|l| l.load(std::sync::atomic::Ordering::Acquire));
-        loop {
-            if !*self.listed.borrow() && all_listed() {
-                tracing::info!(took_ms = waiting.elapsed().as_millis(), "initial lists complete");
-                self.listed.send_replace(true);
-                if self.commands.send(Command::Listed).is_err() {
-                    return;
-                }
-            }
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = self.changes.notified() => {}
-            }
-            if self.commands.send(Command::Changed(SystemTime::now())).is_err() {
-                return;
-            }
-        }
-    }
 }
 
 /// How long the first lists may take before proxyd looks into why, when
