@@ -388,7 +388,7 @@ impl MultusProxier {
                     if r.full || r.services_written > 0 || r.script_bytes > 0 {
                         pods_out(&mut out).written += 1;
                     }
-                    out.written += r;
+                    out.written += w.report;
                     out.trigger_times.extend(w.trigger_times);
                     w.flows
                 }

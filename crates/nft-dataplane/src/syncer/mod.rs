@@ -113,8 +113,8 @@ pub struct SyncReport {
 
 /// Several tables' reports as one (multus mode writes one per pod): sums,
 /// the longest transaction of any, full when any was.
-impl std::ops::AddAssign<&SyncReport> for SyncReport {
-    fn add_assign(&mut self, r: &SyncReport) {
+impl std::ops::AddAssign for SyncReport {
+    fn add_assign(&mut self, mut r: SyncReport) {
         self.full |= r.full;
         self.services_written += r.services_written;
         self.script_bytes += r.script_bytes;
@@ -126,7 +126,7 @@ impl std::ops::AddAssign<&SyncReport> for SyncReport {
         self.refused_transactions += r.refused_transactions;
         self.refused_services += r.refused_services;
         self.checking += r.checking;
-        self.no_local_endpoints.extend(r.no_local_endpoints.iter().cloned());
+        self.no_local_endpoints.append(&mut r.no_local_endpoints);
     }
 }
 
