@@ -104,9 +104,9 @@ impl Pacing {
     /// waits at most the floor, a stream of up to 33 changes a second is
     /// synced change by change, and a faster one waits at most 30 ms, its
     /// changes sharing each sync's fixed cost (a kernel commit, a few
-    /// wake-ups: about 0.2 ms of CPU at 10,000 services); syncs that cost
-    /// seconds (a huge first load) take at most a quarter of the time, as
-    /// kube-proxy's 1 s gap did for syncs of 250 ms.
+    /// wake-ups); syncs that cost seconds (a huge first load) take at most
+    /// a quarter of the time, as kube-proxy's 1 s gap did for syncs of
+    /// 250 ms.
     pub const DEFAULT: Self = Self::CostBound {
         floor: Duration::from_millis(10),
         factor: 4,
