@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use proxyd::{ReplayOptions as Options, Replayer};
+use daemon_sources::replay::{Options, Replayer};
 
 fuzz_target!(|data: &[u8]| {
     let opts = Options {

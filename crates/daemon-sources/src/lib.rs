@@ -10,10 +10,13 @@
 //!   to the same handlers as a relist;
 //! * [`snapshot`]: a one-time read of a cluster (the API or the files), for
 //!   commands that work from a moment's state (`render`, `explain`);
+//! * [`replay`]: a recorded watch trace replayed through the cache and
+//!   the endpoints map (`proxyd replay`);
 //! * [`kube_proxy_file`]: kube-proxy's `KubeProxyConfiguration` file
 //!   type, which proxyd maps to its settings.
 
 pub mod kube_proxy_file;
 pub mod manifest_source;
 pub mod manifests;
+pub mod replay;
 pub mod snapshot;

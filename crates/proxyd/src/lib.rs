@@ -10,8 +10,7 @@
 //!                   (file) and kube-proxy's KubeProxyConfiguration
 //!                   (kube_proxy), merged under the command line
 //!  logging          the tracing subscriber and its filter
-//!  replay           `proxyd replay`: JSON-lines watch trace ─► EndpointSliceCache
-//!                   ─► EndpointsMap ─► one JSON line per sync (docs/replay-format.md)
+//!  replay           `proxyd replay` (its engine: daemon_sources::replay)
 //!  snapshot_engine  one read of the cluster (manifests or API) into an Engine
 //!  run              `proxyd run`: sources ─► engines ─► the sync actor
 //!  metrics_registry the run's registry: kube-proxy's, the sources', multus
@@ -43,7 +42,6 @@ mod sysctls;
 
 pub use effective::effective;
 pub use explain::explain_port;
-pub use replay::{Options as ReplayOptions, Replayer};
 pub use run::validate as validate_run;
 pub use settings::flags::{Command, ProxyArgs, RunArgs};
 pub use settings::parse as parse_command_line;

@@ -3,7 +3,7 @@
 //! with a line error.
 
 use proptest::prelude::*;
-use proxyd::{ReplayOptions as Options, Replayer};
+use daemon_sources::replay::{Options, Replayer};
 use serde_json::{Value, json};
 
 fn replayer() -> Replayer<Vec<u8>> {

@@ -1,28 +1,27 @@
-//! `proxyd replay`: drives the cache and the endpoints map from a recorded
-//! JSON-lines watch trace and prints what the proxy would see after each
-//! sync. The format is a stable contract: see `docs/replay-format.md`.
+//! A recorded JSON-lines watch trace replayed through the cache and the
+//! endpoints map, writing what the proxy would see after each sync: the
+//! engine of `proxyd replay`, whose input and output are a stable contract
+//! (`docs/replay-format.md` in the repository).
 
 pub mod output;
 pub mod timing;
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
-use std::process::ExitCode;
+use std::io::{self, BufRead, BufReader, Read, Write};
 
 use endpoints_map::{EndpointsMap, UpdateResult};
 use informer_glue::wire::WireObject;
 use slice_cache::EndpointSliceCache;
 use slice_model::{Interner, IpFamily, ServiceInfo, ServiceName};
 
-use crate::settings::flags::ReplayArgs;
 use informer_glue::wire::event::{Action, Event, decode_line};
 use timing::{Timing, timed};
 
 /// Why a replay stopped.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
     /// A line is not a usable watch event.
+    #[error("line {line}: {message}")]
     Line {
         /// 1-based line number.
         line: u64,
@@ -30,24 +29,8 @@ pub enum ReplayError {
         message: String,
     },
     /// Reading the input or writing the output failed.
-    Io(io::Error),
-}
-
-impl std::fmt::Display for ReplayError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ReplayError::Line { line, message } => write!(f, "line {line}: {message}"),
-            ReplayError::Io(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for ReplayError {}
-
-impl From<io::Error> for ReplayError {
-    fn from(e: io::Error) -> Self {
-        ReplayError::Io(e)
-    }
+    #[error(transparent)]
+    Io(#[from] io::Error),
 }
 
 /// Options of a replay.
@@ -249,51 +232,6 @@ impl<W: Write> Replayer<W> {
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
-}
-
-/// `proxyd replay` from the command line: exit status 0 on success, 1 when
-/// a line is bad or I/O fails (after printing what was synced before it).
-pub fn main(args: ReplayArgs) -> ExitCode {
-    let input: Box<dyn Read> = match args.input.as_deref() {
-        None => Box::new(io::stdin().lock()),
-        Some(p) if p.as_os_str() == "-" => Box::new(io::stdin().lock()),
-        Some(p) => match File::open(p) {
-            Ok(f) => Box::new(f),
-            Err(e) => {
-                crate::logging::say(&format!("proxyd replay: cannot open {}: {e}", p.display()));
-                return ExitCode::FAILURE;
-            }
-        },
-    };
-    let opts = Options {
-        node_name: args.node_name,
-        family: args.ip_family,
-        final_only: args.final_only,
-        quiet: args.quiet,
-    };
-    let out = BufWriter::with_capacity(1 << 20, io::stdout().lock());
-    let mut stderr = io::stderr();
-    let warn = Box::new(move |msg: &str| {
-        let _ = writeln!(stderr, "proxyd replay: warning: {msg}");
-    });
-    let mut r = Replayer::new(opts, out, warn);
-    let result = r.run(input);
-    let code = match &result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            let _ = r.flush();
-            crate::logging::say(&format!("proxyd replay: {e}"));
-            ExitCode::FAILURE
-        }
-    };
-    if args.timing {
-        r.timing.peak_rss_kib = timing::peak_rss_kib();
-        match serde_json::to_string(&r.timing) {
-            Ok(line) => crate::logging::say(&line),
-            Err(e) => crate::logging::say(&format!("proxyd replay: cannot write timing: {e}")),
-        }
-    }
-    code
 }
 
 #[cfg(test)]
