@@ -16,7 +16,7 @@
 //!  metrics_registry the run's registry: kube-proxy's, the sources', multus
 //!                   mode's and the process metrics
 //!  sysctls          kube-proxy's conntrack settings at startup
-//!  render, explain  `proxyd render` and `proxyd explain`
+//!  inspect          `proxyd render` and `proxyd explain` (their text: node_inspect)
 //!  cleanup          `proxyd cleanup`
 //! ```
 //!
@@ -29,11 +29,9 @@
 
 mod cleanup;
 mod effective;
-mod explain;
-mod listing;
+mod inspect;
 mod logging;
 mod metrics_registry;
-mod render;
 mod replay;
 mod run;
 mod settings;
@@ -41,7 +39,6 @@ mod snapshot_engine;
 mod sysctls;
 
 pub use effective::effective;
-pub use explain::explain_port;
 pub use run::validate as validate_run;
 pub use settings::flags::{Command, ProxyArgs, RunArgs};
 pub use settings::parse as parse_command_line;
@@ -61,8 +58,8 @@ pub fn main() -> std::process::ExitCode {
     match cli.command {
         Command::Replay(args) => replay::main(args),
         Command::Run(args) => run::main(*args),
-        Command::Render(args) => render::main(args),
-        Command::Explain(args) => explain::main(args),
+        Command::Render(args) => inspect::render(args),
+        Command::Explain(args) => inspect::explain(args),
         Command::Cleanup(args) => cleanup::cleanup(args),
     }
 }

@@ -7,7 +7,7 @@ use daemon_sources::snapshot::{SnapshotFeed, SnapshotSource};
 use informer_glue::selection::Selection;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-pub use daemon_sources::snapshot::{SliceView, Snapshot, slices_of};
+pub use daemon_sources::snapshot::{Snapshot, slices_of};
 
 use crate::settings::flags::{ProxyArgs, SourceArgs};
 use endpoints_map::Engine;

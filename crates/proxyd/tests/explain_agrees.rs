@@ -16,7 +16,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use nft_dataplane::tracer::{Host, Origin, Packet};
 use nft_dataplane::{KernelModel, NftSyncer, SyncKind};
 use proxyd::ProxyArgs;
-use proxyd::explain_port;
+use node_inspect::explain::explain_port;
 use proxyd::{Snapshot, effective};
 use serde_json::{Value, json};
 

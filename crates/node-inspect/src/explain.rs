@@ -1,4 +1,4 @@
-//! `proxyd explain NAMESPACE/SERVICE[:PORT]`: for each service port, the
+//! The explanation of `proxyd explain NAMESPACE/SERVICE[:PORT]`: for each service port, the
 //! slices that contributed, every endpoint with its conditions and why it
 //! is or is not used for traffic to the cluster IP and from outside, and
 //! the nftables elements and chains that implement it.
@@ -15,7 +15,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::net::SocketAddr;
-use std::process::ExitCode;
 
 use endpoints_map::topology::{EndpointUse, TopologyDecision, TopologyMode};
 use informer_glue::selection::{Handling, Selection};
@@ -23,8 +22,7 @@ use slice_model::{
     BaseEndpointInfo, Endpoint, IpFamily, NodeHint, SERVICE_NAME_LABEL, ServiceName, ServicePortInfo, ServiceType,
 };
 
-use crate::settings::flags::ExplainArgs;
-use crate::snapshot_engine::{SliceView, Snapshot, one_shot, slices_of};
+use daemon_sources::snapshot::{SliceView, Snapshot};
 use endpoints_map::Engine;
 use nft_dataplane::desired::{DataplaneConfig, ServiceTarget, choose};
 use nft_dataplane::element::proto;
@@ -32,59 +30,47 @@ use nft_dataplane::fragment;
 use nft_dataplane::names::FamilyWords;
 use nft_dataplane::{KernelModel, NftSyncer, Recording, SyncKind};
 
-/// `proxyd explain` from the command line.
-pub fn main(args: ExplainArgs) -> ExitCode {
-    // Only the asked-for service's slices are kept for the explanation.
-    let keep = slices_of(parse_query(&args.service).ok().map(|(name, _)| name));
-    one_shot("explain", &args.source, &args.proxy, &keep, |l| {
-        let selection = crate::snapshot_engine::selection(&args.proxy);
-        let mut text = explain(&l.snapshot, &l.engine, &l.config, &selection, &l.node, &args.service)?;
-        // Without --ip-family, a service with IPv6 cluster IPs is explained
-        // for the IPv6 proxier too (kube-proxy runs both where the node
-        // has IPv6).
-        if args.proxy.ip_family.is_none() {
-            let (name, _) = parse_query(&args.service)?;
-            let v6 = crate::ProxyArgs {
-                ip_family: Some(IpFamily::V6),
-                ..args.proxy.clone()
-            };
-            let engine = crate::snapshot_engine::engine(&l.snapshot, &l.node, &v6);
-            if engine.services.service(&name).is_some_and(|ports| !ports.is_empty()) {
-                let config = crate::effective::effective(&v6, &l.snapshot.facts);
-                text.push('\n');
-                text.push_str(&explain(
-                    &l.snapshot,
-                    &engine,
-                    &config,
-                    &selection,
-                    &l.node,
-                    &args.service,
-                )?);
-            }
-        }
-        if args.proxy.multus {
-            let (service, _) = parse_query(&args.service)?;
-            let (pods, networks) = l.snapshot.multus_view(&l.node, &selection);
-            text.push_str(&multus_dataplane::view::explain_pods(
-                &service,
-                &l.engine.services,
-                l.config.family,
-                &pods,
-                &networks,
-            ));
-        }
-        Ok(text)
-    })
+/// Why a service cannot be explained.
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    /// The query is not `NAMESPACE/SERVICE[:PORT]`.
+    #[error("{0:?}: expected NAMESPACE/SERVICE or NAMESPACE/SERVICE:PORT")]
+    Query(String),
+    /// No such service; the names of its namespace's services.
+    #[error("no service {name}; services in namespace {}: {}", name.namespace, known_text(.known))]
+    NoService {
+        /// The service asked about.
+        name: ServiceName,
+        /// The services of its namespace.
+        known: Vec<String>,
+    },
+    /// The service has no such port; its ports, named and numbered.
+    #[error("service {name} has no port {port:?}; its ports: {}", ports.join(", "))]
+    NoPort {
+        /// The service asked about.
+        name: ServiceName,
+        /// The port asked about.
+        port: String,
+        /// The service's ports.
+        ports: Vec<String>,
+    },
+    /// Planning the table failed.
+    #[error("planning the table: {0}")]
+    Plan(#[from] nft_dataplane::DataplaneError),
+}
+
+fn known_text(known: &[String]) -> String {
+    if known.is_empty() { "none".into() } else { known.join(", ") }
 }
 
 /// Splits `ns/name[:port]`.
-fn parse_query(q: &str) -> anyhow::Result<(ServiceName, Option<String>)> {
+pub fn parse_query(q: &str) -> Result<(ServiceName, Option<String>), ExplainError> {
     let (svc, port) = match q.split_once(':') {
         Some((s, p)) => (s, Some(p.to_owned())),
         None => (q, None),
     };
     let Some((ns, name)) = svc.split_once('/').filter(|(n, s)| !n.is_empty() && !s.is_empty()) else {
-        anyhow::bail!("{q:?}: expected NAMESPACE/SERVICE or NAMESPACE/SERVICE:PORT");
+        return Err(ExplainError::Query(q.to_owned()));
     };
     Ok((ServiceName::new(ns, name), port))
 }
@@ -97,19 +83,14 @@ pub fn explain(
     selection: &Selection,
     node: &str,
     query: &str,
-) -> anyhow::Result<String> {
+) -> Result<String, ExplainError> {
     let (name, port_filter) = parse_query(query)?;
-    let view = snapshot.service(&name, selection).map_err(|known| {
-        anyhow::anyhow!(
-            "no service {name}; services in namespace {}: {}",
-            name.namespace,
-            if known.is_empty() {
-                "none".into()
-            } else {
-                known.join(", ")
-            }
-        )
-    })?;
+    let view = snapshot
+        .service(&name, selection)
+        .map_err(|known| ExplainError::NoService {
+            name: name.clone(),
+            known,
+        })?;
     let mut out = String::new();
     let info = &view.info;
     let cluster_ips: Vec<String> = if info.headless {
@@ -173,12 +154,11 @@ pub fn explain(
         }
     }
     if !matched {
-        let names: Vec<String> = ports.iter().map(|p| format!("{} ({})", p.name.port, p.port)).collect();
-        anyhow::bail!(
-            "service {name} has no port {:?}; its ports: {}",
-            port_filter.unwrap_or_default(),
-            names.join(", ")
-        );
+        return Err(ExplainError::NoPort {
+            port: port_filter.unwrap_or_default(),
+            ports: ports.iter().map(|p| format!("{} ({})", p.name.port, p.port)).collect(),
+            name,
+        });
     }
     Ok(out)
 }

@@ -1,79 +1,25 @@
-//! `proxyd render`: the ruleset proxyd would apply for a set of objects,
-//! and a table of services and the endpoints they use.
+//! What `proxyd render` prints: the ruleset a node proxy would apply for
+//! a set of objects, and a table of services and the endpoints they use.
 
 use std::collections::BTreeSet;
-use std::process::ExitCode;
 
 use endpoints_map::topology::TopologyMode;
 use slice_model::ServicePortInfo;
 
 use crate::listing::Shown;
-use crate::settings::flags::RenderArgs;
-use crate::snapshot_engine::one_shot;
 use endpoints_map::Engine;
 use nft_dataplane::desired::{EndpointGroup, GroupVerdict};
 use nft_dataplane::element::proto;
 use nft_dataplane::{DataplaneConfig, NftSyncer, Recording, ServiceTarget, SyncKind};
 
-/// `proxyd render` from the command line.
-pub fn main(args: RenderArgs) -> ExitCode {
-    // Without --ip-family the IPv6 table is rendered too, from the IPv6
-    // slices kept for it (the IPv4 engine is fed as they stream by).
-    let both = args.proxy.ip_family.is_none() && !args.proxy.multus;
-    let keep = crate::snapshot_engine::ipv6_slices_if(both);
-    one_shot("render", &args.source, &args.proxy, &keep, |l| {
-        if args.proxy.multus {
-            let (pods, networks) = l
-                .snapshot
-                .multus_view(&l.node, &crate::snapshot_engine::selection(&args.proxy));
-            let e = &l.engine;
-            return Ok(multus_dataplane::view::render_pods(
-                &e.services,
-                &e.endpoints,
-                l.config.family,
-                &pods,
-                &networks,
-            )?);
-        }
-        let table = (!args.nft_only).then_some(if args.all_endpoints {
-            Shown::All
-        } else {
-            Shown::First(8)
-        });
-        let (mut text, syncer) = render_keeping_view(&l.engine, &l.config, table)?;
-        // The process ends next: freeing the view piece by piece would only
-        // cost time.
-        std::mem::forget(syncer);
-        // Without --ip-family, the IPv6 table follows when the objects
-        // hold IPv6 services (kube-proxy writes both where the node has
-        // IPv6), as `explain` does.
-        if both {
-            let v6 = crate::ProxyArgs {
-                ip_family: Some(slice_model::IpFamily::V6),
-                ..args.proxy.clone()
-            };
-            let engine = crate::snapshot_engine::engine(&l.snapshot, &l.node, &v6);
-            if !engine.services.is_empty() {
-                let config = crate::effective::effective(&v6, &l.snapshot.facts);
-                let (six, syncer) = render_keeping_view(&engine, &config, table)?;
-                std::mem::forget(syncer);
-                std::mem::forget(engine);
-                text.push('\n');
-                text.push_str(&six);
-            }
-        }
-        Ok(text)
-    })
-}
-
 /// The full nft ruleset, then (with `table`) the services table, and the
 /// syncer that holds the table's view, for a caller that would rather not
 /// spend the time to free it.
-fn render_keeping_view(
+pub fn render_keeping_view(
     engine: &Engine,
     config: &DataplaneConfig,
     table: Option<Shown>,
-) -> anyhow::Result<(String, NftSyncer<Recording>)> {
+) -> Result<(String, NftSyncer<Recording>), nft_dataplane::DataplaneError> {
     let mut syncer = NftSyncer::new(config.clone(), Recording::default());
     syncer.sync(&engine.services, &engine.endpoints, &BTreeSet::new(), SyncKind::Changes)?;
     let mut out = syncer.dataplane().applied.pop().map(|t| t.text()).unwrap_or_default();
