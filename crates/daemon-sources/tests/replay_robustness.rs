@@ -2,8 +2,8 @@
 //! close to a watch event but wrong in random places, either replay or fail
 //! with a line error.
 
-use proptest::prelude::*;
 use daemon_sources::replay::{Options, Replayer};
+use proptest::prelude::*;
 use serde_json::{Value, json};
 
 fn replayer() -> Replayer<Vec<u8>> {

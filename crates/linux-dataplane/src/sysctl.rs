@@ -6,6 +6,7 @@
 
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// This machine's CPUs, as kube-proxy counts them (all online CPUs, not
 /// only those this process may use).
@@ -32,6 +33,105 @@ fn count_cpu_list(list: &str) -> Option<u64> {
     }
     Some(n)
 }
+
+/// kube-proxy's conntrack settings (its `--conntrack-*` flags, in the
+/// same units): the table's size from the CPU count, the TCP established
+/// and close-wait timeouts, and, when asked for, TCP "be liberal" and the
+/// UDP timeouts. A zero leaves its setting as the node has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conntrack {
+    /// Table entries per CPU (0: leave the table size alone).
+    pub max_per_core: u64,
+    /// The table size at least, whatever `max_per_core` gives.
+    pub min: u64,
+    /// `nf_conntrack_tcp_timeout_established`.
+    pub tcp_timeout_established: Duration,
+    /// `nf_conntrack_tcp_timeout_close_wait`.
+    pub tcp_timeout_close_wait: Duration,
+    /// `nf_conntrack_tcp_be_liberal=1`.
+    pub tcp_be_liberal: bool,
+    /// `nf_conntrack_udp_timeout`.
+    pub udp_timeout: Duration,
+    /// `nf_conntrack_udp_timeout_stream`.
+    pub udp_timeout_stream: Duration,
+}
+
+/// kube-proxy's cap on the scaled table size.
+const MAX_LIMIT: u64 = 1 << 20;
+
+impl Conntrack {
+    /// The table size to set for `cpus` CPUs, if any: max-per-core × CPUs,
+    /// at least `min`, at most 2^20 (kube-proxy's rule).
+    pub fn max(&self, cpus: u64) -> Option<u64> {
+        if self.max_per_core == 0 {
+            return None;
+        }
+        let scaled = self.max_per_core.saturating_mul(cpus);
+        Some(if scaled > MAX_LIMIT {
+            MAX_LIMIT
+        } else {
+            scaled.max(self.min)
+        })
+    }
+
+    /// The sysctls to set (under `net/netfilter/`), in kube-proxy's order.
+    pub fn wanted(&self, cpus: u64) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        if let Some(max) = self.max(cpus) {
+            out.push((CONNTRACK_MAX, max));
+        }
+        let timeouts = [
+            ("nf_conntrack_tcp_timeout_established", self.tcp_timeout_established),
+            ("nf_conntrack_tcp_timeout_close_wait", self.tcp_timeout_close_wait),
+        ];
+        out.extend(
+            timeouts
+                .into_iter()
+                .filter(|(_, d)| !d.is_zero())
+                .map(|(n, d)| (n, d.as_secs())),
+        );
+        if self.tcp_be_liberal {
+            out.push(("nf_conntrack_tcp_be_liberal", 1));
+        }
+        let timeouts = [
+            ("nf_conntrack_udp_timeout", self.udp_timeout),
+            ("nf_conntrack_udp_timeout_stream", self.udp_timeout_stream),
+        ];
+        out.extend(
+            timeouts
+                .into_iter()
+                .filter(|(_, d)| !d.is_zero())
+                .map(|(n, d)| (n, d.as_secs())),
+        );
+        out
+    }
+
+    /// Sets these values on this machine (`sysctls`) and says what it did:
+    /// an INFO line per value written, one WARN naming everything that
+    /// could not be (never a failed start: the rules work without them).
+    pub fn set(&self, sysctls: &Sysctls) -> Applied {
+        let applied = sysctls.apply(&self.wanted(cpus()));
+        for (setting, before, after) in &applied.written {
+            tracing::info!(setting = %setting, before, after, "conntrack setting");
+        }
+        if !applied.refused.is_empty() {
+            let list: Vec<String> = applied
+                .refused
+                .iter()
+                .map(|(s, v, why)| format!("{s}={v} ({why})"))
+                .collect();
+            tracing::warn!(
+                "conntrack settings left as they are: {}; set them on the host, or give proxyd a writable \
+                 /proc/sys (--conntrack-max-per-core 0 and zero timeouts leave them alone)",
+                list.join(", ")
+            );
+        }
+        applied
+    }
+}
+
+/// The table size's sysctl: raised, never lowered.
+const CONNTRACK_MAX: &str = "nf_conntrack_max";
 
 /// What [`Sysctls::apply`] did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -82,7 +182,9 @@ fn why(e: &std::io::Error) -> String {
 impl Sysctls {
     /// Writes each of `wanted` (under `net/netfilter/`) that differs, and
     /// grows the hash table to a quarter of a new table size when it is
-    /// smaller.
+    /// smaller. The table size is only ever raised: a node that allows
+    /// more connections keeps its value, as kube-proxy 1.38 keeps it
+    /// (where the sysctl cannot be written, a lower wish must not fail).
     pub fn apply(&self, wanted: &[(&str, u64)]) -> Applied {
         let mut out = Applied::default();
         for (name, value) in wanted {
@@ -95,6 +197,9 @@ impl Sysctls {
                     continue;
                 }
             };
+            if *name == CONNTRACK_MAX && before >= *value {
+                continue;
+            }
             if before != *value {
                 if let Err(e) = std::fs::write(&path, value.to_string()) {
                     out.refused.push((setting, *value, why(&e)));
@@ -102,7 +207,7 @@ impl Sysctls {
                 }
                 out.written.push((setting, before, *value));
             }
-            if *name == "nf_conntrack_max" {
+            if *name == CONNTRACK_MAX {
                 self.grow_hashsize(*value / 4, &mut out);
             }
         }
@@ -132,6 +237,74 @@ mod tests {
         ("nf_conntrack_tcp_timeout_established", 86_400),
         ("nf_conntrack_tcp_timeout_close_wait", 3600),
     ];
+
+    /// kube-proxy's defaults (its flags').
+    fn kube_proxys() -> Conntrack {
+        Conntrack {
+            max_per_core: 32_768,
+            min: 131_072,
+            tcp_timeout_established: Duration::from_secs(86_400),
+            tcp_timeout_close_wait: Duration::from_secs(3600),
+            tcp_be_liberal: false,
+            udp_timeout: Duration::ZERO,
+            udp_timeout_stream: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn kube_proxys_defaults_and_table_size() {
+        let d = kube_proxys();
+        assert_eq!(d.wanted(2), DEFAULTS, "2 CPUs: the minimum wins");
+        assert_eq!(d.max(8), Some(262_144), "8 CPUs: scaled");
+        assert_eq!(d.max(64), Some(1 << 20), "capped");
+        let left_alone = Conntrack {
+            max_per_core: 0,
+            ..d.clone()
+        };
+        assert_eq!(left_alone.max(8), None);
+        assert_eq!(Conntrack { min: 0, ..d.clone() }.max(1), Some(32_768));
+        let all = Conntrack {
+            tcp_be_liberal: true,
+            udp_timeout: Duration::from_secs(30),
+            udp_timeout_stream: Duration::from_secs(120),
+            tcp_timeout_established: Duration::ZERO,
+            ..d
+        };
+        assert_eq!(
+            all.wanted(2)[1..],
+            [
+                ("nf_conntrack_tcp_timeout_close_wait", 3600),
+                ("nf_conntrack_tcp_be_liberal", 1),
+                ("nf_conntrack_udp_timeout", 30),
+                ("nf_conntrack_udp_timeout_stream", 120),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_larger_table_is_kept_with_its_hash_size() {
+        let (dir, s) = tree(
+            "larger",
+            &[
+                ("nf_conntrack_max", 2_000_000),
+                ("nf_conntrack_tcp_timeout_established", 86_400),
+                ("nf_conntrack_tcp_timeout_close_wait", 3600),
+            ],
+            1024,
+        );
+        assert_eq!(
+            s.apply(&DEFAULTS),
+            Applied::default(),
+            "nothing lowered, nothing refused"
+        );
+        assert_eq!(value(&dir, "nf_conntrack_max"), 2_000_000);
+        assert_eq!(
+            read_u64(&dir.join("hashsize")).unwrap(),
+            1024,
+            "the node's hash size too"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn cpu_lists() {

@@ -60,7 +60,11 @@ pub enum ExplainError {
 }
 
 fn known_text(known: &[String]) -> String {
-    if known.is_empty() { "none".into() } else { known.join(", ") }
+    if known.is_empty() {
+        "none".into()
+    } else {
+        known.join(", ")
+    }
 }
 
 /// Splits `ns/name[:port]`.

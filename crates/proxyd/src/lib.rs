@@ -15,7 +15,6 @@
 //!  run              `proxyd run`: sources ─► engines ─► the sync actor
 //!  metrics_registry the run's registry: kube-proxy's, the sources', multus
 //!                   mode's and the process metrics
-//!  sysctls          kube-proxy's conntrack settings at startup
 //!  inspect          `proxyd render` and `proxyd explain` (their text: node_inspect)
 //!  cleanup          `proxyd cleanup`
 //! ```
@@ -36,7 +35,6 @@ mod replay;
 mod run;
 mod settings;
 mod snapshot_engine;
-mod sysctls;
 
 pub use effective::effective;
 pub use run::validate as validate_run;

@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use nft_dataplane::tracer::{Host, Origin, Packet};
 use nft_dataplane::{KernelModel, NftSyncer, SyncKind};
-use proxyd::ProxyArgs;
 use node_inspect::explain::explain_port;
+use proxyd::ProxyArgs;
 use proxyd::{Snapshot, effective};
 use serde_json::{Value, json};
 

@@ -200,7 +200,10 @@ fn set_conntrack(args: &RunArgs) -> usize {
         tracing::info!(netns = %ns, "conntrack settings are left as they are with --netns");
         return 0;
     }
-    let applied = crate::sysctls::set_conntrack(&args.conntrack, &linux_dataplane::sysctl::Sysctls::default());
+    let applied = args
+        .conntrack
+        .settings()
+        .set(&linux_dataplane::sysctl::Sysctls::default());
     applied.refused.len()
 }
 

@@ -812,11 +812,45 @@ pub struct ConntrackArgs {
     pub conntrack_udp_timeout_stream: Duration,
 }
 
+impl ConntrackArgs {
+    /// The settings these flags ask for.
+    pub fn settings(&self) -> linux_dataplane::sysctl::Conntrack {
+        linux_dataplane::sysctl::Conntrack {
+            max_per_core: self.conntrack_max_per_core,
+            min: self.conntrack_min,
+            tcp_timeout_established: self.conntrack_tcp_timeout_established,
+            tcp_timeout_close_wait: self.conntrack_tcp_timeout_close_wait,
+            tcp_be_liberal: self.conntrack_tcp_be_liberal,
+            udp_timeout: self.conntrack_udp_timeout,
+            udp_timeout_stream: self.conntrack_udp_timeout_stream,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::parse_duration;
+
+    #[test]
+    fn conntrack_flags_default_to_kube_proxys_settings() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Only {
+            #[command(flatten)]
+            conntrack: super::ConntrackArgs,
+        }
+        let given = |flags: &[&str]| Only::parse_from(std::iter::once("proxyd").chain(flags.iter().copied()));
+        let defaults = given(&[]).conntrack.settings();
+        assert_eq!(defaults.wanted(2).len(), 3, "table size and the two TCP timeouts");
+        assert_eq!(defaults.max(8), Some(262_144), "32,768 per core");
+        assert_eq!(defaults.max(1), Some(131_072), "at least 131,072");
+        let liberal = given(&["--conntrack-tcp-be-liberal", "--conntrack-udp-timeout", "30s"]);
+        let wanted = liberal.conntrack.settings().wanted(2);
+        assert!(wanted.contains(&("nf_conntrack_tcp_be_liberal", 1)), "{wanted:?}");
+        assert!(wanted.contains(&("nf_conntrack_udp_timeout", 30)), "{wanted:?}");
+    }
 
     #[test]
     fn durations_parse_like_kube_proxy_flags() {
