@@ -14,6 +14,8 @@
 //!            syncs retried with a backoff (kube-proxy's
 //!            BoundedFrequencyRunner), repairs of other programs'
 //!            changes paced
+//!  families  which IP families to serve, and kube-proxy's checks of the
+//!            configuration against the cluster's primary family
 //!  family    what a family's proxier is, in either mode (the
 //!            FamilyProxier trait), and its one report (FamilySync)
 //!  proxier   node mode's proxier: engine update ─► its nftables Target
@@ -31,6 +33,7 @@
 //! binary wires these parts to its sources and command line.
 
 pub mod actor;
+pub mod families;
 pub mod family;
 pub mod health;
 pub mod http;

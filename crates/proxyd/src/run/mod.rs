@@ -24,7 +24,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use endpoints_map::Engine;
-use informer_glue::node::NodeFacts;
 use linux_dataplane::Netns;
 use slice_model::IpFamily;
 use tokio::sync::{Notify, watch};
@@ -41,7 +40,7 @@ use node_proxy::health::{ProxierHealth, ServiceHealth};
 use node_proxy::http::{Reply, serve};
 use node_proxy::schedule::{Pacing, SyncTiming};
 
-pub use families::families_text;
+pub use node_proxy::families::families_text;
 
 /// `proxyd run` from the command line.
 pub fn main(args: RunArgs) -> ExitCode {
@@ -62,36 +61,6 @@ pub fn main(args: RunArgs) -> ExitCode {
             tracing::error!("{e:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// kube-proxy's checks of the configuration against the cluster's shape,
-/// once the Node's addresses tell the primary family (or after a minute
-/// without them, as kube-proxy gives up waiting: IPv4 then, said once).
-async fn check_against_the_node(settings: families::IpConfig, mut facts: watch::Receiver<NodeFacts>) {
-    let known = tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        loop {
-            if !facts.borrow_and_update().primary_ips.is_empty() {
-                return;
-            }
-            if facts.changed().await.is_err() {
-                return;
-            }
-        }
-    })
-    .await;
-    let node = facts.borrow().clone();
-    let primary = families::primary(settings.bind_address, &node.primary_ips).unwrap_or_else(|| {
-        if known.is_err() {
-            tracing::info!(
-                "cannot tell this node's primary IP family (the Node has no address yet): taking IPv4; \
-                 --bind-address sets it"
-            );
-        }
-        IpFamily::V4
-    });
-    for problem in settings.bad_ip_config(primary, &node.pod_cidrs) {
-        tracing::warn!("{problem}: the settings of the other family alone are left out");
     }
 }
 
@@ -401,8 +370,8 @@ fn follow_the_node(
 ) {
     if let Some(facts) = &state.facts {
         health.follow_node(facts.clone());
-        tasks.spawn(check_against_the_node(
-            families::IpConfig::of(args, families),
+        tasks.spawn(node_proxy::families::check_against_the_node(
+            families::ip_config(args, families),
             facts.clone(),
         ));
     }
