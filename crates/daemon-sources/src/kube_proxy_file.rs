@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// `apiVersion` of the format.
@@ -17,7 +17,7 @@ pub const KIND: &str = "KubeProxyConfiguration";
 /// The file. Fields are optional: a missing one is its zero value (which
 /// kube-proxy reads as its default). Decoding is strict, as kube-proxy's:
 /// an unknown field is an error naming it.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct KubeProxyConfiguration {
     /// `apiVersion`.
@@ -76,7 +76,7 @@ pub struct KubeProxyConfiguration {
 }
 
 /// `clientConnection`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClientConnection {
     /// `kubeconfig`.
@@ -92,7 +92,7 @@ pub struct ClientConnection {
 }
 
 /// `logging` (component-base's LoggingConfiguration).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Logging {
     /// `format`.
@@ -108,7 +108,7 @@ pub struct Logging {
 }
 
 /// `nftables`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Nftables {
     /// `masqueradeAll`.
@@ -122,7 +122,7 @@ pub struct Nftables {
 }
 
 /// `detectLocal`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DetectLocal {
     /// `bridgeInterface`.
@@ -135,7 +135,7 @@ pub struct DetectLocal {
 }
 
 /// `conntrack`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Conntrack {
     /// `maxPerCore`.

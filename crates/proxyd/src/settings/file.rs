@@ -167,6 +167,14 @@ impl Settings {
     }
 }
 
+/// What the flag `key` of `root` finds wrong with `value`, in its parser's
+/// words (the caller names the setting); `None` when it takes it.
+pub fn refusal(root: &Command, key: &str, value: &Value) -> Option<String> {
+    let arg = any_flag(root, key)?;
+    let problem = check(key, arg, value).err()?;
+    Some(problem.strip_prefix(&format!("{key}: ")).unwrap_or(&problem).to_owned())
+}
+
 /// Checks a setting's value with its flag's own parser, naming the setting
 /// in the problem.
 fn check(key: &str, arg: &Arg, value: &Value) -> Result<(), String> {

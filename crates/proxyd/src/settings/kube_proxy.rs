@@ -4,81 +4,128 @@
 //! (`--config=/var/lib/kube-proxy/config.conf --hostname-override=…`) work.
 //!
 //! The file is decoded strictly (an unknown field is an error naming it, as
-//! kube-proxy's decoder does), zero values (`0s`, `null`, `""`) mean
-//! kube-proxy's default, and every field the nftables mode reads becomes
-//! the proxyd setting of the same meaning. Sections of other modes
-//! (`iptables`, `ipvs`, `winkernel`) are accepted and left out with one
-//! INFO line; a `mode` other than `nftables` (or empty) is an error.
+//! kube-proxy's decoder does). Most fields map one to one onto a flag
+//! ([`FIELDS`], a table: the field, the flag, and how kube-proxy reads a
+//! zero); the few whose meaning differs are read by a function each. Every
+//! value is then checked by its flag's own parser, the problem naming
+//! kube-proxy's field. Sections of other modes (`iptables`, `ipvs`,
+//! `winkernel`) are accepted and left out with one INFO line; a `mode`
+//! other than `nftables` (or empty) is an error.
 
 use daemon_sources::kube_proxy_file::{API_VERSION, DetectLocal, KIND, KubeProxyConfiguration};
+use serde_json::Value as Json;
 
-use super::file::{Settings, Value};
-use crate::settings::flags::{
-    parse_bind_address, parse_cidr, parse_duration, parse_interface, parse_nodeport_address, parse_oom_score_adj,
-};
+use super::file::{Settings, Value, refusal};
 
-/// A set, non-zero value (`""`, `0s`, `0` and `null` are kube-proxy's
-/// "use the default").
+/// How kube-proxy reads a field's zero.
+#[derive(Clone, Copy)]
+enum Zero {
+    /// `""`, `0s`, `0` and `null` mean kube-proxy's default: not a setting.
+    IsDefault,
+    /// Only `null` is the default; an explicit zero is a value (a TCP
+    /// timeout's `0s` leaves the kernel's, `maxPerCore: 0` the table).
+    IsValue,
+}
+
+/// The fields that are one flag each: the field's path, the flag, and how
+/// its zero reads. Lists and switches take their shape from the value.
+const FIELDS: &[(&str, &str, Zero)] = &[
+    ("hostnameOverride", "hostname-override", Zero::IsDefault),
+    ("clusterCIDR", "cluster-cidr", Zero::IsDefault),
+    ("nodePortAddresses", "nodeport-addresses", Zero::IsDefault),
+    ("bindAddressHardFail", "bind-address-hard-fail", Zero::IsDefault),
+    ("oomScoreAdj", "oom-score-adj", Zero::IsValue),
+    ("configSyncPeriod", "config-sync-period", Zero::IsDefault),
+    ("nftables.masqueradeAll", "masquerade-all", Zero::IsDefault),
+    ("nftables.syncPeriod", "sync-period", Zero::IsDefault),
+    ("nftables.minSyncPeriod", "min-sync-period", Zero::IsDefault),
+    ("conntrack.maxPerCore", "conntrack-max-per-core", Zero::IsValue),
+    ("conntrack.min", "conntrack-min", Zero::IsValue),
+    (
+        "conntrack.tcpEstablishedTimeout",
+        "conntrack-tcp-timeout-established",
+        Zero::IsValue,
+    ),
+    (
+        "conntrack.tcpCloseWaitTimeout",
+        "conntrack-tcp-timeout-close-wait",
+        Zero::IsValue,
+    ),
+    ("conntrack.tcpBeLiberal", "conntrack-tcp-be-liberal", Zero::IsDefault),
+    ("conntrack.udpTimeout", "conntrack-udp-timeout", Zero::IsDefault),
+    (
+        "conntrack.udpStreamTimeout",
+        "conntrack-udp-timeout-stream",
+        Zero::IsDefault,
+    ),
+    ("clientConnection.kubeconfig", "kubeconfig", Zero::IsDefault),
+    ("clientConnection.qps", "kube-api-qps", Zero::IsDefault),
+    ("clientConnection.burst", "kube-api-burst", Zero::IsDefault),
+    ("clientConnection.contentType", "kube-api-content-type", Zero::IsDefault),
+];
+
+/// A field's value as its flag takes it (`None`: unset, or a zero that
+/// means the default).
+fn read(value: &Json, zero: Zero) -> Option<Value> {
+    let is_zero = |text: &str| matches!(text, "" | "0" | "0s");
+    let is_default = |text: &str| matches!(zero, Zero::IsDefault) && is_zero(text);
+    match value {
+        Json::Bool(on) => on.then_some(Value::Switch(true)),
+        Json::Number(n) => {
+            let zero = n.as_f64() == Some(0.0) && matches!(zero, Zero::IsDefault);
+            (!zero).then(|| Value::One(n.to_string()))
+        }
+        // A list in one string, as kube-proxy's clusterCIDR is.
+        Json::String(text) if text.contains(',') => read(&Json::Array(text.split(',').map(Json::from).collect()), zero),
+        Json::String(text) => {
+            Some(Value::One(text.trim().to_owned())).filter(|_| !text.trim().is_empty() && !is_default(text.trim()))
+        }
+        Json::Array(items) => {
+            let items: Vec<String> = items
+                .iter()
+                .filter_map(Json::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+                .collect();
+            (!items.is_empty()).then_some(Value::Many(items))
+        }
+        Json::Null | Json::Object(_) => None,
+    }
+}
+
+/// A set, non-zero text (`""`, `0s`, `0` and `null` are kube-proxy's "use
+/// the default").
 fn set(v: &Option<String>) -> Option<&str> {
     v.as_deref()
         .map(str::trim)
         .filter(|s| !s.is_empty() && *s != "0s" && *s != "0")
 }
 
-/// A set, non-zero duration (`""`, `0s` and `null` are kube-proxy's "use
-/// the default"), checked; the problem names the field.
-fn duration(field: &str, value: &Option<String>) -> Result<Option<Value>, String> {
-    set(value)
-        .map(|v| parse_duration(v).map(|_| one(v)).map_err(|e| format!("{field}: {e}")))
-        .transpose()
-}
-
-/// A list of CIDRs, checked; the problem names the field.
-fn cidrs<'a>(field: &str, items: impl IntoIterator<Item = &'a str>) -> Result<Value, String> {
-    let items: Vec<&str> = items.into_iter().map(str::trim).filter(|s| !s.is_empty()).collect();
-    for item in &items {
-        parse_cidr(item).map_err(|e| format!("{field}: {e}"))?;
-    }
-    Ok(Value::Many(items.into_iter().map(str::to_owned).collect()))
-}
-
-/// A switch kube-proxy's file turns on (false is the default: not a
-/// setting).
-fn switch(on: Option<bool>) -> Option<Value> {
-    on.filter(|on| *on).map(Value::Switch)
-}
-
-/// One value, as the flag takes it.
-fn one(text: impl ToString) -> Value {
-    Value::One(text.to_string())
-}
-
-/// What reading kube-proxy's file comes to: proxyd's settings, the
-/// problems (each naming kube-proxy's field) and the notes of what was
-/// left out.
+/// What reading kube-proxy's file comes to: proxyd's settings with the
+/// field each came from, the problems (each naming kube-proxy's field) and
+/// the notes of what was left out.
 #[derive(Default)]
 struct Reading {
     out: Settings,
+    fields: Vec<(&'static str, String)>,
     problems: Vec<String>,
     notes: Vec<String>,
 }
 
 impl Reading {
-    /// Each setting is checked here, so that a problem names kube-proxy's
-    /// field; the flags' parsers read the values again.
-    fn check(&mut self, flag: &str, r: Result<Option<Value>, String>) {
-        match r {
-            Ok(Some(value)) => self.out.set(flag, value),
-            Ok(None) => {}
-            Err(e) => self.problems.push(e),
-        }
+    /// Sets `flag` from kube-proxy's `field`.
+    fn set(&mut self, field: impl ToString, flag: &'static str, value: Value) {
+        self.fields.retain(|(f, _)| *f != flag);
+        self.fields.push((flag, field.to_string()));
+        self.out.set(flag, value);
     }
 }
 
-/// Decodes a document strictly and turns it into proxyd's settings, with
-/// notes on what was left out (to log once logging is set up); the
-/// problems name the field.
-pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
+/// Decodes a document strictly and turns it into the settings of `root`'s
+/// flags, with notes on what was left out (to log once logging is set
+/// up); the problems name the field.
+pub fn settings(text: &str, root: &clap::Command) -> Result<(Settings, Vec<String>), String> {
     let c: KubeProxyConfiguration = super::file::decode(text)?;
     if c.api_version.as_deref().is_some_and(|v| v != API_VERSION) {
         return Err(format!(
@@ -89,18 +136,21 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
     if c.kind.as_deref() != Some(KIND) {
         return Err(format!("kind: expected {KIND}"));
     }
+    let doc = serde_json::to_value(&c).map_err(|e| e.to_string())?;
     let mut r = Reading::default();
-    for part in [
-        mode,
-        addresses,
-        detect_local,
-        node_ports,
-        nftables_and_conntrack,
-        durations,
-        client_and_process,
-        left_out,
-    ] {
+    for (field, flag, zero) in FIELDS {
+        let at = format!("/{}", field.replace('.', "/"));
+        if let Some(value) = doc.pointer(&at).and_then(|v| read(v, *zero)) {
+            r.set(field, flag, value);
+        }
+    }
+    for part in [mode, addresses, detect_local, differences] {
         part(&c, &mut r);
+    }
+    for (flag, field) in &r.fields {
+        if let Some(why) = r.out.get(flag).and_then(|value| refusal(root, flag, value)) {
+            r.problems.push(format!("{field}: {why}"));
+        }
     }
     if r.problems.is_empty() {
         Ok((r.out, r.notes))
@@ -111,15 +161,11 @@ pub fn settings(text: &str) -> Result<(Settings, Vec<String>), String> {
 
 /// The mode, and the sections of other modes.
 fn mode(c: &KubeProxyConfiguration, r: &mut Reading) {
-    r.check(
-        "proxy-mode",
-        match set(&c.mode) {
-            None | Some("nftables") => Ok(None),
-            Some(other) => Err(format!(
-                "mode {other:?}: proxyd is kube-proxy's nftables mode (set mode to nftables or leave it empty)"
-            )),
-        },
-    );
+    if let Some(other) = set(&c.mode).filter(|m| *m != "nftables") {
+        r.problems.push(format!(
+            "mode {other:?}: proxyd is kube-proxy's nftables mode (set mode to nftables or leave it empty)"
+        ));
+    }
     let ignored: Vec<&str> = [
         ("iptables", &c.iptables),
         ("ipvs", &c.ipvs),
@@ -137,22 +183,17 @@ fn mode(c: &KubeProxyConfiguration, r: &mut Reading) {
     }
 }
 
-/// This node's name and the addresses proxyd listens on or serves.
+/// The addresses whose zero or shape kube-proxy reads its own way.
 fn addresses(c: &KubeProxyConfiguration, r: &mut Reading) {
-    r.check("hostname-override", Ok(set(&c.hostname_override).map(one)));
     // 0.0.0.0 and :: (kubeadm writes the first) mean what the default
     // does: the Node's addresses decide.
-    r.check(
-        "bind-address",
-        set(&c.bind_address)
-            .map(|a| match a.parse::<std::net::IpAddr>() {
-                Ok(ip) if ip.is_unspecified() => Ok(None),
-                Ok(_) => Ok(Some(one(a))),
-                Err(_) => Err(format!("bindAddress {a:?}: not an IP address")),
-            })
-            .transpose()
-            .map(Option::flatten),
-    );
+    if let Some(a) = set(&c.bind_address) {
+        match a.parse::<std::net::IpAddr>() {
+            Ok(ip) if ip.is_unspecified() => {}
+            Ok(_) => r.set("bindAddress", "bind-address", Value::One(a.into())),
+            Err(_) => r.problems.push(format!("bindAddress {a:?}: not an IP address")),
+        }
+    }
     for (field, value, flag) in [
         ("healthzBindAddress", &c.healthz_bind_address, "healthz-bind-address"),
         ("metricsBindAddress", &c.metrics_bind_address, "metrics-bind-address"),
@@ -160,19 +201,13 @@ fn addresses(c: &KubeProxyConfiguration, r: &mut Reading) {
         let Some(addr) = set(value) else { continue };
         // kube-proxy takes an address without a port as that address on
         // its default port; proxyd wants it said.
-        let checked = if addr.parse::<std::net::IpAddr>().is_ok() {
-            Err(format!(
+        if addr.parse::<std::net::IpAddr>().is_ok() {
+            r.problems.push(format!(
                 "{field} {addr:?}: give ADDRESS:PORT (kube-proxy's default port is not assumed)"
-            ))
+            ));
         } else {
-            parse_bind_address(addr)
-                .map(|_| Some(one(addr)))
-                .map_err(|e| format!("{field}: {e}"))
-        };
-        r.check(flag, checked);
-    }
-    if let Some(list) = set(&c.cluster_cidr) {
-        r.check("cluster-cidr", cidrs("clusterCIDR", list.split(',')).map(Some));
+            r.set(field, flag, Value::One(addr.into()));
+        }
     }
 }
 
@@ -180,186 +215,72 @@ fn addresses(c: &KubeProxyConfiguration, r: &mut Reading) {
 fn detect_local(c: &KubeProxyConfiguration, r: &mut Reading) {
     let unset = DetectLocal::default();
     let detect = c.detect_local.as_ref().unwrap_or(&unset);
-    let needs = |value: &Option<String>, what: &str| {
-        set(value)
-            .map(|v| parse_interface(v).map_err(|e| format!("detectLocal.{what}: {e}")))
-            .unwrap_or_else(|| Err(format!("detectLocalMode needs detectLocal.{what}")))
+    let interface = match set(&c.detect_local_mode) {
+        None | Some("ClusterCIDR") => None,
+        Some("NodeCIDR") => Some(None),
+        Some("BridgeInterface") => Some(Some((
+            "bridgeInterface",
+            &detect.bridge_interface,
+            "pod-bridge-interface",
+        ))),
+        Some("InterfaceNamePrefix") => Some(Some((
+            "interfaceNamePrefix",
+            &detect.interface_name_prefix,
+            "pod-interface-name-prefix",
+        ))),
+        Some(other) => {
+            r.problems.push(format!(
+                "detectLocalMode {other:?}: not one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix"
+            ));
+            None
+        }
     };
-    let mode = match set(&c.detect_local_mode) {
-        None | Some("ClusterCIDR") => Ok(None),
-        Some("NodeCIDR") => Ok(Some(("NodeCIDR", None))),
-        Some("BridgeInterface") => needs(&detect.bridge_interface, "bridgeInterface")
-            .map(|b| Some(("BridgeInterface", Some(("pod-bridge-interface", b))))),
-        Some("InterfaceNamePrefix") => needs(&detect.interface_name_prefix, "interfaceNamePrefix")
-            .map(|p| Some(("InterfaceNamePrefix", Some(("pod-interface-name-prefix", p))))),
-        Some(other) => Err(format!(
-            "detectLocalMode {other:?}: not one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix"
-        )),
-    };
-    match mode {
-        Ok(Some((mode, interface))) => {
-            r.out.set("detect-local-mode", one(mode));
-            if let Some((flag, name)) = interface {
-                r.out.set(flag, one(name));
+    if let Some(interface) = interface {
+        let mode = c.detect_local_mode.as_deref().unwrap_or_default().trim();
+        r.set("detectLocalMode", "detect-local-mode", Value::One(mode.into()));
+        if let Some((what, value, flag)) = interface {
+            match set(value) {
+                Some(name) => r.set(format!("detectLocal.{what}"), flag, Value::One(name.into())),
+                None => r.problems.push(format!("detectLocalMode needs detectLocal.{what}")),
             }
         }
-        Ok(None) => {}
-        Err(e) => r.check("detect-local-mode", Err(e)),
     }
+    // clusterCIDR, when set, wins.
     if r.out.get("cluster-cidr").is_none()
-        && let Some(list) = detect.cluster_cidrs.as_ref().filter(|l| !l.is_empty())
+        && let Some(list) = detect.cluster_cidrs.as_ref()
+        && let Some(value) = read(&Json::from(list.clone()), Zero::IsDefault)
     {
-        let checked = cidrs("detectLocal.clusterCIDRs", list.iter().map(String::as_str));
-        r.check("cluster-cidr", checked.map(Some));
+        r.set("detectLocal.clusterCIDRs", "cluster-cidr", value);
     }
 }
 
-/// Where node ports answer.
-fn node_ports(c: &KubeProxyConfiguration, r: &mut Reading) {
-    // `primary` or CIDRs, as the flag takes them (null: the default, primary).
-    if let Some(list) = c.node_port_addresses.as_ref().filter(|l| !l.is_empty()) {
-        let checked = list
-            .iter()
-            .map(|a| {
-                parse_nodeport_address(a)
-                    .map(|_| a.trim().to_owned())
-                    .map_err(|e| format!("nodePortAddresses: {e}"))
-            })
-            .collect::<Result<_, _>>();
-        r.check("nodeport-addresses", checked.map(|l| Some(Value::Many(l))));
+/// Fields whose meaning differs from the flag's: said, refused or worded.
+fn differences(c: &KubeProxyConfiguration, r: &mut Reading) {
+    if let Some(bit) = c.nftables.as_ref().and_then(|n| n.masquerade_bit).filter(|b| *b != 14) {
+        r.problems.push(format!(
+            "nftables.masqueradeBit {bit}: proxyd marks with bit 14 (kube-proxy's default)"
+        ));
     }
-}
-
-/// The nftables and conntrack sections.
-fn nftables_and_conntrack(c: &KubeProxyConfiguration, r: &mut Reading) {
-    if let Some(n) = &c.nftables {
-        r.check("masquerade-all", Ok(switch(n.masquerade_all)));
-        if let Some(bit) = n.masquerade_bit.filter(|b| *b != 14) {
-            r.check(
-                "masquerade-bit",
-                Err(format!(
-                    "nftables.masqueradeBit {bit}: proxyd marks with bit 14 (kube-proxy's default)"
-                )),
-            );
-        }
-    }
-    if let Some(ct) = &c.conntrack {
-        for (field, value, flag) in [
-            ("conntrack.maxPerCore", ct.max_per_core, "conntrack-max-per-core"),
-            ("conntrack.min", ct.min, "conntrack-min"),
-        ] {
-            let checked = match value.map(u64::try_from) {
-                Some(Ok(v)) => Ok(Some(one(v))),
-                Some(Err(_)) => Err(format!("{field} {}: negative", value.unwrap_or_default())),
-                None => Ok(None),
-            };
-            r.check(flag, checked);
-        }
-        // The TCP timeouts: null is the default (24h, 1h), an explicit 0s
-        // leaves the kernel's value.
-        for (field, value, flag) in [
-            (
-                "conntrack.tcpEstablishedTimeout",
-                &ct.tcp_established_timeout,
-                "conntrack-tcp-timeout-established",
-            ),
-            (
-                "conntrack.tcpCloseWaitTimeout",
-                &ct.tcp_close_wait_timeout,
-                "conntrack-tcp-timeout-close-wait",
-            ),
-        ] {
-            if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
-                let checked = parse_duration(v)
-                    .map(|_| Some(one(v)))
-                    .map_err(|e| format!("{field}: {e}"));
-                r.check(flag, checked);
-            }
-        }
-        r.check("conntrack-tcp-be-liberal", Ok(switch(ct.tcp_be_liberal)));
-    }
-}
-
-/// The periods and timeouts.
-fn durations(c: &KubeProxyConfiguration, r: &mut Reading) {
-    // Durations whose zero is kube-proxy's default (the UDP timeouts' 0s,
-    // the default, leaves the kernel's value).
-    let (nft, ct) = (c.nftables.as_ref(), c.conntrack.as_ref());
-    let durations = [
-        ("sync-period", "nftables.syncPeriod", nft.map(|n| &n.sync_period)),
-        (
-            "min-sync-period",
-            "nftables.minSyncPeriod",
-            nft.map(|n| &n.min_sync_period),
-        ),
-        ("config-sync-period", "configSyncPeriod", Some(&c.config_sync_period)),
-        (
-            "conntrack-udp-timeout",
-            "conntrack.udpTimeout",
-            ct.map(|ct| &ct.udp_timeout),
-        ),
-        (
-            "conntrack-udp-timeout-stream",
-            "conntrack.udpStreamTimeout",
-            ct.map(|ct| &ct.udp_stream_timeout),
-        ),
-    ];
-    for (flag, field, value) in durations {
-        if let Some(value) = value {
-            r.check(flag, duration(field, value));
-        }
-    }
-}
-
-/// The API client, the process and its logging, the feature gates.
-fn client_and_process(c: &KubeProxyConfiguration, r: &mut Reading) {
-    if let Some(cc) = &c.client_connection {
-        r.check("kubeconfig", Ok(set(&cc.kubeconfig).map(one)));
-        r.check("kube-api-qps", Ok(cc.qps.filter(|q| *q != 0.0).map(one)));
-        let burst = match cc.burst.filter(|b| *b != 0).map(u32::try_from) {
-            Some(Ok(b)) => Ok(Some(one(b))),
-            Some(Err(_)) => Err(format!(
-                "clientConnection.burst {}: out of range",
-                cc.burst.unwrap_or_default()
-            )),
-            None => Ok(None),
-        };
-        r.check("kube-api-burst", burst);
-        r.check("kube-api-content-type", Ok(set(&cc.content_type).map(one)));
-    }
-    if let Some(adj) = c.oom_score_adj {
-        let checked = parse_oom_score_adj(&adj.to_string())
-            .map(|a| Some(one(a)))
-            .map_err(|e| format!("oomScoreAdj: {e}"));
-        r.check("oom-score-adj", checked);
-    }
-    r.check("bind-address-hard-fail", Ok(switch(c.bind_address_hard_fail)));
     if let Some(logging) = &c.logging {
         // klog's levels: kube-proxy logs its details at 4 and its
         // per-object chatter at 5 and up; 0-3 is proxyd's default.
-        let verbose = match logging.verbosity.unwrap_or(0) {
-            0..=3 => None,
-            4..=5 => Some(Value::Count(1)),
-            _ => Some(Value::Count(2)),
-        };
-        r.check("verbose", Ok(verbose));
-        let format = match set(&logging.format) {
-            None | Some("text") => Ok(None),
-            Some("json") => Ok(Some(one("json"))),
-            Some(other) => Err(format!("logging.format {other:?}: text or json")),
-        };
-        r.check("log-format", format);
+        match logging.verbosity.unwrap_or(0) {
+            0..=3 => {}
+            4..=5 => r.set("logging.verbosity", "verbose", Value::Count(1)),
+            _ => r.set("logging.verbosity", "verbose", Value::Count(2)),
+        }
+        match set(&logging.format) {
+            None | Some("text") => {}
+            Some("json") => r.set("logging.format", "log-format", Value::One("json".into())),
+            Some(other) => r.problems.push(format!("logging.format {other:?}: text or json")),
+        }
     }
     // As the flag takes them; the ones proxyd does not have are said at
     // start, like the flag's.
     if let Some(gates) = c.feature_gates.as_ref().filter(|g| !g.is_empty()) {
         let list = gates.iter().map(|(name, on)| format!("{name}={on}")).collect();
-        r.check("feature-gates", Ok(Some(Value::Many(list))));
+        r.set("featureGates", "feature-gates", Value::Many(list));
     }
-}
-
-/// Settings with nothing to do here: said, not silently dropped.
-fn left_out(c: &KubeProxyConfiguration, r: &mut Reading) {
     // Settings with nothing to do here: said, not silently dropped.
     if c.enable_profiling == Some(true) {
         r.notes
@@ -389,7 +310,7 @@ mod tests {
     const KUBEADM: &str = include_str!("../../tests/fixtures/kubeadm-kube-proxy-config.conf");
 
     fn decode(text: &str) -> Result<(Settings, Vec<String>), String> {
-        settings(text)
+        settings(text, &crate::settings::command())
     }
 
     fn cidr(s: &str) -> ipnet::IpNet {
@@ -433,7 +354,7 @@ mod tests {
             ["kube-proxy configuration: the iptables, ipvs, winkernel section(s) are for other modes; left out"]
         );
         let mut want = Settings::default();
-        want.set("cluster-cidr", Value::Many(vec!["10.244.0.0/16".into()]));
+        want.set("cluster-cidr", Value::One("10.244.0.0/16".into()));
         want.set("kubeconfig", Value::One("/var/lib/kube-proxy/kubeconfig.conf".into()));
         assert_eq!(s, want, "every zero value is the default; the rest maps");
         let mut want = defaults();
@@ -543,7 +464,8 @@ mod tests {
         assert!(err("nftables: {masqueradeBit: 15}\n").contains("masqueradeBit 15"));
         let e = err("conntrack: {maxPerCore: many}\n");
         assert!(e.starts_with("conntrack.maxPerCore: "), "{e}");
-        assert!(err("conntrack: {min: -1}\n").contains("conntrack.min -1: negative"));
+        let e = err("conntrack: {min: -1}\n");
+        assert!(e.starts_with("conntrack.min: \"-1\""), "{e}");
         let e = err("nftables: {syncPeriod: soon}\n");
         assert!(e.starts_with("nftables.syncPeriod: \"soon\" is not a duration"), "{e}");
         assert!(err("clusterCIDR: 10.0.0.1\n").starts_with("clusterCIDR: \"10.0.0.1\" is an address"));

@@ -119,7 +119,8 @@ pub fn read(path: &Path, root: &clap::Command) -> Result<(Settings, Vec<String>)
     let text = std::fs::read_to_string(path).map_err(|e| format!("--config {shown}: {e}"))?;
     let doc: Value = serde_saphyr::from_str(&text).map_err(|e| format!("--config {shown}: not valid YAML: {e}"))?;
     if daemon_sources::kube_proxy_file::is_kube_proxy_config(&doc) {
-        return kube_proxy::settings(&text).map_err(|e| format!("--config {shown} (KubeProxyConfiguration): {e}"));
+        return kube_proxy::settings(&text, root)
+            .map_err(|e| format!("--config {shown} (KubeProxyConfiguration): {e}"));
     }
     match doc {
         Value::Null => return Ok((Settings::default(), Vec::new())),
