@@ -175,7 +175,8 @@ fn main() {
     );
     let update = engine.update();
     let metrics = RelayMetrics::default();
-    let mut relay = LocalhostRelay::new(IpFamily::V4, Netns::Current, runtime.handle().clone(), metrics.clone());
+    let (relay, listeners) = LocalhostRelay::start(IpFamily::V4, Netns::Current, metrics.clone());
+    let listeners = runtime.spawn(listeners);
     let config = DataplaneConfig::new(IpFamily::V4);
     let planned = nft_dataplane::Planned {
         full: false,
@@ -191,7 +192,8 @@ fn main() {
             })
             .collect(),
     };
-    relay.follow(&planned);
+    relay.follow(planned);
+    assert!(relay.settled(), "the relay's task runs");
     assert_eq!(metrics.listeners.get(), 1, "the relay listens");
     let relayed = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), node_port);
 
@@ -215,5 +217,6 @@ fn main() {
             through - direct
         );
     });
-    relay.shutdown();
+    drop(relay);
+    let _ = runtime.block_on(listeners);
 }

@@ -36,6 +36,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use slice_model::internal::lock;
 use slice_model::{IpFamily, Protocol, ServiceName, ServicePortName};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinSet;
 
 /// How long a connection to an endpoint may take before the client's
@@ -84,13 +85,89 @@ impl Relayed {
     }
 }
 
-/// One family's localhost node ports.
+/// One family's localhost node ports, as the sync side holds them: what
+/// each sync planned goes over a channel to the relay's task
+/// ([`LocalhostRelay::start`]), which owns the listeners and their
+/// connections. Dropping this closes them all.
 pub struct LocalhostRelay {
+    loopback: IpAddr,
+    plans: mpsc::UnboundedSender<Command>,
+}
+
+/// What the sync side tells the relay's task.
+enum Command {
+    /// What a sync planned (and wrote).
+    Follow(Planned),
+    /// Says when everything before it is done.
+    Settled(oneshot::Sender<()>),
+}
+
+impl LocalhostRelay {
+    /// A relay for `family`'s loopback address in `netns`, and its task:
+    /// the future that runs the listeners, for the caller to spawn on its
+    /// runtime. The task ends when this handle is dropped, closing every
+    /// listener and connection.
+    pub fn start(
+        family: IpFamily,
+        netns: Netns,
+        metrics: RelayMetrics,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        let (plans, commands) = mpsc::unbounded_channel();
+        let relay = Relay {
+            family,
+            netns: Arc::new(netns),
+            metrics,
+            listeners: HashMap::new(),
+            tasks: JoinSet::new(),
+            wanted: HashMap::new(),
+            pipes: Arc::default(),
+        };
+        let handle = Self {
+            loopback: relay.loopback(),
+            plans,
+        };
+        (handle, relay.run(commands))
+    }
+
+    /// The address listeners bind: `127.0.0.1` or `::1`.
+    pub fn loopback(&self) -> IpAddr {
+        self.loopback
+    }
+
+    /// The targets a relay reads of the syncer's plans
+    /// ([`nft_dataplane::NftSyncer::keep_plans`]): those with a TCP node
+    /// port.
+    pub fn reads(target: &ServiceTarget) -> bool {
+        target.node_port.is_some() && target.protocol() == Protocol::Tcp
+    }
+
+    /// Hands the relay what a sync planned (and wrote): each planned
+    /// service's node ports; after a full sync, services it did not plan
+    /// lose their listeners. Does not wait for the listeners.
+    pub fn follow(&self, planned: Planned) {
+        // The task ends only when this handle goes: a send cannot fail
+        // while it is here, but for a runtime shut down under it.
+        let _ = self.plans.send(Command::Follow(planned));
+    }
+
+    /// Waits (blocking this thread, which must not be one of the relay's
+    /// runtime's) until the relay has done what it was handed before;
+    /// `false` when its task is gone.
+    pub fn settled(&self) -> bool {
+        let (done, wait) = oneshot::channel();
+        self.plans.send(Command::Settled(done)).is_ok() && wait.blocking_recv().is_ok()
+    }
+}
+
+/// The relay's task: the listeners, and what each service wants.
+struct Relay {
     family: IpFamily,
     netns: Arc<Netns>,
-    runtime: tokio::runtime::Handle,
     metrics: RelayMetrics,
     listeners: HashMap<u16, Listener>,
+    /// Every listener's accept loop, each owning its connections:
+    /// dropped with the relay, which closes them all.
+    tasks: JoinSet<()>,
     /// The node ports each service wants (listening or not).
     wanted: HashMap<ServiceName, BTreeMap<u16, Relayed>>,
     /// Idle pipes, shared by every connection.
@@ -101,46 +178,50 @@ struct Listener {
     /// The service port it was made for (another service may claim the
     /// node port only after this one lets go).
     owner: ServiceName,
-    targets: Arc<Mutex<Targets>>,
-    /// The accept loop, which owns every connection: aborting it closes
-    /// them all.
+    /// Where the accept loop reads its endpoints.
+    targets: watch::Sender<Relayed>,
+    /// The accept loop: aborting it closes its connections.
     task: tokio::task::AbortHandle,
 }
 
-/// The endpoints a listener picks from, and its affinity pin.
-#[derive(Debug)]
-struct Targets {
-    relayed: Relayed,
-    pinned: Option<(SocketAddr, Instant)>,
+/// How an accept loop picks: its count of picks, and the endpoint
+/// ClientIP affinity pins (every local client has the same address).
+#[derive(Debug, Default)]
+struct Picker {
+    pinned: Option<Pin>,
     picks: u64,
 }
 
-impl Targets {
-    /// The endpoint for a new connection at `now`.
-    fn pick(&mut self, now: Instant) -> Option<SocketAddr> {
-        let endpoints = &self.relayed.endpoints;
-        if let (Some(timeout), Some((pinned, used))) = (self.relayed.session_affinity, self.pinned)
-            && now.duration_since(used) <= timeout
-            && endpoints.contains(&pinned)
+/// An endpoint pinned by affinity, last used at `used`, under `timeout`.
+#[derive(Clone, Copy, Debug)]
+struct Pin {
+    endpoint: SocketAddr,
+    used: Instant,
+    timeout: Duration,
+}
+
+impl Picker {
+    /// The endpoint of `relayed` for a new connection at `now`; a changed
+    /// affinity timeout drops the pin.
+    fn pick(&mut self, relayed: &Relayed, now: Instant) -> Option<SocketAddr> {
+        let endpoints = &relayed.endpoints;
+        if let (Some(timeout), Some(pin)) = (relayed.session_affinity, self.pinned)
+            && pin.timeout == timeout
+            && now.duration_since(pin.used) <= timeout
+            && endpoints.contains(&pin.endpoint)
         {
-            self.pinned = Some((pinned, now));
-            return Some(pinned);
+            self.pinned = Some(Pin { used: now, ..pin });
+            return Some(pin.endpoint);
         }
         self.picks = self.picks.wrapping_add(1);
         let at = usize::try_from(random(self.picks) % endpoints.len().max(1) as u64).unwrap_or(0);
-        let chosen = *endpoints.get(at)?;
-        if self.relayed.session_affinity.is_some() {
-            self.pinned = Some((chosen, now));
-        }
-        Some(chosen)
-    }
-
-    /// New endpoints; a changed affinity drops the pin.
-    fn follow(&mut self, relayed: Relayed) {
-        if relayed.session_affinity != self.relayed.session_affinity {
-            self.pinned = None;
-        }
-        self.relayed = relayed;
+        let endpoint = *endpoints.get(at)?;
+        self.pinned = relayed.session_affinity.map(|timeout| Pin {
+            endpoint,
+            used: now,
+            timeout,
+        });
+        Some(endpoint)
     }
 }
 
@@ -150,40 +231,29 @@ fn random(n: u64) -> u64 {
     std::collections::hash_map::RandomState::new().hash_one(n)
 }
 
-impl LocalhostRelay {
-    /// A relay for `family`'s loopback address in `netns`, running its
-    /// listeners on `runtime`.
-    pub fn new(family: IpFamily, netns: Netns, runtime: tokio::runtime::Handle, metrics: RelayMetrics) -> Self {
-        Self {
-            family,
-            netns: Arc::new(netns),
-            runtime,
-            metrics,
-            listeners: HashMap::new(),
-            wanted: HashMap::new(),
-            pipes: Arc::default(),
-        }
-    }
-
-    /// The address listeners bind: `127.0.0.1` or `::1`.
-    pub fn loopback(&self) -> IpAddr {
+impl Relay {
+    fn loopback(&self) -> IpAddr {
         match self.family {
             IpFamily::V4 => IpAddr::V4(Ipv4Addr::LOCALHOST),
             IpFamily::V6 => IpAddr::V6(Ipv6Addr::LOCALHOST),
         }
     }
 
-    /// The targets a relay reads of the syncer's plans
-    /// ([`nft_dataplane::NftSyncer::keep_plans`]): those with a TCP node
-    /// port.
-    pub fn reads(target: &ServiceTarget) -> bool {
-        target.node_port.is_some() && target.protocol() == Protocol::Tcp
+    /// Follows the plans until the handle goes; then every listener and
+    /// connection closes with the relay.
+    async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
+        while let Some(command) = commands.recv().await {
+            match command {
+                Command::Follow(planned) => self.follow(&planned),
+                Command::Settled(done) => {
+                    let _ = done.send(());
+                }
+            }
+        }
+        self.metrics.listeners.set(0);
     }
 
-    /// Follows what a sync planned (and wrote): each planned service's
-    /// node ports; after a full sync, services it did not plan lose their
-    /// listeners.
-    pub fn follow(&mut self, planned: &Planned) {
+    fn follow(&mut self, planned: &Planned) {
         if planned.full {
             self.wanted.retain(|name, _| planned.services.contains_key(name));
         }
@@ -198,20 +268,13 @@ impl LocalhostRelay {
         self.reconcile();
     }
 
-    /// Closes every listener and its connections.
-    pub fn shutdown(&mut self) {
-        for (_, l) in self.listeners.drain() {
-            l.task.abort();
-        }
-        self.wanted.clear();
-        self.metrics.listeners.set(0);
-    }
-
     /// Makes the listeners what `wanted` says: closes those no service
     /// wants, tells the rest of their endpoints, opens the missing ones.
     fn reconcile(&mut self) {
+        // Read while listeners open: set back at the end.
+        let wanted = std::mem::take(&mut self.wanted);
         let mut want: HashMap<u16, (&ServiceName, &Relayed)> = HashMap::new();
-        for (name, ports) in &self.wanted {
+        for (name, ports) in &wanted {
             for (port, relayed) in ports {
                 // Two services claiming one node port (the API server
                 // forbids it; a stale view may not): the listener's owner
@@ -238,7 +301,13 @@ impl LocalhostRelay {
         });
         for (port, (name, relayed)) in want {
             if let Some(l) = self.listeners.get(&port) {
-                lock(&l.targets).follow(relayed.clone());
+                l.targets.send_if_modified(|now| {
+                    let changed = now != relayed;
+                    if changed {
+                        now.clone_from(relayed);
+                    }
+                    changed
+                });
                 continue;
             }
             match self.open(port, name, relayed) {
@@ -260,9 +329,10 @@ impl LocalhostRelay {
         self.metrics
             .listeners
             .set(i64::try_from(self.listeners.len()).unwrap_or(i64::MAX));
+        self.wanted = wanted;
     }
 
-    fn open(&self, port: u16, owner: &ServiceName, relayed: &Relayed) -> io::Result<Listener> {
+    fn open(&mut self, port: u16, owner: &ServiceName, relayed: &Relayed) -> io::Result<Listener> {
         let addr = SocketAddr::new(self.loopback(), port);
         let socket = self
             .netns
@@ -273,36 +343,20 @@ impl LocalhostRelay {
                 Ok(socket)
             })
             .map_err(io::Error::other)??;
-        let listener = {
-            let _runtime = self.runtime.enter();
-            socket.listen(1024)?
-        };
-        let targets = Arc::new(Mutex::new(Targets {
-            relayed: relayed.clone(),
-            pinned: None,
-            picks: 0,
-        }));
-        let task = self
-            .runtime
-            .spawn(accept(
-                listener,
-                targets.clone(),
-                self.netns.clone(),
-                self.family,
-                self.pipes.clone(),
-            ))
-            .abort_handle();
+        let listener = socket.listen(1024)?;
+        let (targets, endpoints) = watch::channel(relayed.clone());
+        let task = self.tasks.spawn(accept(
+            listener,
+            endpoints,
+            self.netns.clone(),
+            self.family,
+            self.pipes.clone(),
+        ));
         Ok(Listener {
             owner: owner.clone(),
             targets,
             task,
         })
-    }
-}
-
-impl Drop for LocalhostRelay {
-    fn drop(&mut self) {
-        self.shutdown();
     }
 }
 
@@ -317,17 +371,18 @@ fn new_socket(family: IpFamily) -> io::Result<TcpSocket> {
 /// own, owned here so that aborting this closes them all.
 async fn accept(
     listener: TcpListener,
-    targets: Arc<Mutex<Targets>>,
+    endpoints: watch::Receiver<Relayed>,
     netns: Arc<Netns>,
     family: IpFamily,
     pipes: Arc<Pipes>,
 ) {
     let mut connections = JoinSet::new();
+    let mut picker = Picker::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
-                    let endpoint = lock(&targets).pick(Instant::now());
+                    let endpoint = picker.pick(&endpoints.borrow(), Instant::now());
                     if let Some(endpoint) = endpoint {
                         connections.spawn(relay(client, endpoint, netns.clone(), family, pipes.clone()));
                     }
@@ -465,23 +520,20 @@ mod tests {
 
     #[test]
     fn picks_spread_without_affinity_and_stick_with_it() {
-        let mut t = Targets {
-            relayed: relayed(&["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"], None),
-            pinned: None,
-            picks: 0,
-        };
+        let mut t = Picker::default();
+        let mut now_relayed = relayed(&["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"], None);
         let now = Instant::now();
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..200 {
-            seen.insert(t.pick(now).unwrap());
+            seen.insert(t.pick(&now_relayed, now).unwrap());
         }
         assert_eq!(seen.len(), 3, "every endpoint is picked");
 
-        t.follow(relayed(&["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"], Some(10)));
-        let first = t.pick(now).unwrap();
+        now_relayed = relayed(&["10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"], Some(10));
+        let first = t.pick(&now_relayed, now).unwrap();
         for s in 1..=30 {
             assert_eq!(
-                t.pick(now + Duration::from_secs(s)).unwrap(),
+                t.pick(&now_relayed, now + Duration::from_secs(s)).unwrap(),
                 first,
                 "renewed by each use"
             );
@@ -493,14 +545,14 @@ mod tests {
             .map(|e| (*e).to_owned())
             .collect();
         let refs: Vec<&str> = rest.iter().map(String::as_str).collect();
-        t.follow(relayed(&refs, Some(10)));
-        let second = t.pick(now + Duration::from_secs(31)).unwrap();
+        now_relayed = relayed(&refs, Some(10));
+        let second = t.pick(&now_relayed, now + Duration::from_secs(31)).unwrap();
         assert_ne!(second, first);
-        assert_eq!(t.pick(now + Duration::from_secs(32)).unwrap(), second);
+        assert_eq!(t.pick(&now_relayed, now + Duration::from_secs(32)).unwrap(), second);
         // Idle past the timeout: picked anew (any endpoint may come).
         let later = now + Duration::from_secs(60);
-        assert!(t.pick(later).is_some());
-        t.follow(relayed(&[], Some(10)));
-        assert_eq!(t.pick(later), None, "no endpoint, no pick");
+        assert!(t.pick(&now_relayed, later).is_some());
+        now_relayed = relayed(&[], Some(10));
+        assert_eq!(t.pick(&now_relayed, later), None, "no endpoint, no pick");
     }
 }

@@ -144,8 +144,8 @@ impl Proxier {
 
     /// The sync after the absorb, which started at `started`.
     fn write(&mut self, kind: SyncKind, started: Instant) -> Result<FamilySync, DataplaneError> {
-        let written = self.table.sync(&self.engine.services, &self.engine.endpoints, kind)?;
-        if let (Some(relay), Some(planned)) = (&mut self.relay, &written.plans) {
+        let mut written = self.table.sync(&self.engine.services, &self.engine.endpoints, kind)?;
+        if let (Some(relay), Some(planned)) = (&self.relay, written.plans.take()) {
             relay.follow(planned);
         }
         let (no_local_internal, no_local_external) = self.count_no_local(&written.report);

@@ -71,7 +71,11 @@ impl Cluster {
         let metrics = RelayMetrics::default();
         Self {
             engine: Engine::new("node-1", family),
-            relay: LocalhostRelay::new(family, Netns::Current, runtime.handle().clone(), metrics.clone()),
+            relay: {
+                let (relay, listeners) = LocalhostRelay::start(family, Netns::Current, metrics.clone());
+                runtime.spawn(listeners);
+                relay
+            },
             metrics,
             config: DataplaneConfig::new(family),
             family,
@@ -127,7 +131,8 @@ impl Cluster {
                 })
                 .collect(),
         };
-        self.relay.follow(&planned);
+        self.relay.follow(planned);
+        assert!(self.relay.settled(), "the relay's task runs");
     }
 }
 

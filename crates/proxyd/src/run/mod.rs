@@ -315,7 +315,7 @@ fn start_syncing(args: &RunArgs, families: &[IpFamily], serving: Serving, tasks:
     let hearing = (!args.is_dry_run() && !args.proxy.multus)
         .then(|| hear(&Netns::from_flag(args.netns.clone()), &inbox.commands()))
         .flatten();
-    let proxiers = proxiers::proxiers(args, engines, &state, hearing.as_ref(), &metrics)?;
+    let proxiers = proxiers::proxiers(args, engines, &state, hearing.as_ref(), &metrics, tracker)?;
     if let Some(runtime) = proxiers.runtime {
         let follow = multus_dataplane::runtime_watch::follow_runtime(runtime, changes.clone(), shutdown.clone());
         tracker.spawn(follow);

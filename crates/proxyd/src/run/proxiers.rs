@@ -22,6 +22,7 @@ use node_proxy::actor::FollowNode;
 use node_proxy::family::FamilyProxier;
 use node_proxy::localhost_relay::LocalhostRelay;
 use node_proxy::proxier::Proxier;
+use tokio_util::task::TaskTracker;
 
 /// The proxiers of a run, and the container runtime multus mode follows.
 pub struct Proxiers {
@@ -42,10 +43,11 @@ pub fn proxiers(
     sources: &SourceState,
     hearing: Option<&Hearing>,
     metrics: &Metrics,
+    tasks: &TaskTracker,
 ) -> anyhow::Result<Proxiers> {
     let networks = &sources.networks;
     let Some(pods) = sources.pods.as_ref() else {
-        let families = node_proxiers(args, engines, hearing, metrics).into_iter();
+        let families = node_proxiers(args, engines, hearing, metrics, tasks).into_iter();
         return Ok(Proxiers {
             families: families.map(|p| Box::new(p) as Box<dyn FamilyProxier>).collect(),
             runtime: None,
@@ -94,7 +96,13 @@ fn pod_namespaces(args: &RunArgs) -> anyhow::Result<(SharedResolver, Option<CriR
 /// One resolver the families share.
 type SharedResolver = Arc<Mutex<dyn PodNetnsResolver>>;
 
-fn node_proxiers(args: &RunArgs, engines: Vec<Engine>, hearing: Option<&Hearing>, metrics: &Metrics) -> Vec<Proxier> {
+fn node_proxiers(
+    args: &RunArgs,
+    engines: Vec<Engine>,
+    hearing: Option<&Hearing>,
+    metrics: &Metrics,
+    tasks: &TaskTracker,
+) -> Vec<Proxier> {
     let dual_stack = engines.len() > 1;
     engines
         .into_iter()
@@ -128,7 +136,7 @@ fn node_proxiers(args: &RunArgs, engines: Vec<Engine>, hearing: Option<&Hearing>
                 Box::new(NetlinkConntrack::new(netns.clone()))
             };
             let proxier = Proxier::new(engine, config, dataplane, conntrack);
-            match localhost_relay(args, family, netns, metrics) {
+            match localhost_relay(args, family, netns, metrics, tasks) {
                 Some(relay) => proxier.with_localhost_relay(relay),
                 None => proxier,
             }
@@ -139,12 +147,18 @@ fn node_proxiers(args: &RunArgs, engines: Vec<Engine>, hearing: Option<&Hearing>
 /// `family`'s localhost node port relay, when the gate is on and
 /// `--nodeport-addresses` names its loopback address (not in a dry run,
 /// which opens nothing).
-fn localhost_relay(args: &RunArgs, family: IpFamily, netns: Netns, metrics: &Metrics) -> Option<LocalhostRelay> {
+fn localhost_relay(
+    args: &RunArgs,
+    family: IpFamily,
+    netns: Netns,
+    metrics: &Metrics,
+    tasks: &TaskTracker,
+) -> Option<LocalhostRelay> {
     if !args.localhost_nodeports(family) || args.is_dry_run() {
         return None;
     }
-    let runtime = tokio::runtime::Handle::try_current().ok()?;
-    let relay = LocalhostRelay::new(family, netns, runtime, metrics.sync.relay_metrics(family));
+    let (relay, listeners) = LocalhostRelay::start(family, netns, metrics.sync.relay_metrics(family));
+    tasks.spawn(listeners);
     tracing::info!(
         %family,
         address = %relay.loopback(),
