@@ -286,10 +286,13 @@ impl SyncActor {
                     }
                     full |= done.written.full;
                 }
-                Err(source) => failed.push(FamilyFailed {
-                    family: p.family(),
-                    source,
-                }),
+                Err(source) => {
+                    self.health.failed(p.family(), &source);
+                    failed.push(FamilyFailed {
+                        family: p.family(),
+                        source,
+                    });
+                }
             }
         }
         if full {

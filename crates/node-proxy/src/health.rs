@@ -8,7 +8,9 @@
 //!   timeout, and, with `"nodeEligible": false`, while this node is being
 //!   deleted or is tainted `ToBeDeletedByClusterAutoscaler` (KEP-3836), so
 //!   that load balancers stop sending it traffic; `/livez` is none of
-//!   these.
+//!   these. Beside kube-proxy's fields, a family whose last sync failed is
+//!   named with the error (`"failedSyncs": {"ipv4": "…"}`) until a sync
+//!   succeeds.
 //! - [`ServiceHealth`]: one listener per LoadBalancer service with
 //!   `externalTrafficPolicy: Local`, on its `healthCheckNodePort`: 200 with
 //!   the count of local ready endpoints when there are some and the proxy is
@@ -29,10 +31,12 @@ use tokio::task::JoinHandle;
 
 use crate::http::{Handler, Reply, serve};
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 struct FamilyHealth {
     last_updated: Option<SystemTime>,
     oldest_queued: Option<SystemTime>,
+    /// Why the last sync failed, while no sync has succeeded since.
+    failure: Option<String>,
 }
 
 /// The proxy's own health, per family.
@@ -118,7 +122,29 @@ impl ProxierHealth {
             let h = m.entry(family).or_default();
             h.last_updated = Some(now);
             h.oldest_queued = None;
+            h.failure = None;
         });
+    }
+
+    /// `family`'s sync failed: `/healthz` names why (with its sources)
+    /// until a sync succeeds.
+    pub fn failed(&self, family: IpFamily, why: &dyn std::error::Error) {
+        let mut text = why.to_string();
+        let mut source = why.source();
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        self.with(|m| m.entry(family).or_default().failure = Some(text));
+    }
+
+    /// The families whose last sync failed, and why.
+    pub fn failures(&self) -> Vec<(IpFamily, String)> {
+        self.with(|m| {
+            let failed = m.iter().filter_map(|(f, h)| Some((*f, h.failure.clone()?)));
+            failed.collect()
+        })
     }
 
     /// Whether every family has written its first sync.
@@ -156,11 +182,21 @@ impl ProxierHealth {
         let last = if healthy { Some(now) } else { last };
         let last = last.map(rfc3339).unwrap_or_else(|| "0001-01-01T00:00:00Z".into());
         let now_s = rfc3339(now);
-        let body = if healthz {
-            format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\", \"nodeEligible\": {eligible}}}")
+        let mut body = if healthz {
+            format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\", \"nodeEligible\": {eligible}")
         } else {
-            format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\"}}")
+            format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\"")
         };
+        // Beyond kube-proxy's fields: why a family's rules are behind.
+        let failures = self.failures();
+        if !failures.is_empty() {
+            let each: Vec<String> = failures
+                .iter()
+                .map(|(family, why)| format!("{}: {}", json_string(family.as_str()), json_string(why)))
+                .collect();
+            body.push_str(&format!(", \"failedSyncs\": {{{}}}", each.join(", ")));
+        }
+        body.push('}');
         let code = if healthy { 200 } else { 503 };
         if let Some(m) = &self.replies {
             m.count(healthz, code);
@@ -177,6 +213,11 @@ impl ProxierHealth {
             _ => Reply::not_found(),
         })
     }
+}
+
+/// `text` as a JSON string.
+fn json_string(text: &str) -> String {
+    serde_json::Value::from(text).to_string()
 }
 
 struct Listener {

@@ -200,11 +200,20 @@ fn a_failed_sync_is_retried_and_keeps_the_health_unprogrammed() {
     *a.failing.lock().unwrap() = 2;
     a.send(Command::Listed);
     assert_eq!(a.next(), Asked::ReadAhead);
-    for _ in 0..3 {
-        assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
-    }
+    assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
+    assert_eq!(a.next(), Asked::Sync(SyncKind::Changes), "retried");
+    // The first failure is named by /healthz while no sync has succeeded
+    // (held here: the proxier cannot end a sync meanwhile).
+    let held = a.failing.lock().unwrap();
+    let body = a.health.reply(SystemTime::now(), true).body;
+    drop(held);
+    let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let why = reply["failedSyncs"]["ipv4"].as_str();
+    assert!(why.unwrap_or_default().contains("injected"), "{body}");
+    assert_eq!(a.next(), Asked::Sync(SyncKind::Changes));
     assert!(a.quiet(Duration::from_millis(200)), "done after the third");
     assert!(a.health.programmed());
+    assert!(a.health.failures().is_empty(), "a success clears it");
     a.actor.stop();
 }
 
