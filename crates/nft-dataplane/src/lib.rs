@@ -7,6 +7,7 @@ pub mod fragment;
 pub mod kernel;
 mod lock_cost;
 pub mod names;
+pub mod nodeport;
 mod packed;
 mod protocol;
 pub mod rule;

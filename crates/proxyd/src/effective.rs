@@ -22,28 +22,7 @@ pub fn effective(proxy: &ProxyArgs, facts: &NodeFacts) -> DataplaneConfig {
         LocalDetector::NodeCidr(_) => LocalDetector::NodeCidr(facts.pod_cidrs.clone()),
         other => other,
     };
-    // Loopback networks are the relay's: the rules never answer there, so
-    // beside other entries they narrow nothing (`primary,localhost` is the
-    // primary addresses); alone (`localhost`) they leave the rules no
-    // address to answer on.
-    let named = proxy.nodeport_cidrs();
-    let beyond_loopback: Vec<ipnet::IpNet> = named
-        .iter()
-        .filter(|n| !(n.network().is_loopback() && n.broadcast().is_loopback()))
-        .copied()
-        .collect();
-    let nodeport_addresses = if proxy.nodeport_primary() {
-        if facts.primary_ips.is_empty() {
-            Vec::new()
-        } else {
-            let primary = facts.primary_ips.iter().map(|ip| ipnet::IpNet::from(*ip));
-            primary.chain(beyond_loopback).collect()
-        }
-    } else if beyond_loopback.is_empty() {
-        named
-    } else {
-        beyond_loopback
-    };
+    let nodeport_addresses = nft_dataplane::nodeport::rule_networks(&proxy.nodeport_addresses, &facts.primary_ips);
     let service_cidrs = if proxy.service_cidr.is_empty() {
         facts.service_cidrs.clone()
     } else {
@@ -156,56 +135,5 @@ mod tests {
         assert!(c.service_cidrs.is_empty());
         assert_eq!(c.detect_local, LocalDetector::NodeCidr(Vec::new()));
         assert!(c.nodeport_addresses.is_empty(), "every local address");
-    }
-
-    #[test]
-    fn loopback_is_the_relays_and_narrows_nothing_for_the_rules() {
-        let nets = |flag: &str, facts: &NodeFacts| -> Vec<String> {
-            effective(&with(&["--nodeport-addresses", flag]), facts)
-                .nodeport_addresses
-                .iter()
-                .map(ToString::to_string)
-                .collect()
-        };
-        assert_eq!(nets("primary,localhost", &facts()), ["192.0.2.10/32"]);
-        assert_eq!(
-            nets("primary,localhost", &NodeFacts::default()),
-            Vec::<String>::new(),
-            "primary unknown: every address, as primary alone"
-        );
-        assert_eq!(
-            nets("localhost", &facts()),
-            ["127.0.0.0/8", "::1/128"],
-            "alone: no address the rules answer on"
-        );
-        assert_eq!(nets("all", &facts()), ["0.0.0.0/0", "::/0"]);
-        assert_eq!(nets("all,127.0.0.1/32", &facts()), ["0.0.0.0/0", "::/0"]);
-        assert_eq!(
-            nets("10.0.0.0/8,localhost", &facts()),
-            ["10.0.0.0/8"],
-            "a CIDR beside localhost"
-        );
-    }
-
-    #[test]
-    fn only_a_named_loopback_address_answers_localhost_node_ports() {
-        use crate::settings::flags::NodePortAddress;
-        let named = |flag: &str| -> (bool, bool) {
-            let p = with(&["--nodeport-addresses", flag]);
-            (
-                p.nodeport_names_loopback(slice_model::IpFamily::V4),
-                p.nodeport_names_loopback(slice_model::IpFamily::V6),
-            )
-        };
-        assert_eq!(named("primary"), (false, false), "kube-proxy's default");
-        assert_eq!(named("primary,localhost"), (true, true));
-        assert_eq!(named("primary,127.0.0.1/32"), (true, false));
-        assert_eq!(named("127.0.0.0/8,::1/128"), (true, true));
-        assert_eq!(named("all"), (false, false), "all holds loopback but does not name it");
-        assert_eq!(named("0.0.0.0/0,::/0"), (false, false));
-        assert_eq!(named("all,localhost"), (true, true));
-        assert_eq!(named("127.0.0.2/32"), (false, false), "not the address listened on");
-        assert_eq!(named("126.0.0.0/7"), (false, false), "more than loopback");
-        assert!(NodePortAddress::Localhost.names_loopback(slice_model::IpFamily::V6));
     }
 }

@@ -325,8 +325,9 @@ fn start_syncing(args: &RunArgs, families: &[IpFamily], serving: Serving, tasks:
     }
     let (listed, all_listed) = watch::channel(false);
     if let Some(server) = state.through_own_service.take() {
-        let unreachable = unreachable_through_own_service(server, args, families, &state, all_listed, shutdown.clone());
-        tracker.spawn(unreachable);
+        let netns = Netns::from_flag(args.netns.clone());
+        let hint = say_if_unreachable(server, netns, families.to_vec(), all_listed, shutdown.clone());
+        tracker.spawn(hint);
     }
     let forward = Forward {
         changes,
@@ -462,53 +463,29 @@ fn start_health_check_listeners(
     tx
 }
 
-/// How long the first lists may take before proxyd looks into why, when
-/// no watch has failed yet (a connect that hangs fails only after
-/// kube-client's 30-second connect timeout).
+/// How long the first lists may take before proxyd looks into why (a
+/// refused connection is retried within seconds, and a connect that hangs
+/// fails only after kube-client's 30-second connect timeout).
 const UNLISTED_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Says once, as an error naming the fix, that proxyd cannot reach the API
 /// server because it was told to reach it through the `kubernetes`
 /// Service (the in-cluster configuration), which only a service proxy
-/// makes reachable: when a watch has failed, or the lists have not come
-/// within [`UNLISTED_AFTER`], and no proxyd table is on the node (a table
-/// left by an earlier run still routes the Service's address).
-fn unreachable_through_own_service(
-    server: String,
-    args: &RunArgs,
-    families: &[IpFamily],
-    state: &sources::SourceState,
-    listed: watch::Receiver<bool>,
-    shutdown: CancellationToken,
-) -> impl std::future::Future<Output = ()> + use<> {
-    let (netns, families) = (Netns::from_flag(args.netns.clone()), families.to_vec());
-    say_unreachable(server, netns, families, listed, state.watches.clone(), shutdown)
-}
-
-async fn say_unreachable(
+/// makes reachable: when the lists have not come within
+/// [`UNLISTED_AFTER`] and no proxyd table is on the node (a table left by
+/// an earlier run still routes the Service's address).
+async fn say_if_unreachable(
     server: String,
     netns: Netns,
     families: Vec<IpFamily>,
     mut listed: watch::Receiver<bool>,
-    watches: Vec<Arc<informer_glue::watch_runner::WatchMetrics>>,
     shutdown: CancellationToken,
 ) {
-    let too_long = tokio::time::sleep(UNLISTED_AFTER);
-    tokio::pin!(too_long);
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            // Listed (or the forwarder gone with the run): reachable.
-            _ = listed.wait_for(|l| *l) => return,
-            () = &mut too_long => break,
-            // A watch's failures are counted, not announced: looked at
-            // once a second.
-            () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {
-                if watches.iter().any(|w| w.errors.get() > 0) {
-                    break;
-                }
-            }
-        }
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        // Listed (or the forwarder gone with the run): reachable.
+        _ = listed.wait_for(|l| *l) => return,
+        () = tokio::time::sleep(UNLISTED_AFTER) => {}
     }
     let any_table = tokio::task::spawn_blocking(move || {
         let mut nft = linux_dataplane::NftNetlink::open(&netns)?;

@@ -142,9 +142,10 @@ fn effective(verbose: u8, run: &RunArgs) -> BTreeMap<&'static str, String> {
             if p.nodeport_primary() {
                 "primary".into()
             } else {
-                p.nodeport_cidrs()
+                p.nodeport_addresses
                     .iter()
-                    .map(ToString::to_string)
+                    .flat_map(|a| a.networks())
+                    .map(|n| n.to_string())
                     .collect::<Vec<_>>()
                     .join(",")
             },

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+pub use nft_dataplane::nodeport::NodePortAddress;
 use slice_model::IpFamily;
 
 /// A node service proxy that tracks Kubernetes EndpointSlices and Services
@@ -232,50 +233,6 @@ pub struct ProxyArgs {
     pub node_zone: Option<String>,
 }
 
-/// One value of `--nodeport-addresses`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NodePortAddress {
-    /// This node's primary addresses (kube-proxy 1.36's default).
-    Primary,
-    /// The loopback addresses, 127.0.0.0/8 and ::1 (kube-proxy 1.37).
-    Localhost,
-    /// Every local address, 0.0.0.0/0 and ::/0 (kube-proxy 1.37).
-    All,
-    /// Local addresses in this network.
-    Cidr(ipnet::IpNet),
-}
-
-impl NodePortAddress {
-    /// The networks it stands for (none for `primary`).
-    pub fn networks(self) -> Vec<ipnet::IpNet> {
-        let net = |s: &str| s.parse::<ipnet::IpNet>().map_or_else(|_| Vec::new(), |n| vec![n]);
-        match self {
-            Self::Primary => Vec::new(),
-            Self::Localhost => [net("127.0.0.0/8"), net("::1/128")].concat(),
-            Self::All => [net("0.0.0.0/0"), net("::/0")].concat(),
-            Self::Cidr(n) => vec![n],
-        }
-    }
-
-    /// Whether it names `family`'s loopback address explicitly: the
-    /// keyword `localhost`, or a network of loopback addresses holding
-    /// 127.0.0.1 or ::1 (`all` and 0.0.0.0/0 hold them too, but do not name
-    /// them: kube-proxy does not listen on loopback for those).
-    pub fn names_loopback(self, family: IpFamily) -> bool {
-        match self {
-            Self::Localhost => true,
-            Self::Cidr(n) => {
-                let loopback = match family {
-                    IpFamily::V4 => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-                    IpFamily::V6 => std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
-                };
-                n.contains(&loopback) && n.network().is_loopback() && n.broadcast().is_loopback()
-            }
-            Self::Primary | Self::All => false,
-        }
-    }
-}
-
 /// `primary`, `localhost`, `all` or a CIDR.
 pub fn parse_nodeport_address(s: &str) -> Result<NodePortAddress, String> {
     match s.trim() {
@@ -359,11 +316,6 @@ impl ProxyArgs {
     /// Whether node ports answer on this node's primary addresses.
     pub fn nodeport_primary(&self) -> bool {
         self.nodeport_addresses.contains(&NodePortAddress::Primary)
-    }
-
-    /// The networks `--nodeport-addresses` names (none for `primary`).
-    pub fn nodeport_cidrs(&self) -> Vec<ipnet::IpNet> {
-        self.nodeport_addresses.iter().flat_map(|a| a.networks()).collect()
     }
 
     /// Whether `--nodeport-addresses` names `family`'s loopback address
