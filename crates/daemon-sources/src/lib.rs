@@ -12,10 +12,13 @@
 //!   commands that work from a moment's state (`render`, `explain`);
 //! * [`replay`]: a recorded watch trace replayed through the cache and
 //!   the endpoints map (`proxyd replay`);
+//! * [`kubeconfig`]: the API client's configuration, with the placeholder
+//!   and in-cluster mistakes said plainly;
 //! * [`kube_proxy_file`]: kube-proxy's `KubeProxyConfiguration` file
 //!   type, which proxyd maps to its settings.
 
 pub mod kube_proxy_file;
+pub mod kubeconfig;
 pub mod manifest_source;
 pub mod manifests;
 pub mod replay;

@@ -257,6 +257,24 @@ impl ServiceHealth {
         }
     }
 
+    /// Follows what the syncs publish (the actor's health checks) until
+    /// `stop` or the publisher goes; the listeners close with it.
+    pub async fn follow(
+        mut self,
+        mut wanted: tokio::sync::watch::Receiver<BTreeMap<ServiceName, (u16, usize)>>,
+        stop: impl Future<Output = ()>,
+    ) {
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => break,
+                r = wanted.changed() => if r.is_err() { break },
+            }
+            let now = wanted.borrow_and_update().clone();
+            self.sync(&now).await;
+        }
+    }
+
     /// Opens and closes listeners so that exactly `wanted` (service ->
     /// health-check node port) have one, and sets their local endpoint
     /// counts. A port that cannot be bound is reported and retried at the

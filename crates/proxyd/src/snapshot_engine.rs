@@ -45,60 +45,8 @@ pub fn selection(proxy: &ProxyArgs) -> Selection {
 
 /// A client from `--kubeconfig`, or inferred.
 pub async fn client(source: &SourceArgs) -> anyhow::Result<kube::Client> {
-    kube::Client::try_from(config(source).await?).context("cannot build a Kubernetes client")
-}
-
-/// The client configuration from `--kubeconfig`, or inferred
-/// (`$KUBECONFIG`, `~/.kube/config`, else in-cluster).
-pub async fn config(source: &SourceArgs) -> anyhow::Result<kube::Config> {
-    let config = match &source.kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-            refuse_placeholder(path, &kubeconfig)?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .with_context(|| format!("kubeconfig {} is not usable", path.display()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .context("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster")?,
-    };
-    tracing::info!(server = %config.cluster_url, "connecting to the API server");
-    Ok(config)
-}
-
-/// A kubeconfig whose server is still the shipped manifest's placeholder
-/// (a `.invalid` name, which never resolves) is refused at once, naming
-/// what to set, before its other files are read.
-fn refuse_placeholder(path: &std::path::Path, kubeconfig: &kube::config::Kubeconfig) -> anyhow::Result<()> {
-    let servers = kubeconfig
-        .clusters
-        .iter()
-        .filter_map(|c| c.cluster.as_ref()?.server.as_deref());
-    for server in servers {
-        let authority = server.split_once("://").map_or(server, |(_, rest)| rest);
-        let host = authority.split(['/', ':']).next().unwrap_or_default();
-        if host.ends_with(".invalid") {
-            anyhow::bail!(
-                "kubeconfig {}: the API server's address {server} is a placeholder (a .invalid name never \
-                 resolves): set its server to the API server's real address, the one `kubectl cluster-info` prints \
-                 (deploy/proxyd.yaml: the ConfigMap's kubeconfig.conf)",
-                path.display()
-            );
-        }
-    }
-    Ok(())
-}
-
-/// The API server's address when `config` reaches it through the
-/// `kubernetes` Service (the in-cluster configuration: the address the
-/// kubelet puts in `KUBERNETES_SERVICE_HOST`), which a service proxy
-/// cannot count on: it is the one making that address reachable.
-pub fn through_kubernetes_service(config: &kube::Config) -> Option<String> {
-    let host = std::env::var("KUBERNETES_SERVICE_HOST").ok()?;
-    let url_host = config.cluster_url.host()?.trim_matches(['[', ']']);
-    (url_host == host.trim_matches(['[', ']'])).then(|| config.cluster_url.to_string())
+    let config = daemon_sources::kubeconfig::config(source.kubeconfig.as_deref()).await?;
+    kube::Client::try_from(config).context("cannot build a Kubernetes client")
 }
 
 /// Reads the objects once from `source`, handing each EndpointSlice to

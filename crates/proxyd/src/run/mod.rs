@@ -35,12 +35,11 @@ use crate::settings::flags::RunArgs;
 use crate::snapshot_engine::{node_name, selection};
 use node_proxy::actor::feed::{Forward, hear};
 use node_proxy::actor::{Inbox, Running, SyncActor};
+use node_proxy::families::families_text;
 use node_proxy::family::HealthChecks;
 use node_proxy::health::{ProxierHealth, ServiceHealth};
 use node_proxy::http::{Reply, serve};
 use node_proxy::schedule::{Pacing, SyncTiming};
-
-pub use node_proxy::families::families_text;
 
 /// `proxyd run` from the command line.
 pub fn main(args: RunArgs) -> ExitCode {
@@ -381,13 +380,6 @@ fn follow_the_node(
     }
 }
 
-/// Binds a server address given on the command line.
-async fn bind(flag: &str, addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("{flag} {addr}: cannot listen: {e}"))
-}
-
 /// `/healthz` and `/livez`, and `/metrics`, where the flags ask for them.
 async fn start_admin_servers(
     args: &RunArgs,
@@ -398,11 +390,13 @@ async fn start_admin_servers(
 ) -> anyhow::Result<()> {
     // kube-proxy's --bind-address-hard-fail: without it, a port that cannot
     // be listened on is said and the server left out.
-    let listen = async |flag: &str, addr: SocketAddr| match bind(flag, addr).await {
+    let listen = async |flag: &str, addr: SocketAddr| match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => Ok(Some(l)),
-        Err(e) if args.kube_proxy.bind_address_hard_fail => Err(e),
+        Err(e) if args.kube_proxy.bind_address_hard_fail => Err(anyhow::anyhow!("{flag} {addr}: cannot listen: {e}")),
         Err(e) => {
-            tracing::error!("{e}; running without it (--bind-address-hard-fail stops instead)");
+            tracing::error!(
+                "{flag} {addr}: cannot listen: {e}; running without it (--bind-address-hard-fail stops instead)"
+            );
             Ok(None)
         }
     };
@@ -440,7 +434,7 @@ fn start_health_check_listeners(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> watch::Sender<HealthChecks> {
-    let (tx, mut rx) = watch::channel(HealthChecks::new());
+    let (tx, rx) = watch::channel(HealthChecks::new());
     if args.is_dry_run() {
         return tx;
     }
@@ -448,18 +442,8 @@ fn start_health_check_listeners(
         IpFamily::V4 => std::net::Ipv4Addr::UNSPECIFIED.into(),
         IpFamily::V6 => std::net::Ipv6Addr::UNSPECIFIED.into(),
     };
-    let mut listeners = ServiceHealth::new(any, health.clone());
-    let shutdown = shutdown.clone();
-    tasks.spawn(async move {
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => break,
-                r = rx.changed() => if r.is_err() { break },
-            }
-            let wanted = rx.borrow_and_update().clone();
-            listeners.sync(&wanted).await;
-        }
-    });
+    let listeners = ServiceHealth::new(any, health.clone());
+    tasks.spawn(listeners.follow(rx, shutdown.clone().cancelled_owned()));
     tx
 }
 

@@ -24,7 +24,6 @@ use tokio_util::task::TaskTracker;
 
 use crate::metrics_registry::Metrics;
 use crate::settings::flags::RunArgs;
-use crate::snapshot_engine::{config, through_kubernetes_service};
 use daemon_sources::manifest_source::{self, ServiceSink};
 use endpoints_map::Engine;
 
@@ -184,8 +183,8 @@ async fn start_watches(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    let config = config(&args.source).await?;
-    state.through_own_service = through_kubernetes_service(&config);
+    let config = daemon_sources::kubeconfig::config(args.source.kubeconfig.as_deref()).await?;
+    state.through_own_service = daemon_sources::kubeconfig::through_kubernetes_service(&config);
     let client =
         kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
     let settings = WatchSettings {
