@@ -5,6 +5,7 @@
 
 use informer_glue::source_metrics::SourceMetrics;
 use node_proxy::kube_proxy_metrics::{HealthMetrics, MultusMetrics, SyncMetrics};
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use slice_model::IpFamily;
 
@@ -20,6 +21,9 @@ pub struct Metrics {
     pub multus: Option<MultusMetrics>,
     /// The health endpoints' replies.
     pub health: HealthMetrics,
+    /// Conntrack settings asked for that this node lacks (they could not
+    /// be written at the start).
+    pub conntrack_unset: Gauge,
 }
 
 impl Metrics {
@@ -31,6 +35,12 @@ impl Metrics {
         let sources = SourceMetrics::register(&mut registry);
         let multus = multus.then(|| MultusMetrics::register(&mut registry, families));
         let health = HealthMetrics::register(&mut registry);
+        let conntrack_unset = Gauge::default();
+        registry.register(
+            "proxyd_conntrack_settings_unset",
+            "Conntrack settings asked for (--conntrack-*) that this node lacks: they could not be written at the start",
+            conntrack_unset.clone(),
+        );
         if let Err(e) = kubert_prometheus_process::register(registry.sub_registry_with_prefix("process")) {
             tracing::warn!("process metrics are not available: {e}");
         }
@@ -40,6 +50,7 @@ impl Metrics {
             sources,
             multus,
             health,
+            conntrack_unset,
         }
     }
 

@@ -1789,20 +1789,22 @@ fn conntrack_settings_are_made_at_startup() {
     assert_eq!(read("nf_conntrack_tcp_be_liberal"), 1);
     assert_eq!(read("nf_conntrack_udp_timeout"), 45);
     let warnings: Vec<&str> = text.lines().filter(|l| l.contains("conntrack settings left")).collect();
-    if read("nf_conntrack_max") != 131_072 {
-        // The usual kernel: the table size is the host's alone.
+    if read("nf_conntrack_max") < 131_072 {
+        // The table size is the host's alone, and too small.
         assert_eq!(warnings.len(), 1, "{text}");
         assert!(warnings[0].contains("net.netfilter.nf_conntrack_max=131072"), "{text}");
         assert!(warnings[0].contains("permission denied"), "{text}");
     } else {
+        // The host's table is large enough (131,072 here, or more): kept,
+        // never lowered, so nothing to warn of.
         assert!(warnings.is_empty(), "{text}");
     }
 }
 
 /// `--init-only` (here from the `--config` file, as any flag can be): the
 /// conntrack settings are made in the namespace proxyd runs in and it
-/// exits, with no table written; a setting it cannot make fails it, as an
-/// init container should.
+/// exits, with no table written; a setting it cannot make is a warning,
+/// and the init container still succeeds (the node is still proxied).
 #[test]
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn init_only_makes_the_conntrack_settings_and_exits() {
@@ -1843,9 +1845,16 @@ fn init_only_makes_the_conntrack_settings_and_exits() {
     // A table size other than the namespace's: only the host's
     // namespace may change it.
     let (status, log) = run("init-only: true\nconntrack-max-per-core: 600000\n");
-    assert!(!status.success(), "{log}");
-    assert!(log.contains("nf_conntrack_max=1048576 (permission denied"), "{log}");
-    assert!(log.contains("1 conntrack setting(s) could not be made"), "{log}");
+    assert!(status.success(), "{log}");
+    if read("nf_conntrack_max") < 1 << 20 {
+        assert!(log.contains("nf_conntrack_max=1048576 (permission denied"), "{log}");
+        assert!(log.contains("1 conntrack setting(s) could not be made"), "{log}");
+    } else {
+        assert!(
+            log.contains("the startup settings are made"),
+            "the host's is larger: {log}"
+        );
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -175,10 +175,12 @@ fn set_conntrack(args: &RunArgs) -> usize {
     applied.refused.len()
 }
 
-/// What the start decided: this node, and the families served.
+/// What the start decided: this node, the families served, and how many
+/// conntrack settings it could not make.
 struct Start {
     node: String,
     families: Vec<IpFamily>,
+    conntrack_unset: usize,
 }
 
 /// The checks and host settings before anything starts; `None` when
@@ -191,16 +193,20 @@ fn prepare(args: &RunArgs) -> anyhow::Result<Option<Start>> {
         anyhow::bail!("{} problem(s) with the flags; nothing was started", problems.len());
     }
     if args.init_only {
-        // An init container's job is these settings: one it cannot make
-        // fails it, where a running proxy only warns.
+        // An init container's job is these settings; one it cannot make
+        // (a read-only /proc/sys, a node whose namespace is not the host's)
+        // is warned about, and the node is still proxied: its pod starts.
         match set_conntrack(args) {
             0 => tracing::info!("--init-only: the startup settings are made; exiting"),
-            refused => anyhow::bail!("--init-only: {refused} conntrack setting(s) could not be made (see above)"),
+            unset => tracing::warn!(
+                "--init-only: {unset} conntrack setting(s) could not be made (see above); exiting: the proxy runs \
+                 without them (metric proxyd_conntrack_settings_unset)"
+            ),
         }
         return Ok(None);
     }
     check_host(args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
-    set_conntrack(args);
+    let conntrack_unset = set_conntrack(args);
     set_oom_score_adj(args.kube_proxy.oom_score_adj);
     let node = node_name(&args.proxy)?;
     let chosen = families::choose(args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
@@ -219,6 +225,7 @@ fn prepare(args: &RunArgs) -> anyhow::Result<Option<Start>> {
     Ok(Some(Start {
         node,
         families: chosen.families,
+        conntrack_unset,
     }))
 }
 
@@ -240,7 +247,12 @@ struct Tasks {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let Some(Start { node, families }) = prepare(&args)? else {
+    let Some(Start {
+        node,
+        families,
+        conntrack_unset,
+    }) = prepare(&args)?
+    else {
         return Ok(());
     };
     let tasks = Tasks {
@@ -255,6 +267,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             .spawn_blocking(move || linux_dataplane::kube_proxy::warn_if_present(&netns));
     }
     let serving = start_serving(&args, &node, &families, &tasks).await?;
+    serving
+        .metrics
+        .conntrack_unset
+        .set(i64::try_from(conntrack_unset).unwrap_or(i64::MAX));
     let actor = start_syncing(&args, &families, serving, &tasks)?;
     tasks.tracker.spawn(stop_on_signal(tasks.shutdown.clone()));
     tasks.shutdown.cancelled().await;
