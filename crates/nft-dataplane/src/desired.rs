@@ -36,7 +36,8 @@ pub struct DataplaneConfig {
     /// Masquerade all traffic to cluster IPs (`--masquerade-all`).
     pub masquerade_all: bool,
     /// Node ports answer only on local addresses in these networks
-    /// (`--nodeport-addresses`); empty: on every local address.
+    /// (`--nodeport-addresses`); empty: on every local address. A family
+    /// none of them is of answers node ports nowhere (as kube-proxy's).
     pub nodeport_addresses: Vec<IpNet>,
     /// The service CIDRs (`--service-cidr`): traffic to an address in them
     /// that is no service's cluster IP is dropped.
@@ -123,9 +124,12 @@ impl DataplaneConfig {
         }
     }
 
-    /// The node-port networks of this table's family.
-    pub fn family_nodeport_addresses(&self) -> Vec<IpNet> {
-        self.of_family(&self.nodeport_addresses)
+    /// The node-port networks of this table's family (empty: every local
+    /// address), or `None` when node ports answer nowhere in it: the
+    /// networks are all of the other family.
+    pub fn family_nodeport_addresses(&self) -> Option<Vec<IpNet>> {
+        let mine = self.of_family(&self.nodeport_addresses);
+        (self.nodeport_addresses.is_empty() || !mine.is_empty()).then_some(mine)
     }
 
     /// The service CIDRs of this table's family.

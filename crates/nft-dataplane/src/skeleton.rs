@@ -96,18 +96,21 @@ fn pod_chains() -> Vec<(ChainId, Vec<Rule>)> {
 
 /// The node's table.
 fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
-    let local = Match::LocalDestination(config.family_nodeport_addresses());
+    // No node-port address of this family: no node-port rule at all.
+    let local = config.family_nodeport_addresses().map(Match::LocalDestination);
     let in_set = |sel, set| Match::InSet(sel, set);
-    let mut services = vec![
-        Rule::new(
-            vec![in_set(Selector::Frontend, SetId::MasqFrontends)],
-            vec![Statement::Jump(ChainId::MarkForMasquerade)],
-        ),
-        Rule::new(
-            vec![local.clone(), in_set(Selector::NodePort, SetId::MasqNodePorts)],
-            vec![Statement::Jump(ChainId::MarkForMasquerade)],
-        ),
-    ];
+    let on_node_ports = |matches: Vec<Match>| {
+        let local = local.clone()?;
+        Some([vec![local], matches].concat())
+    };
+    let mut services = vec![Rule::new(
+        vec![in_set(Selector::Frontend, SetId::MasqFrontends)],
+        vec![Statement::Jump(ChainId::MarkForMasquerade)],
+    )];
+    services.extend(
+        on_node_ports(vec![in_set(Selector::NodePort, SetId::MasqNodePorts)])
+            .map(|m| Rule::new(m, vec![Statement::Jump(ChainId::MarkForMasquerade)])),
+    );
     // Traffic to cluster IPs, by address: every port of a cluster IP is
     // masqueraded the same way, so one element per address serves them all.
     let to_cluster_ip = Match::InSet(Selector::Daddr, SetId::ClusterIps);
@@ -123,12 +126,9 @@ fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
         ));
     }
     services.extend(dispatch(false));
-    services.push(Rule::new(
-        vec![local.clone()],
-        vec![Statement::Goto(ChainId::NodePorts)],
-    ));
+    services.extend(on_node_ports(Vec::new()).map(|m| Rule::new(m, vec![Statement::Goto(ChainId::NodePorts)])));
 
-    let filter = vec![
+    let mut filter = vec![
         Rule::new(
             vec![Match::NewConnection, in_set(Selector::Frontend, SetId::NoEndpoints)],
             vec![Statement::Reject],
@@ -140,23 +140,14 @@ fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
             ],
             vec![Statement::Drop],
         ),
-        Rule::new(
-            vec![
-                Match::NewConnection,
-                local.clone(),
-                in_set(Selector::NodePort, SetId::NodePortNoEndpoints),
-            ],
-            vec![Statement::Reject],
-        ),
-        Rule::new(
-            vec![
-                Match::NewConnection,
-                local,
-                in_set(Selector::NodePort, SetId::NodePortNoLocalEndpoints),
-            ],
-            vec![Statement::Drop],
-        ),
     ];
+    for (set, verdict) in [
+        (SetId::NodePortNoEndpoints, Statement::Reject),
+        (SetId::NodePortNoLocalEndpoints, Statement::Drop),
+    ] {
+        let matches = on_node_ports(vec![in_set(Selector::NodePort, set)]);
+        filter.extend(matches.map(|m| Rule::new([vec![Match::NewConnection], m].concat(), vec![verdict])));
+    }
     let guard = Rule::new(
         vec![Match::NewConnection],
         vec![Statement::Jump(ChainId::ClusterIpsCheck)],

@@ -372,6 +372,52 @@ fn node_ports_answer_on_the_nodeport_addresses() {
     }
 }
 
+/// `--nodeport-addresses` naming addresses of one family only (`primary`
+/// on a node whose Node has only an IPv4 or only an IPv6 address, or CIDRs
+/// of one family): the other family's table answers node ports nowhere,
+/// as kube-proxy's; not on every local address.
+#[test]
+fn a_family_the_nodeport_addresses_leave_out_answers_no_node_port() {
+    for (family, svc_ip, ep, node_ip, client, other_family_only) in [
+        (
+            IpFamily::V6,
+            "fd00:172:30::41",
+            "fd00:10:180::1",
+            "2001:db8::1",
+            "2600:5200::1",
+            "192.0.2.10/32",
+        ),
+        (
+            IpFamily::V4,
+            "172.30.0.41",
+            "10.180.0.1",
+            NODE_IP,
+            CLIENT,
+            "2001:db8::1/128",
+        ),
+    ] {
+        let mut e = Engine::new(family);
+        e.service(&node_port(service("ns1", "svc1", svc_ip, 80, Protocol::Tcp), 3001))
+            .slice(slice("ns1", "svc1", Protocol::Tcp, 80, &[Ep::Remote(ep)]));
+        e.update();
+        let mut c = DataplaneConfig::new(family);
+        c.nodeport_addresses = vec![other_family_only.parse().unwrap()];
+        let k = fresh(&e, &c);
+        let host = super::support::host(&[node_ip]);
+        let t = |p| k.trace(&host, p).summary();
+        assert_eq!(
+            t(forwarded(client, node_ip, 3001)),
+            SocketAddr::new(node_ip.parse().unwrap(), 3001).to_string(),
+            "{family:?}: no address of this family is a node-port address"
+        );
+        assert_eq!(
+            t(forwarded(client, svc_ip, 80)),
+            format!("{}", SocketAddr::new(ep.parse().unwrap(), 80)),
+            "{family:?}: the cluster IP still answers"
+        );
+    }
+}
+
 /// A LoadBalancer service with externalTrafficPolicy Local (LB 1.2.3.4,
 /// external IP 192.168.99.11, node port 3001) and these endpoints on port
 /// 80, as a full sync writes it.
