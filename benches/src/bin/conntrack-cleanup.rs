@@ -1,20 +1,23 @@
 //! Conntrack cleanup at scale: a network namespace whose conntrack table
 //! holds one UDP entry DNATed to each of STALE endpoints of one service,
-//! plus OTHER entries that must survive; times proxyd's netlink cleanup of
-//! the STALE endpoint flows (what a sync that removes them does), checks
-//! what is left, and, for comparison, the same with one `conntrack -D` run
-//! per flow. Needs root, `ip` and `conntrack` (to create the entries).
+//! plus OTHER entries that must survive; times proxyd's netlink cleanup
+//! after a sync that leaves the service one serving endpoint of its own
+//! (none of the STALE ones), checks what is left, and, for comparison, the
+//! same with one `conntrack -D` run per stale endpoint. Needs root, `ip`
+//! and `conntrack` (to create the entries).
 //!
 //!     cargo build --release -p proxyd-benches
 //!     ./target/release/conntrack-cleanup [STALE] [OTHER]     # 1000 5000
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::Instant;
 
 use linux_dataplane::Netns;
 use linux_dataplane::{Conntrack, NetlinkConntrack};
-use nft_dataplane::stale_flows::Flow;
+use nft_dataplane::stale_flows::{Cleanup, Frontend};
 use proxyd_benches::ScratchNetns;
 use slice_model::IpFamily;
 
@@ -78,29 +81,26 @@ fn run(ns: &str, stale: u32, other: u32) -> Result<(), String> {
             )
         })
         .collect();
-    let flows: Vec<Flow> = (0..stale)
-        .filter_map(|n| {
-            Some(Flow::FrontendToEndpoint {
-                addr: VIP.parse().ok()?,
-                port: 53,
-                endpoint: endpoint(n).parse::<IpAddr>().ok()?,
-            })
-        })
-        .collect();
+    // After the sync the service's one serving endpoint is a new one.
+    let vip: IpAddr = VIP.parse().map_err(|e| format!("{VIP}: {e}"))?;
+    let serving: BTreeSet<IpAddr> = endpoint(99_999).parse().into_iter().collect();
+    let mut cleanup = Cleanup::default();
+    cleanup
+        .frontends
+        .insert(Frontend { addr: vip, port: 53 }, Arc::new(serving));
     for round in 0..3 {
         insert(ns, &stale_entries)?;
         insert(ns, &other_entries)?;
         let before = count(ns);
         let mut ct = NetlinkConntrack::new(Netns::Named(ns.to_owned()));
         let started = Instant::now();
-        let (deleted, errors) = ct.delete(IpFamily::V4, &flows);
+        let (deleted, errors) = ct.delete(IpFamily::V4, &cleanup);
         let took = started.elapsed();
         let after = count(ns);
         println!(
-            "round {}: netlink cleanup of {} stale endpoint flows in a table of {before} UDP entries: {took:.1?}, \
-             {deleted} deleted, {} errors, {after} entries left",
+            "round {}: netlink cleanup of {stale} stale endpoints' entries in a table of {before} UDP entries: \
+             {took:.1?}, {deleted} deleted, {} errors, {after} entries left",
             round + 1,
-            flows.len(),
             errors.len()
         );
         if let Some(e) = errors.first() {
@@ -112,20 +112,20 @@ fn run(ns: &str, stale: u32, other: u32) -> Result<(), String> {
             .stderr(Stdio::null())
             .status();
     }
-    // The tool, one run per flow, as the cleanup was done before.
+    // The tool, one run per stale endpoint, as the cleanup was done before.
     insert(ns, &stale_entries)?;
     insert(ns, &other_entries)?;
     let started = Instant::now();
-    for f in &flows {
+    for n in 0..stale {
         let _ = Command::new("ip")
-            .args(["netns", "exec", ns, "conntrack"])
-            .args(f.args(IpFamily::V4))
+            .args(["netns", "exec", ns, "conntrack", "-D", "-f", "ipv4", "-p", "udp"])
+            .args(["--orig-dst", VIP, "--orig-port-dst", "53", "--dst-nat", &endpoint(n)])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
     }
     println!(
-        "the conntrack tool, one run per flow: {:.1?}, {} entries left",
+        "the conntrack tool, one run per stale endpoint: {:.1?}, {} entries left",
         started.elapsed(),
         count(ns)
     );

@@ -1,22 +1,14 @@
 //! UDP conntrack cleanup after a sync, as kube-proxy does it; which
-//! entries are stale is decided by `nft_dataplane::stale_flows`.
-//!
-//! UDP has no connection to end, so a conntrack entry keeps sending a
-//! client's datagrams where the rules sent its first one:
-//!
-//! - to an endpoint that is gone (a *stale endpoint*): delete the entries
-//!   DNATed to it from each of the service's frontends;
-//! - nowhere, because the service had no endpoints when the flow began (a
-//!   *stale service*, now with its first endpoint): delete the entries to
-//!   its frontends;
-//! - to a cluster IP of a deleted UDP port: delete the entries to that IP.
+//! entries are wrong is decided by `nft_dataplane::stale_flows` (a
+//! [`Cleanup`]: each changed UDP frontend keeps only the entries DNATed to
+//! one of its serving endpoints).
 //!
 //! The cleanup runs only after the rules that replace the entries are in
 //! place (a successful apply), never before. It talks to the kernel over
 //! netlink ([`NetlinkConntrack`](crate::NetlinkConntrack)): one dump per sync, whatever the number of
 //! stale flows.
 
-pub use nft_dataplane::stale_flows::Flow;
+pub use nft_dataplane::stale_flows::Cleanup;
 use slice_model::IpFamily;
 
 /// Why a deletion failed.
@@ -31,9 +23,9 @@ pub struct ConntrackError {
 
 /// Deletes conntrack entries.
 pub trait Conntrack {
-    /// Deletes the entries of each flow; returns how many were deleted.
-    /// Every flow is tried even when one fails.
-    fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>);
+    /// Deletes the entries `cleanup` names; returns how many were deleted.
+    /// Every entry is tried even when one fails.
+    fn delete(&mut self, family: IpFamily, cleanup: &Cleanup) -> (u64, Vec<ConntrackError>);
 }
 
 /// No cleanup (`--dry-run`, `--no-conntrack`).
@@ -41,7 +33,7 @@ pub trait Conntrack {
 pub struct NoConntrack;
 
 impl Conntrack for NoConntrack {
-    fn delete(&mut self, _: IpFamily, _: &[Flow]) -> (u64, Vec<ConntrackError>) {
+    fn delete(&mut self, _: IpFamily, _: &Cleanup) -> (u64, Vec<ConntrackError>) {
         (0, Vec::new())
     }
 }
@@ -51,14 +43,15 @@ impl Conntrack for NoConntrack {
 #[cfg(any(test, feature = "test-util"))]
 #[derive(Debug, Default)]
 pub struct RecordingConntrack {
-    /// Every flow asked for, in order.
-    pub deleted: Vec<(IpFamily, Flow)>,
+    /// Every cleanup asked for, in order.
+    pub asked: Vec<(IpFamily, Cleanup)>,
 }
 
 #[cfg(any(test, feature = "test-util"))]
 impl Conntrack for RecordingConntrack {
-    fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
-        self.deleted.extend(flows.iter().map(|f| (family, *f)));
-        (flows.len() as u64, Vec::new())
+    fn delete(&mut self, family: IpFamily, cleanup: &Cleanup) -> (u64, Vec<ConntrackError>) {
+        self.asked.push((family, cleanup.clone()));
+        // What it names stands for what a kernel would have deleted.
+        (cleanup.len() as u64, Vec::new())
     }
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use nft_dataplane::names::POD_TABLE;
-use nft_dataplane::stale_flows::Flow;
+use nft_dataplane::stale_flows::Cleanup;
 use nft_dataplane::{Dataplane, DataplaneError};
 use slice_model::{IpFamily, PodName};
 
@@ -47,12 +47,12 @@ impl PodBackend for Commands {
         _pod: &PodName,
         netns: &Netns,
         family: IpFamily,
-        flows: &[Flow],
+        cleanup: &Cleanup,
     ) -> (u64, Vec<ConntrackError>) {
         if self.no_conntrack {
             return (0, Vec::new());
         }
-        NetlinkConntrack::new(netns.clone()).delete(family, flows)
+        NetlinkConntrack::new(netns.clone()).delete(family, cleanup)
     }
 
     fn remove_table(&mut self, _pod: &PodName, netns: &Netns, family: IpFamily) -> Result<(), DataplaneError> {
@@ -91,7 +91,7 @@ impl PodBackend for DryRunPods {
         Ok(RouteChange::default())
     }
 
-    fn conntrack(&mut self, _: &PodName, _: &Netns, _: IpFamily, _: &[Flow]) -> (u64, Vec<ConntrackError>) {
+    fn conntrack(&mut self, _: &PodName, _: &Netns, _: IpFamily, _: &Cleanup) -> (u64, Vec<ConntrackError>) {
         (0, Vec::new())
     }
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use endpoints_map::Engine;
 use informer_glue::multus::{PodStore, ServiceNetworks};
 use linux_dataplane::{ConntrackError, Netns, NetnsId, RouteChange, RouteError};
-use nft_dataplane::stale_flows::Flow;
+use nft_dataplane::stale_flows::Cleanup;
 use nft_dataplane::{Dataplane, DataplaneConfig, DataplaneError, NftSyncer, SyncKind, Target, Written};
 use node_proxy::family::{FamilyProxier, FamilySync, PodProblem, PodsSync};
 use slice_model::{IpFamily, PodName, ServiceName};
@@ -49,7 +49,7 @@ pub trait PodBackend: Send {
         pod: &PodName,
         netns: &Netns,
         family: IpFamily,
-        flows: &[Flow],
+        cleanup: &Cleanup,
     ) -> (u64, Vec<ConntrackError>);
     /// Removes proxyd's table of `family` from the namespace.
     fn remove_table(&mut self, pod: &PodName, netns: &Netns, family: IpFamily) -> Result<(), DataplaneError>;
@@ -71,22 +71,22 @@ struct PodState {
     routes_in_place: bool,
 }
 
-/// Deletes the conntrack entries of `flows` in a pod's namespace, counting
-/// them in `out`; what could not be deleted is a warning.
+/// Deletes the conntrack entries `cleanup` names in a pod's namespace,
+/// counting them in `out`; what could not be deleted is a warning.
 fn delete_flows(
     backend: &mut dyn PodBackend,
     key: &PodName,
     netns: &Netns,
     family: IpFamily,
-    flows: &[Flow],
+    cleanup: &Cleanup,
     out: &mut FamilySync,
 ) {
-    if flows.is_empty() {
+    if cleanup.is_empty() {
         return;
     }
     let started = std::time::Instant::now();
-    let (deleted, errors) = backend.conntrack(key, netns, family, flows);
-    out.conntrack_flows += flows.len();
+    let (deleted, errors) = backend.conntrack(key, netns, family, cleanup);
+    out.conntrack_flows += cleanup.len();
     out.conntrack_deleted += deleted;
     out.conntrack_duration += started.elapsed();
     // Said here, with the pod: the report's list is the node's.
@@ -97,17 +97,6 @@ fn delete_flows(
 
 /// A pod's key, its plan, and whether its table is written now.
 type Planned = (PodName, PodPlan, bool);
-
-/// Whether a stale flow is one to these cluster IPs (a pod reaches
-/// services through their cluster IPs only).
-fn to_cluster_ip(flow: &Flow, cluster_ips: &BTreeSet<IpAddr>) -> bool {
-    match flow {
-        Flow::ToFrontend { addr, .. } | Flow::FrontendToEndpoint { addr, .. } | Flow::ToAddress { addr } => {
-            cluster_ips.contains(addr)
-        }
-        Flow::ToNodePort { .. } | Flow::NodePortToEndpoint { .. } => false,
-    }
-}
 
 /// The pods' part of a multus sync's report.
 fn pods_out(out: &mut FamilySync) -> &mut PodsSync {
@@ -169,22 +158,19 @@ impl MultusProxier {
             .collect()
     }
 
-    /// Deletes the stale UDP entries among `flows` to the cluster IPs of
-    /// `routes` in a pod's namespace.
+    /// Deletes what `cleanup` names of the cluster IPs of `routes` (a pod
+    /// reaches services through their cluster IPs only) in a pod's
+    /// namespace.
     fn clear_stale(
         &mut self,
         key: &PodName,
         netns: &Netns,
         routes: &BTreeSet<Route>,
-        flows: &[Flow],
+        cleanup: &Cleanup,
         out: &mut FamilySync,
     ) {
         let cluster_ips: BTreeSet<_> = routes.iter().map(|r| r.dest).collect();
-        let mine: Vec<Flow> = flows
-            .iter()
-            .filter(|f| to_cluster_ip(f, &cluster_ips))
-            .copied()
-            .collect();
+        let mine = cleanup.only_addresses(|a| cluster_ips.contains(a));
         delete_flows(self.backend.as_mut(), key, netns, self.engine.family(), &mine, out);
     }
 
@@ -327,7 +313,7 @@ impl MultusProxier {
         for key in gone_pods {
             self.drop_pod(&key);
         }
-        let stale_flows = nft_dataplane::stale_flows::plan(&update, &self.engine.services);
+        let stale_flows = nft_dataplane::stale_flows::plan(&update, &self.engine.services, &self.engine.endpoints);
         // One look at the runtime for the whole sync; a failure shows in
         // each lookup below.
         let _ = self.resolver.refresh();
@@ -365,12 +351,8 @@ impl MultusProxier {
             }
             // Entries to a deleted service's cluster IP: the old plan knew it.
             let cluster_ips: BTreeSet<IpAddr> = plan.routes.iter().chain(&st.plan.routes).map(|r| r.dest).collect();
-            st.target.owe(
-                &update,
-                &stale_flows,
-                |s| plan.services.contains(s),
-                |f| to_cluster_ip(f, &cluster_ips),
-            );
+            let mine = stale_flows.only_addresses(|a| cluster_ips.contains(a));
+            st.target.owe(&update, mine, |s| plan.services.contains(s));
             let write = kind == SyncKind::Periodic || st.target.owes();
             planned.push((key.clone(), plan, write));
         }
@@ -390,9 +372,9 @@ impl MultusProxier {
                     }
                     out.written += w.report;
                     out.trigger_times.extend(w.trigger_times);
-                    w.flows
+                    w.cleanup
                 }
-                None => Vec::new(),
+                None => Cleanup::default(),
                 Some(Err(e)) => {
                     let namespace_gone = self.backend.identify(&st.netns) != Some(st.netns_id);
                     let why = if namespace_gone {

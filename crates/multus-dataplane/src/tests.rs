@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use informer_glue::multus::{Attachment, NetworkName, PodInfo, PodStore, ServiceNetworks};
-use nft_dataplane::stale_flows::Flow;
+use nft_dataplane::stale_flows::Cleanup;
 use nft_dataplane::tracer::{Host, Origin, Packet};
 use nft_dataplane::{Dataplane, DataplaneError, KernelModel, SyncKind, Transaction};
 use proptest::prelude::*;
@@ -34,7 +34,7 @@ struct World {
     kernels: BTreeMap<String, KernelModel>,
     routes: BTreeMap<String, BTreeSet<Route>>,
     transactions: BTreeMap<String, usize>,
-    conntrack: BTreeMap<String, Vec<Flow>>,
+    conntrack: BTreeMap<String, Vec<Cleanup>>,
     /// Namespaces that no longer exist (their sandbox died).
     dead: BTreeSet<String>,
     /// Pods whose nft fails (their namespace is fine).
@@ -124,10 +124,10 @@ impl PodBackend for Fake {
         Ok(change)
     }
 
-    fn conntrack(&mut self, pod: &PodName, _: &Netns, _: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
+    fn conntrack(&mut self, pod: &PodName, _: &Netns, _: IpFamily, cleanup: &Cleanup) -> (u64, Vec<ConntrackError>) {
         let mut w = self.0.lock().unwrap();
-        w.conntrack.entry(pod.to_string()).or_default().extend_from_slice(flows);
-        (flows.len() as u64, Vec::new())
+        w.conntrack.entry(pod.to_string()).or_default().push(cleanup.clone());
+        (cleanup.len() as u64, Vec::new())
     }
 
     fn remove_table(&mut self, _: &PodName, netns: &Netns, _: IpFamily) -> Result<(), nft_dataplane::DataplaneError> {
@@ -412,14 +412,12 @@ fn a_failed_write_keeps_the_pods_stale_flows_for_the_next_sync() {
     s.endpoints("dns-red", &["192.168.20.12"]);
     let out = s.proxier.sync(SyncKind::Changes);
     assert_eq!(out.pods().failures.len(), 1, "{out:?}");
-    let stale = Flow::FrontendToEndpoint {
-        addr: "10.96.0.20".parse().unwrap(),
-        port: 53,
-        endpoint: "192.168.20.11".parse().unwrap(),
-    };
+    // The replaced endpoint's entries to the cluster IP.
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
     let deleted = |s: &Setup, pod: &str| {
         let w = s.world.lock().unwrap();
-        w.conntrack.get(pod).is_some_and(|f| f.contains(&stale))
+        let deletes = |c: &Cleanup| c.deletes(ip("10.96.0.20"), 53, ip("192.168.20.11"));
+        w.conntrack.get(pod).is_some_and(|all| all.iter().any(deletes))
     };
     assert!(deleted(&s, "default/red-2"), "the pod written gets its cleanup now");
     assert_eq!(out.trigger_times, [CHANGED_AT], "programmed in red-2");
@@ -632,7 +630,7 @@ fn deleted_pods_and_services_leave_nothing_behind() {
         w.conntrack
             .values()
             .flatten()
-            .any(|f| matches!(f, Flow::ToAddress { addr } if addr.to_string() == "10.96.0.20")),
+            .any(|c| c.addresses.iter().any(|a| a.to_string() == "10.96.0.20")),
         "entries to the deleted UDP service are cleared"
     );
 }

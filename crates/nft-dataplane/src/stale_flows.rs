@@ -1,145 +1,170 @@
-//! Which UDP conntrack entries a sync makes stale, as kube-proxy decides
-//! it (the deleting itself is the binary's job).
+//! Which UDP conntrack entries a sync leaves wrong, as kube-proxy 1.36 and
+//! later decide it (its conntrack reconciler); the deleting itself is the
+//! Linux side's job.
 //!
 //! UDP has no connection to end, so a conntrack entry keeps sending a
-//! client's datagrams where the rules sent its first one:
+//! client's datagrams where the rules sent its first one. After a sync, for
+//! every UDP service port the sync changed, an entry sent to one of its
+//! frontends (a cluster, external or load-balancer IP and the port, or the
+//! node port on any address) is deleted unless it was DNATed to one of the
+//! port's *serving* endpoints. So:
 //!
-//! - to an endpoint that is gone (a *stale endpoint*): delete the entries
-//!   DNATed to it from each of the service's frontends;
-//! - nowhere, because the service had no endpoints when the flow began (a
-//!   *stale service*, now with its first endpoint): delete the entries to
-//!   its frontends;
-//! - to a cluster IP of a deleted UDP port: delete the entries to that IP.
+//! - entries DNATed to an endpoint that went, or stopped serving (still
+//!   listed, `serving: false`), go: the flow's next datagram picks a
+//!   serving endpoint;
+//! - entries made while the port had no endpoint (not DNATed) go;
+//! - a port with no serving endpoint loses every entry (the next datagram
+//!   meets the reject rule, as kube-proxy 1.37 does);
+//! - entries DNATed to a serving endpoint stay, terminating ones included:
+//!   a restart, or a change to the other endpoints, moves no flow, and the
+//!   entries the new rules have just made are not deleted.
 //!
-//! The cleanup must run only after the rules that replace the entries are
-//! in place (a successful apply), never before.
+//! Entries to the cluster IP of a deleted UDP port go too. The cleanup must
+//! run only after the rules that replace the entries are in place (a
+//! successful apply), never before.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
-use endpoints_map::{EngineUpdate, ServicesMap};
-use slice_model::{IpFamily, Protocol};
+use endpoints_map::{EndpointsMap, EngineUpdate, ServicesMap};
+use slice_model::{Endpoint, IpFamily, Protocol};
 
-/// One set of UDP conntrack entries to delete.
+/// The endpoint addresses whose entries are kept.
+pub type Serving = Arc<BTreeSet<IpAddr>>;
+
+/// A service frontend: an address and a port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Flow {
-    /// Entries to a frontend address and port.
-    ToFrontend {
-        /// Cluster, external or load-balancer IP.
-        addr: IpAddr,
-        /// Service port.
-        port: u16,
-    },
-    /// Entries to a node port (on any local address).
-    ToNodePort {
-        /// The node port.
-        port: u16,
-    },
-    /// Entries to a frontend that were DNATed to `endpoint`.
-    FrontendToEndpoint {
-        /// Cluster, external or load-balancer IP.
-        addr: IpAddr,
-        /// Service port.
-        port: u16,
-        /// The endpoint's address.
-        endpoint: IpAddr,
-    },
-    /// Entries to a node port that were DNATed to `endpoint`.
-    NodePortToEndpoint {
-        /// The node port.
-        port: u16,
-        /// The endpoint's address.
-        endpoint: IpAddr,
-    },
-    /// Entries to an address (a deleted service's cluster IP).
-    ToAddress {
-        /// The address.
-        addr: IpAddr,
-    },
+pub struct Frontend {
+    /// Cluster, external or load-balancer IP.
+    pub addr: IpAddr,
+    /// The service port.
+    pub port: u16,
 }
 
-impl Flow {
-    /// The `conntrack -D` filter arguments.
-    pub fn args(&self, family: IpFamily) -> Vec<String> {
+/// The conntrack entries one or more syncs leave wrong: see the module
+/// docs. A later sync's view of a frontend replaces an earlier one's.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cleanup {
+    /// Entries to these frontends not DNATed to one of their serving
+    /// endpoints.
+    pub frontends: BTreeMap<Frontend, Serving>,
+    /// Entries to these node ports (on any address) not DNATed to one of
+    /// their serving endpoints.
+    pub node_ports: BTreeMap<u16, Serving>,
+    /// Every entry to these addresses (deleted UDP ports' cluster IPs).
+    pub addresses: BTreeSet<IpAddr>,
+}
+
+impl Cleanup {
+    /// Whether there is nothing to delete.
+    pub fn is_empty(&self) -> bool {
+        self.frontends.is_empty() && self.node_ports.is_empty() && self.addresses.is_empty()
+    }
+
+    /// How many frontends, node ports and addresses it names.
+    pub fn len(&self) -> usize {
+        self.frontends.len() + self.node_ports.len() + self.addresses.len()
+    }
+
+    /// Adds a later sync's cleanup: its view of a frontend wins.
+    pub fn merge(&mut self, later: Cleanup) {
+        self.frontends.extend(later.frontends);
+        self.node_ports.extend(later.node_ports);
+        self.addresses.extend(later.addresses);
+    }
+
+    /// What of it concerns a table that serves only these frontend
+    /// addresses and no node port (a multus pod's, by cluster IP).
+    pub fn only_addresses(&self, keep: impl Fn(&IpAddr) -> bool) -> Cleanup {
+        Cleanup {
+            frontends: self
+                .frontends
+                .iter()
+                .filter(|(f, _)| keep(&f.addr))
+                .map(|(f, s)| (*f, s.clone()))
+                .collect(),
+            node_ports: BTreeMap::new(),
+            addresses: self.addresses.iter().filter(|a| keep(a)).copied().collect(),
+        }
+    }
+
+    /// Whether the entry sent to `dst:dport` whose reply comes from
+    /// `reply_src` (its DNAT target, or `dst` itself when not DNATed) is
+    /// one to delete.
+    pub fn deletes(&self, dst: IpAddr, dport: u16, reply_src: IpAddr) -> bool {
+        let not_serving = |s: &Serving| !s.contains(&reply_src);
+        self.addresses.contains(&dst)
+            || self
+                .frontends
+                .get(&Frontend { addr: dst, port: dport })
+                .is_some_and(not_serving)
+            || self.node_ports.get(&dport).is_some_and(not_serving)
+    }
+
+    /// The `conntrack` tool's commands that delete the same entries, for
+    /// people reading what a sync did (one per frontend and endpoint, and
+    /// per unserved frontend).
+    pub fn describe(&self, family: IpFamily) -> Vec<String> {
         let f = match family {
             IpFamily::V4 => "ipv4",
             IpFamily::V6 => "ipv6",
         };
-        let mut a: Vec<String> = ["-D", "-f", f, "-p", "udp"].map(String::from).to_vec();
-        let mut push = |k: &str, v: String| {
-            a.push(k.to_owned());
-            a.push(v);
-        };
-        match *self {
-            Self::ToFrontend { addr, port } => {
-                push("--orig-dst", addr.to_string());
-                push("--orig-port-dst", port.to_string());
-            }
-            Self::ToNodePort { port } => push("--orig-port-dst", port.to_string()),
-            Self::FrontendToEndpoint { addr, port, endpoint } => {
-                push("--orig-dst", addr.to_string());
-                push("--orig-port-dst", port.to_string());
-                push("--dst-nat", endpoint.to_string());
-            }
-            Self::NodePortToEndpoint { port, endpoint } => {
-                push("--orig-port-dst", port.to_string());
-                push("--dst-nat", endpoint.to_string());
-            }
-            Self::ToAddress { addr } => push("--orig-dst", addr.to_string()),
+        let mut out = Vec::new();
+        for (front, serving) in &self.frontends {
+            out.push(format!(
+                "conntrack -D -f {f} -p udp --orig-dst {} --orig-port-dst {} (unless DNATed to one of {:?})",
+                front.addr, front.port, serving
+            ));
         }
-        a
+        for (port, serving) in &self.node_ports {
+            out.push(format!(
+                "conntrack -D -f {f} -p udp --orig-port-dst {port} (unless DNATed to one of {serving:?})"
+            ));
+        }
+        for addr in &self.addresses {
+            out.push(format!("conntrack -D -f {f} -p udp --orig-dst {addr}"));
+        }
+        out
     }
 }
 
-/// The entries one sync's changes make stale: `update` is what the
-/// engine's update reported, `map` the services after it.
-pub fn plan(update: &EngineUpdate, map: &ServicesMap) -> Vec<Flow> {
-    let (endpoints, services) = (&update.endpoints, &update.services);
-    let mut flows = BTreeSet::new();
-    for name in &endpoints.stale_service_names {
-        let Some(p) = map.get(name).filter(|p| p.name.protocol == Protocol::Udp) else {
-            continue;
-        };
-        let port = p.port.get();
-        for addr in std::iter::once(&p.cluster_ip)
-            .chain(&p.external_ips)
-            .chain(&p.load_balancer_ips)
-        {
-            flows.insert(Flow::ToFrontend { addr: *addr, port });
-        }
-        if let Some(np) = p.node_port {
-            flows.insert(Flow::ToNodePort { port: np.get() });
-        }
-    }
-    for stale in &endpoints.stale_endpoints {
-        let Some(p) = map
-            .get(&stale.service_port)
-            .filter(|p| p.name.protocol == Protocol::Udp)
-        else {
-            continue; // a deleted service: its cluster IP is cleared below
-        };
-        let (port, endpoint) = (p.port.get(), stale.endpoint.ip());
-        for addr in std::iter::once(&p.cluster_ip)
-            .chain(&p.external_ips)
-            .chain(&p.load_balancer_ips)
-        {
-            flows.insert(Flow::FrontendToEndpoint {
-                addr: *addr,
-                port,
-                endpoint,
-            });
-        }
-        if let Some(np) = p.node_port {
-            flows.insert(Flow::NodePortToEndpoint {
-                port: np.get(),
-                endpoint,
-            });
+/// The entries one engine update's changes leave wrong: `update` is what
+/// the engine's update reported, `services` and `endpoints` the maps after
+/// it.
+pub fn plan(update: &EngineUpdate, services: &ServicesMap, endpoints: &EndpointsMap) -> Cleanup {
+    let mut cleanup = Cleanup::default();
+    for name in &update.changed {
+        for p in services.service(name).unwrap_or(&[]) {
+            if p.name.protocol != Protocol::Udp {
+                continue;
+            }
+            let serving: BTreeSet<IpAddr> = endpoints
+                .get(&p.name)
+                .unwrap_or(&[])
+                .iter()
+                .filter(|e| e.is_serving())
+                .map(|e| e.addr.ip())
+                .collect();
+            let serving = Arc::new(serving);
+            let port = p.port.get();
+            for addr in std::iter::once(&p.cluster_ip)
+                .chain(&p.external_ips)
+                .chain(&p.load_balancer_ips)
+            {
+                cleanup
+                    .frontends
+                    .insert(Frontend { addr: *addr, port }, serving.clone());
+            }
+            if let Some(np) = p.node_port {
+                cleanup.node_ports.insert(np.get(), serving.clone());
+            }
         }
     }
-    for addr in &services.deleted_udp_cluster_ips {
-        flows.insert(Flow::ToAddress { addr: *addr });
-    }
-    flows.into_iter().collect()
+    cleanup
+        .addresses
+        .extend(update.services.deleted_udp_cluster_ips.iter().copied());
+    cleanup
 }
 
 #[cfg(test)]
@@ -147,7 +172,8 @@ mod tests {
     use std::num::NonZeroU16;
 
     use slice_model::{
-        EndpointSlice, Protocol, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint, SliceName,
+        Conditions, EndpointSlice, Protocol, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint,
+        SliceName,
     };
 
     use super::*;
@@ -180,50 +206,107 @@ mod tests {
         s
     }
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn serving(ips: &[&str]) -> Serving {
+        Arc::new(ips.iter().map(|i| ip(i)).collect())
+    }
+
+    /// The cleanup of one update, read as the kernel's entries would be:
+    /// which of these (destination, port, reply source) it deletes.
+    fn deleted(c: &Cleanup, entries: &[(&str, u16, &str)]) -> Vec<bool> {
+        entries.iter().map(|(d, p, r)| c.deletes(ip(d), *p, ip(r))).collect()
+    }
+
     #[test]
-    fn stale_services_endpoints_and_deleted_ips() {
+    fn every_frontend_keeps_the_entries_of_its_serving_endpoints_only() {
         let mut e = Engine::new("node-1", IpFamily::V4);
         e.update_service(&dns(true));
         e.update();
-        // First endpoint: entries to every frontend may black-hole.
+        // First endpoint: entries made without DNAT go, the fresh ones the
+        // new rules made stay.
         e.update_slice(slice(&["10.1.0.1"]));
-        let u = e.update();
+        let c = plan(&e.update(), &e.services, &e.endpoints);
+        let one = serving(&["10.1.0.1"]);
         assert_eq!(
-            plan(&u, &e.services),
-            [
-                Flow::ToFrontend {
-                    addr: "10.96.0.10".parse().unwrap(),
-                    port: 53
-                },
-                Flow::ToFrontend {
-                    addr: "192.0.2.1".parse().unwrap(),
-                    port: 53
-                },
-                Flow::ToNodePort { port: 30053 },
-            ]
+            c.frontends.keys().map(|f| f.addr.to_string()).collect::<Vec<_>>(),
+            ["10.96.0.10", "192.0.2.1"]
         );
-        // The endpoint is replaced: entries DNATed to it go.
-        e.update_slice(slice(&["10.1.0.2"]));
-        let u = e.update();
-        let flows = plan(&u, &e.services);
-        assert_eq!(flows.len(), 3, "{flows:?}");
-        assert!(flows.contains(&Flow::NodePortToEndpoint {
-            port: 30053,
-            endpoint: "10.1.0.1".parse().unwrap()
-        }));
+        assert!(c.frontends.values().all(|s| *s == one));
+        assert_eq!(c.node_ports.get(&30053), Some(&one));
+        let entries = [
+            ("10.96.0.10", 53, "10.96.0.10"),        // made while there was no endpoint
+            ("10.96.0.10", 53, "10.1.0.1"),          // made by the new rules
+            ("192.0.2.1", 53, "192.0.2.1"),          // an external IP, not DNATed
+            ("198.51.100.7", 30053, "198.51.100.7"), // the node port, not DNATed
+            ("198.51.100.7", 30053, "10.1.0.1"),     // the node port, DNATed
+            ("10.96.0.10", 54, "10.96.0.10"),        // another port
+        ];
+        assert_eq!(deleted(&c, &entries), [true, false, true, true, false, false]);
+
+        // A second endpoint comes: nothing of the first moves (a restart
+        // is the same: every service changed, every serving flow kept).
+        e.update_slice(slice(&["10.1.0.1", "10.1.0.2"]));
+        let c = plan(&e.update(), &e.services, &e.endpoints);
+        assert_eq!(deleted(&c, &entries[..2]), [true, false]);
+
+        // The first stops serving, still listed: its entries go.
+        let mut s = slice(&["10.1.0.2"]);
+        s = s.with_endpoint(SliceEndpoint::new(ip("10.1.0.1")).with_conditions(Conditions::from_api(
+            Some(false),
+            Some(false),
+            None,
+        )));
+        e.update_slice(s);
+        let c = plan(&e.update(), &e.services, &e.endpoints);
         assert_eq!(
-            flows[0].args(IpFamily::V4).join(" "),
-            "-D -f ipv4 -p udp --orig-dst 10.96.0.10 --orig-port-dst 53 --dst-nat 10.1.0.1"
+            deleted(&c, &[("10.96.0.10", 53, "10.1.0.1"), ("10.96.0.10", 53, "10.1.0.2")]),
+            [true, false]
         );
-        // The service goes: its cluster IP's entries go.
+
+        // Terminating but serving: kept.
+        let mut s = slice(&["10.1.0.2"]);
+        s = s.with_endpoint(SliceEndpoint::new(ip("10.1.0.1")).with_conditions(Conditions::from_api(
+            Some(false),
+            Some(true),
+            Some(true),
+        )));
+        e.update_slice(s);
+        let c = plan(&e.update(), &e.services, &e.endpoints);
+        assert_eq!(deleted(&c, &[("10.96.0.10", 53, "10.1.0.1")]), [false]);
+
+        // No endpoint left: every entry to its frontends goes.
+        e.update_slice(slice(&[]));
+        let c = plan(&e.update(), &e.services, &e.endpoints);
+        assert_eq!(deleted(&c, &entries), [true, true, true, true, true, false]);
+
+        // The service goes: every entry to its cluster IP goes.
         e.remove_service(&ServiceName::new("ns", "dns"));
         e.remove_slice(&SliceName::new("ns", "dns-1"));
-        let u = e.update();
-        assert_eq!(
-            plan(&u, &e.services),
-            [Flow::ToAddress {
-                addr: "10.96.0.10".parse().unwrap()
-            }]
-        );
+        let c = plan(&e.update(), &e.services, &e.endpoints);
+        assert_eq!(c.addresses, BTreeSet::from([ip("10.96.0.10")]));
+        assert_eq!(deleted(&c, &[("10.96.0.10", 9999, "10.1.0.9")]), [true]);
+    }
+
+    #[test]
+    fn a_later_view_of_a_frontend_wins_and_a_pod_keeps_its_addresses() {
+        let front = Frontend {
+            addr: ip("10.96.0.10"),
+            port: 53,
+        };
+        let mut c = Cleanup::default();
+        c.frontends.insert(front, serving(&["10.1.0.1"]));
+        c.node_ports.insert(30053, serving(&["10.1.0.1"]));
+        let mut later = Cleanup::default();
+        later.frontends.insert(front, serving(&["10.1.0.1", "10.1.0.2"]));
+        c.merge(later);
+        assert!(!c.deletes(ip("10.96.0.10"), 53, ip("10.1.0.2")), "the later view");
+        assert_eq!(c.len(), 2);
+        let pod = c.only_addresses(|a| *a == ip("10.96.0.10"));
+        assert_eq!((pod.frontends.len(), pod.node_ports.len()), (1, 0));
+        assert!(c.only_addresses(|_| false).is_empty());
+        assert_eq!(c.describe(IpFamily::V4).len(), 2);
     }
 }

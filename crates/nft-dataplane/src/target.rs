@@ -13,14 +13,14 @@ use std::time::SystemTime;
 use endpoints_map::{EndpointsMap, EngineUpdate, ServicesMap};
 use slice_model::ServiceName;
 
-use crate::stale_flows::Flow;
+use crate::stale_flows::Cleanup;
 use crate::{Dataplane, DataplaneError, NftSyncer, Planned, SyncKind, SyncReport};
 
 /// A table and what it owes.
 pub struct Target<D> {
     syncer: NftSyncer<D>,
     services: BTreeSet<ServiceName>,
-    flows: BTreeSet<Flow>,
+    cleanup: Cleanup,
     trigger_times: Vec<SystemTime>,
 }
 
@@ -32,9 +32,9 @@ pub struct Written {
     /// The changed services it owed (written, unless a full sync wrote
     /// everything).
     pub services: BTreeSet<ServiceName>,
-    /// Stale conntrack flows: the rules that replace them are in place,
-    /// so they can be deleted now.
-    pub flows: Vec<Flow>,
+    /// The conntrack entries the new rules leave wrong: the rules are in
+    /// place, so they can be deleted now.
+    pub cleanup: Cleanup,
     /// `last-change-trigger-time`s of the changes now programmed.
     pub trigger_times: Vec<SystemTime>,
     /// What the sync planned, when the syncer keeps plans
@@ -48,7 +48,7 @@ impl<D: Dataplane> Target<D> {
         Self {
             syncer,
             services: BTreeSet::new(),
-            flows: BTreeSet::new(),
+            cleanup: Cleanup::default(),
             trigger_times: Vec::new(),
         }
     }
@@ -64,15 +64,11 @@ impl<D: Dataplane> Target<D> {
     }
 
     /// Records what an engine update makes this target owe: the changed
-    /// services it `serves`, their trigger times, and the `stale` flows
-    /// (the update's, planned once for every target: [`plan`](crate::stale_flows::plan)) it `keeps`.
-    pub fn owe(
-        &mut self,
-        update: &EngineUpdate,
-        stale: &[Flow],
-        serves: impl Fn(&ServiceName) -> bool,
-        keeps: impl Fn(&Flow) -> bool,
-    ) {
+    /// services it `serves`, their trigger times, and the conntrack
+    /// `cleanup` of its table (the update's, planned once for every
+    /// target with [`plan`](crate::stale_flows::plan), narrowed to what the
+    /// table serves).
+    pub fn owe(&mut self, update: &EngineUpdate, cleanup: Cleanup, serves: impl Fn(&ServiceName) -> bool) {
         self.services
             .extend(update.changed.iter().filter(|s| serves(s)).cloned());
         let times = &update.endpoints.last_change_trigger_times;
@@ -82,7 +78,7 @@ impl<D: Dataplane> Target<D> {
                 .filter(|(s, _)| serves(s))
                 .flat_map(|(_, t)| t.iter().copied()),
         );
-        self.flows.extend(stale.iter().filter(|f| keeps(f)).copied());
+        self.cleanup.merge(cleanup);
     }
 
     /// Whether a sync now has something to do without being asked for a
@@ -90,7 +86,7 @@ impl<D: Dataplane> Target<D> {
     /// refused service to check again.
     pub fn owes(&self) -> bool {
         !self.services.is_empty()
-            || !self.flows.is_empty()
+            || !self.cleanup.is_empty()
             || self.syncer.needs_full_sync()
             || self.syncer.recheck_due()
     }
@@ -113,7 +109,7 @@ impl<D: Dataplane> Target<D> {
         Ok(Written {
             report,
             services: std::mem::take(&mut self.services),
-            flows: std::mem::take(&mut self.flows).into_iter().collect(),
+            cleanup: std::mem::take(&mut self.cleanup),
             trigger_times: std::mem::take(&mut self.trigger_times),
             plans: self.syncer.take_plans(),
         })
@@ -178,7 +174,7 @@ mod tests {
         let mut target = Target::new(NftSyncer::new(config, Flaky::default()));
         dns(&mut engine, "10.1.0.1", 1);
         let first = engine.update();
-        target.owe(&first, &plan(&first, &engine.services), |_| true, |_| true);
+        target.owe(&first, plan(&first, &engine.services, &engine.endpoints), |_| true);
         target
             .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
             .unwrap();
@@ -188,7 +184,7 @@ mod tests {
         target.syncer_mut().dataplane().failing = true;
         dns(&mut engine, "10.1.0.2", 2);
         let second = engine.update();
-        target.owe(&second, &plan(&second, &engine.services), |_| true, |_| true);
+        target.owe(&second, plan(&second, &engine.services, &engine.endpoints), |_| true);
         assert!(
             target
                 .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
@@ -199,37 +195,39 @@ mod tests {
 
         target.syncer_mut().dataplane().failing = false;
         let nothing_new = engine.update();
-        target.owe(&nothing_new, &plan(&nothing_new, &engine.services), |_| true, |_| true);
+        target.owe(
+            &nothing_new,
+            plan(&nothing_new, &engine.services, &engine.endpoints),
+            |_| true,
+        );
         let written = target
             .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
             .unwrap();
         assert!(written.report.full, "after a failure the table is written whole");
         assert_eq!(written.services.len(), 1);
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
         assert!(
-            written.flows.contains(&Flow::FrontendToEndpoint {
-                addr: "10.96.0.10".parse().unwrap(),
-                port: 53,
-                endpoint: "10.1.0.1".parse().unwrap(),
-            }),
-            "{:?}",
-            written.flows
+            written.cleanup.deletes(ip("10.96.0.10"), 53, ip("10.1.0.1")),
+            "the replaced endpoint's entries: {:?}",
+            written.cleanup
         );
+        assert!(!written.cleanup.deletes(ip("10.96.0.10"), 53, ip("10.1.0.2")));
         assert_eq!(written.trigger_times, [SystemTime::UNIX_EPOCH + Duration::from_secs(2)]);
         assert!(!target.owes(), "all handed over");
     }
 
     #[test]
-    fn a_target_owes_only_what_it_serves_and_keeps() {
+    fn a_target_owes_only_what_it_serves() {
         let mut engine = Engine::new("node-1", IpFamily::V4);
         let mut target = Target::new(NftSyncer::new(DataplaneConfig::new(IpFamily::V4), Recording::default()));
         dns(&mut engine, "10.1.0.1", 1);
         let update = engine.update();
-        let stale = plan(&update, &engine.services);
-        target.owe(&update, &stale, |s| s.name.as_ref() != "dns", |_| false);
+        let cleanup = plan(&update, &engine.services, &engine.endpoints);
+        target.owe(&update, cleanup.only_addresses(|_| false), |s| s.name.as_ref() != "dns");
         let written = target
             .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
             .unwrap();
-        assert!(written.services.is_empty() && written.flows.is_empty() && written.trigger_times.is_empty());
+        assert!(written.services.is_empty() && written.cleanup.is_empty() && written.trigger_times.is_empty());
     }
 
     /// The plans a sync made reach its reader once it succeeded, and only
@@ -243,7 +241,7 @@ mod tests {
         let mut target = Target::new(syncer);
         let sync = |engine: &mut Engine, target: &mut Target<Flaky>| {
             let update = engine.update();
-            target.owe(&update, &plan(&update, &engine.services), |_| true, |_| true);
+            target.owe(&update, plan(&update, &engine.services, &engine.endpoints), |_| true);
             target.sync(&engine.services, &engine.endpoints, SyncKind::Changes)
         };
         dns(&mut engine, "10.1.0.1", 1);
@@ -299,7 +297,7 @@ mod tests {
         let mut target = Target::new(NftSyncer::new(config, crate::KernelModel::default()));
         dns(&mut engine, "10.1.0.1", 1);
         let update = engine.update();
-        target.owe(&update, &plan(&update, &engine.services), |_| true, |_| true);
+        target.owe(&update, plan(&update, &engine.services, &engine.endpoints), |_| true);
         target
             .sync(&engine.services, &engine.endpoints, SyncKind::Changes)
             .unwrap();

@@ -125,8 +125,8 @@ impl Proxier {
                 "engine updated"
             );
         }
-        let stale = nft_dataplane::stale_flows::plan(&update, &self.engine.services);
-        self.table.owe(&update, &stale, |_| true, |_| true);
+        let cleanup = nft_dataplane::stale_flows::plan(&update, &self.engine.services, &self.engine.endpoints);
+        self.table.owe(&update, cleanup, |_| true);
         self.pending_endpoint_changes += update.endpoints.changed_services.len() as u64;
         self.pending_service_changes += update.services.updated_services.len() as u64;
         for name in &update.changed {
@@ -150,12 +150,12 @@ impl Proxier {
         }
         let (no_local_internal, no_local_external) = self.count_no_local(&written.report);
         // The rules are in place: now the entries they replace can go.
-        let flows = written.flows;
+        let cleanup = written.cleanup;
         let conntrack_started = Instant::now();
-        let (conntrack_deleted, conntrack_errors) = if flows.is_empty() {
+        let (conntrack_deleted, conntrack_errors) = if cleanup.is_empty() {
             (0, Vec::new())
         } else {
-            self.conntrack.delete(self.engine.family(), &flows)
+            self.conntrack.delete(self.engine.family(), &cleanup)
         };
         Ok(FamilySync {
             duration: started.elapsed(),
@@ -166,9 +166,9 @@ impl Proxier {
             trigger_times: written.trigger_times,
             no_local_internal,
             no_local_external,
-            conntrack_flows: flows.len(),
+            conntrack_flows: cleanup.len(),
             conntrack_deleted,
-            conntrack_duration: if flows.is_empty() {
+            conntrack_duration: if cleanup.is_empty() {
                 std::time::Duration::ZERO
             } else {
                 conntrack_started.elapsed()
@@ -256,9 +256,9 @@ mod tests {
         fn delete(
             &mut self,
             family: IpFamily,
-            flows: &[nft_dataplane::stale_flows::Flow],
+            cleanup: &nft_dataplane::stale_flows::Cleanup,
         ) -> (u64, Vec<linux_dataplane::ConntrackError>) {
-            self.0.lock().unwrap().delete(family, flows)
+            self.0.lock().unwrap().delete(family, cleanup)
         }
     }
 
@@ -325,13 +325,13 @@ mod tests {
         }
         stepwise.absorb();
         assert!(stepwise_dp.lock().unwrap().applied.is_empty(), "nothing written");
-        assert!(stepwise_ct.lock().unwrap().deleted.is_empty(), "nothing cleaned up");
+        assert!(stepwise_ct.lock().unwrap().asked.is_empty(), "nothing cleaned up");
         assert_eq!(stepwise.health_checks()[&ServiceName::new("ns", "dns")], (32000, 1));
 
         let a = stepwise.sync(SyncKind::Changes).unwrap();
         let b = at_once.sync(SyncKind::Changes).unwrap();
         assert_eq!(stepwise_dp.lock().unwrap().applied, at_once_dp.lock().unwrap().applied);
-        assert_eq!(stepwise_ct.lock().unwrap().deleted, at_once_ct.lock().unwrap().deleted);
+        assert_eq!(stepwise_ct.lock().unwrap().asked, at_once_ct.lock().unwrap().asked);
         assert_eq!(a.changed, b.changed);
         assert_eq!(
             (a.endpoint_changes, a.service_changes, a.no_local_external),
@@ -346,18 +346,22 @@ mod tests {
         p.engine.update_service(&lb());
         p.sync(SyncKind::Changes).unwrap();
         assert_eq!(p.health_checks()[&ServiceName::new("ns", "dns")], (32000, 0));
+        // A port with no endpoint: its entries (none yet) are cleared too.
+        assert_eq!(ct.lock().unwrap().asked.len(), 1);
+        ct.lock().unwrap().asked.clear();
 
         p.engine.update_slice(slice(&[("10.1.0.1", "node-1")]));
         dp.lock().unwrap().fail_next = 1;
         assert!(p.sync(SyncKind::Changes).is_err());
         assert!(
-            ct.lock().unwrap().deleted.is_empty(),
+            ct.lock().unwrap().asked.is_empty(),
             "rules not in place: nothing deleted"
         );
         let out = p.sync(SyncKind::Changes).unwrap();
         assert!(out.written.full, "after a failure");
         assert_eq!(out.conntrack_deleted, 2, "the stale service's cluster IP and node port");
-        assert_eq!(ct.lock().unwrap().deleted.len(), 2);
+        let asked: Vec<usize> = ct.lock().unwrap().asked.iter().map(|(_, c)| c.len()).collect();
+        assert_eq!(asked, [2], "one cleanup, of two frontends");
         assert_eq!(out.endpoint_changes, 1, "counted once, across the failure");
         assert_eq!(p.health_checks()[&ServiceName::new("ns", "dns")], (32000, 1));
 

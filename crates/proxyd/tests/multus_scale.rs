@@ -18,7 +18,7 @@ use linux_dataplane::Netns as NetnsPath;
 use linux_dataplane::RouteChange;
 use multus_dataplane::backend::Commands;
 use multus_dataplane::{MultusProxier, NetnsDir, PodBackend, Route};
-use nft_dataplane::stale_flows::Flow;
+use nft_dataplane::stale_flows::Cleanup;
 use nft_dataplane::{Dataplane, DataplaneError, SyncKind, Transaction};
 use slice_model::{EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, SliceEndpoint};
 
@@ -75,9 +75,9 @@ impl PodBackend for Counting {
         pod: &slice_model::PodName,
         netns: &NetnsPath,
         family: IpFamily,
-        flows: &[Flow],
+        cleanup: &Cleanup,
     ) -> (u64, Vec<ConntrackError>) {
-        self.inner.conntrack(pod, netns, family, flows)
+        self.inner.conntrack(pod, netns, family, cleanup)
     }
 
     fn remove_table(

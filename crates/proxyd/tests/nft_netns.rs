@@ -863,6 +863,262 @@ fn stale_udp_conntrack_entries_are_deleted_after_the_rules_change() {
     );
 }
 
+/// One family's addresses for the UDP flow tests: the client, the
+/// service's cluster IP (in a range routed locally), three endpoints.
+struct UdpSite {
+    family: IpFamily,
+    client: &'static str,
+    vip: &'static str,
+    local_range: &'static str,
+    endpoints: [&'static str; 3],
+}
+
+const UDP_SITES: [UdpSite; 2] = [
+    UdpSite {
+        family: IpFamily::V4,
+        client: "10.9.0.1",
+        vip: "10.96.0.53",
+        local_range: "10.96.0.0/16",
+        endpoints: ["10.1.0.1", "10.1.0.2", "10.1.0.3"],
+    },
+    UdpSite {
+        family: IpFamily::V6,
+        client: "fd00:9::1",
+        vip: "fd00:96::53",
+        local_range: "fd00:96::/112",
+        endpoints: ["fd00:1::1", "fd00:1::2", "fd00:1::3"],
+    },
+];
+
+impl UdpSite {
+    /// A namespace with the site's addresses on `lo`.
+    fn namespace(&self, name: &str) -> Netns {
+        let ns = Netns::new(name);
+        let prefix = if self.family == IpFamily::V4 { "/32" } else { "/128" };
+        for addr in self.endpoints.iter().chain([&self.client]) {
+            ns.ip(&["addr", "add", &format!("{addr}{prefix}"), "dev", "lo", "nodad"]);
+        }
+        ns.ip(&["route", "add", "local", self.local_range, "dev", "lo"]);
+        ns
+    }
+
+    /// The UDP service `dns` on port 53 of the site's cluster IP.
+    fn service(&self) -> ServiceInfo {
+        let mut dns = service("dns", self.vip);
+        dns.ports[0].protocol = Protocol::Udp;
+        dns.ports[0].port = NonZeroU16::new(53).unwrap();
+        dns
+    }
+
+    /// Its slice: each endpoint with its conditions (ready, serving,
+    /// terminating).
+    fn slice(&self, endpoints: &[(&str, (bool, bool, bool))]) -> EndpointSlice {
+        let mut s = EndpointSlice::new("ns", "dns-1", "dns")
+            .unwrap()
+            .with_port("p", Protocol::Udp, 53);
+        for (ip, (ready, serving, terminating)) in endpoints {
+            let conditions = slice_model::Conditions::from_api(Some(*ready), Some(*serving), Some(*terminating));
+            s = s.with_endpoint(SliceEndpoint::new(ip.parse().unwrap()).with_conditions(conditions));
+        }
+        s
+    }
+
+    /// One datagram to the cluster IP from each of `ports` of the client,
+    /// in the namespace named `ns`.
+    fn send(&self, ns: &str, ports: std::ops::Range<u16>) {
+        let af = if self.family == IpFamily::V4 {
+            "AF_INET"
+        } else {
+            "AF_INET6"
+        };
+        let code = format!(
+            "import socket\n\
+             for port in range({}, {}):\n\
+             \x20   s = socket.socket(socket.{af}, socket.SOCK_DGRAM)\n\
+             \x20   s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             \x20   s.bind(('{}', port))\n\
+             \x20   s.sendto(b'q', ('{}', 53))\n\
+             \x20   s.close()\n",
+            ports.start, ports.end, self.client, self.vip
+        );
+        common::run("ip", &["netns", "exec", ns, "python3", "-c", &code]);
+    }
+
+    /// The client's UDP flows to the cluster IP: source port -> where the
+    /// reply comes from (the endpoint it was DNATed to, or the cluster IP
+    /// itself when it was not).
+    fn flows(&self, ns: &Netns) -> BTreeMap<u16, String> {
+        let f = if self.family == IpFamily::V4 { "ipv4" } else { "ipv6" };
+        let listed = ns.exec("conntrack", &["-L", "-f", f, "-p", "udp", "--orig-dst", self.vip]);
+        let mut out = BTreeMap::new();
+        for line in listed.lines() {
+            let field = |key: &str, nth: usize| {
+                line.split_whitespace()
+                    .filter_map(|w| w.strip_prefix(key))
+                    .nth(nth)
+                    .map(str::to_owned)
+            };
+            if let (Some(sport), Some(reply)) = (field("sport=", 0), field("src=", 1)) {
+                out.insert(sport.parse().unwrap(), reply);
+            }
+        }
+        out
+    }
+}
+
+/// The flows of `before` whose endpoint differs in `after` (or that are
+/// gone from it).
+fn moved(before: &BTreeMap<u16, String>, after: &BTreeMap<u16, String>) -> usize {
+    before.iter().filter(|(port, ep)| after.get(port) != Some(*ep)).count()
+}
+
+/// A conntrack that, before it cleans up, has the client send from
+/// `ports`: the rules of the sync are in place then, so those datagrams
+/// make fresh entries, DNATed as the new rules say.
+struct SendsFirst {
+    inner: linux_dataplane::NetlinkConntrack,
+    send: Box<dyn FnMut() + Send>,
+}
+
+impl linux_dataplane::Conntrack for SendsFirst {
+    fn delete(
+        &mut self,
+        family: IpFamily,
+        cleanup: &nft_dataplane::stale_flows::Cleanup,
+    ) -> (u64, Vec<linux_dataplane::ConntrackError>) {
+        (self.send)();
+        self.inner.delete(family, cleanup)
+    }
+}
+
+/// UDP flows through the real kernel, both families, traffic from the
+/// node: a restart over the table moves no flow; an endpoint that stops
+/// serving (still listed) loses its flows and only those; a terminating
+/// endpoint that still serves keeps them; a port with no endpoint left
+/// loses every entry.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn udp_flows_stay_on_their_endpoints_unless_theirs_stops_serving() {
+    require();
+    use linux_dataplane::NetlinkConntrack;
+    use node_proxy::proxier::Proxier;
+    const READY: (bool, bool, bool) = (true, true, false);
+    for site in &UDP_SITES {
+        let ns = site.namespace(&format!("udpflows{}", site.family.as_str()));
+        let proxier = || {
+            let p = Proxier::new(
+                Engine::new("node-1", site.family),
+                DataplaneConfig::new(site.family),
+                Box::new(ns.dataplane()),
+                Box::new(NetlinkConntrack::new(linux_dataplane::Netns::Named(ns.0.clone()))),
+            );
+            p.engine.update_service(&site.service());
+            p
+        };
+        let [a, b, c] = site.endpoints;
+        let mut first = proxier();
+        first
+            .engine
+            .update_slice(site.slice(&[(a, READY), (b, READY), (c, READY)]));
+        first.sync(SyncKind::Changes).unwrap();
+        site.send(&ns.0, 6000..6030);
+        let start = site.flows(&ns);
+        assert_eq!(start.len(), 30, "{:?}: {start:?}", site.family);
+        let used: BTreeSet<&String> = start.values().collect();
+        assert_eq!(used.len(), 3, "{:?}: every endpoint has flows: {start:?}", site.family);
+
+        // A restart: a new proxier over the table the last one left.
+        drop(first);
+        let mut p = proxier();
+        p.engine.update_slice(site.slice(&[(a, READY), (b, READY), (c, READY)]));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(
+            out.conntrack_deleted, 0,
+            "{:?}: nothing of the old flows is wrong",
+            site.family
+        );
+        site.send(&ns.0, 6000..6030);
+        let after = site.flows(&ns);
+        assert_eq!(
+            moved(&start, &after),
+            0,
+            "{:?}: no flow moved over the restart",
+            site.family
+        );
+
+        // `a` stops serving, still listed; `b` terminates but serves.
+        let on = |ep: &str| start.values().filter(|e| *e == ep).count();
+        p.engine
+            .update_slice(site.slice(&[(a, (false, false, false)), (b, (false, true, true)), (c, READY)]));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(
+            out.conntrack_deleted as usize,
+            on(a),
+            "{:?}: a's flows only",
+            site.family
+        );
+        site.send(&ns.0, 6000..6030);
+        let later = site.flows(&ns);
+        assert_eq!(moved(&start, &later), on(a), "{:?}: only a's flows moved", site.family);
+        assert!(later.values().all(|e| e == c || e == b), "{:?}: {later:?}", site.family);
+        assert!(
+            start.iter().filter(|(_, e)| *e == b).all(|(port, _)| later[port] == b),
+            "{:?}: the terminating, serving endpoint keeps its flows",
+            site.family
+        );
+
+        // No endpoint left: every entry goes (the next datagram meets the
+        // reject rule).
+        p.engine.update_slice(site.slice(&[]));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert_eq!(out.conntrack_deleted, 30, "{:?}", site.family);
+        assert!(site.flows(&ns).is_empty(), "{:?}", site.family);
+    }
+}
+
+/// A UDP service's first endpoint: the entries made before it had rules
+/// (not DNATed) go, and the entries its new rules have just made stay,
+/// however soon after the rules the cleanup runs.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn a_first_endpoint_clears_undnated_entries_and_keeps_fresh_ones() {
+    require();
+    use node_proxy::proxier::Proxier;
+    for site in &UDP_SITES {
+        let ns = site.namespace(&format!("udpfirst{}", site.family.as_str()));
+        // Before any rule: the datagrams reach the cluster IP itself.
+        site.send(&ns.0, 7000..7005);
+        assert!(site.flows(&ns).values().all(|reply| reply == site.vip));
+        let sender = UDP_SITES.iter().position(|s| s.family == site.family).unwrap();
+        let sender_ns = ns.0.clone();
+        let mut p = Proxier::new(
+            Engine::new("node-1", site.family),
+            DataplaneConfig::new(site.family),
+            Box::new(ns.dataplane()),
+            Box::new(SendsFirst {
+                inner: linux_dataplane::NetlinkConntrack::new(linux_dataplane::Netns::Named(ns.0.clone())),
+                send: Box::new(move || UDP_SITES[sender].send(&sender_ns, 7100..7105)),
+            }),
+        );
+        p.engine.update_service(&site.service());
+        p.engine
+            .update_slice(site.slice(&[(site.endpoints[0], (true, true, false))]));
+        let out = p.sync(SyncKind::Changes).unwrap();
+        assert!(out.conntrack_errors.is_empty(), "{:?}", out.conntrack_errors);
+        let flows = site.flows(&ns);
+        assert!(
+            (7000..7005).all(|port| !flows.contains_key(&port)),
+            "{:?}: the entries made without rules are gone: {flows:?}",
+            site.family
+        );
+        assert!(
+            (7100..7105).all(|port| flows.get(&port).map(String::as_str) == Some(site.endpoints[0])),
+            "{:?}: the fresh entries of the new rules stay: {flows:?}",
+            site.family
+        );
+    }
+}
+
 #[test]
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn cleanup_removes_both_tables() {

@@ -1,9 +1,8 @@
 //! Conntrack cleanup over ctnetlink: one dump of the family's UDP entries,
-//! matched against every stale flow at once, then a delete per matching
-//! entry, sent in batches. The `conntrack` tool dumps the whole table once
-//! per flow and runs once per flow; this is one pass whatever the count.
+//! each matched against the whole [`Cleanup`] at once, then a delete per
+//! matching entry, sent in batches (kube-proxy's reconciler also dumps
+//! once and deletes by filter).
 
-use std::collections::HashSet;
 use std::io;
 use std::net::IpAddr;
 
@@ -13,7 +12,7 @@ use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterMessa
 use slice_model::IpFamily;
 
 use super::{ENOENT, Next, Reply, Socket, nfproto};
-use crate::flow_cleanup::{Conntrack, ConntrackError, Flow};
+use crate::flow_cleanup::{Cleanup, Conntrack, ConntrackError};
 use crate::netns::Netns;
 
 /// `CTA_ZONE`: netlink-packet-netfilter has no variant for it.
@@ -42,9 +41,9 @@ impl NetlinkConntrack {
         }
     }
 
-    fn delete_matching(&mut self, family: IpFamily, stale: &Stale) -> io::Result<(u64, Vec<ConntrackError>)> {
+    fn delete_matching(&mut self, family: IpFamily, cleanup: &Cleanup) -> io::Result<(u64, Vec<ConntrackError>)> {
         let socket = self.socket()?;
-        let matching = dump_udp(socket, family, stale)?;
+        let matching = dump_udp(socket, family, cleanup)?;
         let (mut deleted, mut errors) = (0, Vec::new());
         for batch in matching.chunks(BATCH) {
             let first = socket.seq.wrapping_add(1);
@@ -88,60 +87,19 @@ fn append(out: &mut Vec<u8>, family: IpFamily, message: ConntrackMessage, flags:
 }
 
 impl Conntrack for NetlinkConntrack {
-    fn delete(&mut self, family: IpFamily, flows: &[Flow]) -> (u64, Vec<ConntrackError>) {
-        if flows.is_empty() {
+    fn delete(&mut self, family: IpFamily, cleanup: &Cleanup) -> (u64, Vec<ConntrackError>) {
+        if cleanup.is_empty() {
             return (0, Vec::new());
         }
-        let stale = Stale::of(flows);
-        self.delete_matching(family, &stale).unwrap_or_else(|e| {
+        self.delete_matching(family, cleanup).unwrap_or_else(|e| {
             // The socket may be in any state now: make a new one next time.
             self.socket = None;
             let error = ConntrackError {
-                args: format!("netlink cleanup of {} {family} UDP flows", flows.len()),
+                args: format!("netlink cleanup of {} {family} UDP frontends", cleanup.len()),
                 message: e.to_string(),
             };
             (0, vec![error])
         })
-    }
-}
-
-/// The flows to delete, indexed by what identifies them.
-#[derive(Debug, Default)]
-struct Stale {
-    to_frontend: HashSet<(IpAddr, u16)>,
-    to_node_port: HashSet<u16>,
-    frontend_to_endpoint: HashSet<(IpAddr, u16, IpAddr)>,
-    node_port_to_endpoint: HashSet<(u16, IpAddr)>,
-    to_address: HashSet<IpAddr>,
-}
-
-impl Stale {
-    fn of(flows: &[Flow]) -> Self {
-        let mut s = Self::default();
-        for f in flows {
-            match *f {
-                Flow::ToFrontend { addr, port } => s.to_frontend.insert((addr, port)),
-                Flow::ToNodePort { port } => s.to_node_port.insert(port),
-                Flow::FrontendToEndpoint { addr, port, endpoint } => {
-                    s.frontend_to_endpoint.insert((addr, port, endpoint))
-                }
-                Flow::NodePortToEndpoint { port, endpoint } => s.node_port_to_endpoint.insert((port, endpoint)),
-                Flow::ToAddress { addr } => s.to_address.insert(addr),
-            };
-        }
-        s
-    }
-
-    /// What `conntrack -D` with each flow's filters would match: the
-    /// original destination, and (`--dst-nat`) the reply's source, which is
-    /// where the flow was DNATed to.
-    fn matches(&self, e: &Entry) -> bool {
-        let (dst, dport, nat) = (e.orig.dst, e.orig.dst_port, e.reply_src);
-        self.to_address.contains(&dst)
-            || self.to_frontend.contains(&(dst, dport))
-            || self.to_node_port.contains(&dport)
-            || self.frontend_to_endpoint.contains(&(dst, dport, nat))
-            || self.node_port_to_endpoint.contains(&(dport, nat))
     }
 }
 
@@ -175,6 +133,13 @@ impl std::fmt::Display for Entry {
 }
 
 impl Entry {
+    /// Whether `cleanup` deletes it: by its original destination, and
+    /// its reply's source (where it was DNATed to, or the destination
+    /// itself when it was not).
+    fn wrong(&self, cleanup: &Cleanup) -> bool {
+        cleanup.deletes(self.orig.dst, self.orig.dst_port, self.reply_src)
+    }
+
     /// One message of a dump: `kind` and the payload after the netlink
     /// header. `None` for anything but a whole conntrack entry.
     fn parse(kind: u16, payload: &[u8]) -> Option<Self> {
@@ -270,7 +235,7 @@ impl Tuple {
 }
 
 /// The family's UDP entries that match `stale`, from one dump.
-fn dump_udp(socket: &mut Socket, family: IpFamily, stale: &Stale) -> io::Result<Vec<Entry>> {
+fn dump_udp(socket: &mut Socket, family: IpFamily, cleanup: &Cleanup) -> io::Result<Vec<Entry>> {
     let seq = socket.next_seq();
     let mut req = Vec::with_capacity(32);
     append(
@@ -285,7 +250,7 @@ fn dump_udp(socket: &mut Socket, family: IpFamily, stale: &Stale) -> io::Result<
     socket.receive(seq, |reply| {
         match reply {
             Reply::Message(kind, payload) => {
-                if let Some(e) = Entry::parse(kind, payload).filter(|e| e.orig.proto == IPPROTO_UDP && stale.matches(e))
+                if let Some(e) = Entry::parse(kind, payload).filter(|e| e.orig.proto == IPPROTO_UDP && e.wrong(cleanup))
                 {
                     found.push(e);
                 }
@@ -330,38 +295,35 @@ mod tests {
     }
 
     #[test]
-    fn each_flow_matches_what_the_tool_would() {
-        let svc = entry("10.96.0.10", 53, "10.244.1.5");
-        let one = |f: Flow| Stale::of(&[f]).matches(&svc);
-        assert!(one(Flow::ToFrontend {
-            addr: ip("10.96.0.10"),
-            port: 53
-        }));
-        assert!(!one(Flow::ToFrontend {
-            addr: ip("10.96.0.10"),
-            port: 54
-        }));
-        assert!(one(Flow::ToNodePort { port: 53 }));
-        assert!(one(Flow::FrontendToEndpoint {
-            addr: ip("10.96.0.10"),
-            port: 53,
-            endpoint: ip("10.244.1.5")
-        }));
-        assert!(!one(Flow::FrontendToEndpoint {
-            addr: ip("10.96.0.10"),
-            port: 53,
-            endpoint: ip("10.244.1.6")
-        }));
-        assert!(one(Flow::NodePortToEndpoint {
-            port: 53,
-            endpoint: ip("10.244.1.5")
-        }));
-        assert!(!one(Flow::NodePortToEndpoint {
-            port: 30053,
-            endpoint: ip("10.244.1.5")
-        }));
-        assert!(one(Flow::ToAddress { addr: ip("10.96.0.10") }));
-        assert!(!one(Flow::ToAddress { addr: ip("10.96.0.11") }));
+    fn an_entry_is_deleted_unless_dnated_to_a_serving_endpoint() {
+        use nft_dataplane::stale_flows::Frontend;
+        let serving = std::sync::Arc::new([ip("10.244.1.5")].into_iter().collect());
+        let mut c = Cleanup::default();
+        c.frontends.insert(
+            Frontend {
+                addr: ip("10.96.0.10"),
+                port: 53,
+            },
+            std::sync::Arc::clone(&serving),
+        );
+        c.node_ports.insert(30053, serving);
+        assert!(
+            !entry("10.96.0.10", 53, "10.244.1.5").wrong(&c),
+            "DNATed to a serving endpoint"
+        );
+        assert!(entry("10.96.0.10", 53, "10.244.1.6").wrong(&c), "to another");
+        assert!(entry("10.96.0.10", 53, "10.96.0.10").wrong(&c), "not DNATed");
+        assert!(!entry("10.96.0.10", 54, "10.96.0.10").wrong(&c), "another port");
+        assert!(
+            entry("192.0.2.7", 30053, "192.0.2.7").wrong(&c),
+            "the node port, not DNATed"
+        );
+        assert!(!entry("192.0.2.7", 30053, "10.244.1.5").wrong(&c));
+        c.addresses.insert(ip("10.96.0.11"));
+        assert!(
+            entry("10.96.0.11", 80, "10.244.1.5").wrong(&c),
+            "a deleted port's cluster IP"
+        );
     }
 
     /// The kind of a dump's entries: ctnetlink's subsystem, IPCTNL_MSG_CT_NEW.
