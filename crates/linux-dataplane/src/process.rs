@@ -13,6 +13,22 @@ pub fn set_oom_score_adj(value: i32) -> std::io::Result<bool> {
     set_in(Path::new(OOM_SCORE_ADJ), value)
 }
 
+/// kube-proxy's `--oom-score-adj`: the kernel's OOM killer picks this
+/// process last. Said at info level either way, as kube-proxy says it (its
+/// verbosity 2): lowering it needs `CAP_SYS_RESOURCE`, the rules do not
+/// depend on it, and a warning on every start of a container without the
+/// capability would be noise.
+pub fn adjust_oom_score(value: i32) {
+    match set_oom_score_adj(value) {
+        Ok(true) => tracing::info!(oom_score_adj = value, "set"),
+        Ok(false) => {}
+        Err(e) => tracing::info!(
+            "--oom-score-adj {value}: cannot write {OOM_SCORE_ADJ} ({e}; lowering it needs CAP_SYS_RESOURCE): the \
+             score stays as it was"
+        ),
+    }
+}
+
 /// Hands the pages the allocator holds free back to the kernel; returns
 /// whether it returned any.
 ///

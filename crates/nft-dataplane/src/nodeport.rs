@@ -144,4 +144,29 @@ mod tests {
         assert_eq!(named("127.0.0.2/32"), (false, false), "not the address listened on");
         assert_eq!(named("126.0.0.0/7"), (false, false), "more than loopback");
     }
+
+    #[test]
+    fn primary_of_one_family_leaves_the_other_without_node_ports() {
+        let v4: Vec<IpAddr> = vec!["192.0.2.10".parse().unwrap()];
+        let v6: Vec<IpAddr> = vec!["2001:db8::10".parse().unwrap()];
+        for (primary, served, unserved) in [(v4, IpFamily::V4, IpFamily::V6), (v6, IpFamily::V6, IpFamily::V4)] {
+            let config = |family| crate::DataplaneConfig {
+                nodeport_addresses: rule_networks(&parse("primary"), &primary),
+                ..crate::DataplaneConfig::new(family)
+            };
+            let answered = config(served).family_nodeport_addresses();
+            assert_eq!(answered.map(|n| n.len()), Some(1), "{served:?}: its primary address");
+            assert_eq!(
+                config(unserved).family_nodeport_addresses(),
+                None,
+                "{unserved:?}: nowhere"
+            );
+        }
+        let unknown = crate::DataplaneConfig::new(IpFamily::V6);
+        assert_eq!(
+            unknown.family_nodeport_addresses(),
+            Some(Vec::new()),
+            "nothing named: everywhere"
+        );
+    }
 }

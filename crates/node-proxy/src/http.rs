@@ -108,3 +108,37 @@ pub async fn serve(listener: TcpListener, handler: Handler, stop: impl Future<Ou
         });
     }
 }
+
+/// A server address that could not be listened on.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} {addr}: cannot listen")]
+pub struct CannotListen {
+    /// The flag that named it.
+    pub flag: &'static str,
+    /// The address.
+    pub addr: std::net::SocketAddr,
+    /// Why.
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Listens on `addr` (named by `flag`) as kube-proxy's
+/// `--bind-address-hard-fail` says: with `hard_fail`, a port that cannot be
+/// listened on stops the start; without it, it is said and the server left
+/// out (`None`).
+pub async fn listen(
+    flag: &'static str,
+    addr: std::net::SocketAddr,
+    hard_fail: bool,
+) -> Result<Option<TcpListener>, CannotListen> {
+    match TcpListener::bind(addr).await {
+        Ok(l) => Ok(Some(l)),
+        Err(source) if hard_fail => Err(CannotListen { flag, addr, source }),
+        Err(e) => {
+            tracing::error!(
+                "{flag} {addr}: cannot listen: {e}; running without it (--bind-address-hard-fail stops instead)"
+            );
+            Ok(None)
+        }
+    }
+}

@@ -136,23 +136,4 @@ mod tests {
         assert_eq!(c.detect_local, LocalDetector::NodeCidr(Vec::new()));
         assert!(c.nodeport_addresses.is_empty(), "every local address");
     }
-
-    #[test]
-    fn primary_of_one_family_leaves_the_other_without_node_ports() {
-        let v4_only = facts();
-        let mut v6_only = facts();
-        v6_only.primary_ips = vec!["2001:db8::10".parse().unwrap()];
-        for (facts, served, unserved) in [
-            (v4_only, slice_model::IpFamily::V4, slice_model::IpFamily::V6),
-            (v6_only, slice_model::IpFamily::V6, slice_model::IpFamily::V4),
-        ] {
-            let c = |family| DataplaneConfig {
-                family,
-                ..effective(&with(&["--nodeport-addresses", "primary"]), &facts)
-            };
-            let answered = c(served).family_nodeport_addresses();
-            assert_eq!(answered.map(|n| n.len()), Some(1), "{served:?}: its primary address");
-            assert_eq!(c(unserved).family_nodeport_addresses(), None, "{unserved:?}: nowhere");
-        }
-    }
 }

@@ -19,7 +19,6 @@ mod families;
 mod proxiers;
 mod sources;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -120,11 +119,6 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
     .map_err(with_dry_run)
 }
 
-/// kube-proxy's `--oom-score-adj`: the kernel's OOM killer picks proxyd
-/// last. Not allowed (lowering it needs CAP_SYS_RESOURCE, which the
-/// DaemonSets grant): said at info level, as kube-proxy says it (its
-/// verbosity 2): the rules do not depend on it, and a warning on every
-/// start of a container without the capability would be noise.
 /// Says once which `--feature-gates` proxyd leaves out, and when the
 /// localhost node ports' gate keeps `--nodeport-addresses`'s loopback
 /// addresses from being answered.
@@ -142,17 +136,6 @@ fn say_feature_gates(args: &RunArgs, families: &[IpFamily]) {
             "--nodeport-addresses names loopback, but KubeProxyNFTablesLocalhostNodePorts is off: \
              localhost node ports are not answered"
         );
-    }
-}
-
-fn set_oom_score_adj(value: i32) {
-    match linux_dataplane::process::set_oom_score_adj(value) {
-        Ok(true) => tracing::info!(oom_score_adj = value, "set"),
-        Ok(false) => {}
-        Err(e) => tracing::info!(
-            "--oom-score-adj {value}: cannot write /proc/self/oom_score_adj ({e}; lowering it needs \
-             CAP_SYS_RESOURCE): the score stays as it was"
-        ),
     }
 }
 
@@ -207,7 +190,7 @@ fn prepare(args: &RunArgs) -> anyhow::Result<Option<Start>> {
     }
     check_host(args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
     let conntrack_unset = set_conntrack(args);
-    set_oom_score_adj(args.kube_proxy.oom_score_adj);
+    linux_dataplane::process::adjust_oom_score(args.kube_proxy.oom_score_adj);
     let node = node_name(&args.proxy)?;
     let chosen = families::choose(args).map_err(|e| anyhow::anyhow!("{e}; nothing was started"))?;
     let problems = families::problems(args, &chosen.families);
@@ -404,18 +387,8 @@ async fn start_admin_servers(
     tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
-    // kube-proxy's --bind-address-hard-fail: without it, a port that cannot
-    // be listened on is said and the server left out.
-    let listen = async |flag: &str, addr: SocketAddr| match tokio::net::TcpListener::bind(addr).await {
-        Ok(l) => Ok(Some(l)),
-        Err(e) if args.kube_proxy.bind_address_hard_fail => Err(anyhow::anyhow!("{flag} {addr}: cannot listen: {e}")),
-        Err(e) => {
-            tracing::error!(
-                "{flag} {addr}: cannot listen: {e}; running without it (--bind-address-hard-fail stops instead)"
-            );
-            Ok(None)
-        }
-    };
+    let hard_fail = args.kube_proxy.bind_address_hard_fail;
+    let listen = |flag, addr| node_proxy::http::listen(flag, addr, hard_fail);
     if let Some(addr) = args.healthz_bind_address.0
         && let Some(listener) = listen("--healthz-bind-address", addr).await?
     {
