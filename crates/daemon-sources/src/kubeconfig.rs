@@ -22,8 +22,10 @@ pub enum ConfigError {
     /// The kubeconfig names the shipped manifest's placeholder server.
     #[error(
         "kubeconfig {}: the API server's address {server} is a placeholder (a .invalid name never resolves): set \
-         its server to the API server's real address, the one `kubectl cluster-info` prints (deploy/proxyd.yaml: \
-         the ConfigMap's kubeconfig.conf)",
+         its server to the address the nodes reach the API server by: the server of the kubelet's kubeconfig on a \
+         node (/etc/kubernetes/kubelet.conf), or kubeadm's controlPlaneEndpoint (`kubectl cluster-info` prints \
+         your own kubeconfig's, which the nodes may not reach); deploy/proxyd.yaml: the ConfigMap's \
+         kubeconfig.conf",
         path.display()
     )]
     Placeholder {

@@ -325,7 +325,7 @@ fn the_daemonset_reaches_the_api_server_by_its_real_address() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(
-        err.contains("is a placeholder") && err.contains("kubectl cluster-info") && err.contains("kubeconfig.conf"),
+        err.contains("is a placeholder") && err.contains("kubelet.conf") && err.contains("kubeconfig.conf"),
         "{err}"
     );
 }

@@ -477,8 +477,8 @@ async fn say_if_unreachable(
         "cannot reach the API server at {server}: that is the `kubernetes` Service's cluster IP (the in-cluster \
          configuration), which only a service proxy makes reachable, and proxyd is this node's service proxy. Give \
          proxyd the API server's real address: a kubeconfig naming it (deploy/proxyd.yaml's ConfigMap key \
-         kubeconfig.conf, or --kubeconfig; the address `kubectl cluster-info` prints, kubeadm's \
-         controlPlaneEndpoint)"
+         kubeconfig.conf, or --kubeconfig), with the address the nodes reach it by: the server of the kubelet's \
+         kubeconfig on a node (/etc/kubernetes/kubelet.conf), or kubeadm's controlPlaneEndpoint"
     );
 }
 
