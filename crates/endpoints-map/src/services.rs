@@ -1,21 +1,21 @@
 //! [`ServicesMap`]: every service port a proxier programs.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 
 use slice_cache::{ServiceChangeTracker, ServicePorts, ServicePortsChange};
 use slice_model::{Protocol, ServiceName, ServicePortInfo, ServicePortName};
 
 /// What one [`ServicesMap::update`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[must_use = "the changed services and stale cluster IPs are what the proxier must act on"]
+#[must_use = "the changed services and deleted UDP ports are what the proxier must act on"]
 #[non_exhaustive]
 pub struct ServicesUpdateResult {
     /// Services whose ports changed, sorted.
     pub updated_services: Vec<ServiceName>,
-    /// Cluster IPs of UDP ports that went away: their conntrack entries
+    /// UDP ports that went away (a deleted service's, or one its service
+    /// dropped), as they were: the conntrack entries to their frontends
     /// should be cleared.
-    pub deleted_udp_cluster_ips: Vec<IpAddr>,
+    pub deleted_udp_ports: Vec<ServicePortInfo>,
 }
 
 /// The proxier's view of every service port. Updates cost time in
@@ -49,7 +49,7 @@ impl ServicesMap {
             for old in previous.iter() {
                 let kept = current.iter().any(|p| p.name == old.name);
                 if !kept && old.name.protocol == Protocol::Udp {
-                    result.deleted_udp_cluster_ips.push(old.cluster_ip);
+                    result.deleted_udp_ports.push(old.clone());
                 }
             }
             let replaced = if current.is_empty() {
@@ -62,8 +62,6 @@ impl ServicesMap {
             result.updated_services.push(service);
         }
         result.updated_services.sort_unstable();
-        result.deleted_udp_cluster_ips.sort_unstable();
-        result.deleted_udp_cluster_ips.dedup();
         result
     }
 
@@ -131,20 +129,21 @@ mod tests {
         t.update(&svc("dns", &[("dns", Protocol::Udp), ("dns-tcp", Protocol::Tcp)]));
         let r = m.update(&mut t);
         assert_eq!(r.updated_services, [ServiceName::new("ns", "dns")]);
-        assert!(r.deleted_udp_cluster_ips.is_empty());
+        assert!(r.deleted_udp_ports.is_empty());
         assert_eq!(m.len(), 2);
         let udp = ServicePortName::new(ServiceName::new("ns", "dns"), "dns", Protocol::Udp);
         assert_eq!(m.get(&udp).map(|p| p.port.get()), Some(53));
 
         t.update(&svc("dns", &[("dns-tcp", Protocol::Tcp)]));
         let r = m.update(&mut t);
-        assert_eq!(r.deleted_udp_cluster_ips, ["10.96.0.10".parse::<IpAddr>().unwrap()]);
+        let gone: Vec<std::net::IpAddr> = r.deleted_udp_ports.iter().map(|p| p.cluster_ip).collect();
+        assert_eq!(gone, ["10.96.0.10".parse::<std::net::IpAddr>().unwrap()]);
         assert_eq!(m.len(), 1);
         assert!(m.get(&udp).is_none());
 
         t.remove(&ServiceName::new("ns", "dns"));
         let r = m.update(&mut t);
-        assert!(r.deleted_udp_cluster_ips.is_empty(), "TCP only");
+        assert!(r.deleted_udp_ports.is_empty(), "TCP only");
         assert!(m.is_empty() && m.service(&ServiceName::new("ns", "dns")).is_none());
     }
 

@@ -627,10 +627,10 @@ fn deleted_pods_and_services_leave_nothing_behind() {
         "and its routes"
     );
     assert!(
-        w.conntrack
-            .values()
-            .flatten()
-            .any(|c| c.addresses.iter().any(|a| a.to_string() == "10.96.0.20")),
+        w.conntrack.values().flatten().any(|c| c
+            .frontends
+            .iter()
+            .any(|(f, serving)| f.addr.to_string() == "10.96.0.20" && serving.is_empty())),
         "entries to the deleted UDP service are cleared"
     );
 }

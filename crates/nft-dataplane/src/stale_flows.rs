@@ -19,7 +19,8 @@
 //!   a restart, or a change to the other endpoints, moves no flow, and the
 //!   entries the new rules have just made are not deleted.
 //!
-//! Entries to the cluster IP of a deleted UDP port go too. The cleanup must
+//! A UDP port that went away (its service deleted, or the port dropped)
+//! loses every entry to its frontends, as in kube-proxy 1.38. The cleanup must
 //! run only after the rules that replace the entries are in place (a
 //! successful apply), never before.
 
@@ -28,7 +29,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use endpoints_map::{EndpointsMap, EngineUpdate, ServicesMap};
-use slice_model::{Endpoint, IpFamily, Protocol};
+use slice_model::{Endpoint, IpFamily, Protocol, ServicePortInfo};
 
 /// The endpoint addresses whose entries are kept.
 pub type Serving = Arc<BTreeSet<IpAddr>>;
@@ -52,26 +53,23 @@ pub struct Cleanup {
     /// Entries to these node ports (on any address) not DNATed to one of
     /// their serving endpoints.
     pub node_ports: BTreeMap<u16, Serving>,
-    /// Every entry to these addresses (deleted UDP ports' cluster IPs).
-    pub addresses: BTreeSet<IpAddr>,
 }
 
 impl Cleanup {
     /// Whether there is nothing to delete.
     pub fn is_empty(&self) -> bool {
-        self.frontends.is_empty() && self.node_ports.is_empty() && self.addresses.is_empty()
+        self.frontends.is_empty() && self.node_ports.is_empty()
     }
 
-    /// How many frontends, node ports and addresses it names.
+    /// How many frontends and node ports it names.
     pub fn len(&self) -> usize {
-        self.frontends.len() + self.node_ports.len() + self.addresses.len()
+        self.frontends.len() + self.node_ports.len()
     }
 
     /// Adds a later sync's cleanup: its view of a frontend wins.
     pub fn merge(&mut self, later: Cleanup) {
         self.frontends.extend(later.frontends);
         self.node_ports.extend(later.node_ports);
-        self.addresses.extend(later.addresses);
     }
 
     /// What of it concerns a table that serves only these frontend
@@ -85,7 +83,6 @@ impl Cleanup {
                 .map(|(f, s)| (*f, s.clone()))
                 .collect(),
             node_ports: BTreeMap::new(),
-            addresses: self.addresses.iter().filter(|a| keep(a)).copied().collect(),
         }
     }
 
@@ -94,12 +91,8 @@ impl Cleanup {
     /// one to delete.
     pub fn deletes(&self, dst: IpAddr, dport: u16, reply_src: IpAddr) -> bool {
         let not_serving = |s: &Serving| !s.contains(&reply_src);
-        self.addresses.contains(&dst)
-            || self
-                .frontends
-                .get(&Frontend { addr: dst, port: dport })
-                .is_some_and(not_serving)
-            || self.node_ports.get(&dport).is_some_and(not_serving)
+        let front = Frontend { addr: dst, port: dport };
+        self.frontends.get(&front).is_some_and(not_serving) || self.node_ports.get(&dport).is_some_and(not_serving)
     }
 
     /// The `conntrack` tool's commands that delete the same entries, for
@@ -122,9 +115,6 @@ impl Cleanup {
                 "conntrack -D -f {f} -p udp --orig-port-dst {port} (unless DNATed to one of {serving:?})"
             ));
         }
-        for addr in &self.addresses {
-            out.push(format!("conntrack -D -f {f} -p udp --orig-dst {addr}"));
-        }
         out
     }
 }
@@ -134,6 +124,12 @@ impl Cleanup {
 /// it.
 pub fn plan(update: &EngineUpdate, services: &ServicesMap, endpoints: &EndpointsMap) -> Cleanup {
     let mut cleanup = Cleanup::default();
+    // First the ports that went: a port that took over one of their
+    // frontends in the same update has the last word.
+    let nothing: Serving = Arc::default();
+    for p in &update.services.deleted_udp_ports {
+        cleanup.add(p, &nothing);
+    }
     for name in &update.changed {
         for p in services.service(name).unwrap_or(&[]) {
             if p.name.protocol != Protocol::Udp {
@@ -146,25 +142,33 @@ pub fn plan(update: &EngineUpdate, services: &ServicesMap, endpoints: &Endpoints
                 .filter(|e| e.is_serving())
                 .map(|e| e.addr.ip())
                 .collect();
-            let serving = Arc::new(serving);
-            let port = p.port.get();
-            for addr in std::iter::once(&p.cluster_ip)
-                .chain(&p.external_ips)
-                .chain(&p.load_balancer_ips)
-            {
-                cleanup
-                    .frontends
-                    .insert(Frontend { addr: *addr, port }, serving.clone());
-            }
-            if let Some(np) = p.node_port {
-                cleanup.node_ports.insert(np.get(), serving.clone());
-            }
+            cleanup.add(p, &Arc::new(serving));
         }
     }
     cleanup
-        .addresses
-        .extend(update.services.deleted_udp_cluster_ips.iter().copied());
-    cleanup
+}
+
+impl Cleanup {
+    /// Every frontend of `port` (its cluster, external and load-balancer
+    /// IPs, its node port), keeping the entries of `serving`.
+    fn add(&mut self, port: &ServicePortInfo, serving: &Serving) {
+        let number = port.port.get();
+        for addr in std::iter::once(&port.cluster_ip)
+            .chain(&port.external_ips)
+            .chain(&port.load_balancer_ips)
+        {
+            self.frontends.insert(
+                Frontend {
+                    addr: *addr,
+                    port: number,
+                },
+                serving.clone(),
+            );
+        }
+        if let Some(np) = port.node_port {
+            self.node_ports.insert(np.get(), serving.clone());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -173,7 +177,6 @@ mod tests {
 
     use slice_model::{
         Conditions, EndpointSlice, Protocol, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint,
-        SliceName,
     };
 
     use super::*;
@@ -282,12 +285,13 @@ mod tests {
         let c = plan(&e.update(), &e.services, &e.endpoints);
         assert_eq!(deleted(&c, &entries), [true, true, true, true, true, false]);
 
-        // The service goes: every entry to its cluster IP goes.
+        // The service goes: every entry to its frontends goes, and none
+        // to another port of its address.
+        e.update_slice(slice(&["10.1.0.1"]));
+        e.update();
         e.remove_service(&ServiceName::new("ns", "dns"));
-        e.remove_slice(&SliceName::new("ns", "dns-1"));
         let c = plan(&e.update(), &e.services, &e.endpoints);
-        assert_eq!(c.addresses, BTreeSet::from([ip("10.96.0.10")]));
-        assert_eq!(deleted(&c, &[("10.96.0.10", 9999, "10.1.0.9")]), [true]);
+        assert_eq!(deleted(&c, &entries), [true, true, true, true, true, false]);
     }
 
     #[test]

@@ -319,10 +319,16 @@ mod tests {
             "the node port, not DNATed"
         );
         assert!(!entry("192.0.2.7", 30053, "10.244.1.5").wrong(&c));
-        c.addresses.insert(ip("10.96.0.11"));
+        c.frontends.insert(
+            Frontend {
+                addr: ip("10.96.0.11"),
+                port: 80,
+            },
+            std::sync::Arc::default(),
+        );
         assert!(
             entry("10.96.0.11", 80, "10.244.1.5").wrong(&c),
-            "a deleted port's cluster IP"
+            "a deleted port: every entry"
         );
     }
 
