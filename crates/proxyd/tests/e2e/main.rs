@@ -83,6 +83,25 @@ async fn udp_conntrack_entries_follow_the_endpoints() {
     c.apply(slice("dns-1", "dns", "dns", "UDP", &[Ep::ready(1)], false));
     c.eventually("pod2 answers the same client", || ask(&c) == [PODS[1]]);
     assert!(c.logged("conntrack_deleted=1"), "the stale entry was deleted");
+    // pod1 comes back: the client stays where it is (its endpoint serves).
+    c.apply(slice(
+        "dns-1",
+        "dns",
+        "dns",
+        "UDP",
+        &[Ep::ready(0), Ep::ready(1)],
+        false,
+    ));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(ask(&c), [PODS[1]], "a serving endpoint keeps its flow");
+    // pod2 stops serving, still listed: the same client moves to pod1.
+    let stopped = Ep {
+        ready: false,
+        serving: false,
+        ..Ep::ready(1)
+    };
+    c.apply(slice("dns-1", "dns", "dns", "UDP", &[Ep::ready(0), stopped], false));
+    c.eventually("pod1 answers once pod2 stops serving", || ask(&c) == [PODS[0]]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
