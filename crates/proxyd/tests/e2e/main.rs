@@ -92,7 +92,12 @@ async fn udp_conntrack_entries_follow_the_endpoints() {
         &[Ep::ready(0), Ep::ready(1)],
         false,
     ));
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // Programmed once new clients (new source ports) reach pod1 too.
+    let port = std::cell::Cell::new(41000);
+    c.eventually("pod1 is programmed again", || {
+        port.set(port.get() + 1);
+        c.request("udp", "10.96.0.53", 53, 1, port.get()) == [PODS[0]]
+    });
     assert_eq!(ask(&c), [PODS[1]], "a serving endpoint keeps its flow");
     // pod2 stops serving, still listed: the same client moves to pod1.
     let stopped = Ep {
