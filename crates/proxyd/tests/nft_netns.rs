@@ -1076,6 +1076,84 @@ fn udp_flows_stay_on_their_endpoints_unless_theirs_stops_serving() {
     }
 }
 
+/// `proxyd run` restarted (SIGTERM, then SIGKILL) over its table, with 30
+/// UDP flows from the node to a service of three endpoints: no flow
+/// changes endpoint, in either family.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn a_restart_of_the_daemon_moves_no_udp_flow() {
+    require();
+    for site in &UDP_SITES {
+        let ns = site.namespace(&format!("udprestart{}", site.family.as_str()));
+        let dir = std::env::temp_dir().join(format!(
+            "proxyd-udp-restart-{}-{}",
+            site.family.as_str(),
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let address_type = if site.family == IpFamily::V4 { "IPv4" } else { "IPv6" };
+        let endpoints: Vec<String> = site
+            .endpoints
+            .iter()
+            .map(|ip| format!("  - addresses: [\"{ip}\"]\n    conditions: {{ready: true}}\n"))
+            .collect();
+        let manifests = format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: dns, namespace: ns}}\n\
+             spec:\n  clusterIP: \"{vip}\"\n  clusterIPs: [\"{vip}\"]\n  ipFamilies: [{address_type}]\n\
+             \x20 ports: [{{name: dns, protocol: UDP, port: 53}}]\n---\n\
+             apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
+             metadata: {{name: dns-1, namespace: ns, labels: {{kubernetes.io/service-name: dns}}}}\n\
+             addressType: {address_type}\nports: [{{name: dns, protocol: UDP, port: 53}}]\nendpoints:\n{}",
+            endpoints.concat(),
+            vip = site.vip,
+        );
+        let file = dir.join("dns.yaml");
+        std::fs::write(&file, manifests).unwrap();
+        let start = |run: u32| {
+            let log = dir.join(format!("proxyd-{run}.log"));
+            let child = KillOnDrop(
+                Command::new(env!("CARGO_BIN_EXE_proxyd"))
+                    .args(["run", "--hostname-override", "node-1", "--netns", &ns.0])
+                    .args(["--ip-family", site.family.as_str()])
+                    .args(["--healthz-bind-address", "", "--metrics-bind-address", ""])
+                    .arg("--manifests")
+                    .arg(&file)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::fs::File::create(&log).unwrap())
+                    .spawn()
+                    .unwrap(),
+            );
+            eventually("the first sync", || {
+                std::fs::read_to_string(&log).unwrap_or_default().contains("synced")
+            });
+            (child, log)
+        };
+        let (mut proxyd, _) = start(1);
+        site.send(&ns.0, 6000..6030);
+        let before = site.flows(&ns);
+        assert!(
+            before.len() == 30 && before.values().all(|e| site.endpoints.contains(&e.as_str())),
+            "{:?}: every flow DNATed: {before:?}",
+            site.family
+        );
+        for (run, signal) in [(2, "TERM"), (3, "KILL")] {
+            common::terminate(&mut proxyd, signal);
+            let (next, log) = start(run);
+            proxyd = next;
+            site.send(&ns.0, 6000..6030);
+            let after = site.flows(&ns);
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            assert_eq!(
+                moved(&before, &after),
+                0,
+                "{:?}: no flow moved over a SIG{signal} restart:\n{text}",
+                site.family
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 /// A UDP service's first endpoint: the entries made before it had rules
 /// (not DNATed) go, and the entries its new rules have just made stay,
 /// however soon after the rules the cleanup runs.
