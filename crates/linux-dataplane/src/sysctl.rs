@@ -76,34 +76,22 @@ impl Conntrack {
 
     /// The sysctls to set (under `net/netfilter/`), in kube-proxy's order.
     pub fn wanted(&self, cpus: u64) -> Vec<(&'static str, u64)> {
-        let mut out = Vec::new();
-        if let Some(max) = self.max(cpus) {
-            out.push((CONNTRACK_MAX, max));
-        }
-        let timeouts = [
-            ("nf_conntrack_tcp_timeout_established", self.tcp_timeout_established),
-            ("nf_conntrack_tcp_timeout_close_wait", self.tcp_timeout_close_wait),
+        // A zero duration leaves its setting as the node has it.
+        let secs = |d: Duration| (!d.is_zero()).then_some(d.as_secs());
+        let each = [
+            (CONNTRACK_MAX, self.max(cpus)),
+            (
+                "nf_conntrack_tcp_timeout_established",
+                secs(self.tcp_timeout_established),
+            ),
+            ("nf_conntrack_tcp_timeout_close_wait", secs(self.tcp_timeout_close_wait)),
+            ("nf_conntrack_tcp_be_liberal", self.tcp_be_liberal.then_some(1)),
+            ("nf_conntrack_udp_timeout", secs(self.udp_timeout)),
+            ("nf_conntrack_udp_timeout_stream", secs(self.udp_timeout_stream)),
         ];
-        out.extend(
-            timeouts
-                .into_iter()
-                .filter(|(_, d)| !d.is_zero())
-                .map(|(n, d)| (n, d.as_secs())),
-        );
-        if self.tcp_be_liberal {
-            out.push(("nf_conntrack_tcp_be_liberal", 1));
-        }
-        let timeouts = [
-            ("nf_conntrack_udp_timeout", self.udp_timeout),
-            ("nf_conntrack_udp_timeout_stream", self.udp_timeout_stream),
-        ];
-        out.extend(
-            timeouts
-                .into_iter()
-                .filter(|(_, d)| !d.is_zero())
-                .map(|(n, d)| (n, d.as_secs())),
-        );
-        out
+        each.into_iter()
+            .filter_map(|(name, value)| Some((name, value?)))
+            .collect()
     }
 
     /// Sets these values on this machine (`sysctls`) and says what it did:
