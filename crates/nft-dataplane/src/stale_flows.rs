@@ -29,7 +29,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use endpoints_map::{EndpointsMap, EngineUpdate, ServicesMap};
-use slice_model::{Endpoint, IpFamily, Protocol, ServicePortInfo};
+use slice_model::{Endpoint, Protocol, ServicePortInfo};
 
 /// The endpoint addresses whose entries are kept.
 pub type Serving = Arc<BTreeSet<IpAddr>>;
@@ -94,29 +94,6 @@ impl Cleanup {
         let front = Frontend { addr: dst, port: dport };
         self.frontends.get(&front).is_some_and(not_serving) || self.node_ports.get(&dport).is_some_and(not_serving)
     }
-
-    /// The `conntrack` tool's commands that delete the same entries, for
-    /// people reading what a sync did (one per frontend and endpoint, and
-    /// per unserved frontend).
-    pub fn describe(&self, family: IpFamily) -> Vec<String> {
-        let f = match family {
-            IpFamily::V4 => "ipv4",
-            IpFamily::V6 => "ipv6",
-        };
-        let mut out = Vec::new();
-        for (front, serving) in &self.frontends {
-            out.push(format!(
-                "conntrack -D -f {f} -p udp --orig-dst {} --orig-port-dst {} (unless DNATed to one of {:?})",
-                front.addr, front.port, serving
-            ));
-        }
-        for (port, serving) in &self.node_ports {
-            out.push(format!(
-                "conntrack -D -f {f} -p udp --orig-port-dst {port} (unless DNATed to one of {serving:?})"
-            ));
-        }
-        out
-    }
 }
 
 /// The entries one engine update's changes leave wrong: `update` is what
@@ -176,7 +153,8 @@ mod tests {
     use std::num::NonZeroU16;
 
     use slice_model::{
-        Conditions, EndpointSlice, Protocol, ServiceInfo, ServiceName, ServicePort, ServiceType, SliceEndpoint,
+        Conditions, EndpointSlice, IpFamily, Protocol, ServiceInfo, ServiceName, ServicePort, ServiceType,
+        SliceEndpoint,
     };
 
     use super::*;
@@ -311,6 +289,5 @@ mod tests {
         let pod = c.only_addresses(|a| *a == ip("10.96.0.10"));
         assert_eq!((pod.frontends.len(), pod.node_ports.len()), (1, 0));
         assert!(c.only_addresses(|_| false).is_empty());
-        assert_eq!(c.describe(IpFamily::V4).len(), 2);
     }
 }
