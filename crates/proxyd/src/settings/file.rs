@@ -132,7 +132,9 @@ impl Settings {
             };
             // Every value is checked, the settings of other subcommands
             // too: one file serves them all.
-            check(key, any, value)?;
+            if let Some(why) = refused(key, any, value) {
+                return Err(format!("{key}: {why}"));
+            }
             if let Some((arg, cmd, m)) = own.or_else(|| Some((flag(root, None, key)?, root, matches))) {
                 taken.push((key, arg, cmd, m, value));
             }
@@ -170,16 +172,14 @@ impl Settings {
 /// What the flag `key` of `root` finds wrong with `value`, in its parser's
 /// words (the caller names the setting); `None` when it takes it.
 pub fn refusal(root: &Command, key: &str, value: &Value) -> Option<String> {
-    let arg = any_flag(root, key)?;
-    let problem = check(key, arg, value).err()?;
-    Some(problem.strip_prefix(&format!("{key}: ")).unwrap_or(&problem).to_owned())
+    refused(key, any_flag(root, key)?, value)
 }
 
-/// Checks a setting's value with its flag's own parser, naming the setting
-/// in the problem.
-fn check(key: &str, arg: &Arg, value: &Value) -> Result<(), String> {
+/// What the flag `arg` (long name `key`) finds wrong with `value`, read by
+/// its own parser; `None` when it takes it.
+fn refused(key: &str, arg: &Arg, value: &Value) -> Option<String> {
     let texts: &[String] = match value {
-        Value::Switch(_) | Value::Count(_) => return Ok(()),
+        Value::Switch(_) | Value::Count(_) => return None,
         Value::One(text) => std::slice::from_ref(text),
         Value::Many(items) => items,
     };
@@ -190,17 +190,15 @@ fn check(key: &str, arg: &Arg, value: &Value) -> Result<(), String> {
         .required(false)
         .conflicts_with(clap::builder::Resettable::<clap::Id>::Reset);
     let cmd = Command::new("setting").no_binary_name(true).arg(alone);
-    for text in texts {
-        if let Err(e) = cmd.clone().try_get_matches_from([format!("--{key}={text}")]) {
-            return Err(value_problem(key, &e));
-        }
-    }
-    Ok(())
+    texts.iter().find_map(|text| {
+        let refused = cmd.clone().try_get_matches_from([format!("--{key}={text}")]).err()?;
+        Some(value_problem(&refused))
+    })
 }
 
 /// What clap found wrong with a setting's value: the flag parser's own
 /// words, or the values it takes.
-fn value_problem(key: &str, e: &clap::Error) -> String {
+fn value_problem(e: &clap::Error) -> String {
     use clap::error::{ContextKind, ContextValue};
     let value = match e.get(ContextKind::InvalidValue) {
         Some(ContextValue::String(value)) => Some(value.as_str()),
@@ -218,12 +216,11 @@ fn value_problem(key: &str, e: &clap::Error) -> String {
         }
         _ => None,
     });
-    let why = why.unwrap_or_else(|| {
+    why.unwrap_or_else(|| {
         let rendered = e.render().to_string();
         let first = rendered.lines().next().unwrap_or_default();
         first.trim_start_matches("error: ").to_owned()
-    });
-    format!("{key}: {why}")
+    })
 }
 
 /// What a flag takes, so a setting is read the same way.
