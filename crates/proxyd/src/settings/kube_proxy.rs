@@ -67,8 +67,6 @@ const FIELDS: &[(&str, &str, Zero)] = &[
 /// A field's value as its flag takes it (`None`: unset, or a zero that
 /// means the default).
 fn read(value: &Json, zero: Zero) -> Option<Value> {
-    let is_zero = |text: &str| matches!(text, "" | "0" | "0s");
-    let is_default = |text: &str| matches!(zero, Zero::IsDefault) && is_zero(text);
     match value {
         Json::Bool(on) => on.then_some(Value::Switch(true)),
         Json::Number(n) => {
@@ -78,7 +76,9 @@ fn read(value: &Json, zero: Zero) -> Option<Value> {
         // A list in one string, as kube-proxy's clusterCIDR is.
         Json::String(text) if text.contains(',') => read(&Json::Array(text.split(',').map(Json::from).collect()), zero),
         Json::String(text) => {
-            Some(Value::One(text.trim().to_owned())).filter(|_| !text.trim().is_empty() && !is_default(text.trim()))
+            let text = text.trim();
+            let unset = text.is_empty() || (matches!(zero, Zero::IsDefault) && is_zero(text));
+            (!unset).then(|| Value::One(text.to_owned()))
         }
         Json::Array(items) => {
             let items: Vec<String> = items
@@ -94,12 +94,15 @@ fn read(value: &Json, zero: Zero) -> Option<Value> {
     }
 }
 
+/// Whether a text is a zero kube-proxy reads as "use the default".
+fn is_zero(text: &str) -> bool {
+    matches!(text.trim(), "" | "0" | "0s")
+}
+
 /// A set, non-zero text (`""`, `0s`, `0` and `null` are kube-proxy's "use
 /// the default").
 fn set(v: &Option<String>) -> Option<&str> {
-    v.as_deref()
-        .map(str::trim)
-        .filter(|s| !s.is_empty() && *s != "0s" && *s != "0")
+    v.as_deref().map(str::trim).filter(|s| !is_zero(s))
 }
 
 /// What reading kube-proxy's file comes to: proxyd's settings with the
@@ -215,42 +218,36 @@ fn addresses(c: &KubeProxyConfiguration, r: &mut Reading) {
 fn detect_local(c: &KubeProxyConfiguration, r: &mut Reading) {
     let unset = DetectLocal::default();
     let detect = c.detect_local.as_ref().unwrap_or(&unset);
-    let interface = match set(&c.detect_local_mode) {
-        None | Some("ClusterCIDR") => None,
-        Some("NodeCIDR") => Some(None),
-        Some("BridgeInterface") => Some(Some((
-            "bridgeInterface",
-            &detect.bridge_interface,
-            "pod-bridge-interface",
-        ))),
-        Some("InterfaceNamePrefix") => Some(Some((
-            "interfaceNamePrefix",
-            &detect.interface_name_prefix,
-            "pod-interface-name-prefix",
-        ))),
-        Some(other) => {
-            r.problems.push(format!(
-                "detectLocalMode {other:?}: not one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix"
-            ));
-            None
-        }
-    };
-    if let Some(interface) = interface {
-        let mode = c.detect_local_mode.as_deref().unwrap_or_default().trim();
-        r.set("detectLocalMode", "detect-local-mode", Value::One(mode.into()));
-        if let Some((what, value, flag)) = interface {
-            match set(value) {
-                Some(name) => r.set(format!("detectLocal.{what}"), flag, Value::One(name.into())),
-                None => r.problems.push(format!("detectLocalMode needs detectLocal.{what}")),
-            }
-        }
-    }
-    // clusterCIDR, when set, wins.
+    // clusterCIDR, when set, wins over detectLocal.clusterCIDRs.
     if r.out.get("cluster-cidr").is_none()
         && let Some(list) = detect.cluster_cidrs.as_ref()
         && let Some(value) = read(&Json::from(list.clone()), Zero::IsDefault)
     {
         r.set("detectLocal.clusterCIDRs", "cluster-cidr", value);
+    }
+    let Some(mode) = set(&c.detect_local_mode).filter(|m| *m != "ClusterCIDR") else {
+        return;
+    };
+    let interface = match mode {
+        "NodeCIDR" => None,
+        "BridgeInterface" => Some(("bridgeInterface", &detect.bridge_interface, "pod-bridge-interface")),
+        "InterfaceNamePrefix" => Some((
+            "interfaceNamePrefix",
+            &detect.interface_name_prefix,
+            "pod-interface-name-prefix",
+        )),
+        other => {
+            return r.problems.push(format!(
+                "detectLocalMode {other:?}: not one of ClusterCIDR, NodeCIDR, BridgeInterface, InterfaceNamePrefix"
+            ));
+        }
+    };
+    r.set("detectLocalMode", "detect-local-mode", Value::One(mode.into()));
+    if let Some((what, value, flag)) = interface {
+        match set(value) {
+            Some(name) => r.set(format!("detectLocal.{what}"), flag, Value::One(name.into())),
+            None => r.problems.push(format!("detectLocalMode needs detectLocal.{what}")),
+        }
     }
 }
 
