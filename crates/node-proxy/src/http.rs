@@ -131,14 +131,17 @@ pub async fn listen(
     addr: std::net::SocketAddr,
     hard_fail: bool,
 ) -> Result<Option<TcpListener>, CannotListen> {
-    match TcpListener::bind(addr).await {
-        Ok(l) => Ok(Some(l)),
-        Err(source) if hard_fail => Err(CannotListen { flag, addr, source }),
-        Err(e) => {
-            tracing::error!(
-                "{flag} {addr}: cannot listen: {e}; running without it (--bind-address-hard-fail stops instead)"
-            );
-            Ok(None)
-        }
+    let source = match TcpListener::bind(addr).await {
+        Ok(l) => return Ok(Some(l)),
+        Err(source) => source,
+    };
+    let failed = CannotListen { flag, addr, source };
+    if hard_fail {
+        return Err(failed);
     }
+    tracing::error!(
+        "{failed}: {}; running without it (--bind-address-hard-fail stops instead)",
+        failed.source
+    );
+    Ok(None)
 }
