@@ -34,9 +34,17 @@ pub fn family_of_bind_address(address: IpAddr) -> Option<IpFamily> {
     (!address.is_unspecified()).then(|| IpFamily::of(&address))
 }
 
+/// `--bind-address` names IPv6 on a node where IPv6 is off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--bind-address is IPv6, but IPv6 is not enabled on this node (no /proc/net/if_inet6, or \
+     net.ipv6.conf.all.disable_ipv6=1): enable it, or set --ip-family"
+)]
+pub struct Ipv6Disabled;
+
 /// The families of a host that has IPv6 enabled or not, with `primary`
 /// (from `--bind-address`) when known.
-pub fn from_host(primary: Option<IpFamily>, ipv6: bool) -> Result<Chosen, String> {
+pub fn from_host(primary: Option<IpFamily>, ipv6: bool) -> Result<Chosen, Ipv6Disabled> {
     match (ipv6, primary) {
         (true, Some(IpFamily::V6)) => Ok(Chosen {
             families: vec![IpFamily::V6, IpFamily::V4],
@@ -46,11 +54,7 @@ pub fn from_host(primary: Option<IpFamily>, ipv6: bool) -> Result<Chosen, String
             families: vec![IpFamily::V4, IpFamily::V6],
             why: "IPv6 is enabled on this node: both families".into(),
         }),
-        (false, Some(IpFamily::V6)) => Err(
-            "--bind-address is IPv6, but IPv6 is not enabled on this node (no /proc/net/if_inet6, or \
-             net.ipv6.conf.all.disable_ipv6=1): enable it, or set --ip-family"
-                .into(),
-        ),
+        (false, Some(IpFamily::V6)) => Err(Ipv6Disabled),
         (false, _) => Ok(Chosen {
             families: vec![IpFamily::V4],
             why: "IPv6 is not enabled on this node (no /proc/net/if_inet6, or net.ipv6.conf.all.disable_ipv6=1): \
@@ -189,6 +193,7 @@ mod tests {
         assert!(
             from_host(Some(IpFamily::V6), false)
                 .unwrap_err()
+                .to_string()
                 .contains("--bind-address is IPv6")
         );
         assert_eq!(family_of_bind_address("0.0.0.0".parse().unwrap()), None);

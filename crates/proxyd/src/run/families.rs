@@ -5,10 +5,12 @@
 use slice_model::IpFamily;
 
 use crate::settings::flags::{DetectLocalMode, RunArgs};
-use node_proxy::families::{Chosen, IpConfig, families_text, family_of_bind_address, from_host, holds_only};
+use node_proxy::families::{
+    Chosen, IpConfig, Ipv6Disabled, families_text, family_of_bind_address, from_host, holds_only,
+};
 
 /// The families `args` serve: those the flags name, else the host's.
-pub fn choose(args: &RunArgs) -> Result<Chosen, String> {
+pub fn choose(args: &RunArgs) -> Result<Chosen, Ipv6Disabled> {
     if let Some(families) = args.families() {
         return Ok(Chosen {
             families,
