@@ -902,6 +902,23 @@ impl UdpSite {
         ns
     }
 
+    /// A node proxier of the site's family writing in `ns`, cleaning up
+    /// through `conntrack`, with the site's service.
+    fn proxier(
+        &self,
+        ns: &Netns,
+        conntrack: Box<dyn linux_dataplane::Conntrack + Send>,
+    ) -> node_proxy::proxier::Proxier {
+        let p = node_proxy::proxier::Proxier::new(
+            Engine::new("node-1", self.family),
+            DataplaneConfig::new(self.family),
+            Box::new(ns.dataplane()),
+            conntrack,
+        );
+        p.engine.update_service(&self.service());
+        p
+    }
+
     /// The UDP service `dns` on port 53 of the site's cluster IP.
     fn service(&self) -> ServiceInfo {
         let mut dns = service("dns", self.vip);
@@ -1001,19 +1018,14 @@ impl linux_dataplane::Conntrack for SendsFirst {
 fn udp_flows_stay_on_their_endpoints_unless_theirs_stops_serving() {
     require();
     use linux_dataplane::NetlinkConntrack;
-    use node_proxy::proxier::Proxier;
     const READY: (bool, bool, bool) = (true, true, false);
     for site in &UDP_SITES {
         let ns = site.namespace(&format!("udpflows{}", site.family.as_str()));
         let proxier = || {
-            let p = Proxier::new(
-                Engine::new("node-1", site.family),
-                DataplaneConfig::new(site.family),
-                Box::new(ns.dataplane()),
+            site.proxier(
+                &ns,
                 Box::new(NetlinkConntrack::new(linux_dataplane::Netns::Named(ns.0.clone()))),
-            );
-            p.engine.update_service(&site.service());
-            p
+            )
         };
         let [a, b, c] = site.endpoints;
         let mut first = proxier();
@@ -1161,24 +1173,17 @@ fn a_restart_of_the_daemon_moves_no_udp_flow() {
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 fn a_first_endpoint_clears_undnated_entries_and_keeps_fresh_ones() {
     require();
-    use node_proxy::proxier::Proxier;
     for site in &UDP_SITES {
         let ns = site.namespace(&format!("udpfirst{}", site.family.as_str()));
         // Before any rule: the datagrams reach the cluster IP itself.
         site.send(&ns.0, 7000..7005);
         assert!(site.flows(&ns).values().all(|reply| reply == site.vip));
-        let sender = UDP_SITES.iter().position(|s| s.family == site.family).unwrap();
         let sender_ns = ns.0.clone();
-        let mut p = Proxier::new(
-            Engine::new("node-1", site.family),
-            DataplaneConfig::new(site.family),
-            Box::new(ns.dataplane()),
-            Box::new(SendsFirst {
-                inner: linux_dataplane::NetlinkConntrack::new(linux_dataplane::Netns::Named(ns.0.clone())),
-                send: Box::new(move || UDP_SITES[sender].send(&sender_ns, 7100..7105)),
-            }),
-        );
-        p.engine.update_service(&site.service());
+        let conntrack = SendsFirst {
+            inner: linux_dataplane::NetlinkConntrack::new(linux_dataplane::Netns::Named(ns.0.clone())),
+            send: Box::new(move || site.send(&sender_ns, 7100..7105)),
+        };
+        let mut p = site.proxier(&ns, Box::new(conntrack));
         p.engine
             .update_slice(site.slice(&[(site.endpoints[0], (true, true, false))]));
         let out = p.sync(SyncKind::Changes).unwrap();
