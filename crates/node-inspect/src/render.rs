@@ -55,19 +55,14 @@ fn group_text(group: Option<&EndpointGroup>, shown: Shown) -> String {
 fn frontends_text(t: &ServiceTarget, shown: Shown) -> String {
     let mut parts = vec![std::net::SocketAddr::new(t.cluster_ip, t.port).to_string()];
     if t.external.is_some() {
-        if !t.external_ips.is_empty() {
-            let ips = t
-                .external_ips
-                .iter()
-                .map(|ip| std::net::SocketAddr::new(*ip, t.port).to_string());
-            parts.push(format!("ext {}", shown.list(ips, "external IPs")));
-        }
-        if !t.load_balancer_ips.is_empty() {
-            let ips = t
-                .load_balancer_ips
-                .iter()
-                .map(|ip| std::net::SocketAddr::new(*ip, t.port).to_string());
-            parts.push(format!("lb {}", shown.list(ips, "load balancer IPs")));
+        for (tag, ips, what) in [
+            ("ext", &t.external_ips, "external IPs"),
+            ("lb", &t.load_balancer_ips, "load balancer IPs"),
+        ] {
+            if !ips.is_empty() {
+                let addrs = ips.iter().map(|ip| std::net::SocketAddr::new(*ip, t.port).to_string());
+                parts.push(format!("{tag} {}", shown.list(addrs, what)));
+            }
         }
         parts.extend(t.node_port.map(|p| format!("node :{p}")));
     }
