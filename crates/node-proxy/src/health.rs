@@ -126,16 +126,10 @@ impl ProxierHealth {
         });
     }
 
-    /// `family`'s sync failed: `/healthz` names why (with its sources)
-    /// until a sync succeeds.
-    pub fn failed(&self, family: IpFamily, why: &dyn std::error::Error) {
-        let mut text = why.to_string();
-        let mut source = why.source();
-        while let Some(s) = source {
-            text.push_str(": ");
-            text.push_str(&s.to_string());
-            source = s.source();
-        }
+    /// `family`'s sync failed: `/healthz` names why until a sync succeeds
+    /// (the dataplane's error words its own source).
+    pub fn failed(&self, family: IpFamily, why: &nft_dataplane::DataplaneError) {
+        let text = why.to_string();
         self.with(|m| m.entry(family).or_default().failure = Some(text));
     }
 
@@ -340,6 +334,27 @@ mod tests {
         assert_eq!(rfc3339(SystemTime::UNIX_EPOCH), "1970-01-01T00:00:00.000000000Z");
         let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400); // 2000-02-29
         assert!(rfc3339(leap).starts_with("2000-02-29T00:00:00"));
+    }
+
+    /// The kernel's refusal is said once: the dataplane's message already
+    /// words its source.
+    #[test]
+    fn a_failed_sync_is_named_until_a_sync_succeeds() {
+        let h = ProxierHealth::new(&[IpFamily::V4], Duration::from_secs(60));
+        let refused = nft_dataplane::DataplaneError::Netlink {
+            what: "add 3 elements of set slot-frontends-2".into(),
+            source: std::io::Error::from_raw_os_error(1),
+        };
+        h.failed(IpFamily::V4, &refused);
+        let body = h.reply(SystemTime::now(), true).body;
+        let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let why = reply["failedSyncs"]["ipv4"].as_str().unwrap_or_default();
+        assert!(why.contains("slot-frontends-2"), "{body}");
+        assert_eq!(why.matches("Operation not permitted").count(), 1, "{body}");
+        h.updated(IpFamily::V4, SystemTime::now());
+        assert!(h.failures().is_empty());
+        let body = h.reply(SystemTime::now(), true).body;
+        assert!(!body.contains("failedSyncs"), "{body}");
     }
 
     #[test]
