@@ -271,6 +271,10 @@ impl Relay {
     /// Makes the listeners what `wanted` says: closes those no service
     /// wants, tells the rest of their endpoints, opens the missing ones.
     fn reconcile(&mut self) {
+        // The accept loops of listeners closed before have ended by now:
+        // their entries go, so the set holds what is open (and what closed
+        // since the last change), not every listener there ever was.
+        while self.tasks.try_join_next().is_some() {}
         // Read while listeners open: set back at the end.
         let wanted = std::mem::take(&mut self.wanted);
         let mut want: HashMap<u16, (&ServiceName, &Relayed)> = HashMap::new();
@@ -516,6 +520,44 @@ mod tests {
             endpoints: endpoints.iter().map(|e| e.parse().unwrap()).collect(),
             session_affinity: session_affinity.map(Duration::from_secs),
         }
+    }
+
+    /// A closed listener's accept loop does not stay in the relay's set:
+    /// a node whose services come and go for months holds what is open.
+    #[tokio::test]
+    async fn closed_listeners_leave_the_relays_task_set() {
+        let mut relay = Relay {
+            family: IpFamily::V4,
+            netns: Arc::new(Netns::Current),
+            metrics: RelayMetrics::default(),
+            listeners: HashMap::new(),
+            tasks: JoinSet::new(),
+            wanted: HashMap::new(),
+            pipes: Arc::default(),
+        };
+        let name = ServiceName::new("ns", "web");
+        for round in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let ports = BTreeMap::from([(port, relayed(&["127.0.0.1:9"], None))]);
+            relay.wanted.insert(name.clone(), ports);
+            relay.reconcile();
+            assert_eq!(
+                (relay.listeners.len(), relay.tasks.len()),
+                (1, 1),
+                "round {round}: one open"
+            );
+            relay.wanted.clear();
+            relay.reconcile();
+            assert!(relay.listeners.is_empty());
+            // The abort takes effect once the runtime runs it.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        relay.reconcile();
+        assert_eq!(relay.tasks.len(), 0, "every closed loop reaped");
     }
 
     #[test]
