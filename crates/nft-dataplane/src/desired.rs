@@ -42,6 +42,12 @@ pub struct DataplaneConfig {
     /// The service CIDRs (`--service-cidr`): traffic to an address in them
     /// that is no service's cluster IP is dropped.
     pub service_cidrs: Vec<IpNet>,
+    /// This family's loopback address answers node ports through a relay
+    /// (kube-proxy's localhost node ports), which answers TCP only: UDP and
+    /// SCTP traffic to a node port there is rejected by a rule, and counted
+    /// ([`crate::names::CounterId::LocalhostNodePortRejected`]). Set by
+    /// the owner of the relay, whatever the node's facts.
+    pub loopback_relay: bool,
     /// For tests of how a refused service is handled: every port of this
     /// service gets a chain whose rule jumps to a chain that does not
     /// exist, which the kernel (and the kernel model) refuses. Never set
@@ -62,6 +68,7 @@ impl DataplaneConfig {
             masquerade_all: false,
             nodeport_addresses: Vec::new(),
             service_cidrs: Vec::new(),
+            loopback_relay: false,
             refuse_for_tests: None,
         }
     }

@@ -69,6 +69,10 @@ pub enum Shared {
     /// A local endpoint's hairpin pair (its address twice), in
     /// [`SetId::Hairpin`]: an endpoint reaching itself is masqueraded.
     Hairpin(IpAddr),
+    /// A UDP or SCTP node port (a [`Frontend::NodePort`]) where the
+    /// loopback address answers node ports through the relay, in
+    /// [`SetId::NodePortsNotRelayed`]: on loopback it is rejected.
+    NodePortNotRelayed(Frontend),
 }
 
 impl Shared {
@@ -77,6 +81,7 @@ impl Shared {
         match self {
             Self::ClusterIp(_) => SetId::ClusterIps,
             Self::Hairpin(_) => SetId::Hairpin,
+            Self::NodePortNotRelayed(_) => SetId::NodePortsNotRelayed,
         }
     }
 
@@ -85,6 +90,7 @@ impl Shared {
         Element::key(match self {
             Self::ClusterIp(addr) => Key::Addr(addr),
             Self::Hairpin(addr) => Key::AddrPair(addr, addr),
+            Self::NodePortNotRelayed(frontend) => Key::Frontend(frontend),
         })
     }
 }
@@ -386,10 +392,12 @@ fn build_port(
             continue;
         }
         out.frontends.push(frontend);
-        if let Frontend::Ip { addr, .. } = frontend
-            && kind == FrontendKind::Cluster
-        {
-            out.shared.push(Shared::ClusterIp(addr));
+        match frontend {
+            Frontend::Ip { addr, .. } if kind == FrontendKind::Cluster => out.shared.push(Shared::ClusterIp(addr)),
+            Frontend::NodePort { protocol, .. } if config.loopback_relay && protocol != Protocol::Tcp => {
+                out.shared.push(Shared::NodePortNotRelayed(frontend));
+            }
+            _ => {}
         }
         let (group, internal) = match (kind, external) {
             (FrontendKind::Cluster, _) => (&t.internal, true),

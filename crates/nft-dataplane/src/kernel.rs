@@ -5,13 +5,13 @@
 //! an element must fit its set). [`KernelModel::trace`] sends packets
 //! through it (see [`crate::tracer`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use slice_model::IpFamily;
 
 use crate::element::{Element, Frontend, Key, Value};
-use crate::names::{ChainId, KeyShape, SetId, SetKind};
+use crate::names::{ChainId, CounterId, KeyShape, SetId, SetKind};
 use crate::rule::Rule;
 use crate::transaction::{Op, Transaction};
 use crate::{Dataplane, DataplaneError};
@@ -23,6 +23,8 @@ pub struct Table {
     pub sets: BTreeMap<SetId, BTreeMap<Key, Option<Value>>>,
     /// Chains and their rules.
     pub chains: BTreeMap<ChainId, Vec<Rule>>,
+    /// Named counters (the model counts no packets: it only holds them).
+    pub counters: BTreeSet<CounterId>,
 }
 
 /// The tables proxyd owns, by family.
@@ -89,6 +91,9 @@ impl Table {
         if let Some(c) = chains.iter().find(|c| !self.chains.contains_key(*c)) {
             return Err(format!("no chain {c}"));
         }
+        if let Some(c) = rule.counters().find(|c| !self.counters.contains(c)) {
+            return Err(format!("no counter {c}"));
+        }
         Ok(())
     }
 
@@ -147,6 +152,10 @@ impl Table {
             }
             Op::AddChain(chain) => {
                 self.chains.entry(chain.clone()).or_default();
+                Ok(())
+            }
+            Op::AddCounter(counter) => {
+                self.counters.insert(*counter);
                 Ok(())
             }
             Op::FlushChain(chain) => {

@@ -48,7 +48,7 @@ impl LockCost {
     pub(crate) fn charge(&mut self, op: &Op) -> usize {
         match op {
             Op::AddTable(_) | Op::DeleteTable(_) => CHAIN_OP,
-            Op::AddChain(_) | Op::FlushChain(_) | Op::DeleteChain(_) => CHAIN_OP,
+            Op::AddChain(_) | Op::FlushChain(_) | Op::DeleteChain(_) | Op::AddCounter(_) => CHAIN_OP,
             Op::AddSet(_, elements) => {
                 let filled = if elements.is_empty() { 0 } else { self.lookup() };
                 let cost = self.lookup() + filled + elements.len();

@@ -167,6 +167,11 @@ pub enum SetId {
     /// The endpoint chains of one chain of a ClientIP-affinity port:
     /// position -> goto the endpoint's chain (named after the chain).
     Picks(String),
+    /// The UDP and SCTP node ports, where the family's loopback address
+    /// answers node ports through the relay ([`crate::DataplaneConfig::loopback_relay`]):
+    /// the relay answers TCP only, so traffic to the others on loopback is
+    /// rejected and counted, as kube-proxy's localhost node ports do.
+    NodePortsNotRelayed,
 }
 
 impl SetId {
@@ -195,7 +200,8 @@ impl SetId {
             | Self::NodePortSlotFrontends(_)
             | Self::MasqNodePorts
             | Self::NodePortNoEndpoints
-            | Self::NodePortNoLocalEndpoints => KeyShape::Frontend { node_port: true },
+            | Self::NodePortNoLocalEndpoints
+            | Self::NodePortsNotRelayed => KeyShape::Frontend { node_port: true },
             Self::ServiceSlots(n) => KeyShape::Slot {
                 node_port: false,
                 width: *n,
@@ -224,6 +230,7 @@ impl SetId {
             Self::MasqNodePorts
             | Self::NodePortNoEndpoints
             | Self::NodePortNoLocalEndpoints
+            | Self::NodePortsNotRelayed
             | Self::NodePortSlotFrontends(_) => {
                 format!("type {node_port}")
             }
@@ -278,6 +285,7 @@ impl SetId {
             Self::NodePortNoEndpoints,
             Self::NodePortNoLocalEndpoints,
             Self::Hairpin,
+            Self::NodePortsNotRelayed,
         ];
         for n in 1..=MAX_SLOTS {
             all.push(Self::SlotFrontends(n));
@@ -328,6 +336,39 @@ impl fmt::Display for SetId {
             Self::Backends(_, part) => write!(f, "backends-{part}"),
             Self::Clients(part) => write!(f, "clients-{part}"),
             Self::Picks(part) => write!(f, "picks-{part}"),
+            Self::NodePortsNotRelayed => f.write_str("nodeports-not-relayed"),
+        }
+    }
+}
+
+/// A named counter of the table: packets a rule counts, read back for a
+/// metric. Named counters are objects of the table: a rewrite of the
+/// chains keeps their values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub enum CounterId {
+    /// Packets of this protocol to a node port on the loopback address,
+    /// which the localhost relay does not answer (UDP, SCTP), rejected
+    /// (kube-proxy's `kubeproxy_nftables_localhost_nodeport_rejected_packets_total`).
+    LocalhostNodePortRejected(#[serde(with = "crate::protocol::stored")] Protocol),
+}
+
+impl CounterId {
+    /// The counters of a table whose loopback address answers node ports
+    /// through the relay (none otherwise).
+    pub fn of_loopback_relay() -> [Self; 2] {
+        [
+            Self::LocalhostNodePortRejected(Protocol::Udp),
+            Self::LocalhostNodePortRejected(Protocol::Sctp),
+        ]
+    }
+}
+
+impl fmt::Display for CounterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LocalhostNodePortRejected(p) => {
+                write!(f, "localhost-nodeport-rejected-{}", crate::protocol::proto(*p))
+            }
         }
     }
 }

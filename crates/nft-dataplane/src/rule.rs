@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use ipnet::IpNet;
 use slice_model::Protocol;
 
-use crate::names::{ChainId, FamilyWords, SetId};
+use crate::names::{ChainId, CounterId, FamilyWords, SetId};
 use crate::protocol::proto;
 
 /// The part of a packet a set lookup is keyed by.
@@ -67,6 +67,8 @@ pub enum Match {
         /// The endpoint.
         endpoint: SocketAddr,
     },
+    /// The packet is of this protocol (`meta l4proto`).
+    Protocol(#[serde(with = "crate::protocol::stored")] Protocol),
 }
 
 /// What a rule does, in order.
@@ -129,6 +131,8 @@ pub enum Statement {
         /// For how long, in seconds.
         timeout_secs: u64,
     },
+    /// Count the packet in a named counter of the table, and go on.
+    Count(CounterId),
 }
 
 /// One rule.
@@ -172,6 +176,14 @@ impl Rule {
             }
         }
         (sets, chains)
+    }
+
+    /// The named counters the rule counts in (they must exist).
+    pub fn counters(&self) -> impl Iterator<Item = CounterId> + '_ {
+        self.statements.iter().filter_map(|s| match s {
+            Statement::Count(c) => Some(*c),
+            _ => None,
+        })
     }
 
     /// Whether `nft` (1.0.6) can read the rule's text: it cannot read a
@@ -264,6 +276,7 @@ fn write_match(out: &mut (impl Write + ?Sized), m: &Match, w: FamilyWords) -> fm
         Match::KnownClient { clients, endpoint } => {
             write!(out, "{a} saddr . {} . {} @{clients}", endpoint.ip(), endpoint.port())
         }
+        Match::Protocol(p) => write!(out, "meta l4proto {}", proto(*p)),
     }
 }
 
@@ -303,5 +316,6 @@ fn write_statement(out: &mut (impl Write + ?Sized), s: &Statement, w: FamilyWord
             endpoint.ip(),
             endpoint.port()
         ),
+        Statement::Count(counter) => write!(out, "counter name \"{counter}\""),
     }
 }

@@ -12,6 +12,9 @@
 //!    fib local -> goto nodeports: the same for node ports, keyed by
 //!        proto . port (@nodeport-slot-frontends-N, @nodeport-chains)
 //!  nat postrouting (100): marked -> masquerade; hairpin -> masquerade
+//!  filter output (-110), with localhost node ports (the relay answers TCP):
+//!    daddr loopback, udp/sctp, proto . port @nodeports-not-relayed
+//!        -> counter, reject
 //!  filter input/forward/output (-110), new connections:
 //!    @no-endpoints / @nodeport-no-endpoints -> reject
 //!    @no-local-endpoints / @nodeport-no-local-endpoints -> drop
@@ -28,8 +31,13 @@
 //! so adding or changing one does not make the kernel revalidate the
 //! table's jumps.
 
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use ipnet::IpNet;
+use slice_model::IpFamily;
+
 use crate::desired::{DataplaneConfig, Scope};
-use crate::names::{ChainId, MASQUERADE_MARK, MAX_SLOTS, SetId};
+use crate::names::{ChainId, CounterId, MASQUERADE_MARK, MAX_SLOTS, SetId};
 use crate::rule::{Match, Rule, Selector, Statement};
 
 /// The fixed chains and their rules, in declaration order.
@@ -197,7 +205,7 @@ fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
         ),
         (ChainId::FilterInput, filter.clone()),
         (ChainId::FilterForward, forward),
-        (ChainId::FilterOutput, filter),
+        (ChainId::FilterOutput, [loopback_rejects(config), filter].concat()),
         (ChainId::FilterOutputPostDnat, vec![guard]),
     ];
     for n in 1..=MAX_SLOTS {
@@ -212,6 +220,40 @@ fn node_chains(config: &DataplaneConfig) -> Vec<(ChainId, Vec<Rule>)> {
         }
     }
     all
+}
+
+/// The named counters of the table.
+pub fn counters(config: &DataplaneConfig) -> Vec<CounterId> {
+    if config.scope == Scope::Node && config.loopback_relay {
+        CounterId::of_loopback_relay().to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Where the loopback address answers node ports through the relay (TCP
+/// only): UDP and SCTP to a node port there is counted and rejected, as
+/// kube-proxy's localhost node ports reject it, rather than left to
+/// whatever on the host listens there.
+fn loopback_rejects(config: &DataplaneConfig) -> Vec<Rule> {
+    let loopback = match config.family {
+        IpFamily::V4 => IpNet::V4(ipnet::Ipv4Net::new_assert(Ipv4Addr::new(127, 0, 0, 0), 8)),
+        IpFamily::V6 => IpNet::V6(ipnet::Ipv6Net::new_assert(Ipv6Addr::LOCALHOST, 128)),
+    };
+    counters(config)
+        .into_iter()
+        .map(|counter| {
+            let CounterId::LocalhostNodePortRejected(protocol) = counter;
+            Rule::new(
+                vec![
+                    Match::DestinationIn(vec![loopback]),
+                    Match::Protocol(protocol),
+                    Match::InSet(Selector::NodePort, SetId::NodePortsNotRelayed),
+                ],
+                vec![Statement::Count(counter), Statement::Reject],
+            )
+        })
+        .collect()
 }
 
 /// The rules that send a frontend (or node port) to what balances it: the

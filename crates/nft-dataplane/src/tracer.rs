@@ -17,7 +17,7 @@ use slice_model::{IpFamily, Protocol};
 
 use crate::element::{Frontend, Key, Value};
 use crate::kernel::{KernelModel, Table};
-use crate::names::{ChainId, Hook};
+use crate::names::{ChainId, CounterId, Hook};
 use crate::rule::{Match, Rule, Selector, Statement};
 
 /// Where a traced packet comes from.
@@ -114,6 +114,9 @@ pub struct Trace {
     pub rules: usize,
     /// Set and map lookups on the longest branch.
     pub lookups: usize,
+    /// The named counters the packet was counted in, with the probability
+    /// of the branches that counted it.
+    pub counted: BTreeMap<CounterId, f64>,
 }
 
 impl Trace {
@@ -180,6 +183,8 @@ struct State {
     probability: f64,
     rules: usize,
     lookups: usize,
+    /// The named counter the packet was counted in, if any.
+    counted: Option<CounterId>,
 }
 
 /// How a chain's evaluation ended.
@@ -265,6 +270,7 @@ impl Walk<'_> {
                 let key = Key::Client(self.packet.src, *endpoint);
                 self.lookup(clients, &key, st).is_some()
             }
+            Match::Protocol(p) => self.packet.protocol == *p,
         }
     }
 
@@ -386,6 +392,10 @@ impl Walk<'_> {
                 .collect(),
             // The tracer reads the table; it does not change it.
             Statement::RememberClient { .. } => self.statements(rest, st, depth),
+            Statement::Count(counter) => {
+                st.counted = Some(*counter);
+                self.statements(rest, st, depth)
+            }
         }
     }
 
@@ -446,6 +456,7 @@ impl KernelModel {
             probability: 1.0,
             rules: 0,
             lookups: 0,
+            counted: None,
         };
         let mut fates = Vec::new();
         let routed = match packet.origin {
@@ -470,9 +481,13 @@ impl KernelModel {
             fates.push((delivered(&s), s));
         }
         let mut merged: BTreeMap<Fate, f64> = BTreeMap::new();
+        let mut counted: BTreeMap<CounterId, f64> = BTreeMap::new();
         let (mut rules, mut lookups) = (0, 0);
         for (fate, s) in fates {
             *merged.entry(fate).or_default() += s.probability;
+            if let Some(c) = s.counted {
+                *counted.entry(c).or_default() += s.probability;
+            }
             rules = rules.max(s.rules);
             lookups = lookups.max(s.lookups);
         }
@@ -480,6 +495,7 @@ impl KernelModel {
             outcomes: merged.into_iter().collect(),
             rules,
             lookups,
+            counted,
         }
     }
 }

@@ -8,7 +8,7 @@ use std::fmt::{self, Write};
 use slice_model::IpFamily;
 
 use crate::element::Element;
-use crate::names::{ChainId, FamilyWords, SetId, TABLE};
+use crate::names::{ChainId, CounterId, FamilyWords, SetId, TABLE};
 use crate::rule::Rule;
 
 /// One operation.
@@ -37,6 +37,8 @@ pub enum Op {
     DeleteElements(SetId, Vec<Element>),
     /// Empties a set (fails if it is missing).
     FlushSet(SetId),
+    /// Declares a named counter (nothing if it exists: its values stay).
+    AddCounter(CounterId),
 }
 
 /// Operations on one family's table, applied as one nft transaction.
@@ -123,7 +125,7 @@ impl Transaction {
         let mut in_block = false;
         let mut previous: Option<&Op> = None;
         for op in &self.ops {
-            let block_item = matches!(op, Op::AddSet(..) | Op::AddChain(_));
+            let block_item = matches!(op, Op::AddSet(..) | Op::AddChain(_) | Op::AddCounter(_));
             if in_block && !block_item {
                 out.write_str("}\n")?;
                 in_block = false;
@@ -157,6 +159,8 @@ impl Transaction {
                     None => writeln!(out, "add chain {t} {name} {chain}")?,
                 },
                 Op::FlushChain(chain) => writeln!(out, "flush chain {t} {name} {chain}")?,
+                Op::AddCounter(counter) if in_block => writeln!(out, "\tcounter {counter} {{ }}")?,
+                Op::AddCounter(counter) => writeln!(out, "add counter {t} {name} {counter}")?,
                 Op::DeleteChain(chain) => writeln!(out, "delete chain {t} {name} {chain}")?,
                 Op::AddRule(chain, rule) => {
                     write!(out, "add rule {t} {name} {chain} ")?;

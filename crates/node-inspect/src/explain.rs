@@ -520,6 +520,9 @@ fn implementation(out: &mut String, t: &ServiceTarget, config: &DataplaneConfig,
         let why = match shared {
             nft_dataplane::fragment::Shared::Hairpin(_) => " (masquerade an endpoint reaching itself)",
             nft_dataplane::fragment::Shared::ClusterIp(_) => " (other ports of this address are rejected)",
+            nft_dataplane::fragment::Shared::NodePortNotRelayed(_) => {
+                " (on loopback rejected and counted: the localhost relay answers TCP only)"
+            }
         };
         let _ = writeln!(out, "    {}: {}{why}", shared.set(), shared.element().key);
     }

@@ -25,6 +25,8 @@
 //!  kube_proxy_metrics  kube-proxy's sync and health metric families
 //!  localhost_relay  localhost node ports: a TCP listener on loopback per
 //!            node port, relaying to the endpoints the rules use
+//!  localhost_rejects  the packets to them the relay does not answer (UDP,
+//!            SCTP), which the table rejects: its counters, as kube-proxy's metric
 //!  http      the small HTTP/1 server the health endpoints answer on
 //! ```
 //!
@@ -38,6 +40,7 @@ pub mod family;
 pub mod health;
 pub mod http;
 pub mod kube_proxy_metrics;
+pub mod localhost_rejects;
 pub mod localhost_relay;
 pub mod proxier;
 pub mod schedule;

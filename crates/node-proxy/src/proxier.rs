@@ -59,6 +59,7 @@ impl Proxier {
     /// each sync planned (every service after a full sync).
     pub fn with_localhost_relay(mut self, relay: LocalhostRelay) -> Self {
         self.table.syncer_mut().keep_plans(Box::new(LocalhostRelay::reads));
+        self.reconfigure(|c| c.loopback_relay = true);
         self.relay = Some(relay);
         self
     }
@@ -204,11 +205,13 @@ impl FamilyProxier for Proxier {
     fn follow_node(&mut self, wanted: &DataplaneConfig) -> Option<DataplaneConfig> {
         let mut before = None;
         self.reconfigure(|c| {
-            let family = c.family;
+            // The family and the relay are the proxier's own, not the node's.
+            let (family, loopback_relay) = (c.family, c.loopback_relay);
             before = Some(std::mem::replace(
                 c,
                 DataplaneConfig {
                     family,
+                    loopback_relay,
                     ..wanted.clone()
                 },
             ));

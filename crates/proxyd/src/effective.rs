@@ -37,6 +37,7 @@ pub fn effective(proxy: &ProxyArgs, facts: &NodeFacts) -> DataplaneConfig {
         masquerade_all: proxy.masquerade_all,
         nodeport_addresses,
         service_cidrs,
+        loopback_relay: false,
         refuse_for_tests: refuse_for_tests(),
     }
 }

@@ -54,6 +54,14 @@ impl Metrics {
         }
     }
 
+    /// Reads, at each scrape, the packets the tables rejected on
+    /// localhost node ports (kube-proxy's
+    /// `kubeproxy_nftables_localhost_nodeport_rejected_packets_total`).
+    pub fn counting_localhost_rejects(mut self, rejects: node_proxy::localhost_rejects::LocalhostRejects) -> Self {
+        self.registry.register_collector(Box::new(rejects));
+        self
+    }
+
     /// The exposition text (OpenMetrics).
     pub fn render(&self) -> String {
         let mut out = String::new();

@@ -210,6 +210,16 @@ impl Node {
         out.lines().map(str::to_owned).collect()
     }
 
+    /// Sends `n` UDP datagrams from the node to `lo:port`, where a socket
+    /// of the node's is bound: `sent=N refused=R received=K` (refused: the
+    /// send, or the one after it, failed as the kernel refused it).
+    fn datagrams_to_a_squatter(&self, lo: &str, port: u16, n: u32) -> String {
+        let out = self
+            .node
+            .exec("python3", &["-c", DATAGRAMS, lo, &port.to_string(), &n.to_string()]);
+        out.trim().to_owned()
+    }
+
     fn check(&self, probes: &[Probe]) {
         for p in probes {
             let n = match p.fate {
@@ -321,6 +331,33 @@ fn node_object(addresses: &[&str], pod_cidrs: &[&str]) -> String {
 }
 
 const PORT: &str = "  ports: [{name: p, port: 80, targetPort: 8080, protocol: TCP";
+
+/// `python3 -c DATAGRAMS ADDR PORT N`: a UDP socket bound at ADDR:PORT,
+/// N datagrams sent to it, each from a socket of its own; prints what was
+/// sent, refused (EPERM or ECONNREFUSED on the send) and received.
+const DATAGRAMS: &str = r#"
+import socket, sys
+addr, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+squatter = socket.socket(fam, socket.SOCK_DGRAM)
+squatter.bind((addr, port))
+squatter.settimeout(0.2)
+refused = received = 0
+for i in range(n):
+    # A socket per datagram: no error an earlier one left pending.
+    client = socket.socket(fam, socket.SOCK_DGRAM)
+    try:
+        client.sendto(b"x", (addr, port))
+    except (PermissionError, ConnectionRefusedError):
+        refused += 1
+        continue
+    try:
+        squatter.recv(16)
+        received += 1
+    except socket.timeout:
+        pass
+print(f"sent={n} refused={refused} received={received}")
+"#;
 
 /// An IPv6-only node (its only addresses IPv6, a cluster of IPv6 services),
 /// with no family flag: proxyd runs both families with IPv6 primary, as
@@ -562,7 +599,9 @@ fn a_dual_stack_node_serves_each_family_policy_with_no_family_flag() {
 /// `[::1]:NODEPORT` reach the node port's endpoints of their family, a
 /// Local policy without an endpoint here has no listener, affinity sticks,
 /// the primary address still answers from outside, and the listeners are
-/// counted per family.
+/// counted per family. UDP there is rejected (kube-proxy 1.38's rule), even
+/// where a socket of the host's is bound, and counted per family and
+/// protocol, across a restart.
 #[test]
 #[ignore = "needs root, nft, iproute2 and python3"]
 fn localhost_node_ports_answer_on_both_loopbacks_once_named_even_after_a_restart() {
@@ -591,6 +630,14 @@ fn localhost_node_ports_answer_on_both_loopbacks_once_named_even_after_a_restart
         ),
     );
     m += &slice("sticky", "sticky-4", "IPv4", &[(v4a, "node-1"), (v4b, "node-2")]);
+    m += &service(
+        "datagrams",
+        "  type: NodePort\n  ipFamilyPolicy: RequireDualStack\n  ipFamilies: [IPv4, IPv6]\n  clusterIPs: [10.96.0.34, \"fd00:96::34\"]\n  \
+         ports: [{name: p, port: 53, targetPort: 8080, protocol: UDP, nodePort: 30088}]",
+    );
+    for (family, addr) in [("IPv4", v4a), ("IPv6", v6a)] {
+        m += &slice("datagrams", &format!("datagrams-{family}"), family, &[(addr, "node-1")]).replace("TCP", "UDP");
+    }
     let mut n = Node::start(
         "lo",
         &["192.168.51.1/24", "fd00:51::1/64"],
@@ -606,6 +653,13 @@ fn localhost_node_ports_answer_on_both_loopbacks_once_named_even_after_a_restart
         port: 30085,
         fate: Fate::Refused,
     }]);
+    for lo in ["127.0.0.1", "::1"] {
+        assert_eq!(
+            n.datagrams_to_a_squatter(lo, 30088, 5),
+            "sent=5 refused=0 received=5",
+            "{lo}: without localhost node ports, the host's own UDP socket there gets them"
+        );
+    }
 
     let metrics = common::free_port();
     let address = format!("127.0.0.1:{metrics}");
@@ -655,12 +709,42 @@ fn localhost_node_ports_answer_on_both_loopbacks_once_named_even_after_a_restart
             fate: endpoints(&[v4a, v4b]),
         },
     ]);
+    // UDP is not relayed: rejected at once (the sender hears so), never
+    // delivered, even to a socket of the host's bound there; counted.
+    for (lo, sent) in [("127.0.0.1", 7), ("::1", 4)] {
+        assert_eq!(
+            n.datagrams_to_a_squatter(lo, 30088, sent),
+            format!("sent={sent} refused={sent} received=0"),
+            "{lo}: UDP to a localhost node port"
+        );
+    }
     let text = common::daemon::http_body(metrics, "/metrics");
     for line in [
+        "kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family=\"IPv4\",protocol=\"UDP\"} 7",
+        "kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family=\"IPv6\",protocol=\"UDP\"} 4",
+        "kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family=\"IPv4\",protocol=\"SCTP\"} 0",
         "kubeproxy_nftables_localhost_nodeport_listeners{ip_family=\"IPv4\"} 2",
         "kubeproxy_nftables_localhost_nodeport_listeners{ip_family=\"IPv6\"} 1",
         "kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total{ip_family=\"IPv4\"} 0",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
+    // The kernel keeps the counts: a restart rewrites the table in place
+    // and reads them back, one more datagram on top.
+    n.restart(&[
+        "--cluster-cidr",
+        "10.244.0.0/16,fd00:244::/56",
+        "--nodeport-addresses",
+        "primary,localhost",
+        "--metrics-bind-address",
+        &address,
+    ]);
+    n.wait_until_programmed();
+    assert_eq!(
+        n.datagrams_to_a_squatter("127.0.0.1", 30088, 1),
+        "sent=1 refused=1 received=0"
+    );
+    let text = common::daemon::http_body(metrics, "/metrics");
+    let line = "kubeproxy_nftables_localhost_nodeport_rejected_packets_total{ip_family=\"IPv4\",protocol=\"UDP\"} 8";
+    assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
 }

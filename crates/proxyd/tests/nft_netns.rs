@@ -1412,7 +1412,11 @@ fn netlink_writes_what_nft_writes(family: IpFamily) {
     snapshot.facts.zone = zone;
     let mut by_nft = proxyd::snapshot_engine(&snapshot, "node-1", &proxy);
     let mut by_netlink = proxyd::snapshot_engine(&snapshot, "node-1", &proxy);
-    let config = proxyd::effective(&proxy, &snapshot.facts);
+    // With localhost node ports: their counters and reject rules too.
+    let config = DataplaneConfig {
+        loopback_relay: true,
+        ..proxyd::effective(&proxy, &snapshot.facts)
+    };
     let (a, b) = (
         Netns::new(&format!("w-nft-{word}")),
         Netns::new(&format!("w-nl-{word}")),
@@ -1473,6 +1477,34 @@ fn netlink_writes_what_nft_writes(family: IpFamily) {
         e.remove_service(&ServiceName::new("ns", "many"));
     }
     step("deleted", &mut nft, &mut netlink, &mut by_nft, &mut by_netlink);
+    // UDP and SCTP node ports: elements of the set the loopback rejects
+    // look up.
+    let vip = match family {
+        IpFamily::V4 => "10.96.7.8",
+        IpFamily::V6 => "fd00:96::7:8",
+    };
+    for e in [&mut by_nft, &mut by_netlink] {
+        let mut s = service("datagrams", vip);
+        s.service_type = slice_model::ServiceType::NodePort;
+        s.ports = [(Protocol::Udp, 30053), (Protocol::Sctp, 30054)]
+            .into_iter()
+            .map(|(protocol, np)| ServicePort {
+                name: format!("{protocol:?}").to_lowercase().into(),
+                protocol,
+                port: NonZeroU16::new(np - 30000).unwrap(),
+                node_port: NonZeroU16::new(np),
+                app_protocol: None,
+            })
+            .collect();
+        e.update_service(&s);
+    }
+    step(
+        "UDP and SCTP node ports",
+        &mut nft,
+        &mut netlink,
+        &mut by_nft,
+        &mut by_netlink,
+    );
     // The sticky service of 100,000 endpoints aside: the same rules as
     // the sticky one of 3,000, and `nft -f` takes minutes to read its
     // 100,000 chains (netlink writes it in the extremes' own tests).

@@ -29,6 +29,12 @@ const NEWRULE: u16 = 6;
 const DELRULE: u16 = 8;
 const DELSET: u16 = 11;
 const DELSETELEM: u16 = 14;
+const NEWOBJ: u16 = 18;
+/// `NFTA_OBJ_TABLE`, `NFTA_OBJ_NAME`, `NFTA_OBJ_TYPE`, `NFTA_OBJ_DATA`.
+pub(super) const OBJ_TABLE: u16 = 1;
+pub(super) const OBJ_NAME: u16 = 2;
+pub(super) const OBJ_TYPE: u16 = 3;
+pub(super) const OBJ_DATA: u16 = 4;
 
 /// Attributes of tables, chains, rules and element lists (`NFTA_*`).
 const TABLE_NAME: u16 = 1;
@@ -137,6 +143,14 @@ fn operation(w: &mut Writer, op: &Op) {
         Op::FlushSet(set) => w.message(DELSETELEM, 0, format!("flush set {set}"), |m, b| {
             m.table(b, ELEM_LIST_TABLE);
             string(b, ELEM_LIST_SET, &set.to_string());
+        }),
+        // Without NLM_F_EXCL an existing counter is left as it is (a
+        // counter has nothing to update): its values survive the rewrite.
+        Op::AddCounter(counter) => w.message(NEWOBJ, NLM_F_CREATE, format!("add counter {counter}"), |m, b| {
+            m.table(b, OBJ_TABLE);
+            string(b, OBJ_NAME, &counter.to_string());
+            u32_be(b, OBJ_TYPE, rules::OBJECT_COUNTER);
+            nested(b, OBJ_DATA, |_| {});
         }),
     }
 }

@@ -267,6 +267,7 @@ fn declaration(f: IpFamily, set: &SetId) -> Declaration {
         SetId::MasqNodePorts
         | SetId::NodePortNoEndpoints
         | SetId::NodePortNoLocalEndpoints
+        | SetId::NodePortsNotRelayed
         | SetId::NodePortSlotFrontends(_) => {
             concat_type(&mut ud);
             (0, concat(&node_port), key_len(&node_port, alen), None)

@@ -11,7 +11,7 @@
 
 use std::io;
 
-use netlink_packet_core::{NLM_F_DUMP, NLM_F_REQUEST, NlaBuffer, NlasIterator, Parseable};
+use netlink_packet_core::{DefaultNla, NLM_F_DUMP, NLM_F_REQUEST, NlaBuffer, NlasIterator, Parseable};
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, GenAttribute, GenMessage, NfTablesMessage, RuleAttribute, RuleMessage, SetAttribute,
     SetElementList, SetElementMessage, SetFlags, SetMessage, TableAttribute, TableMessage,
@@ -24,6 +24,7 @@ use nft_dataplane::{DataplaneError, RulesDigest, TableObjects, Transaction};
 use super::batch::{self, Scope};
 use super::elements::{self, RawElement};
 use super::extack::{self, Extack};
+use super::rules;
 use super::writer::{self, Batch};
 use super::{ENOENT, Next, Reply, Socket, append, malformed, nfproto, nftables_message};
 use crate::netns::Netns;
@@ -34,6 +35,9 @@ const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 /// A set element dump's replies (the message type's low byte).
 const NFT_MSG_NEWSETELEM: u16 = 12;
+/// An object dump's replies, and a counter's packets (`NFTA_COUNTER_PACKETS`).
+const NFT_MSG_NEWOBJ: u16 = 18;
+const NFTA_COUNTER_PACKETS: u16 = 2;
 /// The send buffer a batch fits in without raising it.
 const SEND_BUFFER: usize = 200 * 1024;
 
@@ -123,6 +127,26 @@ impl NftNetlink {
                 "set {set} changed each of the {READ_ATTEMPTS} times it was read"
             ))
         })
+    }
+
+    /// The packets each named counter of the table `table` of `family` has
+    /// counted, by name: one dump (a table without counters, or none at
+    /// all, has none).
+    pub fn counters(&mut self, family: IpFamily, table: &str) -> io::Result<Vec<(String, u64)>> {
+        let mut name = table.as_bytes().to_vec();
+        name.push(0);
+        let get = NfTablesMessage::GetObject(vec![
+            DefaultNla::new(batch::OBJ_TABLE, name),
+            DefaultNla::new(batch::OBJ_TYPE, rules::OBJECT_COUNTER.to_be_bytes().to_vec()),
+        ]);
+        let mut out = Vec::new();
+        self.dump(get, family, |kind, payload| {
+            if kind & 0xff == NFT_MSG_NEWOBJ {
+                out.extend(counter_of(payload, table));
+            }
+        })?;
+        out.sort_unstable();
+        Ok(out)
     }
 
     /// The three dumps of [`objects`](Self::objects), and whether any was
@@ -442,6 +466,32 @@ fn rule_chain(payload: &[u8], table: &str) -> Option<(String, Option<u64>)> {
         }
     }
     chain.filter(|_| in_table).map(|c| (c, digest))
+}
+
+/// A dumped object's name and packet count, when it is a counter of
+/// `table` (`NFTA_OBJ_*`, its data `NFTA_COUNTER_PACKETS`, big-endian).
+fn counter_of(payload: &[u8], table: &str) -> Option<(String, u64)> {
+    let text = |v: &[u8]| String::from_utf8(v.split(|b| *b == 0).next().unwrap_or_default().to_vec()).ok();
+    let (mut in_table, mut counter, mut name, mut packets) = (false, false, None, None);
+    for nla in NlasIterator::new(payload.get(4..)?) {
+        let nla: NlaBuffer<&[u8]> = nla.ok()?;
+        match nla.kind() {
+            batch::OBJ_TABLE => in_table = text(nla.value()).as_deref() == Some(table),
+            batch::OBJ_NAME => name = text(nla.value()),
+            batch::OBJ_TYPE => counter = nla.value() == rules::OBJECT_COUNTER.to_be_bytes(),
+            batch::OBJ_DATA => {
+                for inner in NlasIterator::new(nla.value()) {
+                    let inner: NlaBuffer<&[u8]> = inner.ok()?;
+                    if inner.kind() == NFTA_COUNTER_PACKETS {
+                        packets = Some(u64::from_be_bytes(inner.value().try_into().ok()?));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (in_table && counter).then_some(())?;
+    Some((name?, packets?))
 }
 
 /// The first message of a batch the kernel refused: what it does, with

@@ -56,6 +56,10 @@ const LOOKUP_INVERT: u32 = 1;
 const ELEM_USERDATA: u16 = 6;
 /// `NFT_SET_ELEM_INTERVAL_END`.
 const ELEM_INTERVAL_END: u32 = 1;
+/// `NFTA_OBJREF_IMM_TYPE`, `NFTA_OBJREF_IMM_NAME`, `NFT_OBJECT_COUNTER`.
+const OBJREF_IMM_TYPE: u16 = 1;
+const OBJREF_IMM_NAME: u16 = 2;
+pub(super) const OBJECT_COUNTER: u32 = 1;
 /// `IFNAMSIZ`.
 const IFNAMSIZ: usize = 16;
 
@@ -330,6 +334,7 @@ impl Exprs {
                 self.client_and(*endpoint);
                 self.lookup(&clients.to_string(), None, None, false);
             }
+            Match::Protocol(p) => self.l4proto_is(*p),
         }
     }
 
@@ -421,6 +426,10 @@ impl Exprs {
                     attr(b, 6, |b| b.extend(timeout_secs.saturating_mul(1000).to_be_bytes()));
                 });
             }
+            Statement::Count(counter) => self.expr("objref", |b| {
+                u32_be(b, OBJREF_IMM_TYPE, OBJECT_COUNTER);
+                string(b, OBJREF_IMM_NAME, &counter.to_string());
+            }),
         }
     }
 

@@ -235,6 +235,9 @@ pub(super) fn reassert_skeleton(config: &DataplaneConfig, tx: &mut Transaction) 
     for set in SetId::skeleton(config.scope) {
         tx.push(Op::AddSet(set, Vec::new()));
     }
+    for counter in skeleton::counters(config) {
+        tx.push(Op::AddCounter(counter));
+    }
     let chains = skeleton::chains(config);
     for (chain, _) in &chains {
         tx.push(Op::AddChain(chain.clone()));

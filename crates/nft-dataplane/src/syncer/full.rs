@@ -289,6 +289,9 @@ pub(super) fn declare(
         let e = elements(&set);
         tx.push(Op::AddSet(set, e));
     }
+    for counter in skeleton::counters(config) {
+        tx.push(Op::AddCounter(counter));
+    }
     for (chain, rules) in fixed {
         for r in rules {
             tx.push(Op::AddRule(chain.clone(), r));

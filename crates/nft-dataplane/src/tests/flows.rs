@@ -902,3 +902,80 @@ fn each_local_traffic_detector_tells_pods_from_the_rest() {
         );
     });
 }
+
+/// Localhost node ports (the relay answers TCP on loopback): UDP and SCTP
+/// to a node port on loopback are rejected and counted, by protocol, as
+/// kube-proxy's are; TCP is left to the relay, other ports and other
+/// addresses are untouched; without the relay nothing is.
+#[test]
+fn loopback_node_ports_the_relay_does_not_answer_are_rejected_and_counted() {
+    super::mirror::in_both_families(|| {
+        let mut e = Engine::new(super::mirror::family(IpFamily::V4));
+        for (name, ip, protocol, np) in [
+            ("dns", "172.30.0.53", Protocol::Udp, 3053),
+            ("sig", "172.30.0.54", Protocol::Sctp, 3054),
+            ("web", "172.30.0.55", Protocol::Tcp, 3055),
+        ] {
+            e.service(&node_port(service("ns", name, ip, 80, protocol), np))
+                .slice(slice("ns", name, protocol, 80, &[Ep::Remote("10.180.0.1")]));
+        }
+        // No endpoints: still rejected on loopback, and counted.
+        e.service(&node_port(
+            service("ns", "empty", "172.30.0.56", 80, Protocol::Udp),
+            3056,
+        ));
+        e.update();
+        let lo = "127.0.0.1";
+        let counted = |t: &crate::tracer::Trace| t.counted.iter().map(|(c, p)| (c.to_string(), *p)).collect::<Vec<_>>();
+        let mut relayed = config();
+        relayed.loopback_relay = true;
+        let k = fresh(&e, &relayed);
+        for (protocol, port, counter) in [
+            (Protocol::Udp, 3053, "localhost-nodeport-rejected-udp"),
+            (Protocol::Sctp, 3054, "localhost-nodeport-rejected-sctp"),
+            (Protocol::Udp, 3056, "localhost-nodeport-rejected-udp"),
+        ] {
+            let t = trace(&k, with_protocol(local(lo, lo, port), protocol));
+            assert_eq!(
+                t.only(),
+                Some(Fate::Rejected),
+                "{protocol:?} to loopback node port {port}"
+            );
+            assert_eq!(counted(&t), [(counter.to_string(), 1.0)], "{protocol:?} {port}");
+        }
+        let untouched = [
+            ("TCP is the relay's", with_protocol(local(lo, lo, 3055), Protocol::Tcp)),
+            (
+                "a UDP port no service has",
+                with_protocol(local(lo, lo, 3099), Protocol::Udp),
+            ),
+            (
+                "UDP to the TCP service's node port",
+                with_protocol(local(lo, lo, 3055), Protocol::Udp),
+            ),
+        ];
+        for (case, p) in untouched {
+            let t = trace(&k, p);
+            assert!(
+                matches!(t.only(), Some(Fate::Delivered { to, masquerade: false }) if to.ip().is_loopback()),
+                "{case}: {}",
+                t.summary()
+            );
+            assert!(t.counted.is_empty(), "{case}");
+        }
+        expect(
+            &k,
+            "UDP to the node's address still reaches the endpoint",
+            with_protocol(local(NODE_IP, NODE_IP, 3053), Protocol::Udp),
+            "10.180.0.1:80 (masq)",
+        );
+        let without = fresh(&e, &config());
+        let t = trace(&without, with_protocol(local(lo, lo, 3053), Protocol::Udp));
+        assert!(
+            matches!(t.only(), Some(Fate::Delivered { .. })),
+            "no relay: {}",
+            t.summary()
+        );
+        assert!(t.counted.is_empty());
+    });
+}

@@ -38,6 +38,7 @@ use node_proxy::families::families_text;
 use node_proxy::family::HealthChecks;
 use node_proxy::health::{ProxierHealth, ServiceHealth};
 use node_proxy::http::{Reply, serve};
+use node_proxy::localhost_rejects::LocalhostRejects;
 use node_proxy::schedule::{Pacing, SyncTiming};
 
 /// `proxyd run` from the command line.
@@ -272,7 +273,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 /// listeners.
 async fn start_serving(args: &RunArgs, node: &str, families: &[IpFamily], tasks: &Tasks) -> anyhow::Result<Serving> {
     let (tracker, shutdown) = (&tasks.tracker, &tasks.shutdown);
-    let metrics = Arc::new(Metrics::new(families, args.proxy.multus));
+    let relayed = families.iter().copied().filter(|f| args.relays_localhost(*f)).collect();
+    let rejects = LocalhostRejects::new(Netns::from_flag(args.netns.clone()), relayed);
+    let metrics = Arc::new(Metrics::new(families, args.proxy.multus).counting_localhost_rejects(rejects));
     // The health server listens before anything else starts, answering
     // 503 until the first sync is written: a probe that cannot connect
     // says nothing an operator can act on.

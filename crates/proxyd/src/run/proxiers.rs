@@ -154,7 +154,7 @@ fn localhost_relay(
     metrics: &Metrics,
     tasks: &TaskTracker,
 ) -> Option<LocalhostRelay> {
-    if !args.localhost_nodeports(family) || args.is_dry_run() {
+    if !args.relays_localhost(family) {
         return None;
     }
     let (relay, listeners) = LocalhostRelay::start(family, netns, metrics.sync.relay_metrics(family));

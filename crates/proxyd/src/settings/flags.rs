@@ -599,6 +599,12 @@ impl RunArgs {
         self.feature_gate(LOCALHOST_NODEPORTS) && self.proxy.nodeport_names_loopback(family)
     }
 
+    /// Whether `family`'s loopback address is answered by a relay: its
+    /// localhost node ports on, and not a dry run (which opens nothing).
+    pub fn relays_localhost(&self, family: IpFamily) -> bool {
+        self.localhost_nodeports(family) && !self.is_dry_run()
+    }
+
     /// Whether nothing is applied: --dry-run, or --dry-run-dir.
     pub fn is_dry_run(&self) -> bool {
         self.dry_run || self.dry_run_dir.is_some()
