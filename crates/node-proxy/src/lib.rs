@@ -16,6 +16,7 @@
 //!            changes paced
 //!  families  which IP families to serve, and kube-proxy's checks of the
 //!            configuration against the cluster's primary family
+//!  feature_gates  kube-proxy's gates: which act here, how settings resolve
 //!  family    what a family's proxier is, in either mode (the
 //!            FamilyProxier trait), and its one report (FamilySync)
 //!  proxier   node mode's proxier: engine update ─► its nftables Target
@@ -37,6 +38,7 @@
 pub mod actor;
 pub mod families;
 pub mod family;
+pub mod feature_gates;
 pub mod health;
 pub mod http;
 pub mod kube_proxy_metrics;

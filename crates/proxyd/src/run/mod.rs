@@ -124,12 +124,16 @@ pub fn check_host(args: &RunArgs) -> Result<(), String> {
 /// localhost node ports' gate keeps `--nodeport-addresses`'s loopback
 /// addresses from being answered.
 fn say_feature_gates(args: &RunArgs, families: &[IpFamily]) {
-    let unknown = args.unknown_feature_gates();
-    if !unknown.is_empty() {
-        tracing::warn!(
-            gates = ?unknown,
-            "--feature-gates: proxyd has none of these (it has KubeProxyNFTablesLocalhostNodePorts only): left out"
-        );
+    let (typos, others): (Vec<_>, Vec<_>) = node_proxy::feature_gates::not_kube_proxys(&args.feature_gates)
+        .into_iter()
+        .partition(|(_, near)| near.is_some());
+    for (name, near) in typos {
+        let near = near.unwrap_or_default();
+        tracing::warn!("--feature-gates {name}: not a gate of kube-proxy's; did you mean {near}? (left out)");
+    }
+    if !others.is_empty() {
+        let names: Vec<&str> = others.iter().map(|(n, _)| *n).collect();
+        tracing::info!(gates = ?names, "--feature-gates: not read by kube-proxy's proxying: no effect here");
     }
     let named = families.iter().any(|f| args.proxy.nodeport_names_loopback(*f));
     if named && !args.feature_gate(crate::settings::flags::LOCALHOST_NODEPORTS) {

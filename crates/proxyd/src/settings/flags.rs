@@ -243,38 +243,7 @@ pub fn parse_nodeport_address(s: &str) -> Result<NodePortAddress, String> {
     }
 }
 
-/// The feature gate of localhost node ports.
-pub const LOCALHOST_NODEPORTS: &str = "KubeProxyNFTablesLocalhostNodePorts";
-
-/// One `--feature-gates` setting, `Name=true|false`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FeatureGate {
-    /// The gate's name.
-    pub name: String,
-    /// On or off.
-    pub enabled: bool,
-}
-
-/// `Name=true` or `Name=false`.
-pub fn parse_feature_gate(s: &str) -> Result<FeatureGate, String> {
-    let (name, value) = s
-        .trim()
-        .split_once('=')
-        .ok_or_else(|| format!("{s:?} is not NAME=true|false"))?;
-    let enabled = match value.trim().to_ascii_lowercase().as_str() {
-        "true" => true,
-        "false" => false,
-        other => return Err(format!("{name}={other:?}: true or false")),
-    };
-    let name = name.trim();
-    if name.is_empty() {
-        return Err(format!("{s:?} names no gate"));
-    }
-    Ok(FeatureGate {
-        name: name.to_owned(),
-        enabled,
-    })
-}
+pub use node_proxy::feature_gates::{FeatureGate, LOCALHOST_NODEPORTS, parse as parse_feature_gate};
 
 /// kube-proxy's `--detect-local-mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -497,11 +466,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub init_only: bool,
 
-    /// kube-proxy's feature gates, comma-separated `NAME=true|false`.
-    /// proxyd has one: KubeProxyNFTablesLocalhostNodePorts (default true,
-    /// as in kube-proxy 1.38), a TCP relay on 127.0.0.1 and ::1 for node
-    /// ports when --nodeport-addresses names loopback. Others are left out
-    /// with a warning.
+    /// kube-proxy's feature gates, comma-separated `NAME=true|false`. The
+    /// one that acts here is KubeProxyNFTablesLocalhostNodePorts (beta, on
+    /// by default, as in kube-proxy 1.38): a TCP relay on 127.0.0.1 and ::1
+    /// for node ports when --nodeport-addresses names loopback (AllBeta
+    /// sets it too). kube-proxy's other gates are accepted and have no
+    /// effect; a name that is not kube-proxy's is said at the start.
     #[arg(long, value_delimiter = ',', value_name = "NAME=BOOL", value_parser = parse_feature_gate)]
     pub feature_gates: Vec<FeatureGate>,
 
@@ -569,28 +539,10 @@ pub fn parse_proxy_mode(s: &str) -> Result<String, String> {
 }
 
 impl RunArgs {
-    /// Whether a feature gate is on: the last `--feature-gates` setting of
-    /// it, else its default (KubeProxyNFTablesLocalhostNodePorts: on, as
-    /// in kube-proxy 1.38).
+    /// Whether a feature gate is on, as kube-proxy 1.38 resolves it (see
+    /// [`node_proxy::feature_gates::enabled`]).
     pub fn feature_gate(&self, name: &str) -> bool {
-        self.feature_gates
-            .iter()
-            .rev()
-            .find(|g| g.name == name)
-            .map_or(name == LOCALHOST_NODEPORTS, |g| g.enabled)
-    }
-
-    /// The gates set that proxyd does not have (left out, said once).
-    pub fn unknown_feature_gates(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self
-            .feature_gates
-            .iter()
-            .map(|g| g.name.as_str())
-            .filter(|n| *n != LOCALHOST_NODEPORTS)
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        names
+        node_proxy::feature_gates::enabled(&self.feature_gates, name)
     }
 
     /// Whether `family`'s localhost node ports are answered: the gate on
@@ -879,7 +831,6 @@ mod tests {
             "KubeProxyNFTablesLocalhostNodePorts=false,NFTablesNetlink=true",
         ]);
         assert!(!off.feature_gate(gate));
-        assert_eq!(off.unknown_feature_gates(), ["NFTablesNetlink"]);
         let again = run(&[
             "--feature-gates",
             "KubeProxyNFTablesLocalhostNodePorts=false",
