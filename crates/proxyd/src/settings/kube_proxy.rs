@@ -302,9 +302,11 @@ mod tests {
     use super::*;
     use crate::settings::flags::{Command, DetectLocalMode, NodePortAddress, RunArgs};
 
-    /// What kubeadm 1.36 writes into the `kube-proxy` ConfigMap as
+    /// What kubeadm 1.38 writes into the `kube-proxy` ConfigMap as
     /// `config.conf` (its defaults; `clusterCIDR` from the pod subnet).
     const KUBEADM: &str = include_str!("../../tests/fixtures/kubeadm-kube-proxy-config.conf");
+    /// What kubeadm 1.36 wrote (1.38 adds `iptables.snatNodeInternalIP`).
+    const KUBEADM_1_36: &str = include_str!("../../tests/fixtures/kubeadm-1.36-kube-proxy-config.conf");
 
     fn decode(text: &str) -> Result<(Settings, Vec<String>), String> {
         settings(text, &crate::settings::command())
@@ -345,19 +347,28 @@ mod tests {
 
     #[test]
     fn kubeadms_file_means_kube_proxys_defaults() {
-        let (s, notes) = decode(KUBEADM).unwrap();
-        assert_eq!(
-            notes,
-            ["kube-proxy configuration: the iptables, ipvs, winkernel section(s) are for other modes; left out"]
-        );
-        let mut want = Settings::default();
-        want.set("cluster-cidr", Value::One("10.244.0.0/16".into()));
-        want.set("kubeconfig", Value::One("/var/lib/kube-proxy/kubeconfig.conf".into()));
-        assert_eq!(s, want, "every zero value is the default; the rest maps");
-        let mut want = defaults();
-        want.proxy.cluster_cidr = vec![cidr("10.244.0.0/16")];
-        want.source.kubeconfig = Some("/var/lib/kube-proxy/kubeconfig.conf".into());
-        assert_eq!(format!("{:?}", run_with(KUBEADM, &[])), format!("{want:?}"));
+        for (version, file) in [("1.38", KUBEADM), ("1.36", KUBEADM_1_36)] {
+            let (s, notes) = decode(file).unwrap_or_else(|e| panic!("kubeadm {version}: {e}"));
+            assert_eq!(
+                notes,
+                ["kube-proxy configuration: the iptables, ipvs, winkernel section(s) are for other modes; left out"]
+            );
+            let mut want = Settings::default();
+            want.set("cluster-cidr", Value::One("10.244.0.0/16".into()));
+            want.set("kubeconfig", Value::One("/var/lib/kube-proxy/kubeconfig.conf".into()));
+            assert_eq!(
+                s, want,
+                "kubeadm {version}: every zero value is the default; the rest maps"
+            );
+            let mut want = defaults();
+            want.proxy.cluster_cidr = vec![cidr("10.244.0.0/16")];
+            want.source.kubeconfig = Some("/var/lib/kube-proxy/kubeconfig.conf".into());
+            assert_eq!(
+                format!("{:?}", run_with(file, &[])),
+                format!("{want:?}"),
+                "kubeadm {version}"
+            );
+        }
     }
 
     #[test]
