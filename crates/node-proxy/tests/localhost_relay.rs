@@ -296,3 +296,37 @@ fn ipv6_listens_on_the_ipv6_loopback() {
     assert_eq!(c.relay.loopback(), "::1".parse::<IpAddr>().unwrap());
     assert_eq!(reach("::1", node_port).unwrap(), "::1");
 }
+
+/// Shutdown (the sync side's handle dropped, as the daemon drops it when
+/// it stops): the listeners close, and so do the connections they relay,
+/// as kube-proxy's relay closes them at shutdown.
+#[test]
+fn shutdown_closes_the_listeners_and_the_relayed_connections() {
+    let mut c = Cluster::new(IpFamily::V4);
+    let target = servers(&["127.0.0.8"]);
+    let node_port = free_port("127.0.0.1");
+    c.service("web", node_port, |_| {});
+    c.endpoints("web", target, &[("127.0.0.8", "node-2")]);
+    c.sync();
+    let mut open = TcpStream::connect(("127.0.0.1", node_port)).unwrap();
+    let mut first = [0u8; 10];
+    let _ = open.read(&mut first).unwrap();
+    open.write_all(b"alive").unwrap();
+    let mut echo = [0u8; 5];
+    open.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"alive", "relayed before the shutdown");
+
+    let Cluster { relay, _runtime, .. } = c;
+    drop(relay);
+    let closing = std::time::Instant::now();
+    while reach("127.0.0.1", node_port).is_ok() {
+        assert!(closing.elapsed() < Duration::from_secs(2), "the port still answers");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    open.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut rest = [0u8; 1];
+    assert!(
+        matches!(open.read(&mut rest), Ok(0) | Err(_)),
+        "the relayed connection is closed at shutdown, not left open"
+    );
+}
