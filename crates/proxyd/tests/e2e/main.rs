@@ -109,6 +109,31 @@ async fn udp_conntrack_entries_follow_the_endpoints() {
     c.eventually("pod1 answers once pod2 stops serving", || ask(&c) == [PODS[0]]);
 }
 
+/// A UDP node port through the API server's watch: a client that keeps
+/// its source port follows its endpoint when the endpoint is swapped, and
+/// once the Service is deleted its entry goes too (k8s#141371, kube-proxy
+/// 1.38): without that, a client that keeps sending would keep reaching
+/// the old endpoint for as long as it sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+async fn udp_node_port_flows_follow_the_endpoints_and_end_with_the_service() {
+    require();
+    let mut c = Cluster::new("udpnp").await;
+    c.apply(service(
+        "dns",
+        json!({"type": "NodePort", "clusterIP": "10.96.0.54",
+               "ports": [{"name": "dns", "protocol": "UDP", "port": 53, "targetPort": 8080, "nodePort": 30053}]}),
+    ));
+    c.apply(slice("dns-1", "dns", "dns", "UDP", &[Ep::ready(0)], false));
+    c.start_proxyd();
+    let ask = |c: &Cluster| c.request("udp", NODE_IP, 30053, 1, 40200);
+    c.eventually("pod1 answers at the node port", || ask(&c) == [PODS[0]]);
+    c.apply(slice("dns-1", "dns", "dns", "UDP", &[Ep::ready(1)], false));
+    c.eventually("pod2 answers the same client", || ask(&c) == [PODS[1]]);
+    c.server.delete(Kind::Service, "default", "dns").unwrap();
+    c.eventually("the deleted service's flow ends", || ask(&c) != [PODS[1]]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, nft, conntrack, iproute2 and python3"]
 async fn nodeport_with_local_policy_and_its_health_check() {
