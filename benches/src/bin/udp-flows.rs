@@ -1,4 +1,5 @@
-//! UDP flows through `proxyd run --manifests` in network namespaces, with
+//! UDP flows through `proxyd run` in network namespaces, fed by the fake
+//! API server's watch, with
 //! real traffic: a client namespace sends request/answer datagrams on
 //! `--flows` flows (one source port each, `--rate` a second each) to a
 //! UDP service of three endpoints, each in a namespace of its own behind a
@@ -8,8 +9,7 @@
 //! and deletes the Service. For each step: the datagrams sent and lost, the flows that moved
 //! to another endpoint (and how many had to: their endpoint went), when an
 //! endpoint that stopped serving last answered, and how long the flows
-//! took to be answered again. The manifests source reads its file every
-//! second, so a change takes effect up to a second after its step.
+//! took to be answered again.
 //!
 //! Needs root, iproute2 and python3.
 //!
@@ -24,7 +24,9 @@ use std::process::{Child, ChildStdin, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use fake_apiserver::{FakeApiServer, Kind};
 use proxyd_benches::{ScratchNetns, exit, run_ok};
+use serde_json::{Value, json};
 
 const CLIENT: &str = include_str!("../../udp-flows/client.py");
 const SERVER: &str = include_str!("../../udp-flows/server.py");
@@ -124,7 +126,8 @@ enum Action {
     Restart(&'static str),
     /// Writes the slice with these endpoints (by name).
     Slice(Vec<(&'static str, Conditions)>),
-    /// Deletes the Service and its slice.
+    /// Deletes the Service (its slice stays, as it does until the garbage
+    /// collector deletes it).
     DeleteService,
 }
 
@@ -177,28 +180,33 @@ fn steps() -> Vec<Step> {
     ]
 }
 
-fn manifests(addr: &Addresses, eps: &[(&str, Conditions)]) -> String {
-    let (vip, ty) = (addr.vip, addr.address_type);
-    let mut s = format!(
-        "apiVersion: v1\nkind: Service\nmetadata: {{name: dns, namespace: ns}}\n\
-         spec:\n  clusterIP: \"{vip}\"\n  clusterIPs: [\"{vip}\"]\n  ipFamilies: [{ty}]\n\
-         \x20 ports: [{{name: dns, protocol: UDP, port: 53, targetPort: {PORT}}}]\n---\n\
-         apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
-         metadata: {{name: dns-1, namespace: ns, labels: {{kubernetes.io/service-name: dns}}}}\n\
-         addressType: {ty}\nports: [{{name: dns, protocol: UDP, port: {PORT}}}]\nendpoints:"
-    );
-    if eps.is_empty() {
-        s.push_str(" []\n");
-    }
-    for (name, c) in eps {
-        let i = NAMES.iter().position(|n| n == name).unwrap_or_default();
-        s.push_str(&format!(
-            "\n- addresses: [\"{}\"]\n  nodeName: node-2\n  conditions: {{ready: {}, serving: {}, terminating: {}}}",
-            addr.endpoints[i], c.ready, c.serving, c.terminating
-        ));
-    }
-    s.push('\n');
-    s
+/// The Service: UDP port 53 to the endpoints' 5353.
+fn service(addr: &Addresses) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "dns", "namespace": "ns"},
+        "spec": {"clusterIP": addr.vip, "clusterIPs": [addr.vip], "ipFamilies": [addr.address_type],
+                 "ports": [{"name": "dns", "protocol": "UDP", "port": 53, "targetPort": PORT}]},
+    })
+}
+
+/// Its slice, with these endpoints (by name).
+fn slice(addr: &Addresses, eps: &[(&str, Conditions)]) -> Value {
+    let endpoints: Vec<Value> = eps
+        .iter()
+        .map(|(name, c)| {
+            let i = NAMES.iter().position(|n| n == name).unwrap_or_default();
+            json!({"addresses": [addr.endpoints[i]], "nodeName": "node-2",
+                   "conditions": {"ready": c.ready, "serving": c.serving, "terminating": c.terminating}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "dns-1", "namespace": "ns", "labels": {"kubernetes.io/service-name": "dns"}},
+        "addressType": addr.address_type,
+        "ports": [{"name": "dns", "protocol": "UDP", "port": PORT}],
+        "endpoints": endpoints,
+    })
 }
 
 /// A child killed when dropped.
@@ -312,13 +320,14 @@ fn topology(addr: &Addresses) -> Result<Topology, String> {
     })
 }
 
-/// Starts proxyd on the node and waits for its first sync.
+/// Starts proxyd on the node, reading the API server `kubeconfig` names,
+/// and waits for its first sync.
 fn start_proxyd(
     proxyd: &PathBuf,
     node: &str,
     family: &str,
     cluster: &str,
-    file: &PathBuf,
+    kubeconfig: &PathBuf,
     log: &PathBuf,
 ) -> Result<Running, String> {
     let child = Command::new(proxyd)
@@ -339,8 +348,8 @@ fn start_proxyd(
             "--metrics-bind-address",
             "",
         ])
-        .arg("--manifests")
-        .arg(file)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).map_err(|e| e.to_string())?)
         .spawn()
@@ -478,11 +487,22 @@ fn run(args: &Args) -> Result<(), String> {
     let t = topology(addr)?;
     let dir = std::env::temp_dir().join(format!("udp-flows-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let file = dir.join("dns.yaml");
-    let write = |eps: &[(&str, Conditions)]| std::fs::write(&file, manifests(addr, eps)).map_err(|e| e.to_string());
-    write(&[("a", READY), ("b", READY), ("c", READY)])?;
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| format!("no tokio runtime: {e}"))?;
+    let server = runtime
+        .block_on(FakeApiServer::start())
+        .map_err(|e| format!("fake API server: {e}"))?;
+    let apply = |obj: Value| {
+        server
+            .apply(obj)
+            .map(drop)
+            .map_err(|e| format!("fake API server: {e:?}"))
+    };
+    apply(service(addr))?;
+    apply(slice(addr, &[("a", READY), ("b", READY), ("c", READY)]))?;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).map_err(|e| e.to_string())?;
     let log = |n: usize| dir.join(format!("proxyd-{n}.log"));
-    let mut daemon = start_proxyd(&proxyd, &t.node.0, family, addr.cluster, &file, &log(0))?;
+    let mut daemon = start_proxyd(&proxyd, &t.node.0, family, addr.cluster, &kubeconfig, &log(0))?;
     let (mut client, mut out) = python(
         &t.client.0,
         CLIENT,
@@ -500,10 +520,14 @@ fn run(args: &Args) -> Result<(), String> {
             Action::Restart(signal) => {
                 run_ok("kill", &[&format!("-{signal}"), &daemon.0.id().to_string()])?;
                 let _ = daemon.0.wait();
-                daemon = start_proxyd(&proxyd, &t.node.0, family, addr.cluster, &file, &log(n + 1))?;
+                daemon = start_proxyd(&proxyd, &t.node.0, family, addr.cluster, &kubeconfig, &log(n + 1))?;
             }
-            Action::Slice(eps) => write(eps)?,
-            Action::DeleteService => std::fs::write(&file, "").map_err(|e| e.to_string())?,
+            Action::Slice(eps) => apply(slice(addr, eps))?,
+            Action::DeleteService => drop(
+                server
+                    .delete(Kind::Service, "ns", "dns")
+                    .map_err(|e| format!("fake API server: {e:?}"))?,
+            ),
         }
         std::thread::sleep(step);
     }
