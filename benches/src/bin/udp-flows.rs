@@ -15,7 +15,8 @@
 //!
 //! `cargo build --release -p proxyd -p proxyd-benches --bin udp-flows &&
 //! ./target/release/udp-flows --family ipv4` (`--proxyd PATH` runs another
-//! build's binary).
+//! build's binary; `--upgrade-from PATH` starts with an earlier release's
+//! and upgrades at the first restart; `--affinity` makes it sticky).
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -48,6 +49,13 @@ struct Args {
     /// The proxyd binary (default: the one beside this harness).
     #[arg(long)]
     proxyd: Option<PathBuf>,
+    /// Start with this proxyd (an earlier release's): the first restart
+    /// is then the upgrade to `--proxyd`, over the table it left.
+    #[arg(long)]
+    upgrade_from: Option<PathBuf>,
+    /// The Service has ClientIP session affinity.
+    #[arg(long)]
+    affinity: bool,
 }
 
 /// One family's addresses.
@@ -180,14 +188,19 @@ fn steps() -> Vec<Step> {
     ]
 }
 
-/// The Service: UDP port 53 to the endpoints' 5353.
-fn service(addr: &Addresses) -> Value {
-    json!({
+/// The Service: UDP port 53 to the endpoints' 5353 (with ClientIP
+/// affinity when `affinity`).
+fn service(addr: &Addresses, affinity: bool) -> Value {
+    let mut s = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "dns", "namespace": "ns"},
         "spec": {"clusterIP": addr.vip, "clusterIPs": [addr.vip], "ipFamilies": [addr.address_type],
                  "ports": [{"name": "dns", "protocol": "UDP", "port": 53, "targetPort": PORT}]},
-    })
+    });
+    if affinity {
+        s["spec"]["sessionAffinity"] = json!("ClientIP");
+    }
+    s
 }
 
 /// Its slice, with these endpoints (by name).
@@ -497,12 +510,13 @@ fn run(args: &Args) -> Result<(), String> {
             .map(drop)
             .map_err(|e| format!("fake API server: {e:?}"))
     };
-    apply(service(addr))?;
+    apply(service(addr, args.affinity))?;
     apply(slice(addr, &[("a", READY), ("b", READY), ("c", READY)]))?;
     let kubeconfig = dir.join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig()).map_err(|e| e.to_string())?;
     let log = |n: usize| dir.join(format!("proxyd-{n}.log"));
-    let mut daemon = start_proxyd(&proxyd, &t.node.0, family, addr.cluster, &kubeconfig, &log(0))?;
+    let first = args.upgrade_from.as_ref().unwrap_or(&proxyd);
+    let mut daemon = start_proxyd(first, &t.node.0, family, addr.cluster, &kubeconfig, &log(0))?;
     let (mut client, mut out) = python(
         &t.client.0,
         CLIENT,
@@ -545,11 +559,16 @@ fn run(args: &Args) -> Result<(), String> {
             .collect()
     };
     println!(
-        "{family}, {} flows at {}/s each, {} s a step, proxyd {}",
+        "{family}, {} flows at {}/s each, {} s a step, proxyd {}{}{}",
         args.flows,
         args.rate,
         args.step_secs,
-        proxyd.display()
+        proxyd.display(),
+        args.upgrade_from.as_ref().map_or(String::new(), |p| format!(
+            ", upgraded at the first restart from {}",
+            p.display()
+        )),
+        if args.affinity { ", ClientIP affinity" } else { "" }
     );
     println!(
         "| step | sent | lost | flows moved | of which had to | a gone endpoint last answered | answered again after |"
