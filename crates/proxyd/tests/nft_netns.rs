@@ -1088,6 +1088,68 @@ fn udp_flows_stay_on_their_endpoints_unless_theirs_stops_serving() {
     }
 }
 
+/// An upgrade over the table of the release before the sticky-service
+/// change, which kept a ClientIP port's recent clients in an `aff-*` set
+/// per endpoint: the new proxier's first sync removes those sets, and no
+/// UDP flow moves.
+#[test]
+#[ignore = "needs root, nft, conntrack, iproute2 and python3"]
+fn an_upgrade_over_the_earlier_aff_layout_moves_no_udp_flow() {
+    require();
+    use linux_dataplane::NetlinkConntrack;
+    const READY: (bool, bool, bool) = (true, true, false);
+    for site in &UDP_SITES {
+        let ns = site.namespace(&format!("udpaff{}", site.family.as_str()));
+        let proxier = || {
+            site.proxier(
+                &ns,
+                Box::new(NetlinkConntrack::new(linux_dataplane::Netns::Named(ns.0.clone()))),
+            )
+        };
+        let all = [
+            (site.endpoints[0], READY),
+            (site.endpoints[1], READY),
+            (site.endpoints[2], READY),
+        ];
+        let mut old = proxier();
+        old.engine.update_slice(site.slice(&all));
+        old.sync(SyncKind::Changes).unwrap();
+        drop(old);
+        // The earlier layout's per-endpoint sets of recent clients.
+        let (table, addr) = match site.family {
+            IpFamily::V4 => ("ip", "ipv4_addr"),
+            IpFamily::V6 => ("ip6", "ipv6_addr"),
+        };
+        for ep in site.endpoints {
+            // As that release named and declared them.
+            let set = format!("aff-ns/dns/udp/53/{}/53", ep.replace(':', "_"));
+            let body = format!("{{ type {addr}; flags dynamic,timeout; }}");
+            ns.exec("nft", &["add", "set", table, "proxyd", &set, &body]);
+        }
+        site.send(&ns.0, 6000..6030);
+        let before = site.flows(&ns);
+        assert_eq!(before.len(), 30, "{:?}: {before:?}", site.family);
+
+        let mut new = proxier();
+        new.engine.update_slice(site.slice(&all));
+        let out = new.sync(SyncKind::Changes).unwrap();
+        assert_eq!(out.conntrack_deleted, 0, "{:?}", site.family);
+        let listed = ns.exec("nft", &["list", "table", table, "proxyd"]);
+        assert!(
+            !listed.contains("aff-"),
+            "{:?}: the earlier layout's sets are gone",
+            site.family
+        );
+        site.send(&ns.0, 6000..6030);
+        assert_eq!(
+            moved(&before, &site.flows(&ns)),
+            0,
+            "{:?}: no flow moved over the upgrade",
+            site.family
+        );
+    }
+}
+
 /// `proxyd run` restarted (SIGTERM, then SIGKILL) over its table, with 30
 /// UDP flows from the node to a service of three endpoints: no flow
 /// changes endpoint, in either family.
