@@ -29,7 +29,9 @@
 //! assert_eq!(plan.create.len(), 1, "a Service without endpoints keeps a placeholder slice");
 //! ```
 
+pub mod controller;
 pub mod endpoint;
+pub mod metrics;
 pub mod reconcile;
 
 use std::collections::BTreeMap;
@@ -82,9 +84,9 @@ pub fn selects(svc: &Service, pod: &Pod) -> bool {
 /// `svc`'s wanted endpoints on `network`, by address type, from the pods
 /// its selector picks among `pods` (`nodes` by name, for zones); and the
 /// pods left out, with why.
-pub fn wanted(
+pub fn wanted<'a>(
     svc: &Service,
-    pods: &[Pod],
+    pods: impl IntoIterator<Item = &'a Pod>,
     network: &NetworkName,
     nodes: &BTreeMap<String, Node>,
 ) -> (BTreeMap<AddressType, Vec<PodEndpoint>>, Vec<LeftOut>) {
@@ -94,7 +96,7 @@ pub fn wanted(
     for t in &types {
         out.entry(*t).or_default();
     }
-    for pod in pods.iter().filter(|p| selects(svc, p)) {
+    for pod in pods.into_iter().filter(|p| selects(svc, p)) {
         for (i, t) in types.iter().enumerate() {
             match endpoint::pod_endpoint(svc, pod, network, *t, nodes) {
                 Ok(Some(e)) => out.entry(*t).or_default().push(e),

@@ -17,6 +17,7 @@
 //!                   mode's and the process metrics
 //!  inspect          `proxyd render` and `proxyd explain` (their text: node_inspect)
 //!  cleanup          `proxyd cleanup`
+//!  slices           `proxyd slices`: network_slices' controller, served
 //! ```
 //!
 //! The engine (`endpoints_map::Engine`), the dataplane's plans and its
@@ -34,6 +35,7 @@ mod metrics_registry;
 mod replay;
 mod run;
 mod settings;
+mod slices;
 mod snapshot_engine;
 
 pub use effective::effective;
@@ -59,5 +61,6 @@ pub fn main() -> std::process::ExitCode {
         Command::Render(args) => inspect::render(args),
         Command::Explain(args) => inspect::explain(args),
         Command::Cleanup(args) => cleanup::cleanup(args),
+        Command::Slices(args) => slices::main(args),
     }
 }

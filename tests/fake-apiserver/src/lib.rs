@@ -9,7 +9,9 @@
 //!  GET  /version, /api, /apis, /api/v1, /apis/discovery.k8s.io[/v1]   discovery
 //!  GET  <collection>?labelSelector=&limit=&continue=                  list (consistent pages)
 //!  GET  <collection>?watch=true&resourceVersion=&allowWatchBookmarks=&timeoutSeconds=
-//!  GET  <object>;  POST <collection>;  PUT, DELETE <object>
+//!  GET  <object>;  POST <collection> (generateName honoured);  PUT (a stale
+//!       resourceVersion is 409 Conflict), DELETE <object> (and what names it
+//!       as owner, as the garbage collector deletes it)
 //!    <collection> = /api/v1[/namespaces/NS]/services | /api/v1[/namespaces/NS]/pods
 //!                 | /apis/discovery.k8s.io/v1[/namespaces/NS]/endpointslices
 //!                 | /api/v1/nodes | /apis/networking.k8s.io/v1/servicecidrs
@@ -126,6 +128,9 @@ pub enum WriteError {
     AlreadyExists,
     /// Replace or delete of an object that does not exist.
     NotFound,
+    /// Replace of an object whose `metadata.resourceVersion` is not the
+    /// stored one (the API server's optimistic concurrency: 409 Conflict).
+    Conflict,
 }
 
 /// Counters of what the server was asked.
@@ -141,6 +146,9 @@ pub struct Stats {
     pub bookmarks: u64,
     /// Requests answered with an injected fault or a 410.
     pub faults: u64,
+    /// Writes clients asked for over HTTP (POST, PUT, DELETE), whether or
+    /// not they succeeded.
+    pub writes: u64,
 }
 
 #[derive(Debug)]
@@ -238,6 +246,8 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Deletes an object, and then (as the garbage collector does, here at
+    /// once) every object that names it among its owner references.
     fn delete(&self, kind: Kind, namespace: &str, name: &str) -> Result<Value, WriteError> {
         let mut inner = self.lock();
         let Some(old) = inner.objects.remove(&(kind, namespace.to_owned(), name.to_owned())) else {
@@ -247,7 +257,23 @@ impl Shared {
         let old = old.value.clone();
         let mut gone = old.clone();
         gone["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
-        self.record(&mut inner, kind, namespace, "DELETED", gone.clone(), Some(old));
+        self.record(&mut inner, kind, namespace, "DELETED", gone.clone(), Some(old.clone()));
+        let uid = old.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_owned);
+        let owned: Vec<(Kind, String, String)> = inner
+            .objects
+            .iter()
+            .filter(|(_, o)| {
+                let refs = o.value.pointer("/metadata/ownerReferences").and_then(Value::as_array);
+                refs.into_iter()
+                    .flatten()
+                    .any(|r| uid.is_some() && r["uid"].as_str() == uid.as_deref())
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        drop(inner);
+        for (k, ns, n) in owned {
+            let _ = self.delete(k, &ns, &n);
+        }
         Ok(gone)
     }
 
@@ -266,16 +292,39 @@ impl Shared {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
+        let mut inner = self.lock();
+        // A create with `generateName`: the server picks the rest, as
+        // kube-apiserver does (five characters).
+        let generate = obj
+            .pointer("/metadata/generateName")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let name = match (name.is_empty(), generate, must_exist) {
+            (true, Some(prefix), Some(false)) if !prefix.is_empty() => {
+                let n = format!("{prefix}{}", generated_suffix(inner.rv + 1));
+                obj["metadata"]["name"] = json!(n);
+                n
+            }
+            _ => name,
+        };
         if name.is_empty() || (ns.is_empty() == kind.namespaced()) {
             return Err(WriteError::MissingName);
         }
-        let mut inner = self.lock();
         let key = (kind, ns.clone(), name.clone());
         let previous = inner.objects.get(&key).map(|o| o.value.clone());
         match (must_exist, &previous) {
             (Some(false), Some(_)) => return Err(WriteError::AlreadyExists),
             (Some(true), None) => return Err(WriteError::NotFound),
             _ => {}
+        }
+        // A replace that names a resourceVersion must name the stored one.
+        let asked = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str);
+        let stored = previous
+            .as_ref()
+            .and_then(|p| p.pointer("/metadata/resourceVersion"))
+            .and_then(Value::as_str);
+        if must_exist == Some(true) && asked.is_some_and(|a| !a.is_empty()) && asked != stored {
+            return Err(WriteError::Conflict);
         }
         inner.rv += 1;
         let rv = inner.rv;
@@ -790,6 +839,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         }
         (Method::GET, None) => list_response(&shared, &route, &selector, &q),
         (Method::POST, None) | (Method::PUT, Some(_)) => {
+            shared.lock().stats.writes += 1;
             let create = req.method() == Method::POST;
             let body = match req.into_body().collect().await {
                 Ok(b) => b.to_bytes(),
@@ -807,10 +857,16 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
                 Ok(v) => json_response(if create { StatusCode::CREATED } else { StatusCode::OK }, &v),
                 Err(WriteError::AlreadyExists) => status(StatusCode::CONFLICT, "AlreadyExists", "already exists"),
                 Err(WriteError::NotFound) => status(StatusCode::NOT_FOUND, "NotFound", "not found"),
+                Err(WriteError::Conflict) => status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    "the object has been modified; please apply your changes to the latest version and try again",
+                ),
                 Err(e) => status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &format!("{e:?}")),
             }
         }
         (Method::DELETE, Some(name)) => {
+            shared.lock().stats.writes += 1;
             match shared.delete(route.kind, route.namespace.as_deref().unwrap_or_default(), name) {
                 Ok(v) => json_response(StatusCode::OK, &v),
                 Err(_) => status(StatusCode::NOT_FOUND, "NotFound", "not found"),
@@ -818,6 +874,20 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
         }
         _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", "method not allowed"),
     }
+}
+
+/// Five lowercase letters and digits from `n`, as the API server's
+/// generated names end.
+fn generated_suffix(n: u64) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut n = n.wrapping_mul(2_654_435_761);
+    (0..5)
+        .map(|_| {
+            let c = ALPHABET[(n % ALPHABET.len() as u64) as usize] as char;
+            n /= ALPHABET.len() as u64;
+            c
+        })
+        .collect()
 }
 
 fn in_scope(route: &Route, kind: Kind, ns: &str) -> bool {

@@ -500,7 +500,8 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     }
 }
 
-async fn wait_for_signal() {
+/// Until SIGTERM or SIGINT.
+pub(crate) async fn wait_for_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     match signal(SignalKind::terminate()) {
         Ok(mut term) => {

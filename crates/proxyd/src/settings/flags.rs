@@ -46,6 +46,30 @@ pub enum Command {
     /// Remove everything proxyd created (its nftables tables), or, with
     /// --kube-proxy, what kube-proxy left.
     Cleanup(CleanupArgs),
+    /// Write the EndpointSlices multus mode reads: for each Service on a
+    /// secondary network, its pods' addresses there (the cluster's
+    /// controller, run as a Deployment).
+    Slices(SlicesArgs),
+}
+
+/// `proxyd slices`.
+#[derive(Args, Debug)]
+pub struct SlicesArgs {
+    /// Path to a kubeconfig; without it: $KUBECONFIG, ~/.kube/config, then
+    /// the in-cluster service account.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// The Services handled: those labelled
+    /// service.kubernetes.io/service-proxy-name=NAME.
+    #[arg(long, default_value = "multus-proxy", value_name = "NAME")]
+    pub service_proxy_name: String,
+    /// At most this many endpoints in a slice (as kube-controller-manager's flag).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    pub max_endpoints_per_slice: u16,
+    /// /healthz (200 once the caches are filled) and /metrics on this
+    /// address; empty: none.
+    #[arg(long, default_value = "0.0.0.0:10267", value_parser = parse_bind_address)]
+    pub bind_address: BindAddress,
 }
 
 /// `proxyd cleanup`.

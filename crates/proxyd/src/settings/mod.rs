@@ -41,9 +41,6 @@ pub mod file;
 pub mod flags;
 mod kube_proxy;
 
-#[cfg(test)]
-mod audit;
-
 /// A parsed command line, and what reading its `--config` file has to say
 /// once logging is set up (settings it left out).
 #[derive(Debug)]

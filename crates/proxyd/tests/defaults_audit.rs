@@ -3,15 +3,16 @@
 //! `run` parses from no flags at all and from kubeadm's file; a row that
 //! says *same* holds one value in both columns.
 
+#![allow(clippy::unwrap_used, reason = "test code: a failed unwrap is a failed test")]
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::ValueEnum;
+use proxyd::{Command, RunArgs};
 
-use super::flags::{BindAddress, Command, RunArgs};
-
-const TABLE: &str = include_str!("../../../../docs/flags.md");
-const KUBEADM: &str = include_str!("../../tests/fixtures/kubeadm-kube-proxy-config.conf");
+const TABLE: &str = include_str!("../../../docs/flags.md");
+const KUBEADM: &str = include_str!("fixtures/kubeadm-kube-proxy-config.conf");
 
 /// A row of the audit table: kube-proxy's default, proxyd's, and the verdict.
 struct Row {
@@ -64,8 +65,8 @@ fn go(d: Duration) -> String {
     }
 }
 
-fn address(a: BindAddress) -> String {
-    a.0.map(|a| a.to_string()).unwrap_or_default()
+fn address(a: Option<std::net::SocketAddr>) -> String {
+    a.map(|a| a.to_string()).unwrap_or_default()
 }
 
 /// What `run` does, per field of the table, read from its parsed flags
@@ -123,9 +124,9 @@ fn effective(verbose: u8, run: &RunArgs) -> BTreeMap<&'static str, String> {
                 .map(|v| v.get_name().to_owned())
                 .unwrap_or_default(),
         ),
-        ("healthzBindAddress", address(run.healthz_bind_address)),
+        ("healthzBindAddress", address(run.healthz_bind_address.0)),
         ("hostnameOverride", p.hostname_override.clone().unwrap_or_default()),
-        ("metricsBindAddress", address(run.metrics_bind_address)),
+        ("metricsBindAddress", address(run.metrics_bind_address.0)),
         ("mode", run.kube_proxy.proxy_mode.clone()),
         ("nftables.masqueradeAll", p.masquerade_all.to_string()),
         (
@@ -156,7 +157,7 @@ fn effective(verbose: u8, run: &RunArgs) -> BTreeMap<&'static str, String> {
 }
 
 fn run_of(args: Vec<std::ffi::OsString>) -> (u8, RunArgs) {
-    let cli = super::parse(args).unwrap_or_else(|e| panic!("{e}")).cli;
+    let cli = proxyd::parse_command_line(args).unwrap_or_else(|e| panic!("{e}")).cli;
     match cli.command {
         Command::Run(run) => (cli.log.verbose, *run),
         other => panic!("not run: {other:?}"),
