@@ -31,6 +31,7 @@
 
 pub mod controller;
 pub mod endpoint;
+pub mod leader;
 pub mod metrics;
 pub mod reconcile;
 

@@ -329,3 +329,63 @@ fn the_daemonset_reaches_the_api_server_by_its_real_address() {
         "{err}"
     );
 }
+
+/// `deploy/proxyd-slices.yaml`: two replicas of `proxyd slices` behind a
+/// Lease; RBAC that writes only EndpointSlices (and its own Lease) and
+/// reads only what the controller watches; no capability; probes on its
+/// /healthz; and its arguments are `proxyd slices`' own.
+#[test]
+fn the_slice_controller_deployment_is_least_privilege_and_its_flags_are_valid() {
+    let docs = deploy("proxyd-slices.yaml");
+    let role = of_kind(&docs, "ClusterRole")[0];
+    let mut granted: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for rule in role["rules"].as_array().unwrap() {
+        for g in strings(&rule["apiGroups"]) {
+            for r in strings(&rule["resources"]) {
+                granted.insert((g.clone(), r), strings(&rule["verbs"]));
+            }
+        }
+    }
+    let read = vec!["list".to_owned(), "watch".to_owned()];
+    for r in ["services", "pods", "nodes"] {
+        assert_eq!(
+            granted.remove(&(String::new(), r.to_owned())),
+            Some(read.clone()),
+            "{r}"
+        );
+    }
+    let slices = granted
+        .remove(&("discovery.k8s.io".to_owned(), "endpointslices".to_owned()))
+        .unwrap();
+    assert_eq!(slices, ["list", "watch", "create", "update", "delete"]);
+    assert!(granted.is_empty(), "nothing else cluster-wide: {granted:?}");
+    let lease_role = of_kind(&docs, "Role")[0];
+    assert_eq!(lease_role["metadata"]["namespace"], "kube-system");
+    for rule in lease_role["rules"].as_array().unwrap() {
+        assert_eq!(strings(&rule["resources"]), ["leases"]);
+        if !rule["resourceNames"].is_null() {
+            assert_eq!(
+                strings(&rule["resourceNames"]),
+                ["proxyd-slices"],
+                "update only its own Lease"
+            );
+        }
+    }
+    let deployment = of_kind(&docs, "Deployment")[0];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(strings(&container["securityContext"]["capabilities"]["drop"]), ["ALL"]);
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    let mut args: Vec<OsString> = vec!["proxyd".into()];
+    args.extend(strings(&container["args"]).into_iter().map(OsString::from));
+    let parsed = proxyd::parse_command_line(args).unwrap_or_else(|e| panic!("{e}"));
+    let Command::Slices(s) = parsed.cli.command else {
+        panic!("not `proxyd slices`")
+    };
+    assert!(s.leader_elect);
+    assert_eq!(s.leader_elect_resource_name, "proxyd-slices");
+    assert_eq!(
+        s.bind_address.0.map(|a| a.port()),
+        container["livenessProbe"]["httpGet"]["port"].as_u64().map(|p| p as u16)
+    );
+}

@@ -15,6 +15,7 @@
 //!    <collection> = /api/v1[/namespaces/NS]/services | /api/v1[/namespaces/NS]/pods
 //!                 | /apis/discovery.k8s.io/v1[/namespaces/NS]/endpointslices
 //!                 | /api/v1/nodes | /apis/networking.k8s.io/v1/servicecidrs
+//!                 | /apis/coordination.k8s.io/v1/namespaces/NS/leases
 //! ```
 //!
 //! Every write bumps a global resourceVersion and appends to a history that
@@ -66,6 +67,8 @@ pub enum Kind {
     Node,
     /// `networking.k8s.io/v1` ServiceCIDR, cluster-scoped.
     ServiceCidr,
+    /// `coordination.k8s.io/v1` Lease (leader election).
+    Lease,
 }
 
 impl Kind {
@@ -77,6 +80,7 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::Node => "Node",
             Kind::ServiceCidr => "ServiceCIDR",
+            Kind::Lease => "Lease",
         }
     }
 
@@ -91,6 +95,7 @@ impl Kind {
             Kind::Service | Kind::Pod | Kind::Node => "v1",
             Kind::EndpointSlice => "discovery.k8s.io/v1",
             Kind::ServiceCidr => "networking.k8s.io/v1",
+            Kind::Lease => "coordination.k8s.io/v1",
         }
     }
 
@@ -101,6 +106,7 @@ impl Kind {
             Kind::Pod => "pods",
             Kind::Node => "nodes",
             Kind::ServiceCidr => "servicecidrs",
+            Kind::Lease => "leases",
         }
     }
 
@@ -111,6 +117,7 @@ impl Kind {
             "Pod" => Some(Kind::Pod),
             "Node" => Some(Kind::Node),
             "ServiceCIDR" => Some(Kind::ServiceCidr),
+            "Lease" => Some(Kind::Lease),
             _ => None,
         }
     }
@@ -694,6 +701,7 @@ fn route(path: &str) -> Option<Route> {
         ["api", "v1", rest @ ..] => (&[Kind::Service, Kind::Pod, Kind::Node], rest),
         ["apis", "discovery.k8s.io", "v1", rest @ ..] => (&[Kind::EndpointSlice], rest),
         ["apis", "networking.k8s.io", "v1", rest @ ..] => (&[Kind::ServiceCidr], rest),
+        ["apis", "coordination.k8s.io", "v1", rest @ ..] => (&[Kind::Lease], rest),
         _ => return None,
     };
     let (namespace, rest) = match rest {
@@ -746,6 +754,8 @@ fn discovery(path: &str) -> Option<Value> {
             "preferredVersion": {"groupVersion": "networking.k8s.io/v1", "version": "v1"}}),
         "/apis/networking.k8s.io/v1" => json!({"kind": "APIResourceList", "groupVersion": "networking.k8s.io/v1",
             "resources": [resource(Kind::ServiceCidr)]}),
+        "/apis/coordination.k8s.io/v1" => json!({"kind": "APIResourceList", "groupVersion": "coordination.k8s.io/v1",
+            "resources": [resource(Kind::Lease)]}),
         _ => return None,
     })
 }

@@ -66,10 +66,28 @@ pub struct SlicesArgs {
     /// At most this many endpoints in a slice (as kube-controller-manager's flag).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub max_endpoints_per_slice: u16,
-    /// /healthz (200 once the caches are filled) and /metrics on this
-    /// address; empty: none.
+    /// /healthz (200 once the caches are filled, or while standing by for
+    /// the lease) and /metrics on this address; empty: none.
     #[arg(long, default_value = "0.0.0.0:10267", value_parser = parse_bind_address)]
     pub bind_address: BindAddress,
+    /// Lead through a Lease before writing (one active replica of several).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub leader_elect: bool,
+    /// The Lease's namespace and name.
+    #[arg(long, default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
+    /// The Lease's name.
+    #[arg(long, default_value = "proxyd-slices")]
+    pub leader_elect_resource_name: String,
+    /// How long a leader's Lease lasts without a renewal.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub leader_elect_lease_duration: std::time::Duration,
+    /// How long a leader tries to renew before it stops leading (and exits).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub leader_elect_renew_deadline: std::time::Duration,
+    /// How often candidates try, and the leader renews.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub leader_elect_retry_period: std::time::Duration,
 }
 
 /// `proxyd cleanup`.
