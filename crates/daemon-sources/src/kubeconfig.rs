@@ -46,6 +46,14 @@ pub enum ConfigError {
     /// No kubeconfig given, none found, and not in a cluster.
     #[error("no kubeconfig ($KUBECONFIG, ~/.kube/config) and not running in a cluster")]
     Infer(#[source] kube::config::InferConfigError),
+    /// The configuration makes no client (its TLS settings, …).
+    #[error("cannot make an API client from the configuration")]
+    Client(#[source] kube::Error),
+}
+
+/// A client of the API server `kubeconfig` names (or the inferred one).
+pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ConfigError> {
+    kube::Client::try_from(config(kubeconfig).await?).map_err(ConfigError::Client)
 }
 
 /// The client configuration from `kubeconfig`, or inferred.

@@ -34,8 +34,7 @@ pub fn main(args: SlicesArgs) -> ExitCode {
 }
 
 async fn run(args: SlicesArgs) -> anyhow::Result<()> {
-    let config = daemon_sources::kubeconfig::config(args.kubeconfig.as_deref()).await?;
-    let client = kube::Client::try_from(config)?;
+    let client = daemon_sources::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     let mut registry = Registry::default();
     let metrics = ControllerMetrics::register(&mut registry);
     let registry = Arc::new(registry);
