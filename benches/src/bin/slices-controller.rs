@@ -67,6 +67,7 @@ fn start(server: &FakeApiServer) -> (tokio::sync::oneshot::Sender<()>, tokio::sy
             max_endpoints_per_slice: 100,
         },
         proxy_name: "multus-proxy".into(),
+        dra: false,
     };
     let controller = SliceController::new(server.client(), config, ControllerMetrics::default());
     tokio::spawn(controller.run(

@@ -321,9 +321,9 @@ fn every_field_null_or_absent_decodes_and_only_read_fields_matter() {
                     Kind::Node => serde_json::from_value::<Node>(v).is_err(),
                     Kind::Pod => serde_json::from_value::<Pod>(v).is_err(),
                     Kind::ServiceCidr => serde_json::from_value::<ServiceCIDR>(v).is_err(),
-                    // proxyd reads no Lease (the slice controller's election
-                    // writes its own).
-                    Kind::Lease => false,
+                    // proxyd reads no Lease nor claim (the slice controller
+                    // does, network-slices).
+                    Kind::Lease | Kind::ResourceClaim => false,
                 };
                 refused_by_k8s_openapi += usize::from(strict);
             }

@@ -21,16 +21,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use informer_glue::multus::{NetworkName, service_network};
+use informer_glue::multus::service_network;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 
-use crate::endpoint::LeftOut;
+use crate::dra::SERVICE_DEVICE_CLASS_ANNOTATION;
+use crate::endpoint::{LeftOut, Lookups, Network};
 use crate::metrics::{ControllerMetrics, OperationLabels, ReasonLabels, ResultLabels};
 use crate::reconcile::{MANAGED_BY_LABEL, Plan, SERVICE_NAME_LABEL, SliceRules, reconcile};
 
@@ -50,6 +51,9 @@ pub struct ControllerConfig {
     /// `service.kubernetes.io/service-proxy-name` with this value
     /// (multus-proxy's is `multus-proxy`).
     pub proxy_name: String,
+    /// Also serve DRA networks: watch `resource.k8s.io/v1` ResourceClaims
+    /// (the cluster must serve them, and the controller read them).
+    pub dra: bool,
 }
 
 /// A Service, by namespace and name.
@@ -145,6 +149,25 @@ impl Written {
     }
 }
 
+/// Every reason a pod is left out, as the metric labels it.
+const REASONS: [&str; 6] = [
+    "no_network_status",
+    "bad_network_status",
+    "not_on_network",
+    "node_not_found",
+    "no_claim",
+    "network_data_pending",
+];
+
+/// The ResourceClaims' API resource (read as dynamic objects, so that any
+/// `resource.k8s.io/v1` server's claims decode).
+fn claims_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("resource.k8s.io", "v1", "ResourceClaim"),
+        "resourceclaims",
+    )
+}
+
 /// The caches the syncs read.
 #[derive(Clone)]
 struct Caches {
@@ -152,6 +175,8 @@ struct Caches {
     pods: Store<Pod>,
     nodes: Store<Node>,
     slices: Store<EndpointSlice>,
+    /// With DRA networks only.
+    claims: Option<Store<DynamicObject>>,
 }
 
 impl Caches {
@@ -223,6 +248,8 @@ fn reason_label(why: &LeftOut) -> &'static str {
         LeftOut::BadNetworkStatus { .. } => "bad_network_status",
         LeftOut::NotOnNetwork { .. } => "not_on_network",
         LeftOut::NodeNotFound { .. } => "node_not_found",
+        LeftOut::NoClaim { .. } => "no_claim",
+        LeftOut::NetworkDataPending { .. } => "network_data_pending",
     }
 }
 
@@ -231,7 +258,9 @@ fn pod_of(why: &LeftOut) -> &str {
         LeftOut::NoNetworkStatus { pod }
         | LeftOut::BadNetworkStatus { pod, .. }
         | LeftOut::NotOnNetwork { pod, .. }
-        | LeftOut::NodeNotFound { pod, .. } => pod,
+        | LeftOut::NodeNotFound { pod, .. }
+        | LeftOut::NoClaim { pod, .. }
+        | LeftOut::NetworkDataPending { pod, .. } => pod,
     }
 }
 
@@ -265,6 +294,9 @@ impl SliceController {
             }
             let _ = caches.nodes.wait_until_ready().await;
             let _ = caches.slices.wait_until_ready().await;
+            if let Some(claims) = &caches.claims {
+                let _ = claims.wait_until_ready().await;
+            }
             tracing::info!(
                 services = caches.services.state().len(),
                 "the caches are filled: syncing every Service"
@@ -313,11 +345,16 @@ impl SliceController {
         let (pods, pods_w) = reflector::store::<Pod>();
         let (nodes, nodes_w) = reflector::store::<Node>();
         let (slices, slices_w) = reflector::store::<EndpointSlice>();
+        let claims_writer = self
+            .config
+            .dra
+            .then(|| reflector::store::Writer::<DynamicObject>::new(claims_resource()));
         let caches = Caches {
             services,
             pods,
             nodes,
             slices,
+            claims: claims_writer.as_ref().map(reflector::store::Writer::as_reader),
         };
         let c = &self.client;
         let proxy = format!("{SERVICE_PROXY_NAME_LABEL}={}", self.config.proxy_name);
@@ -403,6 +440,18 @@ impl SliceController {
                 }
             }
         })));
+        if let Some(writer) = claims_writer {
+            let (q, cs) = (queue.clone(), caches.clone());
+            let api = Api::<DynamicObject>::all_with(c.clone(), &claims_resource());
+            let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()).default_backoff());
+            tasks.push(tokio::spawn(each_event(stream, move |e| {
+                // A claim's network data: the Services of its namespace.
+                if let Some(claim) = touched(e) {
+                    let ns = claim.metadata.namespace.clone().unwrap_or_default();
+                    q.push(cs.all_services().into_iter().filter(|(n, _)| *n == ns));
+                }
+            })));
+        }
         (caches, tasks)
     }
 
@@ -442,23 +491,40 @@ impl SliceController {
     }
 
     /// The Service's network, when this controller writes its slices: on a
-    /// network and with a selector.
-    fn network_of(&self, svc: &Service) -> Option<NetworkName> {
+    /// network (Multus's annotation, or with DRA networks the device class
+    /// one; not both) and with a selector.
+    fn network_of(&self, svc: &Service) -> Option<Network> {
         let selector = svc.spec.as_ref().and_then(|s| s.selector.as_ref());
         if selector.is_none_or(BTreeMap::is_empty) {
             return None;
         }
-        match service_network(svc) {
-            Ok(n) => n,
+        let (ns, name) = key_of(svc);
+        let class = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(SERVICE_DEVICE_CLASS_ANNOTATION))
+            .filter(|_| self.config.dra)
+            .map(|c| Network::DeviceClass(c.trim().to_owned()));
+        let multus = match service_network(svc) {
+            Ok(n) => n.map(Network::Multus),
             Err(e) => {
-                let (ns, name) = key_of(svc);
                 tracing::warn!("service {ns}/{name}: {e}: its slices are not written");
+                return None;
+            }
+        };
+        match (multus, class) {
+            (Some(_), Some(_)) => {
+                tracing::warn!(
+                    "service {ns}/{name}: names both a Multus network and a device class: its slices are not written"
+                );
                 None
             }
+            (m, c) => m.or(c),
         }
     }
 
-    fn plan(&self, caches: &Caches, svc: &Service, network: &NetworkName, existing: &[EndpointSlice]) -> Plan {
+    fn plan(&self, caches: &Caches, svc: &Service, network: &Network, existing: &[EndpointSlice]) -> Plan {
         let key = key_of(svc);
         let pods = caches
             .pods
@@ -471,7 +537,20 @@ impl SliceController {
                 nodes.insert(name.clone(), (*node).clone());
             }
         }
-        let (wanted, left_out) = crate::wanted(svc, pods.iter().map(|p| p.as_ref()), network, &nodes);
+        let mut claims = BTreeMap::new();
+        if let (Network::DeviceClass(_), Some(store)) = (network, &caches.claims) {
+            for name in pods.iter().flat_map(|p| crate::dra::claim_names(p)) {
+                let key = ObjectRef::new_with(&name, claims_resource()).within(&key.0);
+                if let Some(json) = store.get(&key).and_then(|c| serde_json::to_value(&*c).ok()) {
+                    claims.insert((key.namespace.clone().unwrap_or_default(), name), json);
+                }
+            }
+        }
+        let lookups = Lookups {
+            nodes: &nodes,
+            claims: &claims,
+        };
+        let (wanted, left_out) = crate::wanted(svc, pods.iter().map(|p| p.as_ref()), network, lookups);
         self.say_left_out(&key, &left_out);
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         reconcile(svc, &wanted, existing, &self.config.rules, Some(&now))
@@ -495,12 +574,7 @@ impl SliceController {
         for reason in known.values() {
             *counts.entry(reason).or_default() += 1;
         }
-        for reason in [
-            "no_network_status",
-            "bad_network_status",
-            "not_on_network",
-            "node_not_found",
-        ] {
+        for reason in REASONS {
             let n = counts.get(reason).copied().unwrap_or(0);
             self.metrics
                 .pods_left_out

@@ -7,12 +7,42 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use informer_glue::multus::{NETWORK_STATUS_ANNOTATION, NetworkName, parse_network_status};
+
+use crate::dra::{ClaimNetwork, claim_names, claim_network};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// The node label holding its zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// Where a Service's pods have the addresses it is served at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Network {
+    /// A Multus network: each pod's `network-status` entry for it.
+    Multus(NetworkName),
+    /// A DRA network, by DeviceClass: the network data the driver reported
+    /// in each pod's ResourceClaim for a device of the class.
+    DeviceClass(String),
+}
+
+impl std::fmt::Display for Network {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Multus(n) => write!(f, "{n}"),
+            Self::DeviceClass(c) => write!(f, "device class {c}"),
+        }
+    }
+}
+
+/// What an endpoint is made from besides the Service and the pod.
+#[derive(Clone, Copy, Debug)]
+pub struct Lookups<'a> {
+    /// Nodes by name (their zone).
+    pub nodes: &'a BTreeMap<String, Node>,
+    /// ResourceClaims (as JSON) by namespace and name.
+    pub claims: &'a BTreeMap<(String, String), serde_json::Value>,
+}
 
 /// An EndpointSlice's address type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -81,6 +111,25 @@ pub enum LeftOut {
         /// The node it names.
         node: String,
     },
+    /// None of the pod's ResourceClaims requests a device of the class.
+    #[error("pod {pod}: none of its ResourceClaims requests a device of class {class}")]
+    NoClaim {
+        /// `namespace/name`.
+        pod: String,
+        /// The DeviceClass.
+        class: String,
+    },
+    /// The claim is not allocated yet, or its driver has reported no
+    /// network data for the device yet.
+    #[error("pod {pod}: ResourceClaim {claim} has no network data for its device of class {class} yet")]
+    NetworkDataPending {
+        /// `namespace/name`.
+        pod: String,
+        /// The claim's name.
+        claim: String,
+        /// The DeviceClass.
+        class: String,
+    },
 }
 
 /// A pod's endpoint for one Service: the endpoint and the ports it serves
@@ -119,7 +168,52 @@ fn is_ready(pod: &Pod) -> bool {
 }
 
 /// The pod's addresses of `address_type` on `network`.
-pub fn addresses_on(pod: &Pod, network: &NetworkName, address_type: AddressType) -> Result<Vec<IpAddr>, LeftOut> {
+pub fn addresses_on(
+    pod: &Pod,
+    network: &Network,
+    address_type: AddressType,
+    claims: &BTreeMap<(String, String), serde_json::Value>,
+) -> Result<Vec<IpAddr>, LeftOut> {
+    let ips = match network {
+        Network::Multus(n) => multus_addresses(pod, n)?,
+        Network::DeviceClass(class) => claim_addresses(pod, class, claims)?,
+    };
+    Ok(ips.into_iter().filter(|ip| address_type.holds(ip)).collect())
+}
+
+/// The addresses the pod's claims' devices of `class` have.
+fn claim_addresses(
+    pod: &Pod,
+    class: &str,
+    claims: &BTreeMap<(String, String), serde_json::Value>,
+) -> Result<Vec<IpAddr>, LeftOut> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let mut pending = None;
+    for name in claim_names(pod) {
+        let Some(json) = claims.get(&(namespace.clone(), name.clone())) else {
+            continue;
+        };
+        match claim_network(json, class) {
+            Ok(ClaimNetwork::Attached { ips, .. }) => return Ok(ips),
+            Ok(ClaimNetwork::Pending) => pending = Some(name),
+            Ok(ClaimNetwork::NotRequested) | Err(_) => {}
+        }
+    }
+    Err(match pending {
+        Some(claim) => LeftOut::NetworkDataPending {
+            pod: pod_key(pod),
+            claim,
+            class: class.to_owned(),
+        },
+        None => LeftOut::NoClaim {
+            pod: pod_key(pod),
+            class: class.to_owned(),
+        },
+    })
+}
+
+/// The pod's addresses on a Multus network.
+fn multus_addresses(pod: &Pod, network: &NetworkName) -> Result<Vec<IpAddr>, LeftOut> {
     let key = pod_key(pod);
     let json = pod
         .metadata
@@ -139,12 +233,7 @@ pub fn addresses_on(pod: &Pod, network: &NetworkName, address_type: AddressType)
             pod: key,
             network: network.to_string(),
         })?;
-    Ok(attachment
-        .ips
-        .iter()
-        .filter(|ip| address_type.holds(ip))
-        .copied()
-        .collect())
+    Ok(attachment.ips.clone())
 }
 
 /// The ports of `svc` the pod serves: a numeric target port as it is (the
@@ -184,19 +273,19 @@ fn named_port(pod: &Pod, name: &str, protocol: &str) -> Option<i32> {
 }
 
 /// The pod's endpoint of `address_type` for `svc` on `network`: `Ok(None)`
-/// when it has no address of that type there (or has finished); `nodes`
-/// by name, for the zone.
+/// when it has no address of that type there (or has finished).
 pub fn pod_endpoint(
     svc: &Service,
     pod: &Pod,
-    network: &NetworkName,
+    network: &Network,
     address_type: AddressType,
-    nodes: &BTreeMap<String, Node>,
+    lookups: Lookups<'_>,
 ) -> Result<Option<PodEndpoint>, LeftOut> {
     if !takes_part(pod) {
         return Ok(None);
     }
-    let addresses = addresses_on(pod, network, address_type)?;
+    let nodes = lookups.nodes;
+    let addresses = addresses_on(pod, network, address_type, lookups.claims)?;
     let Some(first) = addresses.first() else {
         return Ok(None);
     };
@@ -265,8 +354,17 @@ mod tests {
 
     use super::*;
 
-    fn net() -> NetworkName {
-        NetworkName::parse("macvlan1", "ns").unwrap()
+    fn net() -> Network {
+        Network::Multus(NetworkName::parse("macvlan1", "ns").unwrap())
+    }
+
+    const NO_CLAIMS: &BTreeMap<(String, String), serde_json::Value> = &BTreeMap::new();
+
+    fn lookups_of(nodes: &BTreeMap<String, Node>) -> Lookups<'_> {
+        Lookups {
+            nodes,
+            claims: NO_CLAIMS,
+        }
     }
 
     fn status(entries: &str) -> BTreeMap<String, String> {
@@ -355,7 +453,7 @@ mod tests {
     #[test]
     fn the_address_on_the_network_with_node_zone_reference_and_named_port() {
         let svc = service(IntOrString::String("http".into()));
-        let e = pod_endpoint(&svc, &pod("a", true), &net(), AddressType::V4, &nodes())
+        let e = pod_endpoint(&svc, &pod("a", true), &net(), AddressType::V4, lookups_of(&nodes()))
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -376,7 +474,7 @@ mod tests {
             (e.ports[0].name.as_deref(), e.ports[0].port),
             (Some("http"), Some(8080))
         );
-        let six = pod_endpoint(&svc, &pod("a", true), &net(), AddressType::V6, &nodes())
+        let six = pod_endpoint(&svc, &pod("a", true), &net(), AddressType::V6, lookups_of(&nodes()))
             .unwrap()
             .unwrap();
         assert_eq!(six.endpoint.addresses, ["fd00:10::5"]);
@@ -386,7 +484,9 @@ mod tests {
     fn conditions_as_upstream_computes_them() {
         let svc = service(IntOrString::Int(8080));
         let at = |p: &Pod, s: &Service| {
-            let e = pod_endpoint(s, p, &net(), AddressType::V4, &nodes()).unwrap().unwrap();
+            let e = pod_endpoint(s, p, &net(), AddressType::V4, lookups_of(&nodes()))
+                .unwrap()
+                .unwrap();
             conditions(&e.endpoint)
         };
         assert_eq!(at(&pod("a", true), &svc), (true, true, false));
@@ -400,7 +500,10 @@ mod tests {
         assert_eq!(at(&going, &publish), (true, true, true));
         let mut done = pod("a", true);
         done.status.as_mut().unwrap().phase = Some("Succeeded".into());
-        assert_eq!(pod_endpoint(&svc, &done, &net(), AddressType::V4, &nodes()), Ok(None));
+        assert_eq!(
+            pod_endpoint(&svc, &done, &net(), AddressType::V4, lookups_of(&nodes())),
+            Ok(None)
+        );
     }
 
     #[test]
@@ -409,7 +512,7 @@ mod tests {
         let with = |annotations: Option<BTreeMap<String, String>>| {
             let mut p = pod("b", true);
             p.metadata.annotations = annotations;
-            pod_endpoint(&svc, &p, &net(), AddressType::V4, &nodes())
+            pod_endpoint(&svc, &p, &net(), AddressType::V4, lookups_of(&nodes()))
         };
         assert!(matches!(with(None), Err(LeftOut::NoNetworkStatus { .. })));
         let bad = with(Some(status("[{")));
@@ -432,7 +535,7 @@ mod tests {
         let mut lost = pod("c", true);
         lost.spec.as_mut().unwrap().node_name = Some("gone".into());
         assert!(matches!(
-            pod_endpoint(&svc, &lost, &net(), AddressType::V4, &nodes()),
+            pod_endpoint(&svc, &lost, &net(), AddressType::V4, lookups_of(&nodes())),
             Err(LeftOut::NodeNotFound { .. })
         ));
     }
@@ -440,7 +543,7 @@ mod tests {
     #[test]
     fn a_named_port_the_pod_lacks_is_left_out_of_its_ports() {
         let svc = service(IntOrString::String("grpc".into()));
-        let e = pod_endpoint(&svc, &pod("a", true), &net(), AddressType::V4, &nodes())
+        let e = pod_endpoint(&svc, &pod("a", true), &net(), AddressType::V4, lookups_of(&nodes()))
             .unwrap()
             .unwrap();
         assert!(e.ports.is_empty());

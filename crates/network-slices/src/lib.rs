@@ -21,8 +21,9 @@
 //!
 //! # fn objects() -> (Service, Vec<Pod>) { (Service::default(), Vec::new()) }
 //! let (service, pods) = objects();
-//! let network = informer_glue::multus::NetworkName::parse("macvlan1", "default").unwrap();
-//! let (wanted, left_out) = network_slices::wanted(&service, &pods, &network, &BTreeMap::new());
+//! let network = network_slices::Network::Multus(informer_glue::multus::NetworkName::parse("macvlan1", "default").unwrap());
+//! let lookups = network_slices::Lookups { nodes: &BTreeMap::new(), claims: &BTreeMap::new() };
+//! let (wanted, left_out) = network_slices::wanted(&service, &pods, &network, lookups);
 //! let rules = SliceRules { controller: "multus-endpointslice-controller.npwg.k8s.io".into(), max_endpoints_per_slice: 100 };
 //! let plan = reconcile(&service, &wanted, &[], &rules, None);
 //! assert!(left_out.is_empty());
@@ -30,6 +31,7 @@
 //! ```
 
 pub mod controller;
+pub mod dra;
 pub mod endpoint;
 pub mod leader;
 pub mod metrics;
@@ -37,10 +39,9 @@ pub mod reconcile;
 
 use std::collections::BTreeMap;
 
-use informer_glue::multus::NetworkName;
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 
-pub use endpoint::{AddressType, LeftOut, PodEndpoint};
+pub use endpoint::{AddressType, LeftOut, Lookups, Network, PodEndpoint};
 
 /// The address types a Service's slices have: its `ipFamilies`, else its
 /// cluster IPs' families, else IPv4 (as upstream).
@@ -83,13 +84,13 @@ pub fn selects(svc: &Service, pod: &Pod) -> bool {
 }
 
 /// `svc`'s wanted endpoints on `network`, by address type, from the pods
-/// its selector picks among `pods` (`nodes` by name, for zones); and the
-/// pods left out, with why.
+/// its selector picks among `pods` (with the nodes, for zones, and the
+/// claims, for DRA networks); and the pods left out, with why.
 pub fn wanted<'a>(
     svc: &Service,
     pods: impl IntoIterator<Item = &'a Pod>,
-    network: &NetworkName,
-    nodes: &BTreeMap<String, Node>,
+    network: &Network,
+    lookups: Lookups<'_>,
 ) -> (BTreeMap<AddressType, Vec<PodEndpoint>>, Vec<LeftOut>) {
     let mut out: BTreeMap<AddressType, Vec<PodEndpoint>> = BTreeMap::new();
     let mut left_out = Vec::new();
@@ -99,7 +100,7 @@ pub fn wanted<'a>(
     }
     for pod in pods.into_iter().filter(|p| selects(svc, p)) {
         for (i, t) in types.iter().enumerate() {
-            match endpoint::pod_endpoint(svc, pod, network, *t, nodes) {
+            match endpoint::pod_endpoint(svc, pod, network, *t, lookups) {
                 Ok(Some(e)) => out.entry(*t).or_default().push(e),
                 Ok(None) => {}
                 // Said once per pod, not once per address type.
@@ -153,8 +154,12 @@ mod tests {
             pod("b", "web", None),
             pod("c", "db", Some(both)),
         ];
-        let network = NetworkName::parse("net1", "ns").unwrap();
-        let (wanted, left_out) = wanted(&svc, &pods, &network, &BTreeMap::new());
+        let network = Network::Multus(informer_glue::multus::NetworkName::parse("net1", "ns").unwrap());
+        let lookups = Lookups {
+            nodes: &BTreeMap::new(),
+            claims: &BTreeMap::new(),
+        };
+        let (wanted, left_out) = wanted(&svc, &pods, &network, lookups);
         let addresses =
             |t: AddressType| -> Vec<String> { wanted[&t].iter().flat_map(|e| e.endpoint.addresses.clone()).collect() };
         assert_eq!(addresses(AddressType::V4), ["192.168.1.2"]);

@@ -56,6 +56,14 @@ fn node() -> Value {
 /// The controller on `server`, until the returned sender is dropped; the
 /// receiver says when its caches are filled.
 fn start(server: &FakeApiServer) -> (tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>) {
+    start_with(server, false)
+}
+
+/// As [`start`], serving DRA networks too when `dra`.
+fn start_with(
+    server: &FakeApiServer,
+    dra: bool,
+) -> (tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>) {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (ready_tx, ready) = tokio::sync::oneshot::channel::<()>();
     let config = ControllerConfig {
@@ -64,6 +72,7 @@ fn start(server: &FakeApiServer) -> (tokio::sync::oneshot::Sender<()>, tokio::sy
             max_endpoints_per_slice: 100,
         },
         proxy_name: "multus-proxy".into(),
+        dra,
     };
     let controller = SliceController::new(server.client(), config, ControllerMetrics::default());
     tokio::spawn(controller.run(
@@ -174,5 +183,63 @@ async fn slices_follow_the_pods_on_the_network_one_write_per_change() {
         server.objects(Kind::EndpointSlice).is_empty(),
         "owned slices go with it"
     );
+    drop(stop);
+}
+
+/// A pod whose network comes from DRA: a claim generated from a template
+/// (the pod's status names it), no network-status.
+fn dra_pod(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "labels": {"app": "web"}},
+        "spec": {"nodeName": "node-1", "containers": [{"name": "app"}],
+                 "resourceClaims": [{"name": "net", "resourceClaimTemplateName": "net1-template"}]},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                   "resourceClaimStatuses": [{"name": "net", "resourceClaimName": format!("{name}-net-x7k2q")}]},
+    })
+}
+
+/// The claim as the scheduler allocates it and, with `ip`, as the DRA
+/// network driver then reports the interface it made.
+fn claim(pod: &str, ip: Option<&str>) -> Value {
+    let mut device = json!({"driver": "net.example.com", "pool": "node-1", "device": format!("{pod}-net1")});
+    if let Some(ip) = ip {
+        device["networkData"] =
+            json!({"interfaceName": "net1", "ips": [format!("{ip}/24")], "hardwareAddress": "02:00:00:00:00:01"});
+    }
+    json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": format!("{pod}-net-x7k2q"), "namespace": "ns"},
+        "spec": {"devices": {"requests": [{"name": "net", "exactly": {"deviceClassName": "macvlan-net1"}}]}},
+        "status": {"allocation": {"devices": {"results": [
+                       {"request": "net", "driver": "net.example.com", "pool": "node-1", "device": format!("{pod}-net1")}]}},
+                   "devices": [device],
+                   "reservedFor": [{"resource": "pods", "name": pod, "uid": format!("uid-{pod}")}]},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dra_network_serves_the_addresses_the_driver_reported() {
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(node()).unwrap();
+    let mut svc = service(false);
+    svc["metadata"]["annotations"] = json!({"networking.proxyd.io/service-device-class": "macvlan-net1"});
+    server.apply(svc).unwrap();
+    server.apply(dra_pod("a")).unwrap();
+    server.apply(claim("a", Some("192.168.50.1"))).unwrap();
+    server.apply(dra_pod("b")).unwrap();
+    server.apply(claim("b", None)).unwrap();
+    let (stop, ready) = start_with(&server, true);
+    ready.await.unwrap();
+    eventually("a's DRA address in a slice", || {
+        endpoints(&server) == ready_endpoints(&["192.168.50.1"])
+    })
+    .await;
+    // b's driver reports its interface: b joins.
+    server.apply(claim("b", Some("192.168.50.2"))).unwrap();
+    eventually("b's address once reported", || {
+        endpoints(&server) == ready_endpoints(&["192.168.50.1", "192.168.50.2"])
+    })
+    .await;
     drop(stop);
 }

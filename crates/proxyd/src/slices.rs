@@ -70,6 +70,7 @@ async fn run(args: SlicesArgs) -> anyhow::Result<()> {
     let config = ControllerConfig {
         rules,
         proxy_name: args.service_proxy_name.clone(),
+        dra: args.dra_networks,
     };
     let controller = SliceController::new(client.clone(), config, metrics);
     let filled = ready.clone();

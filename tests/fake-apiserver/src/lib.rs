@@ -16,6 +16,7 @@
 //!                 | /apis/discovery.k8s.io/v1[/namespaces/NS]/endpointslices
 //!                 | /api/v1/nodes | /apis/networking.k8s.io/v1/servicecidrs
 //!                 | /apis/coordination.k8s.io/v1/namespaces/NS/leases
+//!                 | /apis/resource.k8s.io/v1[/namespaces/NS]/resourceclaims
 //! ```
 //!
 //! Every write bumps a global resourceVersion and appends to a history that
@@ -69,6 +70,8 @@ pub enum Kind {
     ServiceCidr,
     /// `coordination.k8s.io/v1` Lease (leader election).
     Lease,
+    /// `resource.k8s.io/v1` ResourceClaim (DRA networks).
+    ResourceClaim,
 }
 
 impl Kind {
@@ -81,6 +84,7 @@ impl Kind {
             Kind::Node => "Node",
             Kind::ServiceCidr => "ServiceCIDR",
             Kind::Lease => "Lease",
+            Kind::ResourceClaim => "ResourceClaim",
         }
     }
 
@@ -96,6 +100,7 @@ impl Kind {
             Kind::EndpointSlice => "discovery.k8s.io/v1",
             Kind::ServiceCidr => "networking.k8s.io/v1",
             Kind::Lease => "coordination.k8s.io/v1",
+            Kind::ResourceClaim => "resource.k8s.io/v1",
         }
     }
 
@@ -107,6 +112,7 @@ impl Kind {
             Kind::Node => "nodes",
             Kind::ServiceCidr => "servicecidrs",
             Kind::Lease => "leases",
+            Kind::ResourceClaim => "resourceclaims",
         }
     }
 
@@ -118,6 +124,7 @@ impl Kind {
             "Node" => Some(Kind::Node),
             "ServiceCIDR" => Some(Kind::ServiceCidr),
             "Lease" => Some(Kind::Lease),
+            "ResourceClaim" => Some(Kind::ResourceClaim),
             _ => None,
         }
     }
@@ -702,6 +709,7 @@ fn route(path: &str) -> Option<Route> {
         ["apis", "discovery.k8s.io", "v1", rest @ ..] => (&[Kind::EndpointSlice], rest),
         ["apis", "networking.k8s.io", "v1", rest @ ..] => (&[Kind::ServiceCidr], rest),
         ["apis", "coordination.k8s.io", "v1", rest @ ..] => (&[Kind::Lease], rest),
+        ["apis", "resource.k8s.io", "v1", rest @ ..] => (&[Kind::ResourceClaim], rest),
         _ => return None,
     };
     let (namespace, rest) = match rest {
@@ -756,6 +764,8 @@ fn discovery(path: &str) -> Option<Value> {
             "resources": [resource(Kind::ServiceCidr)]}),
         "/apis/coordination.k8s.io/v1" => json!({"kind": "APIResourceList", "groupVersion": "coordination.k8s.io/v1",
             "resources": [resource(Kind::Lease)]}),
+        "/apis/resource.k8s.io/v1" => json!({"kind": "APIResourceList", "groupVersion": "resource.k8s.io/v1",
+            "resources": [resource(Kind::ResourceClaim)]}),
         _ => return None,
     })
 }

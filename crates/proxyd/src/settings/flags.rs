@@ -63,6 +63,12 @@ pub struct SlicesArgs {
     /// service.kubernetes.io/service-proxy-name=NAME.
     #[arg(long, default_value = "multus-proxy", value_name = "NAME")]
     pub service_proxy_name: String,
+    /// Also serve DRA networks: Services annotated
+    /// networking.proxyd.io/service-device-class=CLASS get their pods'
+    /// addresses from the network data of their ResourceClaims' devices of
+    /// that DeviceClass (watches resource.k8s.io/v1 ResourceClaims).
+    #[arg(long)]
+    pub dra_networks: bool,
     /// At most this many endpoints in a slice (as kube-controller-manager's flag).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub max_endpoints_per_slice: u16,
