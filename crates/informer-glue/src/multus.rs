@@ -231,6 +231,9 @@ pub fn service_network(svc: &Service) -> Result<Option<NetworkName>, NetworkName
 pub struct ServiceNetworks {
     /// Service -> network.
     pub by_service: BTreeMap<ServiceName, NetworkName>,
+    /// Service -> what it asks for that multus mode does not serve (said
+    /// once, when it changes).
+    pub ignored: BTreeMap<ServiceName, Vec<&'static str>>,
 }
 
 /// Records each service's network, then hands the service on to `inner`
@@ -242,6 +245,28 @@ pub struct NetworkRecorder<H> {
     pub networks: Arc<Mutex<ServiceNetworks>>,
 }
 
+/// What a Service on a secondary network asks for that multus mode does
+/// not serve: inside a pod, a Service is reached at its cluster IP only.
+pub fn not_served(svc: &Service) -> Vec<&'static str> {
+    let Some(spec) = svc.spec.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if matches!(spec.type_.as_deref(), Some("NodePort" | "LoadBalancer")) {
+        out.push("its node ports and load-balancer addresses (type NodePort or LoadBalancer)");
+    }
+    if spec.external_ips.as_ref().is_some_and(|e| !e.is_empty()) {
+        out.push("its externalIPs");
+    }
+    if spec.external_traffic_policy.as_deref() == Some("Local") {
+        out.push("externalTrafficPolicy: Local (no external traffic)");
+    }
+    if spec.traffic_distribution.is_some() {
+        out.push("trafficDistribution (the secondary network's slices carry no hints)");
+    }
+    out
+}
+
 impl<H> NetworkRecorder<H> {
     fn record(&self, svc: &Service) {
         let (Some(ns), Some(name)) = (svc.metadata.namespace.as_deref(), svc.metadata.name.as_deref()) else {
@@ -251,6 +276,15 @@ impl<H> NetworkRecorder<H> {
         let mut n = lock(&self.networks);
         match service_network(svc) {
             Ok(Some(net)) => {
+                let ignored = not_served(svc);
+                let before = n.ignored.insert(key.clone(), ignored.clone());
+                if !ignored.is_empty() && before.as_ref() != Some(&ignored) {
+                    tracing::warn!(
+                        "service {key} on {net}: multus mode serves it at its cluster IP inside the pods only; \
+                         left out: {}",
+                        ignored.join("; ")
+                    );
+                }
                 n.by_service.insert(key, net);
             }
             _ => {
@@ -273,7 +307,9 @@ impl<H: EventHandler<Service>> EventHandler<Service> for NetworkRecorder<H> {
 
     fn on_delete(&mut self, obj: &Service) {
         if let (Some(ns), Some(name)) = (obj.metadata.namespace.as_deref(), obj.metadata.name.as_deref()) {
-            lock(&self.networks).by_service.remove(&ServiceName::new(ns, name));
+            let mut n = lock(&self.networks);
+            n.by_service.remove(&ServiceName::new(ns, name));
+            n.ignored.remove(&ServiceName::new(ns, name));
         }
         self.inner.on_delete(obj);
     }
@@ -369,6 +405,25 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn what_multus_mode_does_not_serve_is_named() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"type": "LoadBalancer", "externalIPs": ["203.0.113.9"], "externalTrafficPolicy": "Local",
+                     "trafficDistribution": "PreferClose", "sessionAffinity": "ClientIP", "internalTrafficPolicy": "Local"},
+        }))
+        .unwrap();
+        let said = not_served(&svc);
+        assert_eq!(said.len(), 4, "{said:?}");
+        assert!(said[0].contains("NodePort or LoadBalancer") && said[1].contains("externalIPs"));
+        let plain: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "ns"},
+            "spec": {"clusterIP": "10.96.0.10", "sessionAffinity": "ClientIP", "internalTrafficPolicy": "Local"},
+        }))
+        .unwrap();
+        assert!(not_served(&plain).is_empty(), "affinity and internal policy are served");
+    }
 
     #[test]
     fn network_names() {
