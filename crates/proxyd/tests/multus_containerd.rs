@@ -611,3 +611,144 @@ fn a_runtime_stopped_and_started_is_followed() {
     assert_eq!(log.matches("the container runtime answers again").count(), 1, "{log}");
     assert!(!log.contains("transport error"), "{log}");
 }
+
+/// Multus mode whole, as a user runs it: the objects in the (fake) API
+/// server, `proxyd slices` writing the secondary network's slices from the
+/// pods' network-status, and `proxyd run --multus` reading them through the
+/// API and programming the client pod's sandbox in the real runtime. Real
+/// TCP and UDP over the secondary network reach both servers (TCP evenly:
+/// a chi-square test); a server made not ready, then one deleted, stops
+/// receiving within a second.
+#[test]
+#[ignore = "needs root, containerd, runc, the CNI plugins, nft and python3"]
+fn the_slice_controller_and_multus_mode_serve_a_service_on_net1() {
+    use fake_apiserver::{FakeApiServer, Kind};
+    use serde_json::json;
+
+    require_containerd();
+    let mut lab = Lab::new("ctl", 4);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(FakeApiServer::start()).unwrap();
+    let ns = lab.ns.clone();
+    let pod = |name: &str, node: &str, ip: &str, ready: bool, labels: serde_json::Value| {
+        json!({"kind": "Pod", "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"),
+                   "labels": labels,
+                   "annotations": {"k8s.v1.cni.cncf.io/network-status": network_status(&ns, Some(ip))}},
+               "spec": {"nodeName": node, "containers": [{"name": "app"}]},
+               "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}})
+    };
+    for node in ["node-1", "node-2"] {
+        server
+            .apply(json!({"kind": "Node", "metadata": {"name": node}}))
+            .unwrap();
+    }
+    server
+        .apply(json!({"kind": "Service", "metadata": {"name": "web", "namespace": ns,
+            "labels": {"service.kubernetes.io/service-proxy-name": "multus-proxy"},
+            "annotations": {"k8s.v1.cni.cncf.io/service-network": "macvlan1"}},
+            "spec": {"clusterIP": CLUSTER_IP, "clusterIPs": [CLUSTER_IP], "selector": {"app": "web"},
+                     "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+                               {"name": "dns", "port": 53, "targetPort": 8080, "protocol": "UDP"}]}}))
+        .unwrap();
+    let web = || json!({"app": "web"});
+    server
+        .apply(pod("server1", "node-2", "192.168.77.11", true, web()))
+        .unwrap();
+    server
+        .apply(pod("server2", "node-2", "192.168.77.12", true, web()))
+        .unwrap();
+    let made = server
+        .apply(pod("client", "node-1", "192.168.77.2", true, json!({"app": "client"})))
+        .unwrap();
+    // The kubelet makes the sandbox with the uid the API server gave.
+    let uid = made["metadata"]["uid"].as_str().unwrap().to_owned();
+    let (_, client) = lab.sandbox("client", &uid, 0, "192.168.77.2");
+    let kubeconfig = lab.manifests.join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
+
+    let controller_log = std::fs::File::create(lab.manifests.join("slices.log")).unwrap();
+    let _controller = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args(["slices", "--leader-elect=false", "--bind-address", "", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .stderr(controller_log)
+            .spawn()
+            .unwrap(),
+    );
+    let log = std::fs::File::create(&lab.log).unwrap();
+    lab.proxyd = Some(KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_proxyd"))
+            .args([
+                "run",
+                "--multus",
+                "--hostname-override",
+                "node-1",
+                "--healthz-bind-address",
+                "",
+            ])
+            .arg("--container-runtime-endpoint")
+            .arg(lab.ctd.endpoint())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .arg("--metrics-bind-address")
+            .arg(format!("127.0.0.1:{}", lab.metrics))
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    ));
+    lab.until(
+        "the client served over net1 through the controller's slices",
+        WAIT,
+        || lab.served(&client, "192.168.77.2"),
+    );
+    let slices = server.objects(Kind::EndpointSlice);
+    assert_eq!(slices.len(), 1, "{slices:?}");
+    assert_eq!(
+        slices[0]["metadata"]["labels"]["endpointslice.kubernetes.io/managed-by"],
+        "multus-endpointslice-controller.npwg.k8s.io"
+    );
+    let counts = names(&lab.requests(&client, 200));
+    let (a, b) = (
+        counts.get("server1").copied().unwrap_or(0),
+        counts.get("server2").copied().unwrap_or(0),
+    );
+    let chi2 = ((a as f64 - 100.0).powi(2) + (b as f64 - 100.0).powi(2)) / 100.0;
+    assert!(
+        a + b == 200 && chi2 < 10.83,
+        "an even split at p = 0.001: {counts:?} (chi-square {chi2:.2})"
+    );
+    let udp = run(
+        "ip",
+        &[
+            "netns", "exec", &client, "python3", "-c", CLIENT, "udp", CLUSTER_IP, "53", "40", "0",
+        ],
+    );
+    let udp: Vec<String> = udp.lines().map(str::to_owned).collect();
+    let by = names(&udp);
+    assert!(
+        by.contains_key("server1") && by.contains_key("server2") && by.len() == 2,
+        "UDP: {udp:?}"
+    );
+
+    let only = |who: &str| {
+        let answers = lab.requests(&client, 10);
+        answers.iter().all(|a| a.starts_with(&format!("{who} ")))
+    };
+    server
+        .apply(pod("server2", "node-2", "192.168.77.12", false, web()))
+        .unwrap();
+    let took = lab.until("server2 not ready: server1 only", Duration::from_secs(1), || {
+        only("server1")
+    });
+    eprintln!("figure: a server made not ready stopped receiving {took:?} after the change");
+    server
+        .apply(pod("server2", "node-2", "192.168.77.12", true, web()))
+        .unwrap();
+    lab.until("server2 back", WAIT, || lab.served(&client, "192.168.77.2"));
+    server.delete(Kind::Pod, &ns, "server1").unwrap();
+    let took = lab.until("server1 deleted: server2 only", Duration::from_secs(1), || {
+        only("server2")
+    });
+    eprintln!("figure: a deleted server stopped receiving {took:?} after the delete");
+    drop(rt);
+}
