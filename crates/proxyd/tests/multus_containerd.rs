@@ -371,6 +371,44 @@ impl Lab {
         pod(&["link", "set", "lo", "up"]);
     }
 
+    /// Gives the sandbox whose namespace is `netns` a `net1` at `ip`
+    /// through Debian's CNI `bridge` plugin (static IPAM, on the lan's
+    /// bridge: run in that namespace, as Multus runs a delegate), and
+    /// returns the network-status entry Multus writes from its result.
+    fn cni_attach(&self, netns: &str, container: &str, ip: &str) -> serde_json::Value {
+        let config = serde_json::json!({
+            "cniVersion": "1.0.0", "name": "macvlan1", "type": "bridge", "bridge": "br0",
+            "ipam": {"type": "static", "addresses": [{"address": format!("{ip}/24")}]},
+        });
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.lan.0, "/usr/lib/cni/bridge"])
+            .env("CNI_COMMAND", "ADD")
+            .env("CNI_CONTAINERID", container)
+            .env("CNI_NETNS", format!("/run/netns/{netns}"))
+            .env("CNI_IFNAME", "net1")
+            .env("CNI_PATH", "/usr/lib/cni")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), config.to_string().as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let result: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("the bridge plugin: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+        assert!(out.status.success(), "the bridge plugin: {result}");
+        // Multus: the result's addresses on the interface they name.
+        let ips: Vec<String> = result["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["address"].as_str().unwrap().split('/').next().unwrap().to_owned())
+            .collect();
+        let interface = &result["interfaces"][result["ips"][0]["interface"].as_u64().unwrap() as usize];
+        serde_json::json!({"name": format!("{}/macvlan1", self.ns), "interface": interface["name"],
+                           "ips": ips, "mac": interface["mac"], "dns": {}})
+    }
+
     /// A sandbox for pod `name` with `net1` at `ip`: what the kubelet and
     /// multus leave once the sandbox is ready.
     fn sandbox(&mut self, name: &str, uid: &str, attempt: u32, ip: &str) -> (String, String) {
@@ -613,9 +651,11 @@ fn a_runtime_stopped_and_started_is_followed() {
 }
 
 /// Multus mode whole, as a user runs it: the objects in the (fake) API
-/// server, `proxyd slices` writing the secondary network's slices from the
-/// pods' network-status, and `proxyd run --multus` reading them through the
-/// API and programming the client pod's sandbox in the real runtime. Real
+/// server, the client's `net1` made by Debian's CNI `bridge` plugin and its
+/// network-status written from the plugin's result as Multus writes it,
+/// `proxyd slices` writing the secondary network's slices from the pods'
+/// network-status, and `proxyd run --multus` reading them through the API
+/// and programming the client pod's sandbox in the real runtime. Real
 /// TCP and UDP over the secondary network reach both servers (TCP evenly:
 /// a chi-square test); a server made not ready, then one deleted, stops
 /// receiving within a second.
@@ -657,12 +697,20 @@ fn the_slice_controller_and_multus_mode_serve_a_service_on_net1() {
     server
         .apply(pod("server2", "node-2", "192.168.77.12", true, web()))
         .unwrap();
-    let made = server
-        .apply(pod("client", "node-1", "192.168.77.2", true, json!({"app": "client"})))
-        .unwrap();
-    // The kubelet makes the sandbox with the uid the API server gave.
+    let mut client_pod = pod("client", "node-1", "192.168.77.2", true, json!({"app": "client"}));
+    client_pod["metadata"]["annotations"] = json!({});
+    let made = server.apply(client_pod.clone()).unwrap();
+    // The kubelet makes the sandbox with the uid the API server gave; the
+    // CNI bridge plugin gives it net1; Multus then writes what the plugin
+    // returned into the pod's network-status.
     let uid = made["metadata"]["uid"].as_str().unwrap().to_owned();
-    let (_, client) = lab.sandbox("client", &uid, 0, "192.168.77.2");
+    let (id, client) = lab.ctd.run_sandbox(&ns, "client", &uid, 0);
+    let net1 = lab.cni_attach(&client, &id, "192.168.77.2");
+    assert_eq!(net1["interface"], "net1");
+    let primary = json!({"name": "cbr0", "interface": "eth0", "ips": ["10.88.0.2"], "default": true});
+    client_pod["metadata"]["annotations"] =
+        json!({"k8s.v1.cni.cncf.io/network-status": json!([primary, net1]).to_string()});
+    server.apply(client_pod).unwrap();
     let kubeconfig = lab.manifests.join("kubeconfig");
     std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
 
