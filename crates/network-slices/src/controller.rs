@@ -15,7 +15,7 @@
 //! not yet seen as written is tried again shortly, not planned from the
 //! old view (which would write twice), as upstream's slice tracker does.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -66,20 +66,34 @@ fn key_of<K: kube::Resource>(o: &K) -> ServiceKey {
     )
 }
 
-/// The Services waiting for a sync, each once.
+/// When a change was first seen that a Service's slices do not reflect
+/// yet: what their trigger-time annotation says (as upstream's, the
+/// earliest change a write reflects).
+type Trigger = k8s_openapi::jiff::Timestamp;
+
+/// The Services waiting for a sync, each once, with their trigger time.
 #[derive(Default)]
 struct Queue {
-    pending: Mutex<BTreeSet<ServiceKey>>,
+    pending: Mutex<BTreeMap<ServiceKey, Trigger>>,
     wake: Notify,
 }
 
 impl Queue {
+    /// Queues `keys` for a change seen now.
     fn push(&self, keys: impl IntoIterator<Item = ServiceKey>) {
+        let now = Trigger::now();
+        self.push_at(keys.into_iter().map(|k| (k, now)));
+    }
+
+    /// Queues each key for a change seen at its time (the earliest wins).
+    fn push_at(&self, keys: impl IntoIterator<Item = (ServiceKey, Trigger)>) {
         let mut added = false;
         {
             let mut p = lock(&self.pending);
-            for k in keys {
-                added |= p.insert(k);
+            for (k, at) in keys {
+                let entry = p.entry(k).or_insert(at);
+                added = true;
+                *entry = (*entry).min(at);
             }
         }
         if added {
@@ -87,7 +101,7 @@ impl Queue {
         }
     }
 
-    async fn take(&self) -> BTreeSet<ServiceKey> {
+    async fn take(&self) -> BTreeMap<ServiceKey, Trigger> {
         loop {
             let batch = std::mem::take(&mut *lock(&self.pending));
             if !batch.is_empty() {
@@ -305,8 +319,8 @@ impl SliceController {
             ready();
             let mut failures: HashMap<ServiceKey, u32> = HashMap::new();
             loop {
-                for key in queue.take().await {
-                    match this.sync(&caches, &key).await {
+                for (key, trigger) in queue.take().await {
+                    match this.sync(&caches, &key, trigger).await {
                         Ok(()) => {
                             failures.remove(&key);
                         }
@@ -323,7 +337,7 @@ impl SliceController {
                             let (queue, key) = (queue.clone(), key.clone());
                             tokio::spawn(async move {
                                 tokio::time::sleep(delay).await;
-                                queue.push([key]);
+                                queue.push_at([(key, trigger)]);
                             });
                         }
                     }
@@ -456,7 +470,7 @@ impl SliceController {
     }
 
     /// Syncs one Service.
-    async fn sync(&self, caches: &Caches, key: &ServiceKey) -> Result<(), SyncError> {
+    async fn sync(&self, caches: &Caches, key: &ServiceKey, trigger: Trigger) -> Result<(), SyncError> {
         let slices = caches.slices_of(key);
         if !lock(&self.written).seen(key, &slices) {
             self.metrics
@@ -476,7 +490,7 @@ impl SliceController {
                 delete: existing.iter().filter_map(|s| s.metadata.name.clone()).collect(),
                 ..Plan::default()
             },
-            Some((svc, network)) => self.plan(caches, svc, &network, &existing),
+            Some((svc, network)) => self.plan(caches, svc, &network, &existing, trigger),
         };
         let result = self.apply(key, &plan).await;
         let label = if result.is_ok() { "success" } else { "error" };
@@ -524,7 +538,14 @@ impl SliceController {
         }
     }
 
-    fn plan(&self, caches: &Caches, svc: &Service, network: &Network, existing: &[EndpointSlice]) -> Plan {
+    fn plan(
+        &self,
+        caches: &Caches,
+        svc: &Service,
+        network: &Network,
+        existing: &[EndpointSlice],
+        trigger: Trigger,
+    ) -> Plan {
         let key = key_of(svc);
         let pods = caches
             .pods
@@ -552,8 +573,7 @@ impl SliceController {
         };
         let (wanted, left_out) = crate::wanted(svc, pods.iter().map(|p| p.as_ref()), network, lookups);
         self.say_left_out(&key, &left_out);
-        let now = k8s_openapi::jiff::Timestamp::now().to_string();
-        reconcile(svc, &wanted, existing, &self.config.rules, Some(&now))
+        reconcile(svc, &wanted, existing, &self.config.rules, Some(&trigger.to_string()))
     }
 
     /// Warns once for each pod that starts being left out (or for another
@@ -654,5 +674,25 @@ where
             Ok(e) => f(&e),
             Err(e) => tracing::warn!("a watch failed (retried): {e}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_service_queued_again_keeps_the_earliest_change_it_has_not_written() {
+        let q = Queue::default();
+        let key = ("ns".to_owned(), "web".to_owned());
+        let first = Trigger::now();
+        q.push_at([(key.clone(), first)]);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        q.push([key.clone(), ("ns".to_owned(), "db".to_owned())]);
+        let batch = q.take().await;
+        assert_eq!(batch[&key], first, "the earliest change is the trigger");
+        assert!(batch[&("ns".to_owned(), "db".to_owned())] > first);
+        q.push([key.clone()]);
+        assert!(q.take().await[&key] > first, "after a sync, a new change starts afresh");
     }
 }
