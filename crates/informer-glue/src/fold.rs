@@ -268,8 +268,11 @@ where
             }
             Event::Init => {
                 if self.list.is_some() {
+                    // Every retry of a failing watch restarts its list: the
+                    // outage is said by the watch (once when it starts, once
+                    // when it ends), this is counted.
                     self.stats.aborted_lists += 1;
-                    tracing::info!(kind = %std::any::type_name::<K>(), "list restarted before it completed; deletes wait for a complete one");
+                    tracing::debug!(kind = %std::any::type_name::<K>(), "list restarted before it completed; deletes wait for a complete one");
                 }
                 self.lists_begun += 1;
                 self.list = Some(self.lists_begun);
