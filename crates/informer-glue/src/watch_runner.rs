@@ -11,6 +11,8 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tracing::Instrument;
 
+use crate::watch_error::WatchError;
+
 use crate::counters::{Counter, Gauge};
 use crate::fold::{EventFold, EventHandler, Keep};
 use crate::lenient::{Lean, Watched};
@@ -40,7 +42,7 @@ pub struct WatchMetrics {
     /// 1 while the watch is failing, else 0 (`proxyd_watch_failing`).
     pub failing: Gauge,
     /// The last error while the watch is failing (`None` while it works).
-    pub last_error: std::sync::Mutex<Option<String>>,
+    pub last_error: std::sync::Mutex<Option<WatchError>>,
     /// Objects skipped because they could not be decoded, once per
     /// object and resourceVersion (`proxyd_rejected_objects_total` with
     /// reason `undecodable`).
@@ -49,7 +51,7 @@ pub struct WatchMetrics {
 
 impl WatchMetrics {
     /// The last error, while the watch is failing.
-    pub fn last_error(&self) -> Option<String> {
+    pub fn last_error(&self) -> Option<WatchError> {
         slice_model::internal::lock(&self.last_error).clone()
     }
 
@@ -108,10 +110,10 @@ impl Retry {
 
     /// A failure: how long to wait. Says so once when failing starts, then
     /// at most once per [`REMINDER`].
-    fn failed(&mut self, error: &dyn std::fmt::Display, metrics: &WatchMetrics) -> Duration {
+    fn failed(&mut self, error: WatchError, metrics: &WatchMetrics) -> Duration {
         let now = Instant::now();
         self.failures += 1;
-        *slice_model::internal::lock(&metrics.last_error) = Some(error.to_string());
+        *slice_model::internal::lock(&metrics.last_error) = Some(error.clone());
         let since = *self.failing_since.get_or_insert_with(|| {
             let ms = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -367,11 +369,11 @@ where
             }
             Some(Err(e)) => {
                 metrics.errors.inc();
-                retry.failed(&e, &metrics)
+                retry.failed(WatchError::from(e), &metrics)
             }
             None => {
                 metrics.errors.inc();
-                retry.failed(&"the watch stream ended; starting it again", &metrics)
+                retry.failed(WatchError::Ended, &metrics)
             }
         };
         tokio::select! {

@@ -33,6 +33,7 @@ use tokio::sync::watch as latest;
 pub use discover::{Discovered, Discovery};
 pub use endpoints_map::topology::{EndpointUse, TopologyMode};
 /// The label selector type of [`Config::label_selector`] (kube's).
+pub use informer_glue::watch_error::WatchError;
 pub use kube::core::Selector;
 pub use slice_cache::PortEndpoints;
 /// Every type the reader's views name, so that an application needs no
@@ -121,9 +122,10 @@ pub struct WatchFailure {
     pub kind: &'static str,
     /// Since when.
     pub since: SystemTime,
-    /// Its last error, as the client reported it (`401 Unauthorized`, a
-    /// refused connection, ...).
-    pub error: String,
+    /// Its last error: the API server's answer with its HTTP status
+    /// ([`WatchError::status`]: 401, 403, ...), no answer, an unusable
+    /// answer, or the stream ended.
+    pub error: WatchError,
 }
 
 /// Why [`Reader::wait_until_ready`] gave up.
@@ -183,7 +185,7 @@ impl Watches {
                 Some(WatchFailure {
                     kind,
                     since: now.checked_sub(down).unwrap_or(now),
-                    error: w.last_error().unwrap_or_default(),
+                    error: w.last_error().unwrap_or(WatchError::Ended),
                 })
             })
             .collect()
