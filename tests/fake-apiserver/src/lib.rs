@@ -30,6 +30,7 @@
 //! [`FakeApiServer::expire_next_watches`], [`FakeApiServer::fail_next_lists`],
 //! [`FakeApiServer::fail_next_continues`], [`FakeApiServer::set_delay`],
 //! [`FakeApiServer::set_hanging`] (accepts connections, answers nothing),
+//! [`FakeApiServer::set_frozen`] (that, and open watches go silent),
 //! [`FakeApiServer::stop`] (refuses connections), [`FakeApiServer::compact`];
 //! and what kube-apiserver answers a client it does not let in:
 //! [`FakeApiServer::require_token`] (401) and [`FakeApiServer::forbid`]
@@ -248,6 +249,9 @@ struct Shared {
     drop_epoch: watch::Sender<u64>,
     /// While true, every request waits for it to turn false.
     hanging: watch::Sender<bool>,
+    /// While true, open watch streams send nothing (what they would send
+    /// waits), and requests hang as with `hanging`.
+    frozen: watch::Sender<bool>,
     /// Serves HTTPS with this, else plain HTTP.
     tls: Option<tokio_rustls::TlsAcceptor>,
     /// Open connections, cut by [`FakeApiServer::stop`].
@@ -480,11 +484,17 @@ impl FakeApiServer {
             changes,
             drop_epoch: watch::channel(0).0,
             hanging: watch::channel(false).0,
+            frozen: watch::channel(false).0,
             tls,
             connections: Mutex::new(Vec::new()),
         });
         let accept = accept_loop(listener, shared.clone());
         Ok(Self { addr, shared, accept })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// `http://ADDRESS:PORT`, or `https://` when serving TLS.
@@ -571,6 +581,16 @@ impl FakeApiServer {
     /// answered once it stops hanging. Open watches go on.
     pub fn set_hanging(&self, hanging: bool) {
         self.shared.hanging.send_replace(hanging);
+    }
+
+    /// While `frozen`, the server is a stopped process (SIGSTOP, a frozen
+    /// or partitioned control-plane node): connections are accepted (the
+    /// kernel does that) but nothing is answered, and open watches, their
+    /// bookmarks included, go silent without closing. Everything held is
+    /// sent once it thaws, as a process that is continued sends it.
+    pub fn set_frozen(&self, frozen: bool) {
+        self.shared.frozen.send_replace(frozen);
+        self.shared.hanging.send_replace(frozen);
     }
 
     /// Answers `401 Unauthorized` to every request without
@@ -1127,8 +1147,14 @@ fn watch_response(
         }
     });
 
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    let frozen = shared.frozen.subscribe();
+    let stream = futures::stream::unfold((rx, frozen), |(mut rx, mut frozen)| async move {
+        let line = rx.recv().await?;
+        // A frozen server holds what it would send.
+        if frozen.wait_for(|f| !*f).await.is_err() {
+            return None;
+        }
+        Some((Ok::<_, Infallible>(Frame::data(line)), (rx, frozen)))
     });
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     r.headers_mut().insert(
