@@ -14,6 +14,7 @@ use kube::Api;
 
 use crate::fold::{EventFold, EventHandler};
 use crate::lenient::Watched;
+use crate::liveness::{Liveness, Probe};
 use crate::tombstone::{SlimServices, SlimSlices};
 use crate::watch_runner::{WatchMetrics, WatchSettings, run_watch};
 
@@ -55,6 +56,15 @@ where
     E: EventHandler<EndpointSlice>,
     F: Future<Output = ()>,
 {
+    let mut scope = scope;
+    // The two watches share one probe of a quiet API server unless the
+    // caller gave theirs.
+    if scope.services.liveness.is_none() || scope.slices.liveness.is_none() {
+        let shared = Arc::new(Liveness::new(client.clone(), Probe::default()));
+        for settings in [&mut scope.services, &mut scope.slices] {
+            settings.liveness.get_or_insert_with(|| shared.clone());
+        }
+    }
     let (services_api, slices_api): (Api<Watched<Service>>, Api<Watched<EndpointSlice>>) = match &scope.namespace {
         Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
         None => (Api::all(client.clone()), Api::all(client)),

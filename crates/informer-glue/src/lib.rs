@@ -50,6 +50,7 @@ pub mod counters;
 pub mod feed;
 pub mod fold;
 pub mod lenient;
+pub mod liveness;
 pub mod multus;
 pub mod node;
 pub mod rejections;

@@ -91,6 +91,7 @@ impl SourceMetrics {
             reason: UNDECODABLE,
         };
         Arc::new(WatchMetrics {
+            resource,
             errors: self.watch_restarts.get_or_create(&labels).clone(),
             failing: self.watch_failing.get_or_create(&labels).clone(),
             relists: self.relists.get_or_create(&labels).clone(),

@@ -9,6 +9,7 @@ use kube::runtime::watcher;
 
 /// Why a watch fails.
 #[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WatchError {
     /// The API server answered with an error status.
     #[error("the API server answered {status} {reason}: {message}")]
@@ -42,6 +43,14 @@ pub enum WatchError {
     /// The server ended the watch stream; it is started again.
     #[error("the watch stream ended; starting it again")]
     Ended,
+    /// The API server said nothing for `quiet` and did not answer a probe
+    /// in time ([`crate::liveness`]): its connections are open but nobody
+    /// answers on them. The watches start again on new connections.
+    #[error("the API server has said nothing for {}s and does not answer", quiet.as_secs())]
+    Silent {
+        /// How long it had been quiet when the probe gave up.
+        quiet: std::time::Duration,
+    },
 }
 
 impl WatchError {

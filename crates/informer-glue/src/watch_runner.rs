@@ -16,6 +16,7 @@ use crate::watch_error::WatchError;
 use crate::counters::{Counter, Gauge};
 use crate::fold::{EventFold, EventHandler, Keep};
 use crate::lenient::{Lean, Watched};
+use crate::liveness::{Liveness, Probe};
 
 /// Counters of one watch, shared with whoever reports them (health, and,
 /// with the `prometheus` feature, the exported series
@@ -23,6 +24,8 @@ use crate::lenient::{Lean, Watched};
 /// into series nobody exports).
 #[derive(Debug, Default)]
 pub struct WatchMetrics {
+    /// The resource watched (`endpointslices`, ...; empty when unnamed).
+    pub resource: &'static str,
     /// Watch events received (all kinds).
     pub events: AtomicU64,
     /// Errors from the watch (list, watch start, watch stream, ERROR
@@ -111,11 +114,19 @@ impl Retry {
     /// A failure: how long to wait. Says so once when failing starts, then
     /// at most once per [`REMINDER`].
     fn failed(&mut self, error: WatchError, metrics: &WatchMetrics) -> Duration {
+        self.failed_since(error, Instant::now(), metrics)
+    }
+
+    /// A failure that began at `began` (a silent server: when it was last
+    /// heard from), which is when the watch counts as failing since.
+    fn failed_since(&mut self, error: WatchError, began: Instant, metrics: &WatchMetrics) -> Duration {
         let now = Instant::now();
         self.failures += 1;
         *slice_model::internal::lock(&metrics.last_error) = Some(error.clone());
         let since = *self.failing_since.get_or_insert_with(|| {
             let ms = SystemTime::now()
+                .checked_sub(now.duration_since(began))
+                .unwrap_or_else(SystemTime::now)
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default()
                 .as_millis();
@@ -123,7 +134,7 @@ impl Retry {
                 .failing_since_ms
                 .store(u64::try_from(ms).unwrap_or(u64::MAX).max(1), Ordering::Release);
             metrics.failing.set(1);
-            now
+            began
         });
         let say = match self.last_said {
             None => {
@@ -182,6 +193,10 @@ pub struct WatchSettings {
     /// Relist everything this often even when the watch is healthy
     /// (kube-proxy's `--config-sync-period`); `None`: only when needed.
     pub relist_every: Option<std::time::Duration>,
+    /// The API server's liveness, shared by the watches of one client
+    /// ([`crate::liveness`]); `None`: the watch asks on its own, with
+    /// [`Probe::default`].
+    pub liveness: Option<Arc<Liveness>>,
 }
 
 /// Objects a watch could not decode: each is warned about (and counted)
@@ -288,10 +303,24 @@ where
         config = config.fields(fields);
     }
     let span = tracing::info_span!("watch", kind = %K::kind(&()), selector = %settings.label_selector);
+    let liveness = settings
+        .liveness
+        .unwrap_or_else(|| Arc::new(Liveness::new(api.clone().into_client(), Probe::default())));
     let start = move || watcher(api.clone(), config.clone()).boxed();
-    drive(start, settings.relist_every, fold, handler, metrics, shutdown)
+    let paced = Pace {
+        relist_every: settings.relist_every,
+        liveness,
+    };
+    drive(start, paced, fold, handler, metrics, shutdown)
         .instrument(span)
         .await
+}
+
+/// What paces a watch besides its events: the periodic relist, and the
+/// probe of a quiet API server.
+struct Pace {
+    relist_every: Option<Duration>,
+    liveness: Arc<Liveness>,
 }
 
 /// The watch loop of [`run_watch`], over the streams `start` makes: each
@@ -301,9 +330,12 @@ where
 /// stream lists first, the watch counts as working again only once
 /// objects actually arrive (a watch resumed in place would show nothing
 /// until something changed, and could not be told from one that hangs).
+/// A server quiet for longer than the probe allows is asked whether it
+/// still answers ([`crate::liveness`]); one that does not is a failure
+/// since it was last heard from, and the stream starts again.
 async fn drive<K, P, H, S>(
     start: impl Fn() -> S,
-    relist_every: Option<Duration>,
+    pace: Pace,
     mut fold: EventFold<K, P>,
     mut handler: H,
     metrics: Arc<WatchMetrics>,
@@ -325,9 +357,14 @@ where
     let mut stream = start();
     futures::pin_mut!(shutdown);
     tracing::info!("starting");
-    let every = relist_every.filter(|d| !d.is_zero());
+    let every = pace.relist_every.filter(|d| !d.is_zero());
     let relist = tokio::time::sleep(every.unwrap_or(Duration::from_secs(3600)));
     futures::pin_mut!(relist);
+    let liveness = pace.liveness;
+    let quiet_after = liveness.probe().after_quiet;
+    let quiet = tokio::time::sleep(quiet_after);
+    futures::pin_mut!(quiet);
+    let mut probing: Option<futures::future::BoxFuture<'static, Result<(), WatchError>>> = None;
     loop {
         let item = tokio::select! {
             () = &mut shutdown => break,
@@ -339,13 +376,31 @@ where
                 }
                 continue;
             }
-            item = stream.next() => item,
+            () = &mut quiet, if probing.is_none() => {
+                let liveness = liveness.clone();
+                probing = Some(Box::pin(async move { liveness.check().await }));
+                continue;
+            }
+            answered = async { probing.as_mut().expect("guarded").await }, if probing.is_some() => {
+                probing = None;
+                match answered {
+                    Ok(()) => {
+                        quiet.as_mut().reset(liveness.last_heard() + quiet_after);
+                        continue;
+                    }
+                    Err(silent) => Some(Err(silent)),
+                }
+            }
+            item = stream.next() => item.map(|r| r.map_err(WatchError::from)),
         };
         let wait = match item {
             Some(Ok(event)) => {
                 metrics.events.fetch_add(1, Ordering::Relaxed);
                 if !matches!(event, watcher::Event::Init) {
                     retry.progressed(&metrics);
+                    liveness.heard();
+                    probing = None;
+                    quiet.as_mut().reset(tokio::time::Instant::now() + quiet_after);
                 }
                 let was_synced = fold.is_synced();
                 if let Some(event) = undecoded.event(event, &mut fold, &metrics) {
@@ -367,9 +422,13 @@ where
                 }
                 continue;
             }
+            Some(Err(e @ WatchError::Silent { .. })) => {
+                metrics.errors.inc();
+                retry.failed_since(e, liveness.last_heard().into_std(), &metrics)
+            }
             Some(Err(e)) => {
                 metrics.errors.inc();
-                retry.failed(WatchError::from(e), &metrics)
+                retry.failed(e, &metrics)
             }
             None => {
                 metrics.errors.inc();
@@ -382,6 +441,7 @@ where
         }
         // A new stream lists again; the fold checks deletes against it.
         stream = start();
+        quiet.as_mut().reset(tokio::time::Instant::now() + quiet_after);
     }
     tracing::info!("stopped");
     handler
@@ -454,7 +514,7 @@ mod tests {
             Duration::from_secs(20),
             drive(
                 start,
-                None,
+                answering(),
                 EventFold::new(),
                 Counting::default(),
                 metrics.clone(),
@@ -480,6 +540,14 @@ mod tests {
         script: impl Fn(usize) -> Vec<Result<Event<Watched<Service>>, watcher::Error>>,
         for_: Duration,
     ) -> (Arc<WatchMetrics>, Counting, usize) {
+        drive_paced(script, answering(), for_).await
+    }
+
+    async fn drive_paced(
+        script: impl Fn(usize) -> Vec<Result<Event<Watched<Service>>, watcher::Error>>,
+        pace: Pace,
+        for_: Duration,
+    ) -> (Arc<WatchMetrics>, Counting, usize) {
         let starts = Arc::new(AtomicUsize::new(0));
         let start = {
             let starts = starts.clone();
@@ -491,7 +559,7 @@ mod tests {
         let metrics = Arc::new(WatchMetrics::default());
         let seen = drive(
             start,
-            None,
+            pace,
             EventFold::new(),
             Counting::default(),
             metrics.clone(),
@@ -499,6 +567,18 @@ mod tests {
         )
         .await;
         (metrics, seen, starts.load(Ordering::SeqCst))
+    }
+
+    /// Pacing with no periodic relist, and a server that answers every
+    /// probe at once.
+    fn answering() -> Pace {
+        Pace {
+            relist_every: None,
+            liveness: Arc::new(Liveness::asking(
+                Probe::default(),
+                Box::new(|| Box::pin(async { true })),
+            )),
+        }
     }
 
     fn listed() -> Vec<Result<Event<Watched<Service>>, watcher::Error>> {
@@ -535,5 +615,42 @@ mod tests {
         assert_eq!(metrics.failing.get(), 0, "the list after the failure is the recovery");
         assert_eq!(metrics.failing_since_ms.load(Ordering::Acquire), 0);
         assert_eq!((seen.adds, seen.synced), (1, 1));
+    }
+
+    /// A server that goes silent after the list (open connections, no
+    /// answer to the probe): the watch fails exactly when the quiet and
+    /// the probe's timeout have passed, as failing since the last event,
+    /// and starts again; a server that answers the probe keeps it working.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_server_fails_the_watch_after_the_quiet_and_the_probe() {
+        let silent = || Pace {
+            relist_every: None,
+            liveness: Arc::new(Liveness::asking(
+                Probe::default(),
+                Box::new(|| Box::pin(futures::future::pending())),
+            )),
+        };
+        let bound = Probe::default().bound();
+        let just_before = bound - Duration::from_millis(10);
+        let (metrics, _, starts) = drive_paced(|_| listed(), silent(), just_before).await;
+        assert_eq!((metrics.failing.get(), starts), (0, 1), "not before the bound");
+
+        // The new connection's list hangs too.
+        let listed_then_hangs = |attempt| match attempt {
+            0 => listed(),
+            _ => vec![Ok(Event::Init)],
+        };
+        let (metrics, seen, starts) = drive_paced(listed_then_hangs, silent(), bound + RETRY_MAX * 2).await;
+        assert_eq!(metrics.failing.get(), 1);
+        assert!(
+            matches!(metrics.last_error(), Some(WatchError::Silent { quiet }) if quiet >= bound),
+            "{:?}",
+            metrics.last_error()
+        );
+        assert_eq!(starts, 2, "started again on a new connection");
+        assert_eq!(seen.synced, 1);
+
+        let (metrics, _, starts) = drive_paced(|_| listed(), answering(), bound * 10).await;
+        assert_eq!((metrics.failing.get(), metrics.errors.get(), starts), (0, 0, 1));
     }
 }

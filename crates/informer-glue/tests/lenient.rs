@@ -393,6 +393,7 @@ where
         field_selector: None,
         page_size: 50,
         relist_every: None,
+        liveness: None,
     };
     tokio::spawn(run_watch(
         Api::<Watched<K>>::all(server.client()),

@@ -15,7 +15,9 @@ use endpoints_map::EndpointsMap;
 use fake_apiserver::{FakeApiServer, Kind};
 use informer_glue::fold::{EventFold, EventHandler};
 use informer_glue::lenient::{Lean, Watched};
+use informer_glue::liveness::{Liveness, Probe};
 use informer_glue::selection::Selection;
+use informer_glue::watch_error::WatchError;
 use informer_glue::watch_runner::{WatchMetrics, WatchSettings, run_watch};
 use informer_glue::{SliceCacheHandler, slice_from_k8s};
 use k8s_openapi::api::core::v1::Service;
@@ -161,14 +163,23 @@ where
     K: Lean + kube::Resource<DynamicType = ()> + Default + Clone + std::fmt::Debug + Send + 'static,
     H: EventHandler<K> + Send + 'static,
 {
-    let (stop, stopped) = oneshot::channel::<()>();
-    let metrics = Arc::new(WatchMetrics::default());
     let settings = WatchSettings {
         field_selector: None,
         label_selector: selector,
         page_size,
         relist_every,
+        liveness: None,
     };
+    spawn_settings(api, settings, fold, handler)
+}
+
+fn spawn_settings<K, H>(api: Api<Watched<K>>, settings: WatchSettings, fold: EventFold<K>, handler: H) -> Watch<H>
+where
+    K: Lean + kube::Resource<DynamicType = ()> + Default + Clone + std::fmt::Debug + Send + 'static,
+    H: EventHandler<K> + Send + 'static,
+{
+    let (stop, stopped) = oneshot::channel::<()>();
+    let metrics = Arc::new(WatchMetrics::default());
     let shutdown: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
         let _ = stopped.await;
     });
@@ -606,6 +617,7 @@ where
         field_selector: Some(fields.into()),
         page_size: 100,
         relist_every: None,
+        liveness: None,
     };
     let task = tokio::spawn(run_watch(
         api,
@@ -697,6 +709,63 @@ async fn this_nodes_zone_is_followed() {
     wait_for("the label removed", || zone.get().zone.is_none()).await;
     let _ = stop.send(());
     let _ = task.await;
+}
+
+/// A frozen API server (SIGSTOP, a frozen control-plane node) keeps its
+/// watch connections open and silent, so no error ever reaches the
+/// watcher: the probe of a quiet server notices within its bound, the
+/// watch fails since the server was last heard from, and once the server
+/// thaws the view is current again within seconds, the change made
+/// during the freeze included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_api_server_is_noticed_within_the_probe_bound_and_its_thaw_recovers() {
+    let server = seeded_server(2).await;
+    let probe = Probe {
+        after_quiet: Duration::from_secs(2),
+        timeout: Duration::from_secs(1),
+    };
+    let settings = WatchSettings {
+        field_selector: None,
+        label_selector: kube::core::Selector::default(),
+        page_size: 500,
+        relist_every: None,
+        liveness: Some(Arc::new(Liveness::new(server.client(), probe))),
+    };
+    let rec = Recorder::default();
+    let w = spawn_settings(slices_api(&server), settings, EventFold::new(), rec.clone());
+    converged(&server, &rec, "the first list").await;
+    // Quiet but answering: the probes keep it working.
+    tokio::time::sleep(probe.bound() * 2).await;
+    assert_eq!(w.metrics.failing.get(), 0, "a quiet server that answers is not failing");
+
+    server.set_frozen(true);
+    let frozen = Instant::now();
+    server.apply(slice("ns", "during", "web", &["10.0.0.7"])).unwrap();
+    wait_for("the freeze noticed", || w.metrics.failing.get() == 1).await;
+    let noticed = frozen.elapsed();
+    let down = w.metrics.down_for(std::time::SystemTime::now()).unwrap_or_default();
+    let error = w.metrics.last_error();
+    eprintln!(
+        "a frozen server noticed after {noticed:?} (bound {:?}); failing for {down:?}; {error:?}",
+        probe.bound()
+    );
+    assert!(matches!(error, Some(WatchError::Silent { .. })), "{error:?}");
+    assert!(
+        noticed <= probe.bound() + Duration::from_secs(1),
+        "noticed after {noticed:?}"
+    );
+    assert!(
+        down + Duration::from_millis(200) >= noticed,
+        "failing since it was last heard: {down:?}"
+    );
+
+    server.set_frozen(false);
+    let thawed = Instant::now();
+    converged(&server, &rec, "the change made while frozen").await;
+    wait_for("working again", || w.metrics.failing.get() == 0).await;
+    eprintln!("current again {:?} after the thaw", thawed.elapsed());
+    assert!(thawed.elapsed() < Duration::from_secs(5), "{:?}", thawed.elapsed());
+    w.stop().await;
 }
 
 /// How long after `applied` the recorder first holds `key`.

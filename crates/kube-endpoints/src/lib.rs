@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 
 use informer_glue::feed::{Part, Scope};
 use informer_glue::fold::EventFold;
+use informer_glue::liveness::Liveness;
 use informer_glue::tombstone::{SlimServices, SlimSlices};
 use informer_glue::watch_runner::{WatchMetrics, WatchSettings};
 use tokio::sync::watch as latest;
@@ -33,6 +34,7 @@ use tokio::sync::watch as latest;
 pub use discover::{Discovered, Discovery};
 pub use endpoints_map::topology::{EndpointUse, TopologyMode};
 /// The label selector type of [`Config::label_selector`] (kube's).
+pub use informer_glue::liveness::Probe;
 pub use informer_glue::watch_error::WatchError;
 pub use kube::core::Selector;
 pub use slice_cache::PortEndpoints;
@@ -87,6 +89,11 @@ pub struct Config {
     /// [`DEFAULT_READY_TIMEOUT`]. A watch that is slow but not failing is
     /// waited for.
     pub ready_timeout: Option<Duration>,
+    /// How an API server that stops answering without closing its
+    /// connections is noticed (see [`Probe`]); `None`: [`Probe::default`],
+    /// client-go's figures, so that [`Reader::status`] turns
+    /// [`Status::Stale`] at most 45 s after the server last said anything.
+    pub probe: Option<Probe>,
 }
 
 /// [`Config::ready_timeout`]'s default.
@@ -326,11 +333,13 @@ async fn run(client: kube::Client, config: Config, store: Arc<Mutex<Store>>, wat
         services.extend(kube_proxy.label_selector());
         slices.extend(kube_proxy.slice_label_selector());
     }
+    let liveness = Arc::new(Liveness::new(client.clone(), config.probe.unwrap_or_default()));
     let settings = |label_selector| WatchSettings {
         label_selector,
         field_selector: None,
         page_size: if config.page_size == 0 { 500 } else { config.page_size },
         relist_every: None,
+        liveness: Some(liveness.clone()),
     };
     let scope = Scope {
         namespace: config.namespace.clone(),

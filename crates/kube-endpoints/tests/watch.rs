@@ -371,6 +371,46 @@ async fn ready_says_why_the_lists_do_not_come() {
     );
 }
 
+/// An API server that stops answering without closing its connections
+/// (frozen): the status turns `Stale` within the probe's bound, each watch
+/// naming the silence, and `Current` again once it thaws.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_api_server_turns_the_status_stale_within_the_probe_bound() {
+    use kube_endpoints::{Probe, Status, WatchError};
+    let server = FakeApiServer::start().await.unwrap();
+    server.apply(web()).unwrap();
+    let probe = Probe {
+        after_quiet: Duration::from_secs(2),
+        timeout: Duration::from_secs(1),
+    };
+    let config = Config {
+        probe: Some(probe),
+        ..Config::default()
+    };
+    let (reader, _task) = listed(&server, config).await;
+    assert_eq!(reader.status(), Status::Current);
+
+    server.set_frozen(true);
+    let frozen = Instant::now();
+    wait_for("stale", || matches!(reader.status(), Status::Stale { .. })).await;
+    let noticed = frozen.elapsed();
+    let Status::Stale { since, failing } = reader.status() else {
+        unreachable!()
+    };
+    assert!(noticed <= probe.bound() + Duration::from_secs(1), "{noticed:?}");
+    assert!(
+        since <= std::time::SystemTime::now() - noticed,
+        "stale since the server was last heard from"
+    );
+    assert!(
+        failing.iter().all(|w| matches!(w.error, WatchError::Silent { .. })),
+        "{failing:?}"
+    );
+
+    server.set_frozen(false);
+    wait_for("current", || reader.status() == Status::Current).await;
+}
+
 /// Two ready pods behind two ports are two endpoints (once per address),
 /// and each port still has both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

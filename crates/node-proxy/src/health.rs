@@ -10,7 +10,8 @@
 //!   that load balancers stop sending it traffic; `/livez` is none of
 //!   these. Beside kube-proxy's fields, a family whose last sync failed is
 //!   named with the error (`"failedSyncs": {"ipv4": "…"}`) until a sync
-//!   succeeds.
+//!   succeeds, and each failing watch with its error (`"failingWatches":
+//!   {"endpointslices": "…"}`) from its first failure.
 //! - [`ServiceHealth`]: one listener per LoadBalancer service with
 //!   `externalTrafficPolicy: Local`, on its `healthCheckNodePort`: 200 with
 //!   the count of local ready endpoints when there are some and the proxy is
@@ -103,6 +104,18 @@ impl ProxierHealth {
             .any(|w| w.down_for(now).is_some_and(|d| d >= self.timeout))
     }
 
+    /// Each failing watch's resource and last error.
+    fn failing_watches(&self, now: SystemTime) -> Vec<(&'static str, String)> {
+        lock(&self.watches)
+            .iter()
+            .filter(|w| w.down_for(now).is_some())
+            .map(|w| {
+                let why = w.last_error().map_or_else(|| "failing".to_owned(), |e| e.to_string());
+                (w.resource, why)
+            })
+            .collect()
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut BTreeMap<IpFamily, FamilyHealth>) -> T) -> T {
         f(&mut lock(&self.families))
     }
@@ -181,7 +194,17 @@ impl ProxierHealth {
         } else {
             format!("{{\"lastUpdated\": \"{last}\",\"currentTime\": \"{now_s}\"")
         };
-        // Beyond kube-proxy's fields: why a family's rules are behind.
+        // Beyond kube-proxy's fields: the watches failing now (at once, not
+        // only after the timeout) and why, and why a family's rules are
+        // behind.
+        let watches = self.failing_watches(now);
+        if !watches.is_empty() {
+            let each: Vec<String> = watches
+                .iter()
+                .map(|(resource, why)| format!("{}: {}", json_string(resource), json_string(why)))
+                .collect();
+            body.push_str(&format!(", \"failingWatches\": {{{}}}", each.join(", ")));
+        }
         let failures = self.failures();
         if !failures.is_empty() {
             let each: Vec<String> = failures
@@ -355,6 +378,38 @@ mod tests {
         assert!(h.failures().is_empty());
         let body = h.reply(SystemTime::now(), true).body;
         assert!(!body.contains("failedSyncs"), "{body}");
+    }
+
+    /// A failing watch is named at once, with its error; readiness turns
+    /// 503 once it has failed for the timeout.
+    #[test]
+    fn a_failing_watch_is_named_and_unready_after_the_timeout() {
+        let h = ProxierHealth::new(&[IpFamily::V4], Duration::from_secs(60));
+        h.updated(IpFamily::V4, SystemTime::now());
+        let w = Arc::new(WatchMetrics {
+            resource: "endpointslices",
+            ..WatchMetrics::default()
+        });
+        h.watch(w.clone());
+        let now = SystemTime::now();
+        assert!(!h.reply(now, true).body.contains("failingWatches"));
+        let since = now - Duration::from_secs(45);
+        let ms = since.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_millis();
+        w.failing_since_ms.store(u64::try_from(ms).unwrap(), Ordering::Release);
+        *lock(&w.last_error) = Some(informer_glue::watch_error::WatchError::Silent {
+            quiet: Duration::from_secs(45),
+        });
+        let r = h.reply(now, true);
+        let reply: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+        let why = reply["failingWatches"]["endpointslices"].as_str().unwrap_or_default();
+        assert!(why.contains("has said nothing for 45s"), "{}", r.body);
+        assert_eq!(r.status, 200, "not yet for the timeout");
+        assert_eq!(h.reply(now + Duration::from_secs(15), true).status, 503);
+        assert_eq!(
+            h.reply(now + Duration::from_secs(15), false).status,
+            200,
+            "livez unaffected"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use informer_glue::feed::{Part, Scope};
 use informer_glue::fold::EventFold;
 use informer_glue::lenient::Watched;
+use informer_glue::liveness::{Liveness, Probe};
 use informer_glue::multus::{NetworkRecorder, PodHandler, PodStore, ServiceNetworks};
 use informer_glue::node::{NodeFacts, ThisNode, ThisNodeHandler};
 use informer_glue::selection::Selection;
@@ -187,11 +188,14 @@ async fn start_watches(
     state.through_own_service = daemon_sources::kubeconfig::through_kubernetes_service(&config);
     let client =
         kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
+    // One probe of a quiet API server serves every watch.
+    let liveness = Arc::new(Liveness::new(client.clone(), Probe::default()));
     let settings = WatchSettings {
         label_selector: selection.label_selector(),
         field_selector: None,
         page_size: args.list_page_size,
         relist_every: Some(args.config_sync_period),
+        liveness: Some(liveness),
     };
     let mut watch = |resource: &'static str, kind: &'static str| {
         let w = metrics.sources.watch(resource, kind);
