@@ -12,6 +12,7 @@
 //!     ./target/release/scale --services 50000 --endpoints 5 --real-objects --only-memory --proxyd OTHER
 //!     ./target/release/scale --services 10000 --endpoints 2 --no-restart --churn-rate 50 --churn-secs 300
 //!     ./target/release/scale --services 10000 --endpoints 2 --big-service 1000 --rolling-update --churn-rate 50
+//!     ./target/release/scale --services 1000 --endpoints 2 --no-restart --freeze-secs 90 [--failover]
 //!
 //! The cluster: SERVICES ClusterIP services of ENDPOINTS ready endpoints
 //! each, spread over 100 nodes, of which every tenth is a NodePort service
@@ -44,7 +45,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
 use fake_apiserver::FakeApiServer;
-use proxyd_benches::{ScratchNetns, run_ok};
+use proxyd_benches::{ScratchNetns, Switch, run_ok};
 use serde_json::{Value, json};
 
 /// What to build and measure.
@@ -107,6 +108,21 @@ struct Args {
     /// figures are.
     #[arg(long, default_value_t = 0)]
     dual_stack_every: u32,
+    /// After the idle stretch, freeze the API server (open connections
+    /// silent, new ones unanswered, as a SIGSTOPped kube-apiserver) for
+    /// this many seconds with a new service made meanwhile: when proxyd
+    /// says the watches fail, and when the service is programmed after the
+    /// thaw (0: no freeze).
+    #[arg(long, default_value_t = 0)]
+    freeze_secs: u64,
+    /// With `--freeze-secs`: proxyd reaches the API server through a
+    /// forwarder (a load balancer's address), which sends new connections
+    /// to a second, working API server once the first freezes; the figure
+    /// is when the new service is programmed from the second one. Later
+    /// changes go to the first server only: use with `--no-restart` and
+    /// no churn.
+    #[arg(long, requires = "freeze_secs")]
+    failover: bool,
 }
 
 impl Args {
@@ -327,6 +343,8 @@ struct Daemon {
     started: Instant,
     /// When proxyd logged that its initial lists were complete.
     listed: Arc<OnceLock<Instant>>,
+    /// When proxyd logged that a watch started failing.
+    failing: Arc<std::sync::Mutex<Vec<Instant>>>,
 }
 
 impl Daemon {
@@ -365,6 +383,8 @@ impl Daemon {
         let (tx, syncs) = mpsc::channel();
         let listed = Arc::new(OnceLock::new());
         let mark_listed = Arc::clone(&listed);
+        let failing = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mark_failing = Arc::clone(&failing);
         // Keep draining the log: a closed pipe would end the daemon.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
@@ -373,6 +393,12 @@ impl Daemon {
                 } else if line.contains("initial lists complete") {
                     let _ = mark_listed.set(Instant::now());
                 } else if ["ERROR", "WARN", "DEBUG"].iter().any(|level| line.contains(level)) {
+                    if line.contains("watch failing") {
+                        mark_failing
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(Instant::now());
+                    }
                     eprintln!("  proxyd: {line}");
                 }
             }
@@ -382,6 +408,7 @@ impl Daemon {
             syncs,
             started,
             listed,
+            failing,
         })
     }
 
@@ -392,6 +419,12 @@ impl Daemon {
             Some(at) => format!("{:.2?}", at.duration_since(self.started)),
             None => "?".into(),
         }
+    }
+
+    /// How long after `after` proxyd first said a watch fails, if it has.
+    fn failing_after(&self, after: Instant) -> Option<Duration> {
+        let said = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        said.iter().find(|t| **t >= after).map(|t| t.duration_since(after))
     }
 
     fn pid(&self) -> u32 {
@@ -583,6 +616,7 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
     let objects = objects(args);
     let count = objects.len();
     let mut source: Vec<String> = Vec::new();
+    let mut failover = None;
     let server = if args.manifests {
         let list = json!({"apiVersion": "v1", "kind": "List", "items": objects});
         let path = dir.join("cluster.json");
@@ -590,14 +624,29 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         source.extend(["--manifests".into(), dir.display().to_string()]);
         None
     } else {
-        let server = runtime
-            .block_on(FakeApiServer::start())
-            .map_err(|e| format!("fake API server: {e}"))?;
-        for obj in objects {
-            server.apply(obj).map_err(|e| format!("fake API server: {e:?}"))?;
+        let start = || {
+            let server = runtime
+                .block_on(FakeApiServer::start())
+                .map_err(|e| format!("fake API server: {e}"))?;
+            for obj in &objects {
+                server
+                    .apply(obj.clone())
+                    .map_err(|e| format!("fake API server: {e:?}"))?;
+            }
+            Ok::<_, String>(server)
+        };
+        let server = start()?;
+        let mut kubeconfig = server.kubeconfig();
+        if args.failover {
+            let second = start()?;
+            let switch = runtime
+                .block_on(Switch::start(server.addr()))
+                .map_err(|e| format!("forwarder: {e}"))?;
+            kubeconfig = kubeconfig.replace(&server.url(), &format!("http://{}", switch.addr));
+            failover = Some((second, switch));
         }
         let path = dir.join("kubeconfig");
-        std::fs::write(&path, server.kubeconfig()).map_err(|e| e.to_string())?;
+        std::fs::write(&path, kubeconfig).map_err(|e| e.to_string())?;
         source.extend(["--kubeconfig".into(), path.display().to_string()]);
         Some(server)
     };
@@ -731,6 +780,10 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         sent.iter().map(|s| s.nft_bytes).sum::<u64>()
     );
 
+    if args.freeze_secs > 0 {
+        freeze(args, &daemon, &server, failover.as_ref(), &mut longest)?;
+    }
+
     let daemon = if args.no_restart || args.services < 2 {
         daemon
     } else {
@@ -833,6 +886,64 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
     }
     println!("longest nft transaction: {}", ms(longest));
     daemon.stop();
+    Ok(())
+}
+
+/// The API server freezes for `--freeze-secs` with a new service made
+/// meanwhile (on both servers with `--failover`, whose forwarder then sends
+/// new connections to the second): prints when proxyd said its watches
+/// fail, and when the new service reached the kernel, after the thaw or
+/// from the second server.
+fn freeze(
+    args: &Args,
+    daemon: &Daemon,
+    server: &FakeApiServer,
+    failover: Option<&(FakeApiServer, Switch)>,
+    longest: &mut u64,
+) -> Result<(), String> {
+    let i = big_index(args) + 1 + args.latency_trials;
+    let its_slice = slice(i, 0, 3_000_000, args.endpoints.max(1), None);
+    let frozen = Instant::now();
+    server.set_frozen(true);
+    let mut servers = vec![server];
+    if let Some((second, switch)) = failover {
+        switch.switch_to(second.addr());
+        servers.push(second);
+    }
+    for s in servers {
+        s.apply(service(i)).map_err(|e| format!("fake API server: {e:?}"))?;
+        s.apply(its_slice.clone())
+            .map_err(|e| format!("fake API server: {e:?}"))?;
+    }
+    let frozen_for = Duration::from_secs(args.freeze_secs);
+    let noticed = |d: &Daemon| match d.failing_after(frozen) {
+        Some(t) => format!("{t:.2?} after the freeze"),
+        None => format!("not within {frozen_for:?}"),
+    };
+    if failover.is_some() {
+        let programmed = match daemon.write_after(frozen, frozen_for, longest) {
+            Ok(s) => format!("{:.2?} after the freeze", s.at.duration_since(frozen)),
+            Err(_) => format!("not within {frozen_for:?}"),
+        };
+        std::thread::sleep(frozen_for.saturating_sub(frozen.elapsed()).min(Duration::from_secs(1)));
+        println!(
+            "API server frozen, new connections to a second one: proxyd said its watches fail {}; \
+             a service made at the freeze was programmed {programmed}",
+            noticed(daemon)
+        );
+        server.set_frozen(false);
+        return Ok(());
+    }
+    let _ = daemon.syncs_during(frozen_for.saturating_sub(frozen.elapsed()), longest);
+    let thawed = Instant::now();
+    server.set_frozen(false);
+    let s = daemon.write_after(thawed, Duration::from_secs(120), longest)?;
+    println!(
+        "API server frozen for {frozen_for:?}: proxyd said its watches fail {}; \
+         a service made during the freeze was programmed {:.2?} after the thaw",
+        noticed(daemon),
+        s.at.duration_since(thawed)
+    );
     Ok(())
 }
 
