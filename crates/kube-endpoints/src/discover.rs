@@ -139,7 +139,7 @@ impl<S, F: FnMut(&Discovered) -> S> State<S, F> {
     fn refresh(&mut self) {
         let latest = self.updates.latest();
         let view = latest.as_deref();
-        let used: Vec<&BaseEndpointInfo> = view
+        let used: Vec<BaseEndpointInfo> = view
             .and_then(|v| match &self.at {
                 Some(at) => v.routing_at(&self.port, self.protocol, Traffic::Internal, at),
                 None => v.routing(&self.port, self.protocol, Traffic::Internal),
@@ -151,10 +151,15 @@ impl<S, F: FnMut(&Discovered) -> S> State<S, F> {
             self.pending.push_back(Change::Remove(*gone));
         }
         for e in used.iter().filter(|e| !self.current.contains(&e.addr)) {
+            // The facts of the copy the endpoint came from.
+            let facts = view.and_then(|v| match &self.at {
+                Some(at) => v.facts_at(e.addr.ip(), at).map(|f| (*f).clone()),
+                None => v.facts(e.addr.ip()).cloned(),
+            });
             let discovered = Discovered {
                 addr: e.addr,
-                endpoint: (*e).clone(),
-                facts: view.and_then(|v| v.facts(e.addr.ip())).cloned(),
+                endpoint: e.clone(),
+                facts,
             };
             self.pending.push_back(Change::Insert(e.addr, (self.make)(&discovered)));
         }

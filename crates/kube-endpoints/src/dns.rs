@@ -374,17 +374,7 @@ mod tests {
             }
             slice = slice.with_endpoint(e);
         }
-        let merged = slice_cache::ServiceEndpoints::merge([&slice.content], "");
-        let facts = (slice.content.endpoints.iter())
-            .filter_map(|e| Some((e.addr, e.facts.clone()?)))
-            .collect();
-        ServiceEndpoints::new(
-            Arc::new(svc),
-            merged,
-            facts,
-            std::collections::BTreeMap::new(),
-            Arc::default(),
-        )
+        ServiceEndpoints::new(Arc::new(svc), Arc::new([Arc::new(slice.content)]), Arc::default())
     }
 
     fn text(records: &[Record]) -> Vec<String> {

@@ -12,7 +12,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use slice_model::{Interner, ServiceInfo, ServiceName, SliceContent, SliceName};
 use tokio::sync::{broadcast, watch};
 
-use crate::view::{Location, Placement, ServiceEndpoints};
+use crate::view::{Location, ServiceEndpoints};
 
 /// A service's latest view, as subscribers receive it (`None`: no such
 /// service, or not any more).
@@ -23,7 +23,8 @@ pub(crate) struct Store {
     services: HashMap<ServiceName, Arc<ServiceInfo>>,
     /// Each service's slices by slice name: the merge visits them in name
     /// order, as kube-proxy's cache does.
-    slices: HashMap<ServiceName, BTreeMap<SliceName, SliceContent>>,
+    /// Shared with the views, which merge them again for other nodes.
+    slices: HashMap<ServiceName, BTreeMap<SliceName, Arc<SliceContent>>>,
     /// The service each slice was last filed under (a slice can move).
     owner: HashMap<SliceName, ServiceName>,
     views: HashMap<ServiceName, Arc<ServiceEndpoints>>,
@@ -39,7 +40,6 @@ pub(crate) struct Store {
     /// `None` once the watches stopped: every receiver is then closed.
     changes: Option<broadcast::Sender<ServiceName>>,
     interner: Interner,
-    node: String,
     reader_at: Arc<Location>,
     listed: Listed,
     /// `None` once the watches stopped.
@@ -68,7 +68,6 @@ impl Store {
             swept_to: 0,
             changes: Some(broadcast::channel(crate::subscription::CHANGES_KEPT).0),
             interner: Interner::new(),
-            node: at.node.clone().unwrap_or_default(),
             reader_at: Arc::new(at),
             listed: Listed::default(),
             ready: Some(ready),
@@ -141,30 +140,14 @@ impl Store {
     /// stream when it differs.
     fn refresh(&mut self, name: &ServiceName) {
         let view = self.services.get(name).map(|service| {
-            let slices = || self.slices.get(name).into_iter().flat_map(BTreeMap::values);
-            let merged = slice_cache::ServiceEndpoints::merge(slices(), &self.node);
-            // An address's facts and placement: the first slice's (by
-            // name) that gives them.
-            let mut facts = BTreeMap::new();
-            let mut placement = BTreeMap::new();
-            for e in slices().flat_map(|s| &s.endpoints) {
-                if let Some(f) = &e.facts {
-                    facts.entry(e.addr).or_insert_with(|| f.clone());
-                }
-                if e.node.is_some() || !e.node_hints.is_empty() {
-                    placement.entry(e.addr).or_insert_with(|| Placement {
-                        node: e.node.clone(),
-                        node_hints: e.node_hints.clone(),
-                    });
-                }
-            }
-            Arc::new(ServiceEndpoints::new(
-                service.clone(),
-                merged,
-                facts,
-                placement,
-                self.reader_at.clone(),
-            ))
+            let slices: Arc<[Arc<SliceContent>]> = self
+                .slices
+                .get(name)
+                .into_iter()
+                .flat_map(BTreeMap::values)
+                .cloned()
+                .collect();
+            Arc::new(ServiceEndpoints::new(service.clone(), slices, self.reader_at.clone()))
         });
         if self.views.get(name) == view.as_ref() {
             return;
@@ -248,10 +231,10 @@ impl Store {
                     self.owner.insert(model.name.clone(), service.clone());
                 }
                 let slices = self.slices.entry(service.clone()).or_default();
-                if slices.get(&model.name) == Some(&model.content) {
+                if slices.get(&model.name).is_some_and(|kept| **kept == model.content) {
                     return;
                 }
-                slices.insert(model.name, model.content);
+                slices.insert(model.name, Arc::new(model.content));
                 self.refresh(&service);
             }
             Err(e) => {

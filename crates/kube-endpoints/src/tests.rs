@@ -293,3 +293,174 @@ fn names_asked_about_and_let_go_are_not_kept() {
         "a live subscription survives the sweeps"
     );
 }
+
+mod any_location {
+    //! Routing and facts asked for any location against a naive model of
+    //! kube-proxy's merge on that node, and against a reader configured
+    //! there.
+
+    use std::net::{IpAddr, SocketAddr};
+    use std::num::NonZeroU16;
+
+    use proptest::prelude::*;
+    use slice_model::{
+        Conditions, EndpointFacts, EndpointSlice, Protocol, ServiceInfo, ServiceName, ServicePort, SliceContent,
+        SliceEndpoint, TrafficPolicy,
+    };
+
+    use super::Arc;
+    use crate::{Location, ServiceEndpoints, Traffic};
+
+    const NODES: [Option<&str>; 3] = [None, Some("node-a"), Some("node-b")];
+
+    /// One copy of an endpoint in a slice.
+    #[derive(Clone, Debug)]
+    struct Copy {
+        ip: u8,
+        node: Option<&'static str>,
+        ready: bool,
+        serving: bool,
+        hinted_for: Option<&'static str>,
+    }
+
+    fn copy() -> impl Strategy<Value = Copy> {
+        (0u8..4, 0usize..3, any::<bool>(), any::<bool>(), 0usize..3).prop_map(|(ip, node, ready, serving, hint)| Copy {
+            ip,
+            node: NODES[node],
+            ready,
+            serving: serving || ready,
+            hinted_for: NODES[hint],
+        })
+    }
+
+    /// Up to three slices (named s0, s1, ... in merge order), each with
+    /// its port number (two slices may agree or not) and copies.
+    fn slices() -> impl Strategy<Value = Vec<(u16, Vec<Copy>)>> {
+        prop::collection::vec((80u16..82, prop::collection::vec(copy(), 0..5)), 1..4)
+    }
+
+    fn ip(i: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, i])
+    }
+
+    /// Each slice's content; a copy's hostname names its slice, so that
+    /// whose facts are kept shows.
+    fn contents(spec: &[(u16, Vec<Copy>)]) -> Vec<Arc<SliceContent>> {
+        spec.iter()
+            .enumerate()
+            .map(|(k, (port, copies))| {
+                let mut slice = EndpointSlice::new("ns", &format!("s{k}"), "web")
+                    .expect("named")
+                    .with_port("http", Protocol::Tcp, *port);
+                let mut seen = std::collections::BTreeSet::new();
+                for c in copies.iter().filter(|c| seen.insert(c.ip)) {
+                    let mut e = SliceEndpoint::new(ip(c.ip))
+                        .with_conditions(Conditions::from_api(Some(c.ready), Some(c.serving), Some(!c.ready)))
+                        .with_node_hints(c.hinted_for)
+                        .with_facts(EndpointFacts {
+                            hostname: Some(format!("s{k}").into()),
+                            node_name: c.node.map(Into::into),
+                            ..EndpointFacts::default()
+                        });
+                    if let Some(n) = c.node {
+                        e = e.on_node(n);
+                    }
+                    slice = slice.with_endpoint(e);
+                }
+                let mut content = slice.content;
+                content.normalize();
+                Arc::new(content)
+            })
+            .collect()
+    }
+
+    fn service(local: bool) -> ServiceInfo {
+        let mut s = ServiceInfo::new(ServiceName::new("ns", "web"));
+        s.cluster_ips = vec![IpAddr::from([10, 96, 0, 1])];
+        s.ports = vec![ServicePort {
+            name: "http".into(),
+            protocol: Protocol::Tcp,
+            port: NonZeroU16::MIN.saturating_add(79),
+            node_port: None,
+            app_protocol: None,
+        }];
+        if local {
+            s.internal_traffic_policy = TrafficPolicy::Local;
+        }
+        s
+    }
+
+    /// kube-proxy's merge on `node`, naively: per address and port, the
+    /// first copy by slice name unless a later one is on `node`. Each
+    /// entry: address, whether the kept copy is on `node`, ready, and the
+    /// slice whose copy was kept.
+    fn naive(spec: &[(u16, Vec<Copy>)], node: Option<&str>) -> Vec<(SocketAddr, bool, bool, String)> {
+        let mut kept: std::collections::BTreeMap<SocketAddr, (bool, bool, String)> = Default::default();
+        for (k, (port, copies)) in spec.iter().enumerate() {
+            let mut seen = std::collections::BTreeSet::new();
+            for c in copies.iter().filter(|c| seen.insert(c.ip)) {
+                let local = node.is_some() && c.node == node;
+                let at = SocketAddr::new(ip(c.ip), *port);
+                let replace = kept.get(&at).is_none_or(|(was_local, ..)| !was_local && local);
+                if replace {
+                    kept.insert(at, (local, c.ready, format!("s{k}")));
+                }
+            }
+        }
+        kept.into_iter().map(|(a, (l, r, s))| (a, l, r, s)).collect()
+    }
+
+    /// Whose facts an address has on `node`, naively: the first slice
+    /// holding it, unless a later one holds it on `node` (whatever the
+    /// ports: the facts are the address's).
+    fn naive_facts(spec: &[(u16, Vec<Copy>)], node: Option<&str>) -> Vec<(IpAddr, String)> {
+        let mut kept: std::collections::BTreeMap<IpAddr, (bool, String)> = Default::default();
+        for (k, (_, copies)) in spec.iter().enumerate() {
+            let mut seen = std::collections::BTreeSet::new();
+            for c in copies.iter().filter(|c| seen.insert(c.ip)) {
+                let local = node.is_some() && c.node == node;
+                if kept.get(&ip(c.ip)).is_none_or(|(was_local, _)| !was_local && local) {
+                    kept.insert(ip(c.ip), (local, format!("s{k}")));
+                }
+            }
+        }
+        kept.into_iter().map(|(a, (_, s))| (a, s)).collect()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// For every location: the endpoints judged and their facts are
+        /// the copies a naive merge on that node keeps, and the answer is
+        /// the one a reader configured at that location gives.
+        #[test]
+        fn routing_and_facts_at_any_location_are_that_nodes(
+            spec in slices(),
+            reader in 0usize..3,
+            local in any::<bool>(),
+        ) {
+            let slices: Arc<[Arc<SliceContent>]> = contents(&spec).into();
+            let svc = Arc::new(service(local));
+            let at = |node: Option<&str>| Location { node: node.map(Into::into), zone: None };
+            let view = ServiceEndpoints::new(svc.clone(), slices.clone(), Arc::new(at(NODES[reader])));
+            for node in NODES {
+                let there = ServiceEndpoints::new(svc.clone(), slices.clone(), Arc::new(at(node)));
+                let asked = view.routing_at("http", Protocol::Tcp, Traffic::Internal, &at(node));
+                prop_assert_eq!(&asked, &there.routing("http", Protocol::Tcp, Traffic::Internal));
+                let model = naive(&spec, node);
+                let judged: Vec<(SocketAddr, bool, bool)> = asked
+                    .iter()
+                    .flat_map(|r| &r.decisions)
+                    .map(|(e, _)| (e.addr, e.is_local, e.ready))
+                    .collect();
+                let want: Vec<(SocketAddr, bool, bool)> = model.iter().map(|(a, l, r, _)| (*a, *l, *r)).collect();
+                prop_assert_eq!(judged, want);
+                for (address, slice) in naive_facts(&spec, node) {
+                    let facts = view.facts_at(address, &at(node));
+                    prop_assert_eq!(facts.as_ref().and_then(|f| f.hostname.as_deref()), Some(slice.as_str()));
+                    prop_assert_eq!(facts, there.facts(address).cloned().map(Arc::new));
+                }
+            }
+        }
+    }
+}

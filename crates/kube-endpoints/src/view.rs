@@ -1,15 +1,15 @@
 //! One service's endpoints as a reader holds them, and kube-proxy's
 //! routing decisions over them.
 
+use std::borrow::Cow;
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
 use endpoints_map::topology::{EndpointUse, TopologyMode, TrafficPolicies, categorize};
 use slice_cache::PortEndpoints;
-use slice_model::{
-    BaseEndpointInfo, EndpointFacts, IpFamily, NodeHint, NodeHints, NodeName, Protocol, ServiceInfo, ServiceName,
-};
+use slice_model::{BaseEndpointInfo, EndpointFacts, IpFamily, Protocol, ServiceInfo, ServiceName, SliceContent};
 
 /// Where routing is judged from, as kube-proxy on one node judges it: the
 /// node (its endpoints are local, its node hints apply) and the node's
@@ -41,25 +41,56 @@ impl Location {
     }
 }
 
-/// Which node an endpoint address runs on and which nodes it is hinted
-/// for, kept to judge routing from any node.
+/// A service's slices merged as kube-proxy on one node merges them: one
+/// entry per address and port, the first copy by slice name unless a
+/// later one is on that node; each address's facts from the copy kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Placement {
-    pub(crate) node: Option<NodeName>,
-    pub(crate) node_hints: NodeHints,
+pub(crate) struct Merged {
+    endpoints: slice_cache::ServiceEndpoints,
+    facts: BTreeMap<IpAddr, Arc<EndpointFacts>>,
+}
+
+impl Merged {
+    /// `slices` (in name order) merged on `node` (`None`: no copy is
+    /// local).
+    pub(crate) fn on(slices: &[Arc<SliceContent>], node: Option<&str>) -> Self {
+        let node = node.unwrap_or_default();
+        let endpoints = slice_cache::ServiceEndpoints::merge(slices.iter().map(|s| &**s), node);
+        // The merge's rule per address: first copy, unless one on the node
+        // comes later.
+        let mut kept: BTreeMap<IpAddr, (bool, Option<&Arc<EndpointFacts>>)> = BTreeMap::new();
+        for e in slices.iter().flat_map(|s| &s.endpoints) {
+            let local = e.is_on_node(node);
+            match kept.entry(e.addr) {
+                Entry::Vacant(v) => {
+                    v.insert((local, e.facts.as_ref()));
+                }
+                Entry::Occupied(mut o) if local && !o.get().0 => {
+                    o.insert((local, e.facts.as_ref()));
+                }
+                Entry::Occupied(_) => {}
+            }
+        }
+        let facts = kept
+            .into_iter()
+            .filter_map(|(ip, (_, facts))| Some((ip, facts?.clone())))
+            .collect();
+        Self { endpoints, facts }
+    }
 }
 
 /// A service and its endpoints, from every slice of both IP families,
-/// merged per port as kube-proxy merges them (one entry per address and
-/// port; a copy on the reader's node beats another).
+/// merged per port as kube-proxy on the reader's node merges them (one
+/// entry per address and port; a copy on the reader's node beats another).
+/// Routing and facts for another node merge the slices again, as that
+/// node's kube-proxy does.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceEndpoints {
     service: Arc<ServiceInfo>,
-    endpoints: slice_cache::ServiceEndpoints,
-    /// Each endpoint address's facts (the same for every port).
-    facts: BTreeMap<IpAddr, Arc<EndpointFacts>>,
-    /// Each endpoint address's node and node hints (where it has any).
-    placement: BTreeMap<IpAddr, Placement>,
+    /// Merged on the reader's node.
+    merged: Merged,
+    /// The service's slices in name order, for other nodes' merges.
+    slices: Arc<[Arc<SliceContent>]>,
     /// Where the reader judges routing from.
     reader_at: Arc<Location>,
 }
@@ -76,12 +107,13 @@ pub enum Traffic {
 
 /// Where new connections of one kind of traffic to one port go, as
 /// kube-proxy on one node decides it.
-#[derive(Debug)]
-pub struct Routing<'a> {
+#[derive(Clone, Debug, PartialEq)]
+pub struct Routing {
     /// The endpoints new connections go to.
-    pub used: Vec<&'a BaseEndpointInfo>,
-    /// Every endpoint of the port with the decision for it and its reason.
-    pub decisions: Vec<(&'a BaseEndpointInfo, EndpointUse)>,
+    pub used: Vec<BaseEndpointInfo>,
+    /// Every endpoint of the port, as merged on the node routing is judged
+    /// from, with the decision for it and its reason.
+    pub decisions: Vec<(BaseEndpointInfo, EndpointUse)>,
     /// How topology hints narrowed the choice.
     pub topology: TopologyMode,
     /// No endpoint is ready: serving, terminating ones take the traffic.
@@ -89,26 +121,36 @@ pub struct Routing<'a> {
 }
 
 impl ServiceEndpoints {
-    pub(crate) fn new(
-        service: Arc<ServiceInfo>,
-        endpoints: slice_cache::ServiceEndpoints,
-        facts: BTreeMap<IpAddr, Arc<EndpointFacts>>,
-        placement: BTreeMap<IpAddr, Placement>,
-        reader_at: Arc<Location>,
-    ) -> Self {
+    pub(crate) fn new(service: Arc<ServiceInfo>, slices: Arc<[Arc<SliceContent>]>, reader_at: Arc<Location>) -> Self {
         Self {
             service,
-            endpoints,
-            facts,
-            placement,
+            merged: Merged::on(&slices, reader_at.node.as_deref()),
+            slices,
             reader_at,
         }
     }
 
     /// What the slices say of the endpoint at `ip`: hostname, node name,
-    /// zone, target reference (`None` when they say none of it).
+    /// zone, target reference (`None` when they say none of it). Where two
+    /// slices hold the address, the copy the merge keeps says it.
     pub fn facts(&self, ip: IpAddr) -> Option<&EndpointFacts> {
-        self.facts.get(&ip).map(|f| &**f)
+        self.merged.facts.get(&ip).map(|f| &**f)
+    }
+
+    /// [`Self::facts`] as merged on `at`'s node: where two slices hold the
+    /// address, the one on that node says it.
+    pub fn facts_at(&self, ip: IpAddr, at: &Location) -> Option<Arc<EndpointFacts>> {
+        self.merged_at(at).facts.get(&ip).cloned()
+    }
+
+    /// The merge on `at`'s node: the reader's own when it is the reader's
+    /// node.
+    fn merged_at(&self, at: &Location) -> Cow<'_, Merged> {
+        if at.node == self.reader_at.node {
+            Cow::Borrowed(&self.merged)
+        } else {
+            Cow::Owned(Merged::on(&self.slices, at.node.as_deref()))
+        }
     }
 
     /// The service's namespace and name.
@@ -126,12 +168,12 @@ impl ServiceEndpoints {
     /// The ports that have endpoints, by name then protocol; each
     /// endpoint's address carries the port number on the endpoint.
     pub fn ports(&self) -> &[PortEndpoints] {
-        self.endpoints.ports()
+        self.merged.endpoints.ports()
     }
 
     /// One port's endpoints.
     pub fn port(&self, name: &str, protocol: Protocol) -> Option<&PortEndpoints> {
-        self.endpoints.port(name, protocol)
+        self.merged.endpoints.port(name, protocol)
     }
 
     /// Every endpoint, once per address (a pod behind two ports is one
@@ -164,51 +206,33 @@ impl ServiceEndpoints {
     /// `traffic` to port `name`/`protocol`, and why not to the others:
     /// kube-proxy's own decision code (`categorize`), with the service's
     /// traffic policies. `None` when the port has no endpoints.
-    pub fn routing(&self, name: &str, protocol: Protocol, traffic: Traffic) -> Option<Routing<'_>> {
+    pub fn routing(&self, name: &str, protocol: Protocol, traffic: Traffic) -> Option<Routing> {
         self.routing_at(name, protocol, traffic, &self.reader_at)
     }
 
     /// [`Self::routing`] as kube-proxy on another node and zone would
     /// decide it: a gateway or DNS server answering clients on several
-    /// nodes or in several zones asks per client, with one reader. Which
-    /// endpoints are local, node hints and zone hints are all judged for
-    /// `at`. (The endpoints are merged once, for the reader's node: where
-    /// two slices hold the same address and port, the copy kept is the
-    /// one on the reader's node.)
-    pub fn routing_at(&self, name: &str, protocol: Protocol, traffic: Traffic, at: &Location) -> Option<Routing<'_>> {
-        let port = self.port(name, protocol)?;
-        if at.node == self.reader_at.node {
-            return Some(self.judge(name, protocol, traffic, at, &port.endpoints, &port.endpoints));
-        }
-        let node = at.node.as_deref().unwrap_or_default();
-        let rejudged: Vec<BaseEndpointInfo> = port
-            .endpoints
-            .iter()
-            .map(|e| {
-                let placement = self.placement.get(&e.addr.ip());
-                BaseEndpointInfo {
-                    is_local: placement
-                        .and_then(|p| p.node.as_ref())
-                        .is_some_and(|n| !node.is_empty() && n.is(node)),
-                    node_hint: placement.map_or(NodeHint::Unhinted, |p| p.node_hints.for_node(node)),
-                    ..e.clone()
-                }
-            })
-            .collect();
-        Some(self.judge(name, protocol, traffic, at, &port.endpoints, &rejudged))
+    /// nodes or in several zones asks per client, with one reader. The
+    /// slices are merged as that node's kube-proxy merges them (where two
+    /// slices hold the same address and port, a copy on that node beats
+    /// another), and which endpoints are local, node hints and zone hints
+    /// are judged for `at`: the answer is the one a reader configured at
+    /// `at` gives.
+    pub fn routing_at(&self, name: &str, protocol: Protocol, traffic: Traffic, at: &Location) -> Option<Routing> {
+        let merged = self.merged_at(at);
+        let port = merged.endpoints.port(name, protocol)?;
+        Some(self.judge(name, protocol, traffic, at, &port.endpoints))
     }
 
-    /// Routing over `judged` (the port's endpoints as seen from `at`),
-    /// told in terms of `endpoints` (the same endpoints, as kept).
-    fn judge<'a>(
+    /// Routing over `endpoints` (one port's, as merged on `at`'s node).
+    fn judge(
         &self,
         name: &str,
         protocol: Protocol,
         traffic: Traffic,
         at: &Location,
-        endpoints: &'a [BaseEndpointInfo],
-        judged: &[BaseEndpointInfo],
-    ) -> Routing<'a> {
+        endpoints: &[BaseEndpointInfo],
+    ) -> Routing {
         let family = self.service.cluster_ips.first().map_or(IpFamily::V4, IpFamily::of);
         let policies = self
             .service
@@ -227,19 +251,22 @@ impl ServiceEndpoints {
             ..policies
         };
         let zone = at.zone.as_deref();
-        let c = categorize(judged, policies, zone);
+        let c = categorize(endpoints, policies, zone);
         let picked: HashSet<*const BaseEndpointInfo> = if local { &c.local } else { &c.cluster }
             .iter()
             .flatten()
             .map(|e| std::ptr::from_ref(*e))
             .collect();
-        let pairs = || endpoints.iter().zip(judged);
         Routing {
-            used: pairs()
-                .filter(|(_, j)| picked.contains(&std::ptr::from_ref(*j)))
-                .map(|(e, _)| e)
+            used: endpoints
+                .iter()
+                .filter(|e| picked.contains(&std::ptr::from_ref(*e)))
+                .cloned()
                 .collect(),
-            decisions: pairs().map(|(e, j)| (e, c.use_of(j, local, zone))).collect(),
+            decisions: endpoints
+                .iter()
+                .map(|e| (e.clone(), c.use_of(e, local, zone)))
+                .collect(),
             topology: if local { TopologyMode::None } else { c.topology },
             terminating_fallback: if local {
                 c.local_terminating_fallback
