@@ -1,5 +1,6 @@
 //! `k8s-openapi` objects into the slice model.
 
+use crate::versions::ListField;
 use k8s_openapi::api::discovery::v1 as discovery;
 use slice_model::{
     EndpointSlice, HOSTNAME_TOPOLOGY_KEY, Interner, RawEndpoint, RawTargetRef, SERVICE_NAME_LABEL, SliceBuilder,
@@ -45,10 +46,7 @@ fn convert(
     if keep_facts {
         b = b.keeping_facts();
     }
-    b.reserve(
-        slice.ports.as_ref().map_or(0, Vec::len),
-        slice.endpoints.as_ref().map_or(0, Vec::len),
-    );
+    b.reserve(slice.ports.as_ref().map_or(0, Vec::len), slice.endpoints.items().len());
     for (i, p) in slice.ports.iter().flatten().enumerate() {
         b.port_with_app_protocol(
             i,
@@ -58,7 +56,7 @@ fn convert(
             p.app_protocol.as_deref(),
         );
     }
-    for (i, e) in slice.endpoints.iter().flatten().enumerate() {
+    for (i, e) in slice.endpoints.items().iter().enumerate() {
         let cond = e.conditions.as_ref();
         let raw = RawEndpoint {
             first_address: e.addresses.first().map(String::as_str),

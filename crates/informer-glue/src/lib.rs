@@ -61,6 +61,7 @@ mod service_handler;
 #[cfg(feature = "prometheus")]
 pub mod source_metrics;
 pub mod tombstone;
+pub mod versions;
 pub mod watch_error;
 pub mod watch_runner;
 pub mod wire;

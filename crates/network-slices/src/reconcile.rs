@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use informer_glue::versions::ListField;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -150,18 +151,18 @@ fn new_slice(svc: &Service, rules: &SliceRules, address_type: AddressType, ports
         },
         address_type: address_type.as_str().into(),
         ports: Some(ports.to_vec()),
-        endpoints: Some(Vec::new()),
+        endpoints: ListField::of(Some(Vec::new())),
     }
 }
 
 /// A slice's endpoints (`null` is none).
 fn endpoints_of(slice: &EndpointSlice) -> &[Endpoint] {
-    slice.endpoints.as_deref().unwrap_or_default()
+    slice.endpoints.items()
 }
 
 /// Appends `e` to the slice's endpoints.
 fn push(slice: &mut EndpointSlice, e: Endpoint) {
-    slice.endpoints.get_or_insert_with(Vec::new).push(e);
+    slice.endpoints.items_mut().push(e);
 }
 
 /// The wanted endpoints of one address type, grouped by their ports.
@@ -308,7 +309,7 @@ fn by_ports_group(
     let (mut changed, mut unchanged) = (Vec::new(), Vec::new());
     // 1. Each slice keeps the wanted endpoints it holds, as they are wanted.
     for mut slice in existing {
-        let held = slice.endpoints.take().unwrap_or_default();
+        let held = slice.endpoints.take_items();
         let before = held.len();
         let mut endpoint_changed = false;
         let mut kept = Vec::with_capacity(before);
@@ -321,7 +322,7 @@ fn by_ports_group(
         out.removed += before - kept.len();
         let labels_changed = slice.metadata.labels.as_ref() != Some(&labels);
         let now = kept.len();
-        slice.endpoints = Some(kept);
+        slice.endpoints = ListField::of(Some(kept));
         if now == 0 && before > 0 {
             out.delete.push(slice);
         } else if endpoint_changed || now != before || labels_changed {

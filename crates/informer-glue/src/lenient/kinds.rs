@@ -8,6 +8,7 @@ use serde::Deserialize;
 use slice_model::TRIGGER_TIME_ANNOTATION;
 
 use super::{Lean, Meta, list, string_map, zero};
+use crate::versions::ListField;
 
 /// A decoded list's elements as the `k8s-openapi` type's.
 fn each<T: Into<U>, U>(list: Option<Vec<T>>) -> Option<Vec<U>> {
@@ -315,7 +316,7 @@ impl Lean for discovery::EndpointSlice {
         discovery::EndpointSlice {
             metadata: w.metadata.into(),
             address_type: w.address_type,
-            endpoints: each(w.endpoints),
+            endpoints: ListField::of(each(w.endpoints)),
             ports: each(w.ports),
         }
     }
