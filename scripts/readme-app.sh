@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds an application from kube-endpoints' README alone, as a crates.io
 # user would: `cargo new`, the README's [dependencies] block, and its first
-# example as the program (its hidden `# ` lines shown), against the crate in
-# this checkout. Fails if the README leaves out something an application
+# example as the program (its hidden `# ` lines shown), against the crates
+# as they would be published. Fails if the README leaves out something an application
 # needs to compile.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -10,10 +10,18 @@ readme="$root/crates/kube-endpoints/README.md"
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 cargo new --quiet --vcs none --name readme-app "$dir/app"
-# The first ```toml block, the crate pointed at this checkout.
-awk '/^```toml/{f=1;next} /^```/{if(f)exit} f && !/^\[dependencies\]/' "$readme" |
-  sed "s|^kube-endpoints = .*|kube-endpoints = { path = \"$root/crates/kube-endpoints\" }|" >>"$dir/app/Cargo.toml"
-grep -q '^kube-endpoints = { path' "$dir/app/Cargo.toml" || { echo "FAIL: no kube-endpoints dependency in the README"; exit 1; }
+# The first ```toml block as written, resolved as crates.io would resolve
+# it, to the crates as `cargo publish --dry-run` packaged them (the step
+# before this one in CI): what a user would download.
+awk '/^```toml/{f=1;next} /^```/{if(f)exit} f && !/^\[dependencies\]/' "$readme" >>"$dir/app/Cargo.toml"
+grep -q '^kube-endpoints = "' "$dir/app/Cargo.toml" || { echo "FAIL: no kube-endpoints = \"VERSION\" dependency in the README"; exit 1; }
+version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -1)"
+echo "[patch.crates-io]" >>"$dir/app/Cargo.toml"
+for crate in slice-model slice-cache endpoints-map informer-glue kube-endpoints; do
+  packaged="$root/target/package/$crate-$version"
+  [ -f "$packaged/Cargo.toml" ] || { echo "FAIL: $packaged is missing: run cargo publish --dry-run first"; exit 1; }
+  echo "$crate = { path = \"$packaged\" }" >>"$dir/app/Cargo.toml"
+done
 # The first ```rust block, its hidden lines shown.
 awk '/^```rust/{f=1;next} /^```/{if(f)exit} f' "$readme" | sed -e 's/^# //' -e 's/^#$//' >"$dir/app/src/example.rs"
 cat >"$dir/app/src/main.rs" <<'MAIN'
