@@ -133,8 +133,8 @@ fn serving_terminating<E: Endpoint>(e: &E) -> bool {
 }
 
 /// Whether one endpoint takes one kind of traffic (Cluster- or
-/// Local-policy), and why: the decision [`categorize`] makes, endpoint by
-/// endpoint ([`Categorized::use_of`]).
+/// Local-policy), and why: kube-proxy's topology decision (this crate's
+/// `topology::categorize`), endpoint by endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EndpointUse {
     /// Used: ready (and in the topology the hints chose).

@@ -34,11 +34,11 @@ use crate::{Location, Reader, Traffic};
 
 /// The changes of one service port's endpoints, as a stream that
 /// `tower::discover::Discover` is implemented for. `Send` and `Sync`: a
-/// balancer holding it may be shared.
+/// balancer holding it may be shared. Needs the `tower` feature.
 pub type Discovery<S> = Pin<Box<dyn Stream<Item = Result<Change<SocketAddr, S>, Infallible>> + Send + Sync>>;
 
 /// An endpoint as [`Reader::discover`] hands it to the function that makes
-/// your service of it.
+/// your service of it. Needs the `tower` feature.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Discovered {
     /// Its address and the port on it: the key of its changes.
@@ -58,7 +58,7 @@ impl Reader {
     /// and `Change::Remove`, keyed by address and port. `make` gets each
     /// endpoint with its facts ([`Discovered`]). It starts with the
     /// endpoints there are now and ends when the reader's watches are
-    /// dropped.
+    /// dropped. Needs the `tower` feature.
     pub fn discover<S, F>(&self, service: &ServiceName, port: &str, protocol: Protocol, make: F) -> Discovery<S>
     where
         S: Send + Sync + 'static,
@@ -70,6 +70,7 @@ impl Reader {
     /// [`Self::discover`] as kube-proxy on another node and zone decides
     /// it ([`ServiceEndpoints::routing_at`](crate::ServiceEndpoints::routing_at)):
     /// one reader serves clients on several nodes or in several zones.
+    /// Needs the `tower` feature.
     pub fn discover_at<S, F>(
         &self,
         service: &ServiceName,

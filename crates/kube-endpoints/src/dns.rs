@@ -19,7 +19,23 @@
 //!
 //! [`Resolver`] answers a query by its name and type from a reader, every
 //! form above and `dns-version.<domain>.` (the schema version's `TXT`):
-//! what a DNS server built on this crate serves.
+//! what a DNS server built on this crate serves. At the edges:
+//!
+//! * the cluster domain's apex (`cluster.local.`), `svc.<domain>.`, a
+//!   namespace that has a service (`<ns>.svc.<domain>.`) and the parents of
+//!   a record's name (`_tcp.<svc>.<ns>.svc.<domain>.`) exist without
+//!   records of their own: [`Answer::NoData`] (`NOERROR`, no answer), not
+//!   `NXDOMAIN`, as DNS requires of a name with names below it. A
+//!   namespace with no service is [`Answer::NxDomain`]. SOA and NS records
+//!   of the zone are the server's to add;
+//! * an ExternalName service's name answers a query of any type (`A`
+//!   included) with its `CNAME`: the client's resolver follows it outside
+//!   the cluster domain;
+//! * negative answers carry no TTL: a server caches them for the SOA's
+//!   minimum, which it sets (CoreDNS uses the same TTL as positive
+//!   answers: [`Resolver::ttl`]);
+//! * names outside the cluster domain and the reverse zones are
+//!   [`Answer::NotOurs`]: for the next server.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
@@ -151,6 +167,12 @@ impl Resolver {
         self
     }
 
+    /// The TTL of its answers (a server's SOA minimum, for negative
+    /// answers, is usually the same).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
     /// The records of `name` (absolute or not, any case) of type `query`.
     pub fn resolve(&self, name: &str, query: QueryType) -> Answer {
         let name = format!("{}.", name.trim_end_matches('.').to_lowercase());
@@ -158,6 +180,12 @@ impl Resolver {
             Some(records) => records,
             None => return Answer::NotOurs,
         };
+        // A name with names below it exists, records of its own or not.
+        let below = format!(".{name}");
+        let has_names_below = owned.iter().any(|r| r.name.ends_with(&below)) || self.is_branch(&name);
+        if has_names_below && !owned.iter().any(|r| r.name == name) {
+            return Answer::NoData;
+        }
         let of_name: Vec<Record> = owned.into_iter().filter(|r| r.name == name).collect();
         if of_name.is_empty() {
             return Answer::NxDomain;
@@ -167,6 +195,25 @@ impl Resolver {
             Answer::NoData
         } else {
             Answer::Records { ttl: self.ttl, records }
+        }
+    }
+
+    /// Whether `name` (absolute, lower-case) is the cluster domain's apex,
+    /// `svc.` under it, or a namespace with a service: names with names
+    /// below them.
+    fn is_branch(&self, name: &str) -> bool {
+        let apex = format!("{}.", self.domain);
+        let Some(relative) = name.strip_suffix(&apex) else {
+            return false;
+        };
+        match relative.strip_suffix("svc.") {
+            _ if relative.is_empty() => true,
+            Some("") => true,
+            Some(namespace) => {
+                let namespace = namespace.trim_end_matches('.');
+                !namespace.contains('.') && self.reader.services().iter().any(|s| &*s.namespace == namespace)
+            }
+            None => false,
         }
     }
 
@@ -180,6 +227,9 @@ impl Resolver {
             return Some(views.flat_map(|v| records(&v, &self.domain)).collect());
         }
         if name.ends_with(".in-addr.arpa.") || name.ends_with(".ip6.arpa.") {
+            return Some(Vec::new());
+        }
+        if name == format!("{}.", self.domain) {
             return Some(Vec::new());
         }
         let suffix = format!(".{}.", self.domain);

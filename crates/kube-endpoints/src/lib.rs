@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //!
 //! ```text
 //!  kube::Client ─► watches (Services, EndpointSlices; lenient decoding)
@@ -10,6 +11,7 @@
 //! ```
 
 #[cfg(feature = "tower")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tower")))]
 pub mod discover;
 pub mod dns;
 mod store;
@@ -33,16 +35,13 @@ use tokio::sync::watch as latest;
 #[cfg(feature = "tower")]
 pub use discover::{Discovered, Discovery};
 pub use endpoints_map::topology::{EndpointUse, TopologyMode};
-/// The label selector type of [`Config::label_selector`] (kube's).
 pub use informer_glue::liveness::Probe;
 pub use informer_glue::watch_error::WatchError;
+/// The label selector type of [`Config::label_selector`] (kube's).
 pub use kube::core::Selector;
 pub use slice_cache::PortEndpoints;
-/// Every type the reader's views name, so that an application needs no
-/// other crate to use them: an endpoint's conditions and hints through
-/// the [`Endpoint`] trait (`is_ready`, `socket_addr`, ...), a service
-/// name's namespace and name through [`NamespacedName`], a port's name,
-/// the errors of parsing a protocol or a family, an address range.
+// Every type the reader's views name, so that an application needs no
+// other crate to use them; each keeps its own summary in the index.
 pub use slice_model::{
     BaseEndpointInfo, Conditions, Endpoint, EndpointFacts, IpFamily, IpNet, NamespacedName, NodeHint, Protocol,
     RawTargetRef, ServiceInfo, ServiceName, ServicePort, ServicePortInfo, ServicePortName, ServiceType, TargetRef,
@@ -96,7 +95,7 @@ pub struct Config {
     pub probe: Option<Probe>,
 }
 
-/// [`Config::ready_timeout`]'s default.
+/// [`Config::ready_timeout`]'s default: 30 seconds.
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How current a reader's view is ([`Reader::status`]).
@@ -138,12 +137,14 @@ pub struct WatchFailure {
 /// Why [`Reader::wait_until_ready`] gave up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotReady {
-    /// The watches were stopped before the first lists were in.
+    /// The watches were stopped (the future [`watch`] returned was
+    /// dropped), before or after the first lists came: the view will not
+    /// change any more.
     Stopped,
     /// The first lists were not in after the ready timeout, and a watch is
-    /// failing.
+    /// failing (the watches go on retrying).
     Failing {
-        /// How long `ready` waited.
+        /// How long [`Reader::wait_until_ready`] waited.
         waited: Duration,
         /// Each failing watch.
         failing: Vec<WatchFailure>,
@@ -288,10 +289,12 @@ impl Reader {
 
 /// Starts watching Services and EndpointSlices through `client`: the
 /// reader, and the future that runs the watches (spawn it). Watches retry
-/// with backoff for as long as they run. Dropping the future (or never
-/// polling it) stops them, and the readers say so: every subscription and
-/// change stream closes, [`Reader::wait_until_ready`] returns [`NotReady::Stopped`],
-/// and [`Reader::status`] is [`Status::Stopped`].
+/// with backoff for as long as they run. Dropping the future stops them,
+/// and the readers say so: every subscription and change stream closes,
+/// [`Reader::wait_until_ready`] returns [`NotReady::Stopped`], and
+/// [`Reader::status`] is [`Status::Stopped`]. A future that is held but
+/// never polled runs nothing: the readers stay [`Status::Starting`] (and
+/// `wait_until_ready` waits) until it is polled or dropped.
 pub fn watch(client: kube::Client, config: Config) -> (Reader, impl Future<Output = ()> + Send + 'static) {
     let (store, ready) = Store::new(Location {
         node: config.node.clone(),

@@ -39,6 +39,12 @@ impl Subscription {
         self.updates.borrow_and_update().clone()
     }
 
+    /// The latest value, without marking it seen: [`Self::changed`] and
+    /// [`Self::has_changed`] still report it if it is new.
+    pub fn peek(&self) -> Latest {
+        self.updates.borrow().clone()
+    }
+
     /// Waits until the value changes from the last one seen (at once if it
     /// already has); `Err(Stopped)` once the watches stopped.
     pub async fn changed(&mut self) -> Result<(), Stopped> {
@@ -89,8 +95,18 @@ impl std::error::Error for ChangesError {}
 
 /// The name of every service whose endpoints or Service change, in order,
 /// from the moment it was asked for. Every change is one name (a service
-/// that changes twice comes twice); a reader that falls more than
-/// [`CHANGES_KEPT`] names behind is told how many it missed.
+/// that changes twice comes twice).
+///
+/// Up to [`CHANGES_KEPT`] names wait for a reader. One that falls further
+/// behind loses the oldest names: its next call returns
+/// [`ChangesError::Missed`] with how many were dropped, then the names from
+/// the oldest still kept on. Which services the dropped names were is not
+/// known, so a reader that must not miss one reads every service it cares
+/// about again ([`Reader::services`](crate::Reader::services) and
+/// [`Reader::get`](crate::Reader::get)).
+///
+/// It is not a `futures::Stream`: call [`Self::next`] in a loop, or wrap it
+/// (`futures::stream::unfold`) where a stream is needed.
 #[derive(Debug)]
 pub struct Changes {
     names: broadcast::Receiver<ServiceName>,
@@ -151,6 +167,8 @@ mod tests {
         assert_eq!(sub.latest(), None);
         tx.send_replace(None);
         assert_eq!(sub.has_changed(), Ok(true));
+        assert_eq!(sub.peek(), None);
+        assert_eq!(sub.has_changed(), Ok(true), "peek does not mark it seen");
         sub.changed().await.unwrap();
         assert_eq!(sub.has_changed(), Ok(false));
         drop(tx);

@@ -677,6 +677,19 @@ async fn the_resolver_answers_by_query_name_and_type() {
     assert_eq!(answers("nope.shop.svc.cluster.local.", QueryType::A), ["NxDomain"]);
     assert_eq!(answers("9.9.9.9.in-addr.arpa.", QueryType::Ptr), ["NxDomain"]);
     assert_eq!(answers("example.org.", QueryType::A), ["NotOurs"]);
+    // Names with names below them exist without records; an empty
+    // namespace does not.
+    for branch in [
+        "cluster.local.",
+        "svc.cluster.local.",
+        "shop.svc.cluster.local.",
+        "_tcp.web.shop.svc.cluster.local.",
+        "db.shop.svc.cluster.local.",
+    ] {
+        assert_eq!(answers(branch, QueryType::Srv), ["NoData"], "{branch}");
+    }
+    assert_eq!(answers("empty.svc.cluster.local.", QueryType::A), ["NxDomain"]);
+    assert_eq!(dns.ttl(), kube_endpoints::dns::DEFAULT_TTL);
     assert_eq!(
         reader.services_at("10.0.1.1".parse().unwrap()),
         [ServiceName::new("shop", "db")]

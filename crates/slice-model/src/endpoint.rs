@@ -1,4 +1,4 @@
-//! The [`Endpoint`] trait (what a proxier needs to know of one backend) and
+//! The [`Endpoint`] trait (what routing needs to know of one backend) and
 //! its base implementation, [`BaseEndpointInfo`].
 
 use std::fmt;
@@ -6,9 +6,10 @@ use std::net::{IpAddr, SocketAddr};
 
 use crate::{NodeHint, ZoneHints};
 
-/// What a proxy (or a load balancer, or a DNS server) needs to know of one
-/// endpoint of one service port: its address, whether it runs on this
-/// node, its conditions and its topology hints.
+/// What routing needs to know of one endpoint of one service port (a
+/// node's proxy, a client-side load balancer, a DNS server): its address,
+/// whether it runs on the node routing is judged from, its conditions and
+/// its topology hints.
 ///
 /// [`BaseEndpointInfo`] implements it; a user that keeps more per endpoint
 /// (its own connection pool, say) can implement it on its own type and
@@ -17,7 +18,8 @@ pub trait Endpoint {
     /// The endpoint's address and port.
     fn socket_addr(&self) -> SocketAddr;
 
-    /// Whether the endpoint runs on this proxy's node.
+    /// Whether the endpoint runs on the node routing is judged from (the
+    /// local node).
     fn is_local(&self) -> bool;
 
     /// The EndpointSlice's `ready` condition: eligible for new connections.
@@ -36,8 +38,9 @@ pub trait Endpoint {
     /// The zones this endpoint is meant to serve.
     fn zone_hints(&self) -> &ZoneHints;
 
-    /// What the endpoint's node hints say to this proxy's node. Proxiers
-    /// that do not keep node hints report none.
+    /// What the endpoint's node hints say to the node routing is judged
+    /// from (the local node). Implementations that do not keep node hints
+    /// report none.
     fn node_hint(&self) -> NodeHint {
         NodeHint::Unhinted
     }
@@ -73,7 +76,7 @@ pub trait Endpoint {
 pub struct BaseEndpointInfo {
     /// Address and port.
     pub addr: SocketAddr,
-    /// Runs on this proxy's node.
+    /// Runs on the node routing is judged from (the local node).
     pub is_local: bool,
     /// The slice's `ready` condition (possibly while terminating too, as
     /// [`Endpoint::is_ready`] says).
@@ -84,7 +87,7 @@ pub struct BaseEndpointInfo {
     pub terminating: bool,
     /// Zone hints.
     pub zone_hints: ZoneHints,
-    /// What its node hints say to this proxy's node.
+    /// What its node hints say to the node routing is judged from (the local node).
     pub node_hint: NodeHint,
 }
 
@@ -124,7 +127,7 @@ impl BaseEndpointInfo {
         self
     }
 
-    /// Sets what the node hints say to this proxy's node.
+    /// Sets what the node hints say to the node routing is judged from (the local node).
     #[must_use]
     pub fn with_node_hint(mut self, hint: NodeHint) -> Self {
         self.node_hint = hint;

@@ -113,7 +113,7 @@ kind_of_name!(
     PodName(NamespacedName)
 );
 
-/// A service port as the proxy load-balances it: service, port name and
+/// A service port, the unit endpoints are balanced over: service, port name and
 /// protocol. Port names may be empty (a service with a single unnamed port).
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -39,7 +39,7 @@ impl NodeHints {
         self.as_slice().iter().any(|n| n.is(node))
     }
 
-    /// What the hints say to the proxy of `node`.
+    /// What the hints say to `node`.
     pub fn for_node(&self, node: &str) -> NodeHint {
         if self.is_empty() {
             NodeHint::Unhinted
@@ -51,7 +51,7 @@ impl NodeHints {
     }
 }
 
-/// What an endpoint's node hints say to one node's proxy: all a proxier
+/// What an endpoint's node hints say to one node: all routing
 /// needs of them, in one byte.
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash, Debug)]

@@ -56,7 +56,8 @@ impl FromStr for Protocol {
     }
 }
 
-/// The IP family a proxier serves.
+/// An IP family: IPv4 or IPv6 (of an address, a service's cluster IP,
+/// a slice's `addressType`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug, Default)]
 pub enum IpFamily {
     /// IPv4.

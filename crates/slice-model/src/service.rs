@@ -1,4 +1,4 @@
-//! The model of a Service as a proxier needs it. Conversion from the API
+//! The model of a Service: what routing reads of it. Conversion from the API
 //! object lives in `informer-glue`.
 
 use std::net::IpAddr;
@@ -130,7 +130,9 @@ impl ServiceInfo {
     }
 }
 
-/// One port of a service as a proxier of one IP family programs it.
+/// One port of a service in one IP family: its cluster IP of that
+/// family, its number, node port, policies and affinity, as routing
+/// (kube-proxy's, a load balancer's) reads them.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct ServicePortInfo {
     /// Service, port name and protocol.

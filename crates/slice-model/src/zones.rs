@@ -7,10 +7,10 @@ use std::sync::Arc;
 /// The zone hints of an endpoint (`hints.forZones[].name`), sorted and
 /// without duplicates.
 ///
-/// A set is reference-counted: the endpoints that share it (an
-/// [`Interner`](crate::Interner) hands out one copy per distinct set) hold
-/// it, and it is freed with the last of them, so generated or hand-written
-/// zone names cost memory only while some endpoint carries them.
+/// A set is reference-counted: the endpoints that share it (decoders hand
+/// out one copy per distinct set) hold it, and it is freed with the last of
+/// them, so generated or hand-written zone names cost memory only while
+/// some endpoint carries them.
 ///
 /// The set sits behind a thin pointer (one word, where a shared slice
 /// takes two): every endpoint carries a `ZoneHints`, most carry none.
@@ -19,8 +19,7 @@ pub struct ZoneHints(Option<Arc<Box<[Arc<str>]>>>);
 
 impl ZoneHints {
     /// The set of these zones, in any order, duplicates dropped. (Decoders
-    /// use [`Interner::zones`](crate::Interner::zones), which shares one
-    /// copy of each set.)
+    /// share one copy of each set, through slice-model's `Interner`.)
     pub fn new<I, S>(zones: I) -> Self
     where
         I: IntoIterator<Item = S>,
