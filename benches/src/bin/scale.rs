@@ -44,8 +44,8 @@ use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, Instant, SystemTime};
 
 use clap::Parser;
-use fake_apiserver::FakeApiServer;
-use proxyd_benches::{ScratchNetns, Switch, run_ok};
+use fake_apiserver::{FakeApiServer, Switch};
+use proxyd_benches::{ScratchNetns, run_ok};
 use serde_json::{Value, json};
 
 /// What to build and measure.

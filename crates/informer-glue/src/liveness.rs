@@ -15,6 +15,14 @@
 //! status included, is an answer. One probe serves all the watches of a
 //! client, so a quiet cluster costs one small request per
 //! [`Probe::after_quiet`] per client.
+//!
+//! The probe goes over a new connection or an idle one, never over a
+//! watch's own. Behind a load balancer it can reach an API server that
+//! answers while a watch hangs on one that does not; so each watch also
+//! asks the server to end it every [`Probe::watch_timeout_secs`] (40 s by
+//! default) and is resumed from its resourceVersion (no list: the API
+//! server serves it from its watch cache), and a watch connection silent
+//! for [`Probe::bound`] is replaced.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -47,10 +55,27 @@ impl Default for Probe {
     }
 }
 
+/// kube-runtime's idle timeout of a watch stream is its `timeoutSeconds`
+/// plus this.
+const IDLE_MARGIN: Duration = Duration::from_secs(5);
+
 impl Probe {
     /// The longest a silent server goes unnoticed.
     pub fn bound(&self) -> Duration {
         self.after_quiet + self.timeout
+    }
+
+    /// The `timeoutSeconds` each watch asks for (at least 1): the server
+    /// ends the watch that often and it is resumed from its
+    /// resourceVersion (no list), so that one watch connection silent for
+    /// [`Self::bound`] is replaced by kube-runtime's idle timeout (the
+    /// timeout plus 5 s) even while the server answers on other
+    /// connections (behind a load balancer, the probe's new connection can
+    /// reach a server that works while an old watch hangs on one that does
+    /// not).
+    pub fn watch_timeout_secs(&self) -> u32 {
+        let secs = self.bound().saturating_sub(IDLE_MARGIN).as_secs();
+        u32::try_from(secs).unwrap_or(u32::MAX).max(1)
     }
 }
 

@@ -306,6 +306,11 @@ where
     let liveness = settings
         .liveness
         .unwrap_or_else(|| Arc::new(Liveness::new(api.clone().into_client(), Probe::default())));
+    // The server ends the watch this often and kube-runtime resumes it from
+    // its resourceVersion; a connection silent for a few seconds longer is
+    // replaced (kube-runtime's idle timeout), whatever the other
+    // connections say.
+    let config = config.timeout(liveness.probe().watch_timeout_secs());
     let start = move || watcher(api.clone(), config.clone()).boxed();
     let paced = Pace {
         relist_every: settings.relist_every,

@@ -768,6 +768,51 @@ async fn a_frozen_api_server_is_noticed_within_the_probe_bound_and_its_thaw_reco
     w.stop().await;
 }
 
+/// Behind a load balancer, an API server freezes and new connections go
+/// to another one: the probe's new connection reaches the one that
+/// answers, so it is the watch's own timeout that replaces the silent
+/// connection, within the probe's bound plus kube-runtime's 5-s margin,
+/// and a change made on the other server arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_hanging_on_a_frozen_server_moves_to_the_one_that_answers() {
+    let first = seeded_server(2).await;
+    let second = seeded_server(2).await;
+    let balancer = fake_apiserver::Switch::start(first.addr()).await.unwrap();
+    let config = kube::Config::new(format!("http://{}", balancer.addr).parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let probe = Probe {
+        after_quiet: Duration::from_secs(2),
+        timeout: Duration::from_secs(1),
+    };
+    let settings = WatchSettings {
+        field_selector: None,
+        label_selector: kube::core::Selector::default(),
+        page_size: 500,
+        relist_every: None,
+        liveness: Some(Arc::new(Liveness::new(client.clone(), probe))),
+    };
+    let rec = Recorder::default();
+    let api: Api<Watched<EndpointSlice>> = Api::all(client);
+    let w = spawn_settings(api, settings, EventFold::new(), rec.clone());
+    converged(&first, &rec, "the first list").await;
+
+    first.set_frozen(true);
+    balancer.switch_to(second.addr());
+    let frozen = Instant::now();
+    for server in [&first, &second] {
+        server.apply(slice("ns", "moved", "web", &["10.0.0.8"])).unwrap();
+    }
+    wait_for("the change from the server that answers", || {
+        rec.0.lock().unwrap().objects.contains_key("ns/moved")
+    })
+    .await;
+    let took = frozen.elapsed();
+    eprintln!("seen {took:?} after the freeze (bound {:?} + 5 s)", probe.bound());
+    assert!(took <= probe.bound() + Duration::from_secs(7), "{took:?}");
+    first.set_frozen(false);
+    w.stop().await;
+}
+
 /// How long after `applied` the recorder first holds `key`.
 async fn seen_after(rec: &Recorder, key: &str, applied: Instant) -> Duration {
     wait_for(key, || rec.0.lock().unwrap().objects.contains_key(key)).await;

@@ -32,7 +32,8 @@
 //! [`FakeApiServer::set_hanging`] (accepts connections, answers nothing),
 //! [`FakeApiServer::set_frozen`] (that, and open watches go silent),
 //! [`FakeApiServer::stop`] (refuses connections), [`FakeApiServer::compact`];
-//! and what kube-apiserver answers a client it does not let in:
+//! [`Switch`] stands for a load balancer in front of two servers; and what
+//! kube-apiserver answers a client it does not let in:
 //! [`FakeApiServer::require_token`] (401) and [`FakeApiServer::forbid`]
 //! (403, as RBAC refuses a verb on a resource).
 
@@ -1162,4 +1163,40 @@ fn watch_response(
         hyper::header::HeaderValue::from_static("application/json"),
     );
     r
+}
+
+/// A TCP forwarder on loopback, as a load balancer or a virtual IP in
+/// front of two API servers: each new connection goes to the current
+/// backend; connections already made stay where they are.
+pub struct Switch {
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    backend: std::sync::Arc<std::sync::Mutex<std::net::SocketAddr>>,
+}
+
+impl Switch {
+    /// Listens on an ephemeral port of 127.0.0.1, forwarding to `backend`;
+    /// the forwarding runs on the caller's runtime.
+    pub async fn start(backend: std::net::SocketAddr) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let backend = std::sync::Arc::new(std::sync::Mutex::new(backend));
+        let current = backend.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let to = *current.lock().unwrap_or_else(|e| e.into_inner());
+                tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(to).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+            }
+        });
+        Ok(Self { addr, backend })
+    }
+
+    /// New connections go to `backend` from now on.
+    pub fn switch_to(&self, backend: std::net::SocketAddr) {
+        *self.backend.lock().unwrap_or_else(|e| e.into_inner()) = backend;
+    }
 }
