@@ -700,7 +700,16 @@ fn run(args: &Args, proxyd: &std::path::Path, ns: &ScratchNetns, dir: &std::path
         daemon.stop();
         return Ok(());
     };
-    let apply = |obj: Value| server.apply(obj).map_err(|e| format!("fake API server: {e:?}"));
+    // With --failover both servers hold every object at the same
+    // resourceVersions, as API servers sharing one etcd do.
+    let apply = |obj: Value| {
+        if let Some((second, _)) = &failover {
+            second
+                .apply(obj.clone())
+                .map_err(|e| format!("fake API server: {e:?}"))?;
+        }
+        server.apply(obj).map_err(|e| format!("fake API server: {e:?}"))
+    };
     let wait = Duration::from_secs(60);
 
     // New services whose slice follows 30 ms later (as the EndpointSlice
@@ -928,8 +937,9 @@ fn freeze(
         std::thread::sleep(frozen_for.saturating_sub(frozen.elapsed()).min(Duration::from_secs(1)));
         println!(
             "API server frozen, new connections to a second one: proxyd said its watches fail {}; \
-             a service made at the freeze was programmed {programmed}",
-            noticed(daemon)
+             a service made at the freeze was programmed {programmed} (the second server answered {:?})",
+            noticed(daemon),
+            failover.map(|(second, _)| (second.stats(), second.resource_version(), server.resource_version()))
         );
         server.set_frozen(false);
         return Ok(());

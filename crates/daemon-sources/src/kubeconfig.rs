@@ -51,9 +51,13 @@ pub enum ConfigError {
     Client(#[source] kube::Error),
 }
 
-/// A client of the API server `kubeconfig` names (or the inferred one).
+/// A client of the API server `kubeconfig` names (or the inferred one),
+/// its connections guarded against a silent API server
+/// ([`informer_glue::liveness::guard_connections`]).
 pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ConfigError> {
-    kube::Client::try_from(config(kubeconfig).await?).map_err(ConfigError::Client)
+    let mut config = config(kubeconfig).await?;
+    informer_glue::liveness::guard_connections(&mut config, informer_glue::liveness::Probe::default());
+    kube::Client::try_from(config).map_err(ConfigError::Client)
 }
 
 /// The client configuration from `kubeconfig`, or inferred.

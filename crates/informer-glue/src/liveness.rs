@@ -79,6 +79,19 @@ impl Probe {
     }
 }
 
+/// Sets `config` so that no request of its client waits on a silent
+/// connection longer than `probe`'s bound: a read that waits that long
+/// fails (`read_timeout`, counted from each request, not from when a
+/// pooled connection went idle). Each watch is ended by the server every
+/// [`Probe::watch_timeout_secs`], so a healthy connection never waits that
+/// long; one to an API server that stopped answering (a pooled connection
+/// behind a load balancer, a list, a watch started again) is dropped, and
+/// the request made again on a connection that can reach one that answers.
+pub fn guard_connections(config: &mut kube::Config, probe: Probe) {
+    config.read_timeout = Some(probe.bound());
+    config.reset_reader_on_write = true;
+}
+
 /// What the watches of one client know of their API server: when it last
 /// said anything, and the probe in flight. Shared (in an `Arc`) by the
 /// watches of one client.

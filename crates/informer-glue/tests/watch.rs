@@ -778,12 +778,13 @@ async fn a_watch_hanging_on_a_frozen_server_moves_to_the_one_that_answers() {
     let first = seeded_server(2).await;
     let second = seeded_server(2).await;
     let balancer = fake_apiserver::Switch::start(first.addr()).await.unwrap();
-    let config = kube::Config::new(format!("http://{}", balancer.addr).parse().unwrap());
-    let client = kube::Client::try_from(config).unwrap();
     let probe = Probe {
         after_quiet: Duration::from_secs(2),
         timeout: Duration::from_secs(1),
     };
+    let mut config = kube::Config::new(format!("http://{}", balancer.addr).parse().unwrap());
+    informer_glue::liveness::guard_connections(&mut config, probe);
+    let client = kube::Client::try_from(config).unwrap();
     let settings = WatchSettings {
         field_selector: None,
         label_selector: kube::core::Selector::default(),

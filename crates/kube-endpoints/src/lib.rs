@@ -35,7 +35,7 @@ use tokio::sync::watch as latest;
 #[cfg(feature = "tower")]
 pub use discover::{Discovered, Discovery};
 pub use endpoints_map::topology::{EndpointUse, TopologyMode};
-pub use informer_glue::liveness::Probe;
+pub use informer_glue::liveness::{Probe, guard_connections};
 pub use informer_glue::watch_error::WatchError;
 /// The label selector type of [`Config::label_selector`] (kube's).
 pub use kube::core::Selector;

@@ -1150,12 +1150,13 @@ fn watch_response(
 
     let frozen = shared.frozen.subscribe();
     let stream = futures::stream::unfold((rx, frozen), |(mut rx, mut frozen)| async move {
-        let line = rx.recv().await?;
-        // A frozen server holds what it would send.
+        let line = rx.recv().await;
+        // A frozen server holds what it would send, the end of the watch
+        // included.
         if frozen.wait_for(|f| !*f).await.is_err() {
             return None;
         }
-        Some((Ok::<_, Infallible>(Frame::data(line)), (rx, frozen)))
+        Some((Ok::<_, Infallible>(Frame::data(line?)), (rx, frozen)))
     });
     let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     r.headers_mut().insert(

@@ -186,6 +186,8 @@ async fn start_watches(
 ) -> anyhow::Result<()> {
     let config = daemon_sources::kubeconfig::config(args.source.kubeconfig.as_deref()).await?;
     state.through_own_service = daemon_sources::kubeconfig::through_kubernetes_service(&config);
+    let mut config = config;
+    informer_glue::liveness::guard_connections(&mut config, Probe::default());
     let client =
         kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
     // One probe of a quiet API server serves every watch.
