@@ -198,10 +198,11 @@ async fn healthz_follows_the_watches_through_an_api_server_outage() {
         "liveness does not depend on the API server"
     );
 
-    // The outage's log, as an operator sees it, over several retries of
-    // each watch: each watch says its failure once; kube-client's
-    // per-attempt errors are not there by default, nor each retry's list.
-    let lasting = Duration::from_secs(14);
+    // The outage's log, as an operator sees it, over a 45-s outage (a
+    // dozen retries of each watch): each watch says its failure once;
+    // kube-client's per-attempt errors are not there by default, nor each
+    // retry's list.
+    let lasting = Duration::from_secs(45);
     if let Some(rest) = lasting.checked_sub(stopped.elapsed()) {
         tokio::time::sleep(rest).await;
     }
