@@ -473,7 +473,15 @@ impl Daemon {
         out
     }
 
-    fn stop(mut self) {
+    fn stop(self) {
+        drop(self);
+    }
+}
+
+/// A phase that fails leaves no proxyd behind (holding the metrics port,
+/// writing to a namespace that is gone).
+impl Drop for Daemon {
+    fn drop(&mut self) {
         let _ = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status();
         let _ = self.child.wait();
     }
