@@ -382,6 +382,13 @@ where
                 continue;
             }
             () = &mut quiet, if probing.is_none() => {
+                // Events do not move the timer (a list can bring thousands):
+                // it moves here, to quiet_after past the last thing heard.
+                let quiet_until = liveness.last_heard() + quiet_after;
+                if quiet_until > tokio::time::Instant::now() {
+                    quiet.as_mut().reset(quiet_until);
+                    continue;
+                }
                 let liveness = liveness.clone();
                 probing = Some(Box::pin(async move { liveness.check().await }));
                 continue;
@@ -405,7 +412,6 @@ where
                     retry.progressed(&metrics);
                     liveness.heard();
                     probing = None;
-                    quiet.as_mut().reset(tokio::time::Instant::now() + quiet_after);
                 }
                 let was_synced = fold.is_synced();
                 if let Some(event) = undecoded.event(event, &mut fold, &metrics) {
