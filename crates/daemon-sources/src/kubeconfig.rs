@@ -52,10 +52,15 @@ pub enum ConfigError {
 }
 
 /// A client of the API server `kubeconfig` names (or the inferred one),
-/// its connections guarded against a silent API server
-/// ([`informer_glue::liveness::guard_connections`]).
+/// made by [`client_from`].
 pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ConfigError> {
-    let mut config = config(kubeconfig).await?;
+    client_from(config(kubeconfig).await?)
+}
+
+/// A client of `config`, its connections guarded against a silent API
+/// server ([`informer_glue::liveness::guard_connections`]): every client
+/// the daemon makes comes from here.
+pub fn client_from(mut config: kube::Config) -> Result<kube::Client, ConfigError> {
     informer_glue::liveness::guard_connections(&mut config, informer_glue::liveness::Probe::default());
     kube::Client::try_from(config).map_err(ConfigError::Client)
 }

@@ -45,8 +45,7 @@ pub fn selection(proxy: &ProxyArgs) -> Selection {
 
 /// A client from `--kubeconfig`, or inferred.
 pub async fn client(source: &SourceArgs) -> anyhow::Result<kube::Client> {
-    let config = daemon_sources::kubeconfig::config(source.kubeconfig.as_deref()).await?;
-    kube::Client::try_from(config).context("cannot build a Kubernetes client")
+    Ok(daemon_sources::kubeconfig::client(source.kubeconfig.as_deref()).await?)
 }
 
 /// Reads the objects once from `source`, handing each EndpointSlice to

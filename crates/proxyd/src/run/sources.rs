@@ -186,10 +186,7 @@ async fn start_watches(
 ) -> anyhow::Result<()> {
     let config = daemon_sources::kubeconfig::config(args.source.kubeconfig.as_deref()).await?;
     state.through_own_service = daemon_sources::kubeconfig::through_kubernetes_service(&config);
-    let mut config = config;
-    informer_glue::liveness::guard_connections(&mut config, Probe::default());
-    let client =
-        kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("cannot build a Kubernetes client: {e}"))?;
+    let client = daemon_sources::kubeconfig::client_from(config)?;
     // One probe of a quiet API server serves every watch.
     let liveness = Arc::new(Liveness::new(client.clone(), Probe::default()));
     let settings = WatchSettings {
