@@ -44,6 +44,25 @@ pub use settings::flags::{Command, ProxyArgs, RunArgs};
 pub use settings::parse as parse_command_line;
 pub use snapshot_engine::{Snapshot, engine as snapshot_engine};
 
+/// Runs a long-running subcommand's future on `runtime`: its error, or the
+/// runtime's, logged and a failure exit.
+fn block_on(
+    runtime: std::io::Result<tokio::runtime::Runtime>,
+    run: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> std::process::ExitCode {
+    let result = match runtime {
+        Ok(runtime) => runtime.block_on(run),
+        Err(e) => Err(anyhow::Error::new(e).context("cannot start the async runtime")),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// The `proxyd` command: parses the command line (and `--config`), sets up
 /// logging and runs the subcommand.
 pub fn main() -> std::process::ExitCode {

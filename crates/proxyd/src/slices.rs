@@ -17,20 +17,10 @@ use crate::settings::flags::SlicesArgs;
 
 /// Runs the controller until SIGTERM or SIGINT.
 pub fn main(args: SlicesArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!("cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::block_on(
+        tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        run(args),
+    )
 }
 
 async fn run(args: SlicesArgs) -> anyhow::Result<()> {

@@ -43,24 +43,11 @@ use node_proxy::schedule::{Pacing, SyncTiming};
 
 /// `proxyd run` from the command line.
 pub fn main(args: RunArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            tracing::error!("cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!("{e:#}");
-            ExitCode::FAILURE
-        }
-    }
+        .build();
+    crate::block_on(runtime, run(args))
 }
 
 /// Checks the flags together; one message per problem.
