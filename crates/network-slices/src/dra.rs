@@ -90,10 +90,10 @@ struct AllocatedDevices {
     results: Option<Vec<AllocatedDevice>>,
 }
 
-#[derive(Deserialize, Default)]
-struct AllocatedDevice {
-    #[serde(default)]
-    request: String,
+/// Which device: what an allocation result and a device's status both
+/// name it by.
+#[derive(Deserialize, Default, PartialEq, Eq)]
+struct DeviceId {
     #[serde(default)]
     driver: String,
     #[serde(default)]
@@ -103,14 +103,18 @@ struct AllocatedDevice {
 }
 
 #[derive(Deserialize, Default)]
+struct AllocatedDevice {
+    #[serde(default)]
+    request: String,
+    #[serde(flatten)]
+    id: DeviceId,
+}
+
+#[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct DeviceStatus {
-    #[serde(default)]
-    driver: String,
-    #[serde(default)]
-    pool: String,
-    #[serde(default)]
-    device: String,
+    #[serde(flatten)]
+    id: DeviceId,
     #[serde(default)]
     network_data: Option<NetworkData>,
 }
@@ -175,7 +179,7 @@ pub fn claim_network(json: &serde_json::Value, class: &str) -> Result<ClaimNetwo
     for d in devices {
         let Some(data) = reported
             .iter()
-            .find(|s| s.driver == d.driver && s.pool == d.pool && s.device == d.device)
+            .find(|s| s.id == d.id)
             .and_then(|s| s.network_data.as_ref())
         else {
             continue;
